@@ -1,0 +1,1 @@
+"""Every side effect of noderoll: Kubernetes API calls as Temporal activities."""

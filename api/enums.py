@@ -1,0 +1,83 @@
+"""Stage, state and status vocabularies as string enums holding the contract strings. Pure.
+
+NodeWright's vocabulary: stages run in a fixed order per operation and each has a `-check`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Stage(StrEnum):
+    """A package stage (contract strings)."""
+
+    UNINSTALL = "uninstall"
+    UPGRADE = "upgrade"
+    APPLY = "apply"
+    CONFIG = "config"
+    INTERRUPT = "interrupt"
+    POST_INTERRUPT = "post-interrupt"
+
+    @property
+    def check(self) -> str:
+        """The name of this stage's check mode in config.json (for example `apply-check`)."""
+        return f"{self.value}-check"
+
+
+class State(StrEnum):
+    """The state of one package stage on one node (contract strings)."""
+
+    WAITING = "waiting"
+    IN_PROGRESS = "in_progress"
+    COMPLETE = "complete"
+    ERRORING = "erroring"
+    SKIPPED = "skipped"
+    BLOCKED = "blocked"
+
+
+class NodeStatus(StrEnum):
+    """Value of the `noderoll.io/status` node label (contract strings)."""
+
+    WAITING = "waiting"
+    IN_PROGRESS = "in-progress"
+    COMPLETE = "complete"
+    ERRORING = "erroring"
+    BLOCKED = "blocked"
+
+
+class InterruptType(StrEnum):
+    """Interrupt types, weakest first; `planning` merges them by strength."""
+
+    NOOP = "noop"
+    SERVICE = "service"
+    RESTART_ALL_SERVICES = "restartAllServices"
+    REBOOT = "reboot"
+
+
+class StrategyType(StrEnum):
+    """Batch strategy types of a DeploymentPolicy compartment."""
+
+    FIXED = "fixed"
+    LINEAR = "linear"
+    EXPONENTIAL = "exponential"
+
+
+class Promotion(StrEnum):
+    """How a canary is promoted."""
+
+    AUTO = "auto"
+    MANUAL = "manual"
+
+
+class RolloutPhase(StrEnum):
+    """Phase of a Package rollout (also the `NoderollPhase` search attribute on rollouts)."""
+
+    PENDING = "Pending"
+    CANARY = "Canary"
+    PROGRESSING = "Progressing"
+    PAUSED = "Paused"
+    HALTED = "Halted"
+    COMPLETE = "Complete"
+    FAILED = "Failed"
+    INVALID = "Invalid"
+    UNINSTALLING = "Uninstalling"

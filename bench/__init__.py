@@ -1,0 +1,1 @@
+"""Benchmarks: `noderoll bench` (overhead against the ideal, API cost, scale)."""

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Build kube-apiserver, kube-controller-manager and kube-scheduler from Debian's
+# `kubernetes` source package into a versioned cache directory.
+#
+# Usage: build-k8s.sh CACHE_DIR
+# Needs root (apt-get). Idempotent: exits early when the three binaries exist.
+# Why a source build: no kubelet-less control-plane binaries are packaged for
+# Debian and nothing outside the package registries can be downloaded here.
+set -euo pipefail
+cache_dir=${1:?usage: build-k8s.sh CACHE_DIR}
+bins=(kube-apiserver kube-controller-manager kube-scheduler)
+
+have_all() { for b in "${bins[@]}"; do [ -x "$cache_dir/$b" ] || return 1; done; }
+if have_all; then echo "k8s binaries already in $cache_dir"; exit 0; fi
+
+if [ "$(id -u)" != 0 ]; then
+  echo "error: building the Kubernetes control plane needs root (apt-get install golang-go rsync jq etcd-server; apt-get source kubernetes)." >&2
+  echo "       Run as root, or set KUBEBUILDER_ASSETS to a folder holding ${bins[*]}." >&2
+  exit 3
+fi
+
+suite=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
+# Same URI and Signed-By as the machine's own entry, or apt refuses "conflicting values".
+src_list=/etc/apt/sources.list.d/noderoll-deb-src.sources
+if ! grep -rqs "^deb-src " /etc/apt/sources.list /etc/apt/sources.list.d/ && \
+   ! grep -rqs "^Types: .*deb-src" /etc/apt/sources.list.d/; then
+  keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+  printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: %s\nComponents: main\nSigned-By: %s\n' \
+    "$suite" "$keyring" > "$src_list"
+fi
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends golang-go rsync jq etcd-server dpkg-dev >/dev/null
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/noderoll-k8s-build.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+apt-get source -qq kubernetes >/dev/null
+src=$(find . -maxdepth 1 -type d -name 'kubernetes-*' | head -n1)
+[ -n "$src" ] || { echo "error: apt-get source kubernetes produced no source tree" >&2; exit 4; }
+cd "$src"
+# Debian's Go is newer than what 1.20 expects; vendor mode and no version check keep the build offline.
+export GOFLAGS=-mod=vendor GO111MODULE=on GOPROXY=off GOTOOLCHAIN=local
+export KUBE_VERBOSE=0 FORCE_HOST_GO=y
+for b in "${bins[@]}"; do
+  echo "building $b (several minutes on 2 cores)..."
+  if ! make WHAT="cmd/$b" >"$work/build-$b.log" 2>&1; then
+    tail -n 30 "$work/build-$b.log" >&2
+    echo "error: building $b failed; log above. Remove $cache_dir and retry, or set KUBEBUILDER_ASSETS." >&2
+    exit 5
+  fi
+done
+mkdir -p "$cache_dir.tmp"
+for b in "${bins[@]}"; do
+  install -m 0755 "$(find _output -type f -name "$b" -perm -u+x | head -n1)" "$cache_dir.tmp/$b"
+done
+rm -rf "$cache_dir"; mv "$cache_dir.tmp" "$cache_dir"
+echo "k8s binaries installed in $cache_dir"

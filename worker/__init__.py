@@ -1,0 +1,1 @@
+"""The worker process (workflows + activities), metrics, and the `noderoll` CLI entry points."""

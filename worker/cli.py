@@ -1,0 +1,62 @@
+"""The `noderoll` console script: a thin dispatcher over per-feature command modules.
+
+Each command module exposes `register(subparsers) -> None`, adding its sub-command(s) with
+`set_defaults(func=...)` where `func(args) -> int` is the exit code. Modules are imported lazily
+so that a broken optional feature cannot stop `noderoll dev up` from working.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+# Order here is the order in `noderoll --help`.
+COMMAND_MODULES: tuple[str, ...] = (
+    "worker.demo_command",
+    "localstack.commands",
+    "api.validate_command",
+    "fleetsim.command",
+    "worker.run_worker",
+    "crd_bridge.command",
+    "worker.ops_commands",
+    "bench.command",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the full argument parser from every command module that is present."""
+    parser = argparse.ArgumentParser(
+        prog="noderoll",
+        description="Roll host-OS changes across GPU node fleets, durably (Temporal) and safely (Kubernetes).",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            # Only a missing command module itself is tolerated; a missing dependency inside it is a bug.
+            if err.name == name:
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `noderoll` console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

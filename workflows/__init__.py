@@ -1,0 +1,1 @@
+"""Durable orchestration: rollout, node and budget workflows (deterministic, no I/O)."""

@@ -1,0 +1,116 @@
+"""Messages exchanged between the rollout, node and budget workflows. Pure data (no I/O).
+
+The protocol (see docs/architecture.md):
+
+* A rollout (`package/<name>`) sends a `NodeRequest` to `node/<node>` with signal-with-start,
+  signal `SIGNAL_NODE_REQUEST`. The node workflow is the single writer of that node's state.
+* When the package reaches a terminal result on that node, the node workflow signals the rollout
+  back with `SIGNAL_NODE_RESULT` carrying a `NodeResult` (signal to the rollout workflow id;
+  a rollout that no longer runs is ignored: `workflow.get_external_workflow_handle(...).signal`
+  failures are logged, not fatal).
+* Before disrupting a node (cordon/drain/interrupt) the node workflow asks each budget it needs
+  for a lease: signal-with-start on `budget/<policy>/<compartment>` with `SIGNAL_BUDGET_ACQUIRE`
+  and a `LeaseRequest`; the budget answers with `SIGNAL_LEASE_GRANTED` (a `LeaseGrant`) on the
+  holder's workflow id; the holder returns it with `SIGNAL_BUDGET_RELEASE` (a `LeaseRelease`) in a
+  `finally`. The budget also reclaims leases of holders whose workflow run is closed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+SIGNAL_NODE_REQUEST = "request"
+SIGNAL_NODE_CANCEL = "cancel"
+SIGNAL_NODE_RESULT = "node_result"
+SIGNAL_BUDGET_ACQUIRE = "acquire"
+SIGNAL_BUDGET_RELEASE = "release"
+SIGNAL_LEASE_GRANTED = "lease_granted"
+QUERY_NODE_STATUS = "node_status"
+QUERY_BUDGET_STATUS = "budget_status"
+
+
+@dataclass
+class BudgetRef:
+    """Which budget a disruption of this node counts against, and its absolute size now."""
+
+    policy: str
+    compartment: str
+    limit: int
+
+
+@dataclass
+class NodeRequest:
+    """A rollout asks a node to converge one package to `spec` (sent by signal-with-start)."""
+
+    rollout_workflow_id: str
+    package: str
+    # The Package spec as validated JSON (api.models.PackageSpec dumped by alias).
+    spec: dict[str, Any]
+    # Package metadata.generation that this request was made from.
+    generation: int
+    budget: BudgetRef | None = None
+    # Unique per (rollout run, batch, node, attempt): lets the node workflow drop duplicates.
+    request_id: str = ""
+    # True when the rollout asks for the package's uninstall on this node.
+    uninstall: bool = False
+
+
+@dataclass
+class NodeCancel:
+    """A rollout withdraws its pending request (halt): only requests not yet started are dropped."""
+
+    rollout_workflow_id: str
+    package: str
+
+
+@dataclass
+class NodeResult:
+    """The outcome of one package on one node, sent back to the rollout."""
+
+    node: str
+    package: str
+    version: str
+    request_id: str
+    # api.enums.State value: complete, erroring, blocked or skipped.
+    state: str
+    stage: str | None = None
+    message: str = ""
+    # True when the node was cordoned, drained or interrupted for this result.
+    disrupted: bool = False
+    log_tail: str = ""
+
+
+@dataclass
+class LeaseRequest:
+    """Ask a compartment budget for one disruption lease."""
+
+    holder_workflow_id: str
+    lease_id: str
+    node: str
+    limit: int
+
+
+@dataclass
+class LeaseGrant:
+    """A budget granted `lease_id` to the holder."""
+
+    lease_id: str
+    budget_workflow_id: str
+
+
+@dataclass
+class LeaseRelease:
+    """A holder returns `lease_id`."""
+
+    lease_id: str
+
+
+@dataclass
+class BudgetStatus:
+    """What a budget workflow reports on query."""
+
+    limit: int
+    in_use: int
+    holders: dict[str, str] = field(default_factory=dict)  # lease_id -> node
+    waiting: int = 0
