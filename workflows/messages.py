@@ -28,6 +28,12 @@ SIGNAL_BUDGET_RELEASE = "release"
 SIGNAL_LEASE_GRANTED = "lease_granted"
 QUERY_NODE_STATUS = "node_status"
 QUERY_BUDGET_STATUS = "budget_status"
+# Workflow type names (what a starter passes to start_workflow by name).
+ROLLOUT_WORKFLOW_TYPE = "RolloutWorkflow"
+BUDGET_WORKFLOW_TYPE = "BudgetWorkflow"
+# Rollout signals beyond the contract ones in api.keys (sent by the bridge).
+SIGNAL_SPEC_CHANGED = "spec_changed"
+SIGNAL_NODES_CHANGED = "nodes_changed"
 
 
 @dataclass
@@ -114,3 +120,25 @@ class BudgetStatus:
     in_use: int
     holders: dict[str, str] = field(default_factory=dict)  # lease_id -> node
     waiting: int = 0
+
+
+@dataclass
+class HeldLease:
+    """A lease a budget has granted and not yet seen returned (carried across continue-as-new)."""
+
+    holder_workflow_id: str
+    lease_id: str
+    node: str
+
+
+@dataclass
+class BudgetInput:
+    """Input of `budget/<policy>/<compartment>`.
+
+    Starters send `BudgetInput()` (empty) with signal-with-start `SIGNAL_BUDGET_ACQUIRE`; the
+    fields are only filled by the budget itself when it continues as new.
+    """
+
+    limit: int = 0
+    held: list[HeldLease] = field(default_factory=list)
+    waiting: list[LeaseRequest] = field(default_factory=list)
