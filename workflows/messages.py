@@ -31,6 +31,9 @@ QUERY_BUDGET_STATUS = "budget_status"
 # Workflow type names (what a starter passes to start_workflow by name).
 ROLLOUT_WORKFLOW_TYPE = "RolloutWorkflow"
 BUDGET_WORKFLOW_TYPE = "BudgetWorkflow"
+NODE_WORKFLOW_TYPE = "NodeWorkflow"
+# Node workflow: `retry` (no payload) re-runs packages that ended erroring (same string as api.keys.SIGNAL_RETRY).
+SIGNAL_NODE_RETRY = "retry"
 # Rollout signals beyond the contract ones in api.keys (sent by the bridge).
 SIGNAL_SPEC_CHANGED = "spec_changed"
 SIGNAL_NODES_CHANGED = "nodes_changed"
@@ -142,3 +145,24 @@ class BudgetInput:
     limit: int = 0
     held: list[HeldLease] = field(default_factory=list)
     waiting: list[LeaseRequest] = field(default_factory=list)
+
+
+@dataclass
+class NodeWorkflowInput:
+    """Input of `node/<node>` (start it with signal-with-start `SIGNAL_NODE_REQUEST`).
+
+    Starters normally send `NodeWorkflowInput(node=...)`; the other fields tune the failure policy
+    (tests shorten them). See docs/adr/0004-node-workflow.md.
+    """
+
+    node: str
+    # Attempts per stage (each attempt is a new Job) before the package ends erroring.
+    stage_attempts: int = 3
+    # Backoff before attempt n+1: retry_backoff_seconds * 2**(n-1), capped at 10 minutes.
+    retry_backoff_seconds: float = 30.0
+    # Bound of the wait for pods matching podNonInterruptLabels.
+    protected_pods_timeout_seconds: int = 3600
+    # Bound of one stage Job (also its activity start-to-close timeout).
+    stage_timeout_seconds: int = 1800
+    # Bound of a reboot: new boot id and Ready again.
+    reboot_timeout_seconds: int = 900
