@@ -8,9 +8,9 @@ Each activity owner adds its `<Verb><Noun>Input` / `...Result` classes here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
-from workflows.messages import NodeCancel, NodeRequest
-
+from workflows.messages import LeaseRequest, NodeCancel, NodeRequest
 
 # --- rollout, budget and bridge activities (activities/targets.py, describe.py, node_requests.py) ---
 
@@ -71,3 +71,175 @@ class CancelNodeRequestInput:
 
     node: str
     cancel: NodeCancel
+
+
+# --- node window activities (activities/nodes.py, drain.py, jobs.py, interrupts.py, leases.py) ---
+
+
+@dataclass
+class NodeInput:
+    """Names one Node (read_node, cordon_node, uncordon_node)."""
+
+    node: str
+
+
+@dataclass
+class ReadNodeResult:
+    """A Node as the node window sees it, observed once per window."""
+
+    name: str
+    unschedulable: bool = False
+    # Value of `noderoll.io/cordoned-by` ("" when absent).
+    cordoned_by: str = ""
+    boot_id: str = ""
+    ready: bool = False
+    labels: dict[str, str] = field(default_factory=dict)
+    # Each taint as {"key", "value", "effect"}.
+    taints: list[dict[str, str]] = field(default_factory=list)
+    # The raw `noderoll.io/state` annotation ("" when absent); parsed by api.node_state.
+    state_annotation: str = ""
+
+
+@dataclass
+class CordonNodeResult:
+    """Whether noderoll holds the cordon (False: someone else cordoned the node first)."""
+
+    cordoned_by_noderoll: bool
+    was_unschedulable: bool = False
+
+
+@dataclass
+class UncordonNodeResult:
+    """Whether the node was uncordoned (False: not cordoned by noderoll, left as it was)."""
+
+    uncordoned: bool
+
+
+@dataclass
+class NodeEvent:
+    """A Kubernetes Event on the Node; `key` makes a retried write idempotent."""
+
+    reason: str
+    message: str
+    key: str
+    warning: bool = False
+
+
+@dataclass
+class WriteNodeStateInput:
+    """One transition of the node's noderoll state: annotation + label (one patch), conditions, events."""
+
+    node: str
+    # The `noderoll.io/state` JSON (api.node_state rendered); None leaves the annotation alone.
+    state_annotation: str | None
+    # `noderoll.io/status` label value (api.enums.NodeStatus).
+    status: str
+    updating: bool
+    erroring: bool
+    message: str = ""
+    events: list[NodeEvent] = field(default_factory=list)
+
+
+@dataclass
+class WaitProtectedPodsInput:
+    """Wait until no Running/Pending pod on `node` matches any selector (LabelSelector dicts)."""
+
+    node: str
+    selectors: list[dict[str, Any]]
+    timeout_seconds: int
+    poll_seconds: float = 2.0
+
+
+@dataclass
+class WaitProtectedPodsResult:
+    """How long the wait took and which pods it waited for (namespace/name)."""
+
+    waited_seconds: float
+    waited_for: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DrainNodeInput:
+    """Evict every evictable pod of `node` through the Eviction API (Package `drain` settings)."""
+
+    node: str
+    timeout_seconds: int = 600
+    # None: each pod's own terminationGracePeriodSeconds.
+    grace_period_seconds: int | None = None
+    delete_empty_dir_data: bool = False
+    poll_seconds: float = 1.0
+
+
+@dataclass
+class DrainNodeResult:
+    """Pods evicted (namespace/name) and how many evictions a PDB refused (429) on the way."""
+
+    evicted: list[str] = field(default_factory=list)
+    refused: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class StageJob:
+    """What a stage Job needs (the stage pod contract in docs/architecture.md)."""
+
+    package: str
+    version: str
+    node: str
+    # A stage (`apply`), its check (`apply-check`) or `interrupt`.
+    mode: str
+    image: str
+    # Stage attempt (1-based) and the window's key: both go into the deterministic Job name.
+    attempt: int = 1
+    window: str = ""
+    env: list[dict[str, Any]] = field(default_factory=list)
+    resources: dict[str, Any] = field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    config: dict[str, str] = field(default_factory=dict)
+    # For `interrupt`: {"type": ..., "services": [...]} (NODEROLL_INTERRUPT).
+    interrupt: dict[str, Any] | None = None
+    timeout_seconds: int = 1800
+
+
+@dataclass
+class RunStageJobResult:
+    """The finished stage pod: exit code and the last lines of its log (`terminated.message`)."""
+
+    job_name: str
+    exit_code: int
+    log_tail: str = ""
+    # True when an existing Job was adopted (a retried activity) instead of created.
+    adopted: bool = False
+
+    @property
+    def succeeded(self) -> bool:
+        """Exit code 0."""
+        return self.exit_code == 0
+
+
+@dataclass
+class RunInterruptInput:
+    """Run the merged interrupt on the node and confirm it (reboot: new boot id, Ready again)."""
+
+    job: StageJob
+    # Boot id observed before the interrupt (read_node); a reboot must change it.
+    boot_id_before: str = ""
+    reboot_timeout_seconds: int = 900
+
+
+@dataclass
+class RunInterruptResult:
+    """The interrupt's outcome: Job exit code and log tail, and the boot id after it."""
+
+    job_name: str
+    exit_code: int
+    boot_id_after: str = ""
+    log_tail: str = ""
+
+
+@dataclass
+class AcquireLeaseInput:
+    """Ask `budget/<policy>/<compartment>` for a lease by signal-with-start (answer: `lease_granted`)."""
+
+    budget_workflow_id: str
+    request: LeaseRequest

@@ -1,0 +1,106 @@
+"""The Kubernetes client shared by every activity, and API error classification. Does I/O.
+
+One `ApiClient` per worker process (its urllib3 pool is thread-safe, and activities run in the
+worker's thread pool). `configure(kubeconfig)` is called once by `noderoll worker`; without a
+kubeconfig the in-cluster service account is used. Every `ApiException` is classified here, in one
+place, so activities agree on what is retried (409, 429, 5xx, network), what means "gone" (404) and
+what is a bug in our request (other 4xx, non-retryable).
+"""
+
+from __future__ import annotations
+
+import threading
+from enum import StrEnum
+from typing import NoReturn
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from activities import errors
+
+_lock = threading.Lock()
+_api_client: client.ApiClient | None = None
+_kubeconfig: str | None = None
+
+
+class ApiErrorKind(StrEnum):
+    """What an API error means for the caller."""
+
+    NOT_FOUND = "not-found"
+    CONFLICT = "conflict"
+    TOO_MANY_REQUESTS = "too-many-requests"
+    SERVER = "server"
+    CLIENT = "client"
+
+
+def configure(kubeconfig: str | None) -> None:
+    """Use `kubeconfig` (a path) for the shared client; None means in-cluster config. Resets the client."""
+    global _api_client, _kubeconfig
+    with _lock:
+        _kubeconfig = kubeconfig
+        _api_client = None
+
+
+def api_client() -> client.ApiClient:
+    """The process-wide ApiClient, built on first use from the configured kubeconfig or in-cluster."""
+    global _api_client
+    with _lock:
+        if _api_client is None:
+            configuration = client.Configuration()
+            if _kubeconfig:
+                config.load_kube_config(config_file=_kubeconfig, client_configuration=configuration)
+            else:
+                config.load_incluster_config(client_configuration=configuration)
+            _api_client = client.ApiClient(configuration)
+        return _api_client
+
+
+def core() -> client.CoreV1Api:
+    """Core/v1 API on the shared client."""
+    return client.CoreV1Api(api_client())
+
+
+def batch() -> client.BatchV1Api:
+    """Batch/v1 API on the shared client."""
+    return client.BatchV1Api(api_client())
+
+
+def policy() -> client.PolicyV1Api:
+    """Policy/v1 API on the shared client (PDB reads fall back to v1beta1 through raw calls)."""
+    return client.PolicyV1Api(api_client())
+
+
+def classify(err: ApiException) -> ApiErrorKind:
+    """Classify an API error by HTTP status (0/None = network error, treated like a 5xx)."""
+    status = err.status or 0
+    if status == 404:
+        return ApiErrorKind.NOT_FOUND
+    if status == 409:
+        return ApiErrorKind.CONFLICT
+    if status == 429:
+        return ApiErrorKind.TOO_MANY_REQUESTS
+    if status == 0 or status >= 500:
+        return ApiErrorKind.SERVER
+    return ApiErrorKind.CLIENT
+
+
+def is_not_found(err: ApiException) -> bool:
+    """True for 404."""
+    return classify(err) is ApiErrorKind.NOT_FOUND
+
+
+def is_conflict(err: ApiException) -> bool:
+    """True for 409 (resourceVersion conflict or AlreadyExists)."""
+    return classify(err) is ApiErrorKind.CONFLICT
+
+
+def is_retryable(err: ApiException) -> bool:
+    """True for errors a later attempt may not see: conflicts, throttling, server and network errors."""
+    return classify(err) in (ApiErrorKind.CONFLICT, ApiErrorKind.TOO_MANY_REQUESTS, ApiErrorKind.SERVER)
+
+
+def raise_for(err: ApiException, context: str) -> NoReturn:
+    """Re-raise `err` with context: retryable kinds stay retryable, other 4xx become non-retryable."""
+    if is_retryable(err):
+        raise RuntimeError(f"{context}: HTTP {err.status} {err.reason}") from err
+    raise errors.fatal(f"{context}: HTTP {err.status} {err.reason}: {err.body}", errors.KUBE_CLIENT_ERROR) from err
