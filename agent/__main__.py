@@ -1,0 +1,7 @@
+"""`python -m agent`: see agent/cli.py."""
+
+import sys
+
+from agent.cli import main
+
+sys.exit(main())

@@ -1,0 +1,99 @@
+"""`python -m agent <mode>`: the entry point of a package pod. Reads files, runs steps on the host.
+
+Precedence: command-line flags, then environment (`NODEROLL_ROOT`, `NODEROLL_PACKAGE_DIR`,
+`NODEROLL_CONFIG_DIR`, `NODEROLL_SIMULATE`), then defaults (`/host`, `/noderoll-package` or
+NodeWright's `/skyhook-package`, `/noderoll-config`). On failure the last line on stderr is
+`noderoll-agent: FAILED: <reason>` and the exit code is the step's, or one of `agent.modes.EXIT_*`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from agent.config import AgentError, load_config
+from agent.host import Host
+from agent.interrupts import INTERRUPT_ENV, parse_interrupt, perform
+from agent.modes import ALL_MODES, EXIT_USAGE, INTERRUPT_MODE, is_check
+from agent.runner import RunRequest, run_mode, say
+
+DEFAULT_ROOT = "/host"
+PACKAGE_DIRS = ("/noderoll-package", "/skyhook-package")
+DEFAULT_CONFIG_DIR = "/noderoll-config"
+TRUTHY = ("1", "true", "yes")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise AgentError(EXIT_USAGE, message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m agent", description="Run one mode of a noderoll/NodeWright package.")
+    parser.add_argument("mode", help=f"one of: {', '.join(ALL_MODES)}")
+    parser.add_argument("--root", help="host root (default $NODEROLL_ROOT or /host)")
+    parser.add_argument("--package-dir", help="package folder with config.json (default /noderoll-package)")
+    parser.add_argument("--config-dir", help="package config files (default $NODEROLL_CONFIG_DIR or /noderoll-config)")
+    parser.add_argument("--simulate", action="store_true", help="no chroot; interrupts are only recorded")
+    return parser
+
+
+def _package_dir(flag: str | None) -> Path:
+    if flag or os.environ.get("NODEROLL_PACKAGE_DIR"):
+        return Path(flag or os.environ["NODEROLL_PACKAGE_DIR"])
+    for candidate in PACKAGE_DIRS:
+        if (Path(candidate) / "config.json").is_file():
+            return Path(candidate)
+    return Path(PACKAGE_DIRS[0])
+
+
+def _config_dir(flag: str | None, package_dir: Path) -> Path | None:
+    chosen = flag or os.environ.get("NODEROLL_CONFIG_DIR") or DEFAULT_CONFIG_DIR
+    if Path(chosen).is_dir():
+        return Path(chosen)
+    legacy = package_dir / "configmaps"  # NodeWright mounts the package ConfigMap here
+    return legacy if legacy.is_dir() else None
+
+
+def run(argv: Sequence[str]) -> int:
+    """Parse arguments and run the mode; returns the exit code (raises AgentError on failure)."""
+    args = _parser().parse_args(argv)
+    if args.mode not in ALL_MODES:
+        raise AgentError(EXIT_USAGE, f"unknown mode {args.mode!r}; known: {', '.join(ALL_MODES)}")
+    simulate = args.simulate or os.environ.get("NODEROLL_SIMULATE", "").lower() in TRUTHY
+    root = Path(args.root or os.environ.get("NODEROLL_ROOT") or DEFAULT_ROOT).resolve()
+    host = Host(root=root, chroot=not simulate and root != Path("/"))
+    if args.mode == INTERRUPT_MODE:
+        interrupt = parse_interrupt(os.environ.get(INTERRUPT_ENV))
+        say(f"interrupt {interrupt.type} {' '.join(interrupt.services)}".rstrip())
+        perform(interrupt, host, simulate)
+        return 0
+    if is_check(args.mode) and args.mode.startswith(INTERRUPT_MODE):
+        say("interrupt-check has no steps: nothing to do")
+        return 0
+    package_dir = _package_dir(args.package_dir).resolve()
+    config = load_config(package_dir)
+    request = RunRequest(
+        mode=args.mode,
+        config=config,
+        package=os.environ.get("NODEROLL_PACKAGE") or config.package_name,
+        version=os.environ.get("NODEROLL_VERSION") or config.package_version,
+        package_dir=package_dir,
+        config_dir=_config_dir(args.config_dir, package_dir),
+        host=host,
+    )
+    return run_mode(request)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Console entry: run, and turn an AgentError into its one-line reason and exit code."""
+    try:
+        return run(sys.argv[1:] if argv is None else argv)
+    except AgentError as err:
+        sys.stdout.flush()
+        sys.stderr.write(f"noderoll-agent: FAILED: {err.reason}\n")
+        sys.stderr.flush()
+        return err.exit_code
