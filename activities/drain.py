@@ -1,0 +1,223 @@
+"""Drain activities: wait for protected pods, then evict the node's pods. Does I/O.
+
+`wait_protected_pods` waits (bounded) while pods matching a Package's `podNonInterruptLabels` run on
+the node. `drain_node` evicts through the Eviction API, so PodDisruptionBudgets are enforced by the
+apiserver: a 429 means "not now" and is retried with backoff until `timeoutSeconds`; on timeout the
+failure names the pods still there and the PDBs that cover them. Skipped like `kubectl drain`:
+DaemonSet pods, mirror pods, finished pods and noderoll's own stage pods. Pods with emptyDir data
+block the drain unless `deleteEmptyDirData`. Eviction speaks `policy/v1` and falls back to
+`policy/v1beta1` when the apiserver does not serve v1 (Kubernetes < 1.22).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from temporalio import activity
+
+from activities import errors, kube
+from activities.io import (
+    DrainNodeInput,
+    DrainNodeResult,
+    NodeEvent,
+    WaitProtectedPodsInput,
+    WaitProtectedPodsResult,
+)
+from activities.nodes import emit_event
+from api.keys import PACKAGE_POD_NAMESPACE
+from api.selectors import LabelSelector
+
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+STAGE_COMPONENT_LABEL = "noderoll.io/component"
+MAX_BACKOFF_SECONDS = 10.0
+
+_policy_version_lock = threading.Lock()
+_policy_version: str | None = None
+
+
+def policy_version() -> str:
+    """`policy/v1` when the apiserver serves it, else `policy/v1beta1` (discovered once per process)."""
+    global _policy_version
+    with _policy_version_lock:
+        if _policy_version is None:
+            try:
+                kube.api_client().call_api(
+                    "/apis/policy/v1", "GET", response_type="object", auth_settings=["BearerToken"],
+                    _return_http_data_only=True,
+                )
+                _policy_version = "policy/v1"
+            except ApiException as err:
+                if not kube.is_not_found(err):
+                    kube.raise_for(err, "discover policy API versions")
+                _policy_version = "policy/v1beta1"
+        return _policy_version
+
+
+def _pods_on(node: str) -> list[client.V1Pod]:
+    try:
+        return kube.core().list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+    except ApiException as err:
+        kube.raise_for(err, f"list pods of node {node}")
+
+
+def _running(pod: client.V1Pod) -> bool:
+    return (pod.status.phase if pod.status else None) in ("Running", "Pending", None)
+
+
+def _ref(pod: client.V1Pod) -> str:
+    return f"{pod.metadata.namespace}/{pod.metadata.name}"
+
+
+def _skipped(pod: client.V1Pod) -> bool:
+    """Pods a drain leaves alone (DaemonSet, mirror, finished, noderoll stage pods)."""
+    meta = pod.metadata
+    if any(owner.kind == "DaemonSet" for owner in meta.owner_references or []):
+        return True
+    if MIRROR_ANNOTATION in (meta.annotations or {}):
+        return True
+    if meta.namespace == PACKAGE_POD_NAMESPACE and (meta.labels or {}).get(STAGE_COMPONENT_LABEL) == "stage":
+        return True
+    return not _running(pod)
+
+
+def _has_local_data(pod: client.V1Pod) -> bool:
+    return any(volume.empty_dir is not None for volume in (pod.spec.volumes or []))
+
+
+@activity.defn(name="wait_protected_pods")
+def wait_protected_pods(input: WaitProtectedPodsInput) -> WaitProtectedPodsResult:
+    """Wait until no Running/Pending pod on the node matches the selectors; bounded by timeout_seconds."""
+    selectors = [LabelSelector.model_validate(s) for s in input.selectors if s]
+    selectors = [s for s in selectors if not s.is_empty()]
+    started = time.monotonic()
+    waited_for: set[str] = set()
+    announced = False
+    while True:
+        protected = sorted(
+            _ref(pod)
+            for pod in _pods_on(input.node)
+            if _running(pod) and any(s.matches(pod.metadata.labels or {}) for s in selectors)
+        )
+        if not protected:
+            return WaitProtectedPodsResult(time.monotonic() - started, sorted(waited_for))
+        waited_for.update(protected)
+        elapsed = time.monotonic() - started
+        if elapsed > input.timeout_seconds:
+            raise errors.fatal(
+                f"protected pods still running on {input.node} after {input.timeout_seconds}s: "
+                + ", ".join(protected),
+                errors.PROTECTED_PODS_TIMEOUT,
+                {"pods": protected},
+            )
+        if not announced:
+            # One Event per wait (keyed by the activity), so `kubectl describe node` says why it waits.
+            info = activity.info()
+            emit_event(input.node, NodeEvent(
+                "WaitingForProtectedPods", "waiting for protected pods to finish: " + ", ".join(protected),
+                key=f"{info.workflow_run_id}/{info.activity_id}",
+            ))
+            announced = True
+        activity.heartbeat({"waiting_for": protected, "elapsed_seconds": round(elapsed)})
+        time.sleep(input.poll_seconds)
+
+
+def _evict(pod: client.V1Pod, grace_period_seconds: int | None) -> bool:
+    """Ask for an eviction; True when accepted or the pod is gone, False when a PDB refused (429)."""
+    body: dict[str, Any] = {
+        "apiVersion": policy_version(),
+        "kind": "Eviction",
+        "metadata": {"name": pod.metadata.name, "namespace": pod.metadata.namespace},
+    }
+    if grace_period_seconds is not None:
+        body["deleteOptions"] = {"gracePeriodSeconds": grace_period_seconds}
+    try:
+        kube.core().create_namespaced_pod_eviction(pod.metadata.name, pod.metadata.namespace, body)
+        return True
+    except ApiException as err:
+        kind = kube.classify(err)
+        if kind is kube.ApiErrorKind.NOT_FOUND:
+            return True
+        if kind is kube.ApiErrorKind.TOO_MANY_REQUESTS:
+            return False
+        kube.raise_for(err, f"evict pod {_ref(pod)}")
+
+
+def _pdbs(namespace: str) -> list[dict[str, Any]]:
+    path = f"/apis/{policy_version()}/namespaces/{namespace}/poddisruptionbudgets"
+    try:
+        body = kube.api_client().call_api(
+            path, "GET", response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True
+        )
+    except ApiException as err:
+        kube.raise_for(err, f"list PodDisruptionBudgets in {namespace}")
+    return list((body or {}).get("items") or [])
+
+
+def blocking_pdbs(pods: list[client.V1Pod]) -> list[str]:
+    """PDBs that select any of `pods`, described with their allowed disruptions."""
+    found: dict[str, str] = {}
+    for namespace in sorted({pod.metadata.namespace for pod in pods}):
+        for pdb in _pdbs(namespace):
+            selector = LabelSelector.model_validate(pdb.get("spec", {}).get("selector") or {})
+            if selector.is_empty() or not any(
+                pod.metadata.namespace == namespace and selector.matches(pod.metadata.labels or {}) for pod in pods
+            ):
+                continue
+            status = pdb.get("status") or {}
+            name = f"{namespace}/{pdb['metadata']['name']}"
+            found[name] = (
+                f"{name} (disruptionsAllowed={status.get('disruptionsAllowed', 0)}, "
+                f"currentHealthy={status.get('currentHealthy', 0)}, desiredHealthy={status.get('desiredHealthy', 0)})"
+            )
+    return [found[k] for k in sorted(found)]
+
+
+@activity.defn(name="drain_node")
+def drain_node(input: DrainNodeInput) -> DrainNodeResult:
+    """Evict every evictable pod of the node and wait until they are gone; bounded by timeout_seconds."""
+    started = time.monotonic()
+    result = DrainNodeResult()
+    backoff = input.poll_seconds
+    while True:
+        pods = [pod for pod in _pods_on(input.node) if not _skipped(pod)]
+        if not pods:
+            result.seconds = time.monotonic() - started
+            return result
+        if not input.delete_empty_dir_data:
+            local = sorted(_ref(pod) for pod in pods if _has_local_data(pod))
+            if local:
+                raise errors.fatal(
+                    f"drain of {input.node} blocked: pods with emptyDir data (set drain.deleteEmptyDirData): "
+                    + ", ".join(local),
+                    errors.DRAIN_BLOCKED,
+                    {"pods": local},
+                )
+        refused_now = 0
+        for pod in pods:
+            if pod.metadata.deletion_timestamp is not None:
+                continue  # evicted already, terminating gracefully
+            if _evict(pod, input.grace_period_seconds):
+                if _ref(pod) not in result.evicted:
+                    result.evicted.append(_ref(pod))
+            else:
+                refused_now += 1
+        result.refused += refused_now
+        elapsed = time.monotonic() - started
+        if elapsed > input.timeout_seconds:
+            remaining = sorted(_ref(pod) for pod in pods)
+            pdbs = blocking_pdbs(pods)
+            raise errors.fatal(
+                f"drain of {input.node} timed out after {input.timeout_seconds}s; blocking pods: "
+                + ", ".join(remaining) + "; PodDisruptionBudgets: " + (", ".join(pdbs) or "none"),
+                errors.DRAIN_TIMEOUT,
+                {"pods": remaining, "pdbs": pdbs},
+            )
+        activity.heartbeat({"remaining": sorted(_ref(pod) for pod in pods), "refused": result.refused})
+        # 429s back off exponentially (the PDB needs a replacement pod to become ready first);
+        # pods merely terminating are polled at the base interval.
+        backoff = min(backoff * 2, MAX_BACKOFF_SECONDS) if refused_now else input.poll_seconds
+        time.sleep(backoff)

@@ -1,0 +1,74 @@
+"""The merged interrupt of a node window: run it and confirm it took effect. Does I/O.
+
+Services (and noop) are confirmed by the interrupt Job succeeding. A reboot is confirmed by the
+node itself: a new `bootID` and `Ready=True` again within `reboot_timeout_seconds`. The pod of a
+reboot may be killed by the very reboot it triggers, so its exit code only matters when the node
+never rebooted.
+"""
+
+from __future__ import annotations
+
+import time
+
+from kubernetes.client.exceptions import ApiException
+from temporalio import activity
+
+from activities import errors, kube
+from activities.io import RunInterruptInput, RunInterruptResult
+from activities.jobs import check_job, ensure_job, wait_job, watch_job_pods
+from activities.nodes import snapshot
+from api.enums import InterruptType
+
+POLL_SECONDS = 2
+
+
+def _node_view(name: str) -> tuple[str, bool]:
+    try:
+        view = snapshot(kube.core().read_node(name))
+    except ApiException as err:
+        if kube.is_not_found(err):
+            raise errors.fatal(f"node {name} disappeared during its reboot", errors.NODE_NOT_FOUND) from err
+        kube.raise_for(err, f"read node {name}")
+    return view.boot_id, view.ready
+
+
+def _confirm_reboot(input: RunInterruptInput, name: str) -> RunInterruptResult:
+    node = input.job.node
+    deadline = time.monotonic() + input.reboot_timeout_seconds
+    exit_code, log_tail = 0, ""
+    while True:
+        boot_id, ready = _node_view(node)
+        rebooted = bool(boot_id) and boot_id != input.boot_id_before
+        if rebooted and ready:
+            return RunInterruptResult(name, 0, boot_id_after=boot_id, log_tail=log_tail)
+        outcome, resource_version = check_job(name)
+        if outcome is not None:
+            exit_code, log_tail = outcome.exit_code, outcome.log_tail
+            if exit_code != 0 and not rebooted:
+                # The interrupt pod failed before the node went down: nothing rebooted.
+                return RunInterruptResult(name, exit_code, boot_id_after=boot_id, log_tail=log_tail)
+        if time.monotonic() > deadline:
+            state = "rebooted but not Ready" if rebooted else f"boot id still {boot_id or 'unknown'}"
+            raise errors.fatal(
+                f"reboot of {node} not confirmed within {input.reboot_timeout_seconds}s: {state}",
+                errors.INTERRUPT_TIMEOUT,
+            )
+        activity.heartbeat({"job": name, "boot_id": boot_id, "ready": ready})
+        if outcome is None:
+            watch_job_pods(name, resource_version, POLL_SECONDS)
+        else:
+            time.sleep(POLL_SECONDS)
+
+
+@activity.defn(name="run_interrupt")
+def run_interrupt(input: RunInterruptInput) -> RunInterruptResult:
+    """Run the interrupt Job; a reboot waits for a new boot id and Ready, others for Job success."""
+    kind = (input.job.interrupt or {}).get("type", "")
+    if kind not in set(InterruptType):
+        raise errors.fatal(f"unknown interrupt type {kind!r}", errors.INVALID_SPEC)
+    name, _ = ensure_job(input.job)
+    if kind == InterruptType.REBOOT:
+        return _confirm_reboot(input, name)
+    outcome = wait_job(name, time.monotonic() + input.job.timeout_seconds + 30)
+    boot_id, _ = _node_view(input.job.node)
+    return RunInterruptResult(name, outcome.exit_code, boot_id_after=boot_id, log_tail=outcome.log_tail)

@@ -1,0 +1,215 @@
+"""Node activities: read, cordon, uncordon, write noderoll state (+ conditions, Events). Does I/O.
+
+Each is idempotent. Ownership of a cordon is recorded in `noderoll.io/cordoned-by`: `cordon_node`
+never claims a node someone else cordoned, and `uncordon_node` only undoes our own cordon, so a node
+an operator cordoned stays cordoned. Metadata writes are merge patches carrying the
+resourceVersion just read: a concurrent edit by someone else makes the apiserver answer 409, and we
+re-read and re-apply instead of overwriting blindly.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from temporalio import activity
+
+from activities import errors, kube
+from activities.io import (
+    CordonNodeResult,
+    NodeEvent,
+    NodeInput,
+    ReadNodeResult,
+    UncordonNodeResult,
+    WriteNodeStateInput,
+)
+from api.keys import (
+    CONDITION_ERRORING,
+    CONDITION_UPDATING,
+    CORDONED_BY_ANNOTATION,
+    CORDONED_BY_VALUE,
+    NODE_STATE_ANNOTATION,
+    NODE_STATUS_LABEL,
+)
+
+CONFLICT_RETRIES = 8
+EVENT_NAMESPACE = "default"
+EVENT_SOURCE = "noderoll"
+
+
+def _get_node(name: str) -> client.V1Node:
+    try:
+        return kube.core().read_node(name)
+    except ApiException as err:
+        if kube.is_not_found(err):
+            raise errors.fatal(f"node {name} does not exist", errors.NODE_NOT_FOUND) from err
+        kube.raise_for(err, f"read node {name}")
+
+
+def _patch_with_retry(name: str, build: Callable[[client.V1Node], dict[str, Any] | None]) -> client.V1Node:
+    """Read the node, build a merge patch from it (None: nothing to do), apply it with its resourceVersion.
+
+    A 409 (someone else wrote the node in between) re-reads and rebuilds, up to CONFLICT_RETRIES.
+    """
+    for _ in range(CONFLICT_RETRIES):
+        node = _get_node(name)
+        patch = build(node)
+        if patch is None:
+            return node
+        patch.setdefault("metadata", {})["resourceVersion"] = node.metadata.resource_version
+        try:
+            return kube.core().patch_node(name, patch, _content_type="application/merge-patch+json")
+        except ApiException as err:
+            if kube.is_conflict(err):
+                continue
+            if kube.is_not_found(err):
+                raise errors.fatal(f"node {name} does not exist", errors.NODE_NOT_FOUND) from err
+            kube.raise_for(err, f"patch node {name}")
+    raise RuntimeError(f"patch node {name}: still conflicting after {CONFLICT_RETRIES} attempts")
+
+
+def _ready(node: client.V1Node) -> bool:
+    for condition in (node.status and node.status.conditions) or []:
+        if condition.type == "Ready":
+            return condition.status == "True"
+    return False
+
+
+def snapshot(node: client.V1Node) -> ReadNodeResult:
+    """The window's view of a Node object (pure conversion)."""
+    annotations = node.metadata.annotations or {}
+    info = node.status.node_info if node.status else None
+    return ReadNodeResult(
+        name=node.metadata.name,
+        unschedulable=bool(node.spec and node.spec.unschedulable),
+        cordoned_by=annotations.get(CORDONED_BY_ANNOTATION, ""),
+        boot_id=(info.boot_id if info else "") or "",
+        ready=_ready(node),
+        labels=dict(node.metadata.labels or {}),
+        taints=[
+            {"key": t.key, "value": t.value or "", "effect": t.effect}
+            for t in (node.spec.taints if node.spec else None) or []
+        ],
+        state_annotation=annotations.get(NODE_STATE_ANNOTATION, ""),
+    )
+
+
+@activity.defn(name="read_node")
+def read_node(input: NodeInput) -> ReadNodeResult:
+    """Snapshot of the node (missing node: non-retryable `NodeNotFound`)."""
+    return snapshot(_get_node(input.node))
+
+
+@activity.defn(name="cordon_node")
+def cordon_node(input: NodeInput) -> CordonNodeResult:
+    """Mark the node unschedulable and record that noderoll did it; leave someone else's cordon alone."""
+    outcome = CordonNodeResult(cordoned_by_noderoll=False)
+
+    def build(node: client.V1Node) -> dict[str, Any] | None:
+        view = snapshot(node)
+        outcome.was_unschedulable = view.unschedulable
+        if view.unschedulable:
+            # Already cordoned: ours (a retried activity) or someone else's (we must not take it over).
+            outcome.cordoned_by_noderoll = view.cordoned_by == CORDONED_BY_VALUE
+            return None
+        outcome.cordoned_by_noderoll = True
+        return {
+            "metadata": {"annotations": {CORDONED_BY_ANNOTATION: CORDONED_BY_VALUE}},
+            "spec": {"unschedulable": True},
+        }
+
+    _patch_with_retry(input.node, build)
+    if outcome.cordoned_by_noderoll and not outcome.was_unschedulable:
+        # Keyed by the activity's identity: stable across retries of this activity, new per window.
+        info = activity.info()
+        key = f"{info.workflow_run_id}/{info.activity_id}"
+        emit_event(input.node, NodeEvent("Cordoned", "noderoll cordoned the node for a node window", key=key))
+    return outcome
+
+
+@activity.defn(name="uncordon_node")
+def uncordon_node(input: NodeInput) -> UncordonNodeResult:
+    """Undo noderoll's own cordon (annotation present); a node cordoned by anyone else stays cordoned."""
+    outcome = UncordonNodeResult(uncordoned=False)
+
+    def build(node: client.V1Node) -> dict[str, Any] | None:
+        view = snapshot(node)
+        if view.cordoned_by != CORDONED_BY_VALUE:
+            return None
+        outcome.uncordoned = True
+        return {
+            "metadata": {"annotations": {CORDONED_BY_ANNOTATION: None}},
+            "spec": {"unschedulable": None},
+        }
+
+    _patch_with_retry(input.node, build)
+    return outcome
+
+
+def _condition(kind: str, on: bool, reason: str, message: str) -> dict[str, Any]:
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "type": kind,
+        "status": "True" if on else "False",
+        "reason": reason,
+        "message": message[:1024],
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    }
+
+
+@activity.defn(name="write_node_state")
+def write_node_state(input: WriteNodeStateInput) -> None:
+    """Write one state transition: annotation + status label (one patch), the two conditions, Events."""
+
+    def build(node: client.V1Node) -> dict[str, Any] | None:
+        metadata: dict[str, Any] = {"labels": {NODE_STATUS_LABEL: input.status}}
+        if input.state_annotation is not None:
+            metadata["annotations"] = {NODE_STATE_ANNOTATION: input.state_annotation}
+        return {"metadata": metadata}
+
+    _patch_with_retry(input.node, build)
+    reason = input.status.replace("-", " ").title().replace(" ", "")
+    conditions = [
+        _condition(CONDITION_UPDATING, input.updating, reason, input.message or input.status),
+        _condition(CONDITION_ERRORING, input.erroring, reason, input.message or input.status),
+    ]
+    try:
+        # Strategic merge: NodeStatus.conditions merge by `type`, so the kubelet's conditions stay.
+        kube.core().patch_node_status(
+            input.node,
+            {"status": {"conditions": conditions}},
+            _content_type="application/strategic-merge-patch+json",
+        )
+    except ApiException as err:
+        kube.raise_for(err, f"patch conditions of node {input.node}")
+    for event in input.events:
+        emit_event(input.node, event)
+        activity.heartbeat(event.key)
+
+
+def emit_event(node: str, event: NodeEvent) -> None:
+    """Create an Event on the Node; its name derives from (node, key), so a retry does not duplicate it."""
+    digest = hashlib.sha256(f"{node}/{event.key}/{event.reason}".encode()).hexdigest()[:16]
+    now = datetime.now(UTC)
+    body = client.CoreV1Event(
+        metadata=client.V1ObjectMeta(name=f"{node}.noderoll.{digest}", namespace=EVENT_NAMESPACE),
+        involved_object=client.V1ObjectReference(kind="Node", name=node, api_version="v1", uid=node),
+        reason=event.reason,
+        message=event.message[:1024],
+        type="Warning" if event.warning else "Normal",
+        source=client.V1EventSource(component=EVENT_SOURCE, host=node),
+        first_timestamp=now,
+        last_timestamp=now,
+        count=1,
+    )
+    try:
+        kube.core().create_namespaced_event(EVENT_NAMESPACE, body)
+    except ApiException as err:
+        if kube.is_conflict(err):
+            return  # already recorded by an earlier attempt of this activity
+        kube.raise_for(err, f"record event {event.reason} on node {node}")
