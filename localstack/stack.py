@@ -1,0 +1,254 @@
+"""`up`, `status` and `down` of the local stack: reuse what runs, start what does not, wait for ready.
+
+A component is reused when its recorded process is alive and its command line is what this
+`up` would run (same binaries, same ports of its dependencies); otherwise it is (re)started on
+its recorded port when free, else its default port when free, else a port the kernel picks.
+`stack.json` is rewritten after every start, so `down` can stop even a half-started stack.
+Does I/O (processes, files, Kubernetes and Temporal probes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from localstack import processes
+from localstack.cluster import ClusterSetupError, SetupRequest, setup_cluster
+from localstack.components import (
+    APISERVER,
+    COMPONENTS,
+    CONTROLLER_MANAGER,
+    ETCD,
+    EXECUTABLES,
+    SCHEDULER,
+    TEMPORAL,
+    Binaries,
+    Component,
+    StackLayout,
+    register_search_attributes,
+)
+from localstack.pki import Pki, ensure_pki, kubeconfig_text, write_kubeconfig
+from localstack.provision import etcd_binary, k8s_binaries, temporal_binary
+from localstack.state import STACK_FILE, ComponentInfo, StackInfo, load_stack_info, save_stack_info
+
+# Start waves: a wave starts once the previous one is ready (the apiserver needs etcd, the
+# controller manager and scheduler need the apiserver); Temporal starts with etcd and is awaited last.
+WAVES: tuple[tuple[str, ...], ...] = ((ETCD, TEMPORAL), (APISERVER,), (CONTROLLER_MANAGER, SCHEDULER))
+READY_ORDER = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER, TEMPORAL)
+Progress = Callable[[str], None]
+
+
+class StackError(RuntimeError):
+    """A component did not start or get ready; the message names it and its log file."""
+
+
+@dataclass(frozen=True)
+class ComponentStatus:
+    """One line of `dev status`."""
+
+    name: str
+    running: bool
+    healthy: bool
+    pid: int | None
+    ports: dict[str, int]
+    log: str | None
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+@contextlib.contextmanager
+def _locked(state_dir: Path) -> Iterator[None]:
+    # Two `up`s (say, two pytest runs sharing a state dir) must not start two copies of a component.
+    with open(state_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+def _by_name() -> dict[str, Component]:
+    return {c.name: c for c in COMPONENTS}
+
+
+def _plan_ports(previous: dict[str, ComponentInfo], alive: set[str]) -> dict[str, dict[str, int]]:
+    taken = {port for name in alive for port in previous[name].ports.values()}
+    ports: dict[str, dict[str, int]] = {}
+    for comp in COMPONENTS:
+        recorded = previous.get(comp.name)
+        if comp.name in alive and recorded and set(recorded.ports) == set(comp.default_ports):
+            ports[comp.name] = dict(recorded.ports)
+            continue
+        ports[comp.name] = {
+            key: processes.pick_port([recorded.ports.get(key) if recorded else None, default], taken)
+            for key, default in comp.default_ports.items()
+        }
+    return ports
+
+
+def _write_kubeconfigs(layout: StackLayout) -> Path:
+    admin = layout.state_dir / "kubeconfig"
+    write_kubeconfig(admin, kubeconfig_text(layout.pki, "admin", layout.apiserver_url))
+    for client in ("controller-manager", "scheduler"):
+        write_kubeconfig(layout.pki.kubeconfig(client), kubeconfig_text(layout.pki, client, layout.apiserver_url))
+    return admin
+
+
+def _log_tail(path: str, lines: int = 8) -> str:
+    try:
+        tail = Path(path).read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return ""
+    return "\n".join("    " + line for line in tail)
+
+
+def _failure(component: ComponentInfo, timeout: float) -> StackError:
+    why = "exited" if not component.is_alive() else f"was not ready within {timeout:.0f}s"
+    return StackError(
+        f"{component.name} {why}; see its log {component.log}\n{_log_tail(component.log)}\n"
+        f"(other components keep running: `noderoll dev down --state-dir {Path(component.log).parents[1]}` stops them)"
+    )
+
+
+def _wait_ready(comp: Component, info: ComponentInfo, layout: StackLayout) -> None:
+    deadline = time.monotonic() + comp.start_timeout
+    if not processes.wait_until(lambda: comp.healthy(layout), deadline, while_alive=info):
+        raise _failure(info, comp.start_timeout)
+
+
+@dataclass
+class _Run:
+    """The state of one `up` call."""
+
+    layout: StackLayout
+    info: StackInfo
+    previous: dict[str, ComponentInfo]
+    progress: Progress
+
+    def ensure(self, comp: Component) -> None:
+        argv = comp.argv(self.layout)
+        old = self.previous.get(comp.name)
+        if old is not None and old.is_alive() and old.argv == argv:
+            self.progress(f"{comp.name}: reusing pid {old.pid}")
+            self.info.components[comp.name] = old
+            return
+        if old is not None and old.is_alive():
+            self.progress(f"{comp.name}: restarting (configuration changed)")
+            processes.stop(old)
+        log = self.layout.state_dir / "logs" / f"{comp.name}.log"
+        launch = processes.Launch(comp.name, argv, self.layout.ports[comp.name], log)
+        started = processes.start(launch)
+        self.progress(f"{comp.name}: started pid {started.pid}, log {log}")
+        self.info.components[comp.name] = started
+        save_stack_info(self.info)
+
+
+def up(state_dir: Path, progress: Progress = _quiet) -> StackInfo:
+    """Bring the stack up in `state_dir` (idempotent) and return it once everything is ready.
+
+    Raises `localstack.provision.ProvisionError` for a missing binary (nothing started), and
+    StackError naming the component and its log when a component does not get ready.
+    """
+    state_dir = state_dir.resolve()
+    for sub in ("logs", "data", "pki"):
+        (state_dir / sub).mkdir(parents=True, exist_ok=True)
+    with _locked(state_dir):
+        binaries = Binaries(etcd=etcd_binary(), k8s_dir=k8s_binaries(), temporal=temporal_binary())
+        pki = ensure_pki(state_dir / "pki")
+        recorded = load_stack_info(state_dir)
+        previous = recorded.components if recorded else {}
+        alive = {name for name, c in previous.items() if c.is_alive()}
+        layout = StackLayout(binaries, state_dir, pki, _plan_ports(previous, alive))
+        kubeconfig = _write_kubeconfigs(layout)
+        info = StackInfo(
+            temporal_address=layout.temporal_address,
+            temporal_ui=layout.temporal_ui,
+            kubeconfig=str(kubeconfig),
+            state_dir=str(state_dir),
+        )
+        run = _Run(layout, info, previous, progress)
+        comps = _by_name()
+        for wave in WAVES:
+            for name in wave:
+                run.ensure(comps[name])
+            for name in wave:
+                if name != TEMPORAL:
+                    _wait_ready(comps[name], info.components[name], layout)
+        _wait_ready(comps[TEMPORAL], info.components[TEMPORAL], layout)
+        register_search_attributes(layout)
+        try:
+            crds = setup_cluster(SetupRequest(kubeconfig, deadline=time.monotonic() + 90.0))
+        except ClusterSetupError as err:
+            log = info.components[CONTROLLER_MANAGER].log
+            raise StackError(f"cluster set-up failed: {err}; see {log} and {info.components[APISERVER].log}") from err
+        progress(f"cluster ready: namespace and {len(crds)} CRD(s) applied")
+        save_stack_info(info)
+        return info
+
+
+def _recorded_layout(info: StackInfo) -> StackLayout:
+    """The layout of a recorded stack, enough for health probes (nothing is created)."""
+    def binary(name: str) -> Path:
+        rec = info.components.get(name)
+        return Path(rec.argv[0]) if rec and rec.argv else Path(name)
+
+    binaries = Binaries(etcd=binary(ETCD), k8s_dir=binary(APISERVER).parent, temporal=binary(TEMPORAL))
+    ports = {name: dict(c.ports) for name, c in info.components.items()}
+    return StackLayout(binaries, Path(info.state_dir), Pki(Path(info.state_dir) / "pki"), ports)
+
+
+def status(state_dir: Path) -> list[ComponentStatus]:
+    """Every component of the stack recorded in `state_dir`: running, healthy, pid, ports, log."""
+    info = load_stack_info(state_dir)
+    recorded = info.components if info else {}
+    layout = _recorded_layout(info) if info else None
+    result = []
+    for comp in COMPONENTS:
+        rec = recorded.get(comp.name)
+        if rec is None or layout is None:
+            result.append(ComponentStatus(comp.name, False, False, None, {}, None))
+            continue
+        running = rec.is_alive()
+        healthy = running and comp.healthy(layout)
+        result.append(ComponentStatus(comp.name, running, healthy, rec.pid, dict(rec.ports), rec.log))
+    return result
+
+
+def down(state_dir: Path, purge: bool = False, progress: Progress = _quiet) -> int:
+    """Stop every component (whole process groups) and wait; `purge` also deletes data, logs and PKI.
+
+    Returns the number of processes stopped.
+    """
+    state_dir = state_dir.resolve()
+    if not state_dir.is_dir():
+        return 0
+    stopped = 0
+    with _locked(state_dir):
+        info = load_stack_info(state_dir)
+        recorded = info.components if info else {}
+        for name in reversed(READY_ORDER):
+            comp = recorded.get(name)
+            if comp is not None and comp.is_alive():
+                progress(f"{name}: stopping pid {comp.pid}")
+                processes.stop(comp)
+                stopped += 1
+        strays = processes.stray_processes(state_dir, EXECUTABLES)
+        if strays:
+            progress(f"stopping {len(strays)} unrecorded process(es) of this state dir")
+            processes.kill_processes(strays)
+            stopped += len(strays)
+        (state_dir / STACK_FILE).unlink(missing_ok=True)
+        if purge:
+            for sub in ("data", "logs", "pki"):
+                shutil.rmtree(state_dir / sub, ignore_errors=True)
+            for name in ("kubeconfig", STACK_FILE + ".tmp"):
+                (state_dir / name).unlink(missing_ok=True)
+    if purge:
+        (state_dir / ".lock").unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            state_dir.rmdir()  # only when nothing but our files was in it
+    return stopped
