@@ -166,3 +166,8 @@ class NodeWorkflowInput:
     stage_timeout_seconds: int = 1800
     # Bound of a reboot: new boot id and Ready again.
     reboot_timeout_seconds: int = 900
+    # Heartbeat timeout of waiting activities: how soon a crashed worker's activity is retried.
+    heartbeat_seconds: int = 15
+    # Carried across continue-as-new only: queued requests and erroring ones waiting for `retry`.
+    pending: list[NodeRequest] = field(default_factory=list)
+    held: list[NodeRequest] = field(default_factory=list)
