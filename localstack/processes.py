@@ -7,6 +7,7 @@ Does I/O (processes, sockets, HTTP).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -31,6 +32,8 @@ _children: dict[int, subprocess.Popen[bytes]] = {}
 def port_is_free(port: int, host: str = "127.0.0.1") -> bool:
     """True when nothing listens on (or holds) `host:port`."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # Like the servers themselves: a TIME_WAIT leftover does not make a port busy, a listener does.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:
@@ -100,28 +103,37 @@ def _wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Proce
     return alive
 
 
-def stop(component: ComponentInfo, timeout: float = 8.0) -> None:
-    """Stop a component and its process group: SIGTERM, wait, then SIGKILL. Idempotent."""
-    if component.is_alive():
-        procs = [psutil.Process(component.pid)]
+def stop_all(components: Iterable[ComponentInfo], timeout: float = 10.0) -> int:
+    """Stop components and their process groups together: SIGTERM, wait, SIGKILL. Idempotent.
+
+    In parallel because each control-plane binary takes seconds to shut down gracefully.
+    Returns how many of them were running.
+    """
+    leaders = [c for c in components if c.is_alive()]
+    procs: list[psutil.Process] = []
+    for comp in leaders:
         try:
-            procs += procs[0].children(recursive=True)
-            os.killpg(component.pid, signal.SIGTERM)
+            leader = psutil.Process(comp.pid)
+            procs += [leader, *leader.children(recursive=True)]
+            os.killpg(comp.pid, signal.SIGTERM)
         except (ProcessLookupError, PermissionError, psutil.Error):
             pass
-        alive = _wait_gone(procs, timeout)
-        if alive:
-            try:
-                os.killpg(component.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            for proc in alive:
-                try:
-                    proc.kill()
-                except psutil.Error:
-                    pass
-            _wait_gone(alive, 5.0)
-    _reap(component.pid)
+    alive = _wait_gone(procs, timeout)
+    for comp in leaders:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(comp.pid, signal.SIGKILL)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    _wait_gone(alive, 5.0)
+    for comp in leaders:
+        _reap(comp.pid)
+    return len(leaders)
+
+
+def stop(component: ComponentInfo, timeout: float = 10.0) -> None:
+    """Stop one component and its process group."""
+    stop_all([component], timeout)
 
 
 def stray_processes(state_dir: Path, executables: Iterable[str]) -> list[psutil.Process]:

@@ -39,7 +39,6 @@ from localstack.state import STACK_FILE, ComponentInfo, StackInfo, load_stack_in
 # Start waves: a wave starts once the previous one is ready (the apiserver needs etcd, the
 # controller manager and scheduler need the apiserver); Temporal starts with etcd and is awaited last.
 WAVES: tuple[tuple[str, ...], ...] = ((ETCD, TEMPORAL), (APISERVER,), (CONTROLLER_MANAGER, SCHEDULER))
-READY_ORDER = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER, TEMPORAL)
 Progress = Callable[[str], None]
 
 
@@ -226,16 +225,13 @@ def down(state_dir: Path, purge: bool = False, progress: Progress = _quiet) -> i
     state_dir = state_dir.resolve()
     if not state_dir.is_dir():
         return 0
-    stopped = 0
     with _locked(state_dir):
         info = load_stack_info(state_dir)
         recorded = info.components if info else {}
-        for name in reversed(READY_ORDER):
-            comp = recorded.get(name)
-            if comp is not None and comp.is_alive():
-                progress(f"{name}: stopping pid {comp.pid}")
-                processes.stop(comp)
-                stopped += 1
+        running = [c for c in recorded.values() if c.is_alive()]
+        for comp in running:
+            progress(f"{comp.name}: stopping pid {comp.pid}")
+        stopped = processes.stop_all(running)
         strays = processes.stray_processes(state_dir, EXECUTABLES)
         if strays:
             progress(f"stopping {len(strays)} unrecorded process(es) of this state dir")
