@@ -81,3 +81,34 @@ class RolloutPhase(StrEnum):
     FAILED = "Failed"
     INVALID = "Invalid"
     UNINSTALLING = "Uninstalling"
+
+
+class PlanAction(StrEnum):
+    """What the per-node plan does for one package (`planning/node_plan.py`)."""
+
+    INSTALL = "install"
+    UPGRADE = "upgrade"
+    DOWNGRADE = "downgrade"
+    UNINSTALL = "uninstall"
+    CONFIG = "config"
+    NONE = "none"
+
+
+class CanaryPhase(StrEnum):
+    """Where a rollout's canary stands (`status.canary.phase` of a Package)."""
+
+    NONE = "None"
+    RUNNING = "Running"
+    SOAKING = "Soaking"
+    AWAITING_PROMOTION = "AwaitingPromotion"
+    PASSED = "Passed"
+    FAILED = "Failed"
+
+
+class ConditionType(StrEnum):
+    """Condition types on a Package's and a DeploymentPolicy's status (Kubernetes conventions)."""
+
+    READY = "Ready"
+    PROGRESSING = "Progressing"
+    DEGRADED = "Degraded"
+    VALID = "Valid"

@@ -1,0 +1,88 @@
+"""The `noderoll.io/state` node annotation: what each package has done on one node. Pure (no I/O).
+
+Schema (docs/architecture.md): `{"packages": {"<name>": {"version", "image", "stage", "state",
+"attempts", "lastError", "config": {key: sha256}, "updatedAt"}}}`, one entry per package name
+(the version installed or being installed). The node workflow is the only writer. Garbage in the
+annotation is reported and read as "nothing recorded" (the package checks then decide), never a
+crash; unknown fields are ignored so an older noderoll can read a newer annotation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+
+from pydantic import Field, ValidationError
+
+from api.base import LenientModel
+from api.enums import PlanAction, Stage, State
+
+
+class PackageNodeState(LenientModel):
+    """One package's record on one node."""
+
+    version: str
+    image: str = ""
+    stage: Stage | None = None
+    state: State = State.WAITING
+    attempts: int = 0
+    last_error: str | None = None
+    # Config key -> sha256 of its content, as last applied (drives config-only changes).
+    config: dict[str, str] = Field(default_factory=dict)
+    updated_at: str | None = None
+    # The operation in progress (written when it starts), so a resumed plan continues the same
+    # sequence; None for entries written without it (then a complete entry counts as finished).
+    action: PlanAction | None = None
+
+    def is_complete(self) -> bool:
+        """True when the recorded operation finished."""
+        return self.state is State.COMPLETE
+
+
+class NodeState(LenientModel):
+    """Every package recorded on one node."""
+
+    packages: dict[str, PackageNodeState] = Field(default_factory=dict)
+
+
+def parse_node_state(raw: str | None) -> tuple[NodeState, str | None]:
+    """Read the annotation; on garbage return an empty state and a message saying what was wrong."""
+    if raw is None or raw.strip() == "":
+        return NodeState(), None
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as err:
+        return (
+            NodeState(),
+            f"annotation is not JSON ({err.msg} at position {err.pos}); treating as nothing recorded",
+        )
+    if not isinstance(data, dict):
+        return NodeState(), "annotation is not a JSON object; treating as nothing recorded"
+    try:
+        return NodeState.model_validate(data), None
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return (
+            NodeState(),
+            f"annotation does not match the schema ({where}: {first['msg']}); treating as nothing recorded",
+        )
+
+
+def dump_node_state(state: NodeState) -> str:
+    """Serialize for the annotation: compact, keys sorted, so equal states give equal strings."""
+    data = state.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+def config_hashes(config: Mapping[str, str]) -> dict[str, str]:
+    """sha256 of every config value, as recorded in the node state after a stage applies them."""
+    return {key: hashlib.sha256(value.encode()).hexdigest() for key, value in config.items()}
+
+
+def changed_config_keys(recorded: Mapping[str, str], desired: Mapping[str, str]) -> list[str]:
+    """Keys whose content differs between recorded hashes and desired content: added, changed or removed."""
+    wanted = config_hashes(desired)
+    keys = set(recorded) | set(wanted)
+    return sorted(k for k in keys if recorded.get(k) != wanted.get(k))

@@ -1,0 +1,186 @@
+"""The DeploymentPolicy custom resource as pydantic models, with the checks a schema cannot make. Pure.
+
+A policy paces rollouts: nodes are split into compartments (`compartments[]` by selector, the
+rest in `default`), each with a `budget` (nodes disrupted at once, across all rollouts using the
+policy) and a batch `strategy`. Checks made here: the object name, budget `count` xor `percent`,
+unique compartment names (and `default` reserved), no two compartments with identical selectors,
+strategy fields that belong to the strategy type (`delta` only for linear, `growthFactor` only
+for exponential), and a canary that cannot fit in the budgets (when all budgets are counts).
+The batch maths lives in `planning/batches.py`; these models stay data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from api import keys
+from api.base import LenientModel, SpecModel
+from api.enums import Promotion, StrategyType
+from api.names import check_name
+from api.package import ObjectMeta
+from api.problems import InvalidDocumentError, ValidationProblem, problems_from_error
+from api.selectors import LabelSelector
+
+DEFAULT_COMPARTMENT = "default"
+
+
+class Budget(SpecModel):
+    """How many nodes of a compartment may be disrupted at once: `count` or `percent`, not both."""
+
+    count: int | None = Field(default=None, ge=1)
+    percent: int | None = Field(default=None, ge=1, le=100)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Budget:
+        if (self.count is None) == (self.percent is None):
+            raise ValueError("set exactly one of count (nodes, at least 1) or percent (1-100)")
+        return self
+
+
+class Strategy(SpecModel):
+    """How batch sizes evolve in a compartment, and when failures halt the rollout."""
+
+    type: StrategyType = StrategyType.FIXED
+    initial_batch: int = Field(default=1, ge=1)
+    delta: int | None = Field(default=None, ge=1)
+    growth_factor: int | None = Field(default=None, ge=2)
+    batch_threshold: int = Field(default=100, ge=1, le=100)
+    failure_threshold: int | None = Field(default=None, ge=1)
+    safety_limit: int = Field(default=50, ge=0, le=100)
+
+    @model_validator(mode="after")
+    def _fields_fit_type(self) -> Strategy:
+        if self.delta is not None and self.type is not StrategyType.LINEAR:
+            raise ValueError(f"delta is only used by type linear; remove it for type {self.type.value}")
+        if self.growth_factor is not None and self.type is not StrategyType.EXPONENTIAL:
+            raise ValueError(
+                f"growthFactor is only used by type exponential; remove it for type {self.type.value}"
+            )
+        return self
+
+    @property
+    def effective_delta(self) -> int:
+        """Linear growth step (default 1)."""
+        return self.delta or 1
+
+    @property
+    def effective_growth_factor(self) -> int:
+        """Exponential growth factor (default 2)."""
+        return self.growth_factor or 2
+
+
+class Canary(SpecModel):
+    """A first batch of `count` nodes, soaked for `soakSeconds`, then promoted auto or manually."""
+
+    count: int = Field(default=1, ge=1)
+    soak_seconds: int = Field(default=0, ge=0)
+    promotion: Promotion = Promotion.AUTO
+
+
+class PolicyDefault(SpecModel):
+    """Budget and strategy of nodes that match no compartment."""
+
+    budget: Budget
+    strategy: Strategy = Field(default_factory=Strategy)
+
+
+class Compartment(SpecModel):
+    """A named group of nodes (by selector) with its own budget and strategy."""
+
+    name: str
+    selector: LabelSelector
+    budget: Budget
+    # None: the compartment uses spec.default.strategy.
+    strategy: Strategy | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name_valid(cls, value: str) -> str:
+        check_name(value, "compartment name")
+        if value == DEFAULT_COMPARTMENT:
+            raise ValueError(
+                f"{DEFAULT_COMPARTMENT!r} is reserved for nodes matching no compartment; pick another name"
+            )
+        return value
+
+
+class DeploymentPolicySpec(SpecModel):
+    """`spec` of a DeploymentPolicy."""
+
+    default: PolicyDefault
+    compartments: list[Compartment] = Field(default_factory=list)
+    canary: Canary | None = None
+
+    @model_validator(mode="after")
+    def _compartments_distinct(self) -> DeploymentPolicySpec:
+        names: set[str] = set()
+        selectors: dict[Any, str] = {}
+        for index, compartment in enumerate(self.compartments):
+            if compartment.name in names:
+                raise ValueError(
+                    f"compartments[{index}].name {compartment.name!r} is used twice; names must be unique"
+                )
+            names.add(compartment.name)
+            canonical = compartment.selector.canonical()
+            if canonical in selectors:
+                raise ValueError(
+                    f"compartments[{index}] ({compartment.name}) has the same selector as {selectors[canonical]}; "
+                    "merge them or make the selectors differ"
+                )
+            selectors[canonical] = compartment.name
+        return self
+
+    @model_validator(mode="after")
+    def _canary_fits(self) -> DeploymentPolicySpec:
+        # With percent budgets the capacity depends on the fleet; the planner caps the canary then.
+        if self.canary is None:
+            return self
+        budgets = [self.default.budget] + [c.budget for c in self.compartments]
+        if all(b.count is not None for b in budgets):
+            capacity = sum(b.count or 0 for b in budgets)
+            if self.canary.count > capacity:
+                raise ValueError(
+                    f"canary.count {self.canary.count} is more than the budgets allow at once ({capacity}); "
+                    f"use a canary count of at most {capacity} or raise a budget"
+                )
+        return self
+
+    def strategy_of(self, compartment: str) -> Strategy:
+        """The strategy in force in `compartment` (a compartment without one uses the default's)."""
+        for item in self.compartments:
+            if item.name == compartment and item.strategy is not None:
+                return item.strategy
+        return self.default.strategy
+
+
+class DeploymentPolicy(LenientModel):
+    """A DeploymentPolicy object: metadata plus a validated spec."""
+
+    metadata: ObjectMeta
+    spec: DeploymentPolicySpec
+
+    @property
+    def name(self) -> str:
+        """The policy name (metadata.name)."""
+        return self.metadata.name
+
+    @classmethod
+    def from_k8s(cls, obj: dict[str, Any]) -> DeploymentPolicy:
+        """Build from a Kubernetes object dict; raise InvalidDocumentError listing every problem."""
+        meta = obj.get("metadata") or {}
+        name = str(meta.get("name") or "")
+        problems: list[ValidationProblem] = []
+        try:
+            check_name(name, "metadata.name")
+        except ValueError as err:
+            problems.append(ValidationProblem(keys.POLICY_KIND, name, "metadata.name", str(err)))
+        try:
+            policy = cls.model_validate({"metadata": meta, "spec": obj.get("spec")})
+        except ValidationError as err:
+            problems.extend(problems_from_error(keys.POLICY_KIND, name, err))
+            raise InvalidDocumentError(problems) from err
+        if problems:
+            raise InvalidDocumentError(problems)
+        return policy

@@ -1,0 +1,93 @@
+"""Status shapes of Package and DeploymentPolicy (what the bridge writes). Pure (no I/O).
+
+`planning/status.py` renders a `PackageStatus` from a rollout's progress; the bridge patches the
+status subresource with `PackageStatus.dump()`. Conditions follow Kubernetes conventions
+(metav1.Condition fields, `Ready` with `observedGeneration`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from api.enums import CanaryPhase, RolloutPhase
+
+
+class StatusModel(BaseModel):
+    """Base of status models: camelCase, extra fields ignored (written by us, read back leniently)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    def dump(self) -> dict[str, Any]:
+        """As CRD JSON (camelCase, None omitted)."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class Condition(StatusModel):
+    """A metav1.Condition."""
+
+    type: str
+    status: str  # "True" | "False" | "Unknown"
+    reason: str
+    message: str = ""
+    last_transition_time: str
+    observed_generation: int | None = None
+
+
+class NodeCounts(StatusModel):
+    """How many target nodes are in each state."""
+
+    total: int = 0
+    waiting: int = 0
+    in_progress: int = 0
+    complete: int = 0
+    erroring: int = 0
+    blocked: int = 0
+    skipped: int = 0
+
+
+class NodeReason(StatusModel):
+    """A node and why it is blocked or erroring."""
+
+    node: str
+    reason: str
+
+
+class BatchStatus(StatusModel):
+    """The batch the rollout is working on."""
+
+    number: int = 0
+    size: int = 0
+
+
+class CanaryStatus(StatusModel):
+    """The canary's phase and nodes."""
+
+    phase: CanaryPhase = CanaryPhase.NONE
+    nodes: list[str] = Field(default_factory=list)
+
+
+class PackageStatus(StatusModel):
+    """`status` of a Package."""
+
+    phase: RolloutPhase = RolloutPhase.PENDING
+    observed_generation: int | None = None
+    version: str | None = None
+    message: str = ""
+    progress: str = "0/0"
+    nodes: NodeCounts = Field(default_factory=NodeCounts)
+    current_batch: BatchStatus = Field(default_factory=BatchStatus)
+    canary: CanaryStatus = Field(default_factory=CanaryStatus)
+    blocked_nodes: list[NodeReason] = Field(default_factory=list)
+    erroring_nodes: list[NodeReason] = Field(default_factory=list)
+    conditions: list[Condition] = Field(default_factory=list)
+
+
+class PolicyStatus(StatusModel):
+    """`status` of a DeploymentPolicy (validity only; budgets are reported by the budget workflows)."""
+
+    observed_generation: int | None = None
+    message: str = ""
+    conditions: list[Condition] = Field(default_factory=list)

@@ -1,0 +1,353 @@
+"""The per-node plan: what each package must do on one node, in which order and windows. Pure.
+
+Input: the node's recorded state (`noderoll.io/state`), the desired Package specs that target the
+node, and the names whose uninstall is requested. Output: a `NodePlan`.
+
+Action per package (first rule that applies):
+1. uninstall requested (`uninstall.enabled` + `uninstall.apply`, or the name is in `uninstall`):
+   `uninstall` when the package is recorded on the node, else `none` (absent = uninstalled);
+2. nothing recorded (or an unreadable recorded version): `install`;
+3. desired version newer than recorded: `upgrade`; older: `downgrade`;
+4. same version, same image, the recorded operation unfinished (state not `complete`, or
+   complete at a stage that is not the last of its sequence): the recorded action resumes at the
+   recorded stage (re-run if it was not complete, else the next one);
+5. same version but another image: `install` (the image was rebuilt; apply it again);
+6. same version, finished, config content differs from the recorded hashes: `config`;
+7. otherwise `none`.
+
+Stages per action (each stage is followed by its `-check`, the interrupt has none):
+* install, downgrade: `apply`, `config`, then `interrupt`, `post-interrupt` when the package has an
+  interrupt. A downgrade is installed fresh from `apply` (NodeWright does the same).
+* upgrade: `upgrade`, `config`, then `interrupt`, `post-interrupt` when the package has an
+  interrupt (NodeWright's sequence: `upgrade` replaces `apply`).
+* config: `config`, then `interrupt`, `post-interrupt` only when a `configInterrupts` key or
+  glob matches a changed key; the interrupt is the merge of the matching ones. A package-level
+  interrupt alone does not fire on a config-only change (NodeWright semantics).
+* uninstall: `uninstall`, then `interrupt` when the package has an interrupt.
+
+Windows: packages with work are grouped into windows; each window runs every package's stages
+before the interrupt, then ONE merged interrupt (`planning.interrupts`), then every
+post-interrupt stage. Uninstalls go first, into window 0. A package joins the window after the
+latest window of its pending dependencies; when such a dependency itself has an interrupt the
+dependent moves to the next window (it must see the dependency finished, post-interrupt
+included). A window needs a drain when its merged interrupt is disruptive (not `noop`).
+
+A dependency is satisfied on this node when it has work in this plan at the required version, or
+is recorded complete there at that version with no work left; otherwise the dependent is
+`blocked` with the reason (and left out of the windows).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from api.enums import PlanAction, Stage, State
+from api.node_state import NodeState, PackageNodeState, changed_config_keys
+from api.package import Interrupt, PackageSpec
+from api.versions import VersionError, compare_versions
+from planning.dependencies import DependencyCycleError, topological_order
+from planning.interrupts import InterruptRequest, merge_interrupts
+
+
+@dataclass(frozen=True)
+class NodePlanInput:
+    """Everything the plan of one node depends on."""
+
+    node: str
+    recorded: NodeState
+    # Package name -> desired spec, for every Package that targets this node.
+    desired: Mapping[str, PackageSpec]
+    # Names whose uninstall is requested besides `spec.uninstall.apply` (e.g. a deleted Package).
+    uninstall: frozenset[str] = field(default_factory=frozenset)
+
+
+@dataclass(frozen=True)
+class StageStep:
+    """One stage to run and the check that must pass after it (None for the interrupt)."""
+
+    stage: Stage
+    mode: str
+    check: str | None
+
+
+@dataclass(frozen=True)
+class PackagePlan:
+    """What one package does on the node."""
+
+    name: str
+    action: PlanAction
+    version: str
+    previous_version: str | None = None
+    # Remaining stages in order; Stage.INTERRUPT marks where the window's merged interrupt runs.
+    stages: tuple[Stage, ...] = ()
+    interrupt: InterruptRequest | None = None
+    changed_config: tuple[str, ...] = ()
+    resumed: bool = False
+    reason: str = ""
+    blocked: str | None = None
+
+    @property
+    def has_work(self) -> bool:
+        """True when there is at least one stage to run."""
+        return bool(self.stages)
+
+    @property
+    def needs_interrupt(self) -> bool:
+        """True when the interrupt is still ahead for this package."""
+        return self.interrupt is not None and Stage.INTERRUPT in self.stages
+
+    @property
+    def needs_drain(self) -> bool:
+        """True when this package's interrupt ahead disrupts workloads."""
+        return self.needs_interrupt and self.interrupt is not None and self.interrupt.disruptive
+
+    def steps_before_interrupt(self) -> tuple[StageStep, ...]:
+        """Stages (with checks) that run before the window's interrupt."""
+        if Stage.INTERRUPT not in self.stages:
+            return _steps(self.stages)
+        return _steps(self.stages[: self.stages.index(Stage.INTERRUPT)])
+
+    def steps_after_interrupt(self) -> tuple[StageStep, ...]:
+        """Stages (with checks) that run after the window's interrupt."""
+        if Stage.INTERRUPT not in self.stages:
+            return ()
+        return _steps(self.stages[self.stages.index(Stage.INTERRUPT) + 1 :])
+
+
+@dataclass(frozen=True)
+class NodeWindow:
+    """Packages that share one interrupt: stages before, one merged interrupt, stages after."""
+
+    packages: tuple[str, ...]
+    interrupt: InterruptRequest | None
+    needs_drain: bool
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    """The plan of one node."""
+
+    node: str
+    packages: Mapping[str, PackagePlan]
+    windows: tuple[NodeWindow, ...] = ()
+    error: str | None = None
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        """Packages with work, in execution order across windows."""
+        return tuple(name for window in self.windows for name in window.packages)
+
+    @property
+    def needs_drain(self) -> bool:
+        """True when any window drains the node."""
+        return any(w.needs_drain for w in self.windows)
+
+    @property
+    def blocked(self) -> dict[str, str]:
+        """Packages that cannot run on this node, with the reason."""
+        return {n: p.blocked for n, p in self.packages.items() if p.blocked}
+
+
+def _steps(stages: tuple[Stage, ...]) -> tuple[StageStep, ...]:
+    return tuple(
+        StageStep(stage=s, mode=s.value, check=None if s is Stage.INTERRUPT else s.check) for s in stages
+    )
+
+
+def _request(interrupt: Interrupt | None) -> InterruptRequest | None:
+    if interrupt is None:
+        return None
+    return InterruptRequest(type=interrupt.type, services=tuple(sorted(set(interrupt.services))))
+
+
+def stage_sequence(action: PlanAction, has_interrupt: bool) -> tuple[Stage, ...]:
+    """The full stage sequence of an action (see module rules)."""
+    tail = (Stage.INTERRUPT, Stage.POST_INTERRUPT) if has_interrupt else ()
+    if action in (PlanAction.INSTALL, PlanAction.DOWNGRADE):
+        return (Stage.APPLY, Stage.CONFIG, *tail)
+    if action is PlanAction.UPGRADE:
+        return (Stage.UPGRADE, Stage.CONFIG, *tail)
+    if action is PlanAction.CONFIG:
+        return (Stage.CONFIG, *tail)
+    if action is PlanAction.UNINSTALL:
+        return (Stage.UNINSTALL, Stage.INTERRUPT) if has_interrupt else (Stage.UNINSTALL,)
+    return ()
+
+
+def config_interrupt(spec: PackageSpec, changed: list[str]) -> InterruptRequest | None:
+    """Merge of the `configInterrupts` whose key or glob matches a changed config key."""
+    matching = [
+        _request(intr)
+        for pattern, intr in spec.config_interrupts.items()
+        if any(fnmatch.fnmatchcase(key, pattern) for key in changed)
+    ]
+    return merge_interrupts(matching)
+
+
+def _interrupt_for(action: PlanAction, spec: PackageSpec, changed: list[str]) -> InterruptRequest | None:
+    return config_interrupt(spec, changed) if action is PlanAction.CONFIG else _request(spec.interrupt)
+
+
+def _make(
+    name: str, spec: PackageSpec, action: PlanAction, rec: PackageNodeState | None, reason: str
+) -> PackagePlan:
+    changed = changed_config_keys(rec.config, spec.config) if rec and action is PlanAction.CONFIG else []
+    interrupt = _interrupt_for(action, spec, changed)
+    return PackagePlan(
+        name=name,
+        action=action,
+        version=spec.version,
+        previous_version=rec.version if rec else None,
+        stages=stage_sequence(action, interrupt is not None),
+        interrupt=interrupt,
+        changed_config=tuple(changed),
+        reason=reason,
+    )
+
+
+def _resume(name: str, spec: PackageSpec, rec: PackageNodeState) -> PackagePlan | None:
+    """Continue an unfinished recorded operation, or None when the recorded one finished."""
+    action = rec.action
+    if action is None or action is PlanAction.NONE:
+        if rec.state is State.COMPLETE:
+            return None
+        action = PlanAction.UPGRADE if rec.stage is Stage.UPGRADE else PlanAction.INSTALL
+    if action is PlanAction.UNINSTALL:
+        # The uninstall was cancelled (apply set back to false): install again, like NodeWright.
+        return _make(name, spec, PlanAction.INSTALL, rec, "uninstall cancelled; installing again")
+    full = _make(name, spec, action, rec, "")
+    stages = full.stages
+    if rec.stage in stages:
+        start = stages.index(rec.stage) + (1 if rec.state is State.COMPLETE else 0)
+        stages = stages[start:]
+    if not stages:
+        return None
+    where = rec.stage.value if rec.stage else "start"
+    reason = f"resuming {action.value} at {stages[0].value} (recorded {where}/{rec.state.value})"
+    return PackagePlan(
+        name=name,
+        action=action,
+        version=spec.version,
+        previous_version=full.previous_version,
+        stages=stages,
+        interrupt=full.interrupt,
+        changed_config=full.changed_config,
+        resumed=True,
+        reason=reason,
+    )
+
+
+def plan_package(name: str, spec: PackageSpec, rec: PackageNodeState | None, uninstall: bool) -> PackagePlan:
+    """The plan of one package on one node, ignoring dependencies (module rules 1-7)."""
+    if uninstall or spec.uninstall_requested():
+        if rec is None:
+            return PackagePlan(
+                name, PlanAction.NONE, spec.version, reason="uninstall requested; not installed"
+            )
+        return _make(name, spec, PlanAction.UNINSTALL, rec, "uninstall requested")
+    if rec is None:
+        return _make(name, spec, PlanAction.INSTALL, rec, "not installed")
+    try:
+        order = compare_versions(spec.version, rec.version)
+    except VersionError:
+        return _make(name, spec, PlanAction.INSTALL, rec, f"recorded version {rec.version!r} is unreadable")
+    if order > 0:
+        return _make(name, spec, PlanAction.UPGRADE, rec, f"upgrade from {rec.version}")
+    if order < 0:
+        return _make(name, spec, PlanAction.DOWNGRADE, rec, f"downgrade from {rec.version}")
+    if rec.image and rec.image != spec.image:
+        return _make(name, spec, PlanAction.INSTALL, rec, f"image changed from {rec.image}")
+    resumed = _resume(name, spec, rec)
+    if resumed is not None:
+        return resumed
+    if changed_config_keys(rec.config, spec.config):
+        return _make(name, spec, PlanAction.CONFIG, rec, "config changed")
+    return PackagePlan(name, PlanAction.NONE, spec.version, previous_version=rec.version, reason="up to date")
+
+
+def _dependency_blocker(
+    plan: PackagePlan, spec: PackageSpec, plans: Mapping[str, PackagePlan], recorded: NodeState
+) -> str | None:
+    for dep, version in sorted(spec.depends_on.items()):
+        dep_plan = plans.get(dep)
+        if dep_plan is not None and dep_plan.action is PlanAction.UNINSTALL:
+            return f"dependency {dep} is being uninstalled"
+        if dep_plan is not None and dep_plan.has_work:
+            if compare_versions(dep_plan.version, version) != 0:
+                return f"needs {dep} {version}, but {dep_plan.version} is being installed"
+            continue
+        rec = recorded.packages.get(dep)
+        if rec is None or not rec.is_complete():
+            return f"needs {dep} {version}, which is not installed on this node"
+        try:
+            same = compare_versions(rec.version, version) == 0
+        except VersionError:
+            same = False
+        if not same:
+            return f"needs {dep} {version}, but {rec.version} is installed"
+    return None
+
+
+def plan_node(data: NodePlanInput) -> NodePlan:
+    """Plan every desired package on one node (see the module docstring for the rules)."""
+    plans: dict[str, PackagePlan] = {
+        name: plan_package(name, spec, data.recorded.packages.get(name), name in data.uninstall)
+        for name, spec in sorted(data.desired.items())
+    }
+    for name, plan in list(plans.items()):
+        if plan.has_work and plan.action is not PlanAction.UNINSTALL:
+            blocker = _dependency_blocker(plan, data.desired[name], plans, data.recorded)
+            if blocker:
+                plans[name] = PackagePlan(
+                    name,
+                    plan.action,
+                    plan.version,
+                    plan.previous_version,
+                    (),
+                    plan.interrupt,
+                    plan.changed_config,
+                    plan.resumed,
+                    plan.reason,
+                    blocked=blocker,
+                )
+    try:
+        windows = _windows(data, plans)
+    except DependencyCycleError as err:
+        return NodePlan(node=data.node, packages=plans, error=str(err))
+    return NodePlan(node=data.node, packages=plans, windows=windows)
+
+
+def _windows(data: NodePlanInput, plans: Mapping[str, PackagePlan]) -> tuple[NodeWindow, ...]:
+    working = {n for n, p in plans.items() if p.has_work}
+    uninstalls = {n for n in working if plans[n].action is PlanAction.UNINSTALL}
+    installs = working - uninstalls
+    deps = {n: [d for d in data.desired[n].depends_on if d in installs] for n in installs}
+    order = topological_order(deps)
+    # Uninstall dependents before their dependencies: reverse dependency order.
+    uninstall_order = list(
+        reversed(topological_order({n: list(data.desired[n].depends_on) for n in uninstalls}))
+    )
+    slot: dict[str, int] = dict.fromkeys(uninstalls, 0)
+    for name in order:
+        slot[name] = 0
+        for dep in deps[name]:
+            bump = 1 if plans[dep].needs_interrupt else 0
+            slot[name] = max(slot[name], slot[dep] + bump)
+    if not slot:
+        return ()
+    windows = []
+    for index in range(max(slot.values()) + 1):
+        members = [n for n in uninstall_order if slot[n] == index] + [n for n in order if slot[n] == index]
+        if not members:
+            continue
+        interrupt = merge_interrupts(plans[n].interrupt for n in members if plans[n].needs_interrupt)
+        windows.append(
+            NodeWindow(
+                packages=tuple(members),
+                interrupt=interrupt,
+                needs_drain=bool(interrupt and interrupt.disruptive),
+            )
+        )
+    return tuple(windows)

@@ -1,0 +1,129 @@
+"""Rendering a Package's status from its rollout's progress. Pure (no I/O).
+
+The rollout workflow answers its `progress` query with a `RolloutProgress`; the bridge calls
+`render_package_status(progress, generation, previous)` and writes the result to the status
+subresource. Conditions follow Kubernetes conventions (metav1.Condition):
+* `Ready`: True only when the phase is Complete for the current generation (so
+  `kubectl wait --for=condition=Ready` and GitOps health checks work); `observedGeneration` set;
+* `Progressing`: True while the rollout works (Pending, Canary, Progressing, Uninstalling);
+* `Degraded`: True when nodes are erroring or blocked, or the rollout halted, failed or is invalid.
+`lastTransitionTime` is kept from `previous` when a condition's status did not change, else it
+is `progress.updated_at` (the workflow's clock): the function reads no clock itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from api.enums import CanaryPhase, ConditionType, RolloutPhase, State
+from api.status import BatchStatus, CanaryStatus, Condition, NodeCounts, NodeReason, PackageStatus
+
+_WORKING = {RolloutPhase.PENDING, RolloutPhase.CANARY, RolloutPhase.PROGRESSING, RolloutPhase.UNINSTALLING}
+_BAD = {RolloutPhase.HALTED, RolloutPhase.FAILED, RolloutPhase.INVALID}
+
+
+@dataclass
+class RolloutProgress:
+    """What a rollout reports (its `progress` query); plain data, serializable."""
+
+    phase: RolloutPhase = RolloutPhase.PENDING
+    version: str = ""
+    total_nodes: int = 0
+    # api.enums.State value -> number of target nodes in that state.
+    counts: dict[str, int] = field(default_factory=dict)
+    batch_number: int = 0
+    batch_size: int = 0
+    canary_phase: CanaryPhase = CanaryPhase.NONE
+    canary_nodes: list[str] = field(default_factory=list)
+    # node -> reason
+    blocked: dict[str, str] = field(default_factory=dict)
+    erroring: dict[str, str] = field(default_factory=dict)
+    message: str = ""
+    # RFC 3339 time of this report (workflow.now()).
+    updated_at: str = ""
+
+
+def _count(progress: RolloutProgress, state: State) -> int:
+    return int(progress.counts.get(state.value, 0))
+
+
+def _keep_transition_times(
+    conditions: list[Condition], previous: Sequence[Mapping[str, Any]]
+) -> list[Condition]:
+    before = {c.get("type"): c for c in previous}
+    out = []
+    for cond in conditions:
+        old = before.get(cond.type)
+        if old and old.get("status") == cond.status and old.get("lastTransitionTime"):
+            cond = cond.model_copy(update={"last_transition_time": old["lastTransitionTime"]})
+        out.append(cond)
+    return out
+
+
+def render_conditions(progress: RolloutProgress, generation: int) -> list[Condition]:
+    """The Ready, Progressing and Degraded conditions for `progress` (module rules)."""
+    phase, now = progress.phase, progress.updated_at
+    complete = _count(progress, State.COMPLETE)
+    summary = progress.message or f"{complete}/{progress.total_nodes} nodes complete"
+    ready = phase is RolloutPhase.COMPLETE
+    degraded_reasons = []
+    if progress.erroring:
+        degraded_reasons.append(f"{len(progress.erroring)} node(s) erroring")
+    if progress.blocked:
+        degraded_reasons.append(f"{len(progress.blocked)} node(s) blocked")
+    degraded = phase in _BAD or bool(degraded_reasons)
+    degraded_reason = (
+        phase.value if phase in _BAD else ("NodesErroring" if progress.erroring else "NodesBlocked")
+    )
+
+    def condition(kind: ConditionType, status: bool, reason: str, message: str) -> Condition:
+        return Condition(
+            type=kind.value,
+            status="True" if status else "False",
+            reason=reason,
+            message=message,
+            last_transition_time=now,
+            observed_generation=generation,
+        )
+
+    degraded_message = "; ".join([summary, *degraded_reasons]) if degraded else ""
+    return [
+        condition(ConditionType.READY, ready, phase.value, summary),
+        condition(ConditionType.PROGRESSING, phase in _WORKING, phase.value, summary),
+        condition(
+            ConditionType.DEGRADED, degraded, degraded_reason if degraded else "AsExpected", degraded_message
+        ),
+    ]
+
+
+def render_package_status(
+    progress: RolloutProgress, generation: int, previous: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The Package `status` (CRD JSON) for `progress` at `generation`; `previous` is the current status."""
+    complete = _count(progress, State.COMPLETE)
+    conditions = render_conditions(progress, generation)
+    conditions = _keep_transition_times(conditions, (previous or {}).get("conditions") or [])
+    status = PackageStatus(
+        phase=progress.phase,
+        observed_generation=generation,
+        version=progress.version or None,
+        message=progress.message,
+        progress=f"{complete}/{progress.total_nodes}",
+        nodes=NodeCounts(
+            total=progress.total_nodes,
+            waiting=_count(progress, State.WAITING),
+            in_progress=_count(progress, State.IN_PROGRESS),
+            complete=complete,
+            erroring=_count(progress, State.ERRORING),
+            blocked=_count(progress, State.BLOCKED),
+            skipped=_count(progress, State.SKIPPED),
+        ),
+        current_batch=BatchStatus(number=progress.batch_number, size=progress.batch_size),
+        canary=CanaryStatus(phase=progress.canary_phase, nodes=sorted(progress.canary_nodes)),
+        blocked_nodes=[NodeReason(node=n, reason=r) for n, r in sorted(progress.blocked.items())],
+        erroring_nodes=[NodeReason(node=n, reason=r) for n, r in sorted(progress.erroring.items())],
+        conditions=conditions,
+    )
+    return status.dump()
