@@ -1,0 +1,459 @@
+"""Generate deploy/crds/*.yaml (the Package and DeploymentPolicy CRDs) from one Python description.
+
+Why generated: the LabelSelector, Interrupt, Budget, Strategy and Condition schemas appear several
+times; writing them once keeps the copies identical. The output is committed (kubectl and Helm
+read it); `tests/unit/test_crds.py` fails when it is out of date. Run: `python scripts/gen_crds.py`.
+
+Constraints (the schemas must load on Kubernetes 1.20 and current releases): structural
+schemas only, no CEL (`x-kubernetes-validations` is 1.25+), `oneOf` holding only `required`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from api import keys  # noqa: E402
+from api.enums import CanaryPhase, InterruptType, Promotion, RolloutPhase, StrategyType  # noqa: E402
+from api.versions import VALID_VERSION_HINT  # noqa: E402
+
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+VERSION_PATTERN = (
+    r"^v?(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*)"
+    r"(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?)?)?$"
+)
+Schema = dict[str, Any]
+
+
+def obj(description: str, properties: dict[str, Schema], required: list[str] | None = None, **extra: Any) -> Schema:
+    """An object schema; every property must carry a description."""
+    for name, prop in properties.items():
+        assert prop.get("description"), f"{name} has no description"
+    out: Schema = {"type": "object", "description": description, "properties": properties}
+    if required:
+        out["required"] = required
+    out.update(extra)
+    return out
+
+
+def string(description: str, **extra: Any) -> Schema:
+    return {"type": "string", "description": description, **extra}
+
+
+def integer(description: str, **extra: Any) -> Schema:
+    return {"type": "integer", "description": description, **extra}
+
+
+def boolean(description: str, default: bool | None = None) -> Schema:
+    out: Schema = {"type": "boolean", "description": description}
+    if default is not None:
+        out["default"] = default
+    return out
+
+
+def array(description: str, items: Schema, **extra: Any) -> Schema:
+    return {"type": "array", "description": description, "items": items, **extra}
+
+
+def string_map(description: str, values: Schema | None = None) -> Schema:
+    return {"type": "object", "description": description, "additionalProperties": values or {"type": "string"}}
+
+
+def name_field(description: str) -> Schema:
+    return string(description, pattern=NAME_PATTERN, maxLength=43, minLength=1)
+
+
+def label_selector(description: str) -> Schema:
+    requirement = obj(
+        "A label requirement: key, operator and values.",
+        {
+            "key": string("The label key the requirement applies to.", minLength=1),
+            "operator": string(
+                "In and NotIn need values; Exists and DoesNotExist take none.",
+                enum=["In", "NotIn", "Exists", "DoesNotExist"],
+            ),
+            "values": array("Label values for In and NotIn.", {"type": "string"}),
+        },
+        required=["key", "operator"],
+    )
+    return obj(
+        description + " An empty selector selects every node.",
+        {
+            "matchLabels": string_map("Labels that must all be present with exactly these values."),
+            "matchExpressions": array("Requirements that must all hold.", requirement),
+        },
+    )
+
+
+def interrupt(description: str) -> Schema:
+    return obj(
+        description,
+        {
+            "type": string(
+                "reboot, restartAllServices, service (restart `services`) or noop (an interrupt window "
+                "without host action). Merged per node: reboot > restartAllServices > service > noop.",
+                enum=[t.value for t in InterruptType],
+            ),
+            "services": array("systemd units restarted by type service (required for it, unused by others).", {"type": "string"}),
+        },
+        required=["type"],
+    )
+
+
+def condition_schema() -> Schema:
+    return obj(
+        "A Kubernetes condition (metav1.Condition).",
+        {
+            "type": string("Condition type: Ready, Progressing, Degraded or Valid."),
+            "status": string("True, False or Unknown.", enum=["True", "False", "Unknown"]),
+            "reason": string("A CamelCase reason for the last transition."),
+            "message": string("A human-readable message."),
+            "lastTransitionTime": string("When the status last changed.", format="date-time"),
+            "observedGeneration": integer("The metadata.generation the condition was computed from.", format="int64"),
+        },
+        required=["type", "status"],
+    )
+
+
+def conditions() -> Schema:
+    return array(
+        "Standard conditions; Ready carries observedGeneration, so `kubectl wait --for=condition=Ready` works.",
+        condition_schema(),
+        **{"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+
+
+def node_reasons(description: str) -> Schema:
+    return array(
+        description,
+        obj("A node and the reason.", {"node": string("Node name."), "reason": string("Why.")}, required=["node"]),
+    )
+
+
+def package_spec() -> Schema:
+    env = obj(
+        "An environment variable.",
+        {"name": string("Variable name.", minLength=1), "value": string("Value (literal).")},
+        required=["name"],
+    )
+    quantity = {"x-kubernetes-int-or-string": True, "description": "A quantity such as 500m, 2 or 256Mi."}
+    toleration = obj(
+        "A toleration (core/v1 Toleration).",
+        {
+            "key": string("Taint key; empty with operator Exists tolerates everything."),
+            "operator": string("Equal (default) or Exists.", enum=["Equal", "Exists"]),
+            "value": string("Taint value for operator Equal."),
+            "effect": string("Taint effect; empty matches all.", enum=["", "NoSchedule", "PreferNoSchedule", "NoExecute"]),
+            "tolerationSeconds": integer("For NoExecute: how long the pod stays after the taint appears.", format="int64"),
+        },
+    )
+    return obj(
+        "The desired host change: what to install, where, and how disruptive it is.",
+        {
+            "version": string(f"Package version: {VALID_VERSION_HINT}.", pattern=VERSION_PATTERN, minLength=1),
+            "image": string(
+                "Package image reference (with tag or digest), holding /noderoll-package/config.json "
+                "(or /skyhook-package/config.json).",
+                minLength=1,
+            ),
+            "nodeSelector": label_selector("Nodes the package targets (nodes labelled noderoll.io/ignore=true are excluded)."),
+            "dependsOn": string_map(
+                "Packages (name -> exact version) that must be complete on a node before this one runs there.",
+                string("Exact version of the dependency.", pattern=VERSION_PATTERN),
+            ),
+            "interrupt": interrupt("What to do on the host after apply/upgrade and config; omitted = nothing."),
+            "config": string_map("Files (name -> content) mounted for the stages at /noderoll-config."),
+            "configInterrupts": string_map(
+                "Config key or glob (* and ?) -> interrupt to run when a matching key changes.",
+                interrupt("The interrupt for a matching config change."),
+            ),
+            "env": array("Environment variables for the stage containers.", env),
+            "resources": obj(
+                "Requests and limits of the stage containers.",
+                {
+                    "requests": string_map("Resource requests (cpu, memory).", quantity),
+                    "limits": string_map("Resource limits (cpu, memory), not below the requests.", quantity),
+                },
+            ),
+            "podNonInterruptLabels": label_selector(
+                "Pods on the node matching this selector (Running or Pending) delay its interrupt."
+            ),
+            "additionalTolerations": array("Tolerations added to the stage pods.", toleration),
+            "runtimeRequired": boolean(
+                "Nodes keep the taint noderoll.io/runtime-required=true:NoSchedule until this package is complete.",
+                default=False,
+            ),
+            "deploymentPolicy": name_field("Name of the DeploymentPolicy that paces the rollout; omitted = one node at a time."),
+            "paused": boolean("Pause the rollout (running nodes finish their step; no new node starts).", default=False),
+            "uninstall": obj(
+                "Uninstall support and request.",
+                {
+                    "enabled": boolean("The package ships uninstall steps.", default=False),
+                    "apply": boolean("Uninstall from every target node now (needs enabled).", default=False),
+                },
+                default={},
+            ),
+            "drain": obj(
+                "How nodes are drained before a disruptive interrupt (Eviction API, PDBs respected).",
+                {
+                    "timeoutSeconds": integer("Give up draining after this long and report the blocking pods.", minimum=1, default=600),
+                    "gracePeriodSeconds": integer("Override the pods' termination grace period.", minimum=0),
+                    "deleteEmptyDirData": boolean("Evict pods that use emptyDir volumes (their data is lost).", default=False),
+                },
+                default={},
+            ),
+        },
+        required=["version", "image"],
+    )
+
+
+def package_status() -> Schema:
+    counts = {
+        name: integer(f"Target nodes {text}.", minimum=0)
+        for name, text in (
+            ("total", "in total"),
+            ("waiting", "waiting"),
+            ("inProgress", "in progress"),
+            ("complete", "complete"),
+            ("erroring", "erroring"),
+            ("blocked", "blocked"),
+            ("skipped", "skipped"),
+        )
+    }
+    return obj(
+        "Observed state of the rollout, written by the noderoll bridge.",
+        {
+            "phase": string("Rollout phase.", enum=[p.value for p in RolloutPhase]),
+            "observedGeneration": integer("The metadata.generation this status describes.", format="int64"),
+            "version": string("The version being rolled out."),
+            "message": string("Human-readable summary."),
+            "progress": string("Complete nodes / target nodes, e.g. 3/10."),
+            "nodes": obj("Target nodes per state.", counts),
+            "currentBatch": obj(
+                "The batch in flight.",
+                {"number": integer("Batch number (1-based).", minimum=0), "size": integer("Nodes in the batch.", minimum=0)},
+            ),
+            "canary": obj(
+                "The canary batch.",
+                {
+                    "phase": string("Canary phase.", enum=[p.value for p in CanaryPhase]),
+                    "nodes": array("Canary nodes.", {"type": "string"}),
+                },
+            ),
+            "blockedNodes": node_reasons("Nodes that cannot proceed and why (drain blocked, ignored, untolerated taint...)."),
+            "erroringNodes": node_reasons("Nodes where a stage failed, with the error."),
+            "conditions": conditions(),
+        },
+    )
+
+
+def budget() -> Schema:
+    return obj(
+        "Nodes of the compartment disrupted at once, across all rollouts using the policy: count or percent.",
+        {
+            "count": integer("Absolute number of nodes.", minimum=1),
+            "percent": integer("Percent of the compartment's nodes, rounded up, at least 1.", minimum=1, maximum=100),
+        },
+        oneOf=[{"required": ["count"]}, {"required": ["percent"]}],
+    )
+
+
+def strategy(with_defaults: bool) -> Schema:
+    def d(value: Any) -> dict[str, Any]:
+        return {"default": value} if with_defaults else {}
+
+    return obj(
+        "How batch sizes evolve and when failures halt the rollout.",
+        {
+            "type": string(
+                "fixed (initialBatch each time), linear (+delta after a good batch) or exponential (x growthFactor).",
+                enum=[t.value for t in StrategyType],
+                **d(StrategyType.FIXED.value),
+            ),
+            "initialBatch": integer("Size of the first batch (always capped by the budget).", minimum=1, **d(1)),
+            "delta": integer("linear only: batch growth (and shrink after a failure), default 1.", minimum=1),
+            "growthFactor": integer("exponential only: batch growth factor, default 2.", minimum=2),
+            "batchThreshold": integer("Percent of a batch's finished nodes that must succeed.", minimum=1, maximum=100, **d(100)),
+            "failureThreshold": integer(
+                "Consecutive failed batches that halt the rollout (below safetyLimit); omitted = never halt.", minimum=1
+            ),
+            "safetyLimit": integer(
+                "Progress percent under which failures shrink batches and can halt; above it they do not.",
+                minimum=0,
+                maximum=100,
+                **d(50),
+            ),
+        },
+        **d({}),
+    )
+
+
+def policy_spec() -> Schema:
+    compartment = obj(
+        "A group of nodes with its own budget and strategy.",
+        {
+            "name": name_field("Compartment name, unique in the policy ('default' is reserved)."),
+            "selector": label_selector("Nodes in this compartment (a node matching several takes the safest)."),
+            "budget": budget(),
+            "strategy": strategy(with_defaults=False) | {"description": "Batch strategy; omitted = the default's."},
+        },
+        required=["name", "selector", "budget"],
+    )
+    return obj(
+        "How rollouts using this policy are paced.",
+        {
+            "default": obj(
+                "Budget and strategy of nodes matching no compartment.",
+                {"budget": budget(), "strategy": strategy(with_defaults=True)},
+                required=["budget"],
+            ),
+            "compartments": array("Node groups, each with a budget and strategy.", compartment),
+            "canary": obj(
+                "A first batch of count nodes, soaked, then promoted before the rest.",
+                {
+                    "count": integer("Canary nodes (taken in stable order, within the budgets).", minimum=1, default=1),
+                    "soakSeconds": integer("Wait after the canary succeeded.", minimum=0, default=0),
+                    "promotion": string(
+                        "auto, or manual (wait for `noderoll resume`).", enum=[p.value for p in Promotion], default="auto"
+                    ),
+                },
+            ),
+        },
+        required=["default"],
+    )
+
+
+def crd(kind: str, plural: str, short: list[str], spec: Schema, status: Schema, columns: list[Schema]) -> Schema:
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{keys.GROUP}", "labels": {"app.kubernetes.io/part-of": "noderoll"}},
+        "spec": {
+            "group": keys.GROUP,
+            "scope": "Cluster",
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": short,
+                "categories": ["noderoll"],
+            },
+            "versions": [
+                {
+                    "name": keys.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {
+                        "openAPIV3Schema": root_schema(kind, spec, status)
+                    },
+                }
+            ],
+        },
+    }
+
+
+def root_schema(kind: str, spec: Schema, status: Schema) -> Schema:
+    """The object schema; `metadata` may only say `type: object` (the apiserver owns its schema)."""
+    schema = obj(
+        f"{kind}: see docs/api.md. Names are lowercase DNS labels of at most 43 characters "
+        "(checked by noderoll: a CRD schema cannot constrain metadata.name).",
+        {
+            "apiVersion": string("API version: noderoll.io/v1alpha1."),
+            "kind": string(f"{kind}."),
+            "spec": spec,
+            "status": status,
+        },
+        required=["spec"],
+    )
+    schema["properties"] = {"metadata": {"type": "object"}, **schema["properties"]}
+    return schema
+
+
+def column(name: str, path: str, kind: str = "string", priority: int = 0, description: str = "") -> Schema:
+    out: Schema = {"name": name, "type": kind, "jsonPath": path, "description": description or name}
+    if priority:
+        out["priority"] = priority
+    return out
+
+
+READY = '.status.conditions[?(@.type=="Ready")].status'
+
+
+def package_crd() -> Schema:
+    return crd(
+        keys.PACKAGE_KIND,
+        keys.PACKAGE_PLURAL,
+        ["pkg", "nrpkg"],
+        package_spec(),
+        package_status(),
+        [
+            column("Version", ".spec.version", description="Desired version"),
+            column("Phase", ".status.phase", description="Rollout phase"),
+            column("Progress", ".status.progress", description="Complete / target nodes"),
+            column("Batch", ".status.currentBatch.number", "integer", description="Current batch"),
+            column("Ready", READY, description="Ready condition"),
+            column("Policy", ".spec.deploymentPolicy", priority=1, description="DeploymentPolicy"),
+            column("Message", ".status.message", priority=1, description="Status message"),
+            column("Age", ".metadata.creationTimestamp", "date"),
+        ],
+    )
+
+
+def policy_crd() -> Schema:
+    status = obj(
+        "Validity of the policy, written by the noderoll bridge.",
+        {
+            "observedGeneration": integer("The metadata.generation this status describes.", format="int64"),
+            "message": string("Human-readable summary (the validation problems when invalid)."),
+            "conditions": conditions(),
+        },
+    )
+    return crd(
+        keys.POLICY_KIND,
+        keys.POLICY_PLURAL,
+        ["dp", "nrdp"],
+        policy_spec(),
+        status,
+        [
+            column("Strategy", ".spec.default.strategy.type", description="Default strategy"),
+            column("Budget", ".spec.default.budget.count", "integer", description="Default budget (count)"),
+            column("Budget%", ".spec.default.budget.percent", "integer", description="Default budget (percent)"),
+            column("Canary", ".spec.canary.count", "integer", description="Canary nodes"),
+            column("Valid", '.status.conditions[?(@.type=="Valid")].status', description="Valid condition"),
+            column("Age", ".metadata.creationTimestamp", "date"),
+        ],
+    )
+
+
+HEADER = "# Generated by scripts/gen_crds.py; edit that script, not this file.\n"
+
+
+def render() -> dict[str, str]:
+    """File name -> YAML text of every CRD."""
+    out = {}
+    for doc in (package_crd(), policy_crd()):
+        text = yaml.safe_dump(doc, sort_keys=False, width=110, allow_unicode=True)
+        out[f"{doc['metadata']['name']}.yaml"] = HEADER + "---\n" + text
+    return out
+
+
+def main() -> int:
+    target = ROOT / "deploy" / "crds"
+    target.mkdir(parents=True, exist_ok=True)
+    for name, text in render().items():
+        (target / name).write_text(text, encoding="utf-8")
+        print(f"wrote {target / name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
