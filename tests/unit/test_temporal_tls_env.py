@@ -1,0 +1,37 @@
+"""TLS settings for the Temporal client come from the environment the Helm chart sets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from worker import temporal_client as tc
+
+
+def test_no_tls_variables_means_no_tls(monkeypatch: pytest.MonkeyPatch) -> None:
+    for env in (tc.TLS_CERT_ENV, tc.TLS_KEY_ENV, tc.TLS_CA_ENV, tc.TLS_SERVER_NAME_ENV):
+        monkeypatch.delenv(env, raising=False)
+    assert tc.tls_from_env() is None
+
+
+def test_client_certificate_from_files(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "tls.crt").write_bytes(b"CERT")
+    (tmp_path / "tls.key").write_bytes(b"KEY")
+    monkeypatch.setenv(tc.TLS_CERT_ENV, str(tmp_path / "tls.crt"))
+    monkeypatch.setenv(tc.TLS_KEY_ENV, str(tmp_path / "tls.key"))
+    # The chart always names ca.crt; a Secret without it means "trust the system roots".
+    monkeypatch.setenv(tc.TLS_CA_ENV, str(tmp_path / "ca.crt"))
+    monkeypatch.setenv(tc.TLS_SERVER_NAME_ENV, "temporal.example.internal")
+    tls = tc.tls_from_env()
+    assert tls is not None
+    assert (tls.client_cert, tls.client_private_key, tls.server_root_ca_cert) == (b"CERT", b"KEY", None)
+    assert tls.domain == "temporal.example.internal"
+
+
+def test_certificate_without_key_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    (tmp_path / "tls.crt").write_bytes(b"CERT")
+    monkeypatch.setenv(tc.TLS_CERT_ENV, str(tmp_path / "tls.crt"))
+    monkeypatch.delenv(tc.TLS_KEY_ENV, raising=False)
+    with pytest.raises(ValueError, match="must both"):
+        tc.tls_from_env()
