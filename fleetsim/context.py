@@ -1,0 +1,75 @@
+"""The shared state of one simulated fleet: options, API client, timers, nodes. Holds no logic.
+
+Every fleetsim module works on a `SimContext`, so that the kubelet, node and stage-pod code stay
+separate modules without a class hierarchy.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fleetsim.faults import Faults
+from fleetsim.images import ImageStore
+from fleetsim.kube import Kube
+from fleetsim.scheduler import Scheduler
+
+SIM_LABEL = "fleetsim.noderoll.io/simulated"
+PREFIX_LABEL = "fleetsim.noderoll.io/prefix"
+RUN_SECONDS_ANNOTATION = "fleetsim.noderoll.io/run-seconds"
+STAGE_COMPONENT_LABEL = "noderoll.io/component"
+STAGE_COMPONENT = "stage"
+
+
+@dataclass
+class FleetOptions:
+    """How to simulate: size, names, where sandboxes and images are, timings."""
+
+    nodes: int
+    kubeconfig: str | None = None
+    name_prefix: str = "sim"
+    labels: dict[str, str] = field(default_factory=dict)
+    sandbox_dir: Path = Path("/tmp/noderoll-fleetsim")
+    image_stores: list[Path] = field(default_factory=list)
+    faults: Faults = field(default_factory=Faults)
+    reboot_seconds: float = 3.0
+    heartbeat_seconds: float = 60.0
+    # Grace periods are honoured up to this many seconds so tests need not wait 30 s per pod.
+    max_grace_seconds: float = 30.0
+    workers: int = 8
+    delete_nodes_on_stop: bool = False
+
+
+@dataclass
+class SimNode:
+    """One simulated node as fleetsim remembers it."""
+
+    name: str
+    index: int
+    boot_id: str
+    uid: str = ""
+    ready: bool = True
+    rebooting: bool = False
+    pod_counter: int = 0
+
+
+@dataclass
+class SimContext:
+    """Everything the simulator's modules share."""
+
+    options: FleetOptions
+    kube: Kube
+    scheduler: Scheduler
+    images: ImageStore
+    nodes: dict[str, SimNode] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    started: set[str] = field(default_factory=set)  # pod uids fleetsim has started
+    terminating: set[str] = field(default_factory=set)  # pod uids being terminated
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)  # running agents by pod uid
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+    def sandbox(self, node: str) -> Path:
+        """The node's host root: `<sandbox-dir>/<node>/`."""
+        return self.options.sandbox_dir / node

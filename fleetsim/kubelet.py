@@ -1,0 +1,147 @@
+"""fleetsim's kubelet: one watch on all pods, acting for those bound to simulated nodes. Does API I/O.
+
+Ordinary pods go Running and Ready (or complete after `fleetsim.noderoll.io/run-seconds`); stage
+pods (`noderoll.io/component=stage`) run the package agent (fleetsim/stagepods.py); a pod with a
+deletionTimestamp terminates after its grace period (capped by `max_grace_seconds`, stretched by a
+`slow-termination` fault) and is then removed with a grace-0 delete, as a kubelet does.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import time
+from typing import Any
+
+from fleetsim import podstatus, stagepods
+from fleetsim.context import (
+    RUN_SECONDS_ANNOTATION,
+    STAGE_COMPONENT,
+    STAGE_COMPONENT_LABEL,
+    SimContext,
+    SimNode,
+)
+from fleetsim.kube import KubeError, patch_status, pod_path
+from fleetsim.nodes import node_ip, now_rfc3339
+
+log = logging.getLogger(__name__)
+DEFAULT_GRACE_SECONDS = 30
+
+
+def is_stage_pod(pod: dict[str, Any]) -> bool:
+    """A package stage pod (the stage pod contract's component label)."""
+    return (pod["metadata"].get("labels") or {}).get(STAGE_COMPONENT_LABEL) == STAGE_COMPONENT
+
+
+def on_pod_event(ctx: SimContext, kind: str, pod: dict[str, Any]) -> None:
+    """Dispatch one watch event (called on the watch thread: must not block)."""
+    node = ctx.nodes.get((pod.get("spec") or {}).get("nodeName") or "")
+    if node is None:
+        return
+    uid = pod["metadata"]["uid"]
+    if kind == "DELETED":
+        with ctx.lock:
+            ctx.started.discard(uid)
+            ctx.terminating.discard(uid)
+        return
+    if pod["metadata"].get("deletionTimestamp"):
+        with ctx.lock:
+            if uid in ctx.terminating:
+                return
+            ctx.terminating.add(uid)
+        ctx.scheduler.submit(lambda: _terminate(ctx, node, pod))
+        return
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed", "Running"):
+        return  # already handled (possibly by an earlier fleetsim run)
+    with ctx.lock:
+        if uid in ctx.started:
+            return
+        ctx.started.add(uid)
+    if is_stage_pod(pod):
+        ctx.scheduler.submit(lambda: stagepods.run_stage_pod(ctx, node, pod))
+    else:
+        ctx.scheduler.submit(lambda: start_pod(ctx, node, pod))
+
+
+def next_pod_ip(ctx: SimContext, node: SimNode) -> str:
+    """A fresh pod IP on the node's /24-ish range (wraps; uniqueness is not needed by anyone here)."""
+    with ctx.lock:
+        node.pod_counter += 1
+        counter = node.pod_counter
+    return f"172.{16 + node.index // 256 % 16}.{node.index % 256}.{2 + counter % 250}"
+
+
+def start_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
+    """Make an ordinary pod Running and Ready; schedule its completion when it has a run time."""
+    now = now_rfc3339()
+    patch_status(ctx.kube, pod, podstatus.running_status(pod, node_ip(node.index), next_pod_ip(ctx, node), (now, now)))
+    seconds = (pod["metadata"].get("annotations") or {}).get(RUN_SECONDS_ANNOTATION)
+    if seconds and (pod.get("spec") or {}).get("restartPolicy", "Always") != "Always":
+        ctx.scheduler.call_later(float(seconds), lambda: _complete(ctx, pod, now))
+
+
+def _complete(ctx: SimContext, pod: dict[str, Any], started: str) -> None:
+    uid = pod["metadata"]["uid"]
+    with ctx.lock:
+        if uid in ctx.terminating or uid not in ctx.started:
+            return
+    patch_status(ctx.kube, pod, podstatus.terminated_status(pod, 0, "", (started, now_rfc3339())))
+
+
+def termination_seconds(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> float:
+    """How long this pod takes to stop: its grace period, capped, or a slow-termination fault's time."""
+    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed", "Pending", None):
+        return 0.0  # nothing runs: a kubelet removes such pods at once
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    grace = meta.get("deletionGracePeriodSeconds")
+    if grace is None:
+        grace = spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS)
+    fault = ctx.options.faults.take("slow-termination", node.name)
+    if fault is not None:
+        return min(float(grace), fault.seconds)
+    return min(float(grace), ctx.options.max_grace_seconds)
+
+
+def _terminate(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
+    uid = pod["metadata"]["uid"]
+    delay = termination_seconds(ctx, node, pod)
+    proc = ctx.procs.get(uid)
+    if proc is not None:
+        proc.send_signal(signal.SIGTERM)  # the agent stops before its next step
+    ctx.scheduler.call_later(delay, lambda: _remove(ctx, pod, proc))
+
+
+def _remove(ctx: SimContext, pod: dict[str, Any], proc: subprocess.Popen[bytes] | None) -> None:
+    if proc is not None and proc.poll() is None:
+        proc.kill()  # grace period over: SIGKILL, like the kubelet
+    body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
+            "preconditions": {"uid": pod["metadata"]["uid"]}}
+    try:
+        ctx.kube.request("DELETE", pod_path(pod), body)
+    except KubeError as err:
+        if err.status not in (404, 409):
+            raise
+
+
+def watch_pods(ctx: SimContext) -> None:
+    """List then watch all pods until stopped, re-listing when the watch expires or errs (410)."""
+    while not ctx.stopping.is_set():
+        try:
+            listing = ctx.kube.request("GET", "/api/v1/pods")
+            for pod in listing.get("items", []):
+                on_pod_event(ctx, "ADDED", pod)
+            version = listing["metadata"]["resourceVersion"]
+            while not ctx.stopping.is_set():
+                query = {"resourceVersion": version, "allowWatchBookmarks": "true", "timeoutSeconds": "300"}
+                for event in ctx.kube.watch("/api/v1/pods", query):
+                    if event.type == "ERROR":
+                        raise KubeError(int(event.object.get("code", 500)), "WATCH", "/api/v1/pods", str(event.object))
+                    version = event.object["metadata"].get("resourceVersion", version)
+                    if event.type != "BOOKMARK":
+                        on_pod_event(ctx, event.type, event.object)
+        except (KubeError, OSError, KeyError) as err:
+            if ctx.stopping.is_set():
+                return
+            log.warning("pod watch restarts after: %s", err)
+            time.sleep(1)

@@ -1,0 +1,204 @@
+"""fleetsim on the real control plane: pods run, deletions honour grace, stage Jobs run the agent, reboots."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client import ApiClient
+from kubernetes.client.rest import ApiException
+
+from api.keys import PACKAGE_POD_NAMESPACE
+from fleetsim.faults import Fault
+from tests.helpers import assert_eventually, unique_name
+from tests.helpers.fleet import running_fleet
+
+pytestmark = pytest.mark.integration
+SYSCTL_IMAGE = "example.local/sysctl-tuning:1.0.0"
+
+
+def stage_job(name: str, node: str, image: str, mode: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """A stage Job exactly as "The stage pod contract" (docs/architecture.md) describes it."""
+    package, version = image.rsplit("/", 1)[-1].split(":")
+    labels = {"noderoll.io/package": package, "noderoll.io/node": node, "noderoll.io/mode": mode,
+              "noderoll.io/component": "stage"}
+    contract_env = {"NODEROLL_PACKAGE": package, "NODEROLL_VERSION": version, "NODEROLL_NODE": node,
+                    "NODEROLL_MODE": mode, "NODEROLL_ROOT": "/host", "NODEROLL_CONFIG_DIR": "/noderoll-config",
+                    **(env or {})}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": PACKAGE_POD_NAMESPACE, "labels": labels},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"labels": labels, "annotations": {"noderoll.io/package-version": version}},
+                "spec": {
+                    "nodeName": node,
+                    "restartPolicy": "Never",
+                    "tolerations": [{"operator": "Exists"}],
+                    "containers": [{
+                        "name": "agent", "image": image, "args": [mode],
+                        "terminationMessagePolicy": "FallbackToLogsOnError",
+                        "env": [{"name": k, "value": v} for k, v in contract_env.items()],
+                        "volumeMounts": [{"name": "host", "mountPath": "/host"},
+                                         {"name": "config", "mountPath": "/noderoll-config"}],
+                    }],
+                    "volumes": [{"name": "host", "hostPath": {"path": "/"}},
+                                {"name": "config", "configMap": {"name": name}}],
+                },
+            },
+        },
+    }
+
+
+def run_stage(api: ApiClient, job: dict[str, Any], config: dict[str, str] | None = None) -> client.V1Pod:
+    """Create the ConfigMap and Job, wait for the Job's pod to finish, return that pod."""
+    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    name = job["metadata"]["name"]
+    core.create_namespaced_config_map(PACKAGE_POD_NAMESPACE, {"metadata": {"name": name}, "data": config or {}})
+    batch.create_namespaced_job(PACKAGE_POD_NAMESPACE, job)
+
+    def finished() -> client.V1Pod:
+        pods = core.list_namespaced_pod(PACKAGE_POD_NAMESPACE, label_selector=f"job-name={name}").items
+        assert pods and pods[0].status.phase in ("Succeeded", "Failed"), [p.status.phase for p in pods]
+        return pods[0]
+
+    return assert_eventually(finished, timeout=60)
+
+
+def terminated(pod: client.V1Pod) -> client.V1ContainerStateTerminated:
+    return pod.status.container_statuses[0].state.terminated
+
+
+def ready_condition(api: ApiClient, node: str) -> client.V1NodeCondition:
+    conditions = client.CoreV1Api(api).read_node_status(node).status.conditions
+    return next(c for c in conditions if c.type == "Ready")
+
+
+def test_pod_bound_to_simulated_node_runs(local_stack: Any, kube_api_client: ApiClient, k8s_namespace: str) -> None:
+    core = client.CoreV1Api(kube_api_client)
+    with running_fleet(local_stack, nodes=2) as fleet:
+        node = fleet.node_names[1]
+        assert ready_condition(kube_api_client, node).status == "True"
+        pod = {"metadata": {"name": "web"}, "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}}
+        core.create_namespaced_pod(k8s_namespace, pod)
+
+        def running() -> client.V1Pod:
+            got = core.read_namespaced_pod("web", k8s_namespace)
+            assert got.status.phase == "Running" and got.status.container_statuses[0].ready
+            return got
+
+        got = assert_eventually(running)
+        assert got.status.host_ip and got.status.pod_ip
+
+
+def test_deletion_honours_grace_period(local_stack: Any, kube_api_client: ApiClient, k8s_namespace: str) -> None:
+    core = client.CoreV1Api(kube_api_client)
+    with running_fleet(local_stack, nodes=1) as fleet:
+        spec = {"nodeName": fleet.node_names[0], "terminationGracePeriodSeconds": 2,
+                "containers": [{"name": "c", "image": "x"}]}
+        core.create_namespaced_pod(k8s_namespace, {"metadata": {"name": "graceful"}, "spec": spec})
+        assert_eventually(lambda: core.read_namespaced_pod("graceful", k8s_namespace).status.phase == "Running")
+        deleted_at = time.monotonic()
+        core.delete_namespaced_pod("graceful", k8s_namespace)
+        assert core.read_namespaced_pod("graceful", k8s_namespace).metadata.deletion_timestamp is not None
+
+        def gone() -> float:
+            with pytest.raises(ApiException) as err:
+                core.read_namespaced_pod("graceful", k8s_namespace)
+            assert err.value.status == 404
+            return time.monotonic() - deleted_at
+
+        elapsed = assert_eventually(gone, retry_on=(AssertionError, pytest.fail.Exception))
+        assert 1.8 <= elapsed < 5.0
+
+
+def test_stage_job_runs_sysctl_apply_and_check(local_stack: Any, kube_api_client: ApiClient) -> None:
+    config = {"sysctl.conf": "vm.max_map_count = 524288\n"}
+    with running_fleet(local_stack, nodes=1) as fleet:
+        node = fleet.node_names[0]
+        applied = run_stage(kube_api_client, stage_job(unique_name("apply"), node, SYSCTL_IMAGE, "apply"), config)
+        assert applied.status.phase == "Succeeded", terminated(applied).message
+        assert (fleet.sandbox(node) / "etc/sysctl.d/90-noderoll.conf").read_text() == config["sysctl.conf"]
+        checked = run_stage(kube_api_client, stage_job(unique_name("check"), node, SYSCTL_IMAGE, "apply-check"), config)
+        assert checked.status.phase == "Succeeded"
+        assert terminated(checked).exit_code == 0
+        assert "checked" in terminated(checked).message
+        assert (fleet.sandbox(node) / f"var/log/noderoll/pods/{checked.metadata.name}.log").is_file()
+        # The agent keeps its flags on the host: the same version's apply is not run again.
+        again = run_stage(kube_api_client, stage_job(unique_name("apply"), node, SYSCTL_IMAGE, "apply"), config)
+        assert again.status.phase == "Succeeded"
+        assert "skipping step apply" in terminated(again).message
+
+
+def test_injected_failure_gives_failed_pod_with_exit_code(local_stack: Any, kube_api_client: ApiClient) -> None:
+    with running_fleet(local_stack, nodes=2) as fleet:
+        node = fleet.node_names[1]
+        fleet.options.faults.add(Fault("fail-stage", nodes=node, mode="apply", exit_code=7, times=1))
+        pod = run_stage(kube_api_client, stage_job(unique_name("apply"), node, SYSCTL_IMAGE, "apply"))
+        assert pod.status.phase == "Failed"
+        assert terminated(pod).exit_code == 7
+        assert "injected fault" in terminated(pod).message
+        batch = client.BatchV1Api(kube_api_client)
+        job = pod.metadata.labels["job-name"]
+        assert_eventually(lambda: batch.read_namespaced_job(job, PACKAGE_POD_NAMESPACE).status.failed == 1)
+
+
+def test_failing_step_exit_code_reaches_the_pod(local_stack: Any, kube_api_client: ApiClient, tmp_path: Path) -> None:
+    package = tmp_path / "broken"
+    package.mkdir()
+    step = {"name": "boom", "path": "boom.sh", "arguments": [], "returncodes": [0], "on_host": True,
+            "idempotence": False, "upgrade_step": False}
+    modes = {"apply": [step], "apply-check": [{**step, "name": "boom-check"}]}
+    (package / "config.json").write_text(json.dumps(
+        {"schema_version": "v1", "package_name": "broken", "package_version": "0.1.0",
+         "expected_config_files": [], "modes": modes}))
+    (package / "boom.sh").write_text("#!/bin/sh\necho about to fail\nexit 3\n")
+    (package / "boom.sh").chmod(0o755)
+    with running_fleet(local_stack, nodes=1, image_stores=[tmp_path]) as fleet:
+        job = stage_job(unique_name("apply"), fleet.node_names[0], "example.local/broken:0.1.0", "apply")
+        pod = run_stage(kube_api_client, job)
+        assert pod.status.phase == "Failed"
+        assert terminated(pod).exit_code == 3
+        assert "about to fail" in terminated(pod).message
+        assert "FAILED: step boom exited 3" in terminated(pod).message
+
+
+def test_reboot_changes_boot_id_and_passes_through_not_ready(local_stack: Any, kube_api_client: ApiClient, k8s_namespace: str) -> None:
+    core = client.CoreV1Api(kube_api_client)
+    with running_fleet(local_stack, nodes=1, reboot_seconds=2.0) as fleet:
+        node = fleet.node_names[0]
+        before = core.read_node(node).status.node_info.boot_id
+        spec = {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}
+        core.create_namespaced_pod(k8s_namespace, {"metadata": {"name": "survivor"}, "spec": spec})
+        assert_eventually(lambda: core.read_namespaced_pod("survivor", k8s_namespace).status.phase == "Running")
+        interrupt = json.dumps({"type": "reboot", "services": []})
+        job = stage_job(unique_name("reboot"), node, SYSCTL_IMAGE, "interrupt", {"NODEROLL_INTERRUPT": interrupt})
+        pod = run_stage(kube_api_client, job)
+        assert pod.status.phase == "Succeeded"
+        # The node is already down when the interrupt pod is seen to succeed.
+        assert ready_condition(kube_api_client, node).status == "False"
+        assert_eventually(lambda: ready_condition(kube_api_client, node).status == "True", timeout=20)
+        assert core.read_node(node).status.node_info.boot_id != before
+        restarted = core.read_namespaced_pod("survivor", k8s_namespace).status.container_statuses[0]
+        assert restarted.restart_count == 1
+        record = json.loads((fleet.sandbox(node) / "var/lib/noderoll/interrupts.log").read_text().splitlines()[-1])
+        assert record["type"] == "reboot" and record["simulated"] is True
+
+
+def test_service_interrupt_records_restarted_services(local_stack: Any, kube_api_client: ApiClient) -> None:
+    with running_fleet(local_stack, nodes=1) as fleet:
+        node = fleet.node_names[0]
+        boot_id = fleet.boot_id(node)
+        interrupt = json.dumps({"type": "service", "services": ["containerd", "kubelet"]})
+        job = stage_job(unique_name("svc"), node, "example.local/service-restart:1.0.0", "interrupt",
+                        {"NODEROLL_INTERRUPT": interrupt})
+        assert run_stage(kube_api_client, job).status.phase == "Succeeded"
+        log = fleet.sandbox(node) / "var/lib/noderoll/restarted-services.log"
+        assert log.read_text().split() == ["containerd", "kubelet"]
+        assert fleet.boot_id(node) == boot_id
