@@ -31,7 +31,9 @@ VERSION_PATTERN = (
 Schema = dict[str, Any]
 
 
-def obj(description: str, properties: dict[str, Schema], required: list[str] | None = None, **extra: Any) -> Schema:
+def obj(
+    description: str, properties: dict[str, Schema], required: list[str] | None = None, **extra: Any
+) -> Schema:
     """An object schema; every property must carry a description."""
     for name, prop in properties.items():
         assert prop.get("description"), f"{name} has no description"
@@ -62,7 +64,11 @@ def array(description: str, items: Schema, **extra: Any) -> Schema:
 
 
 def string_map(description: str, values: Schema | None = None) -> Schema:
-    return {"type": "object", "description": description, "additionalProperties": values or {"type": "string"}}
+    return {
+        "type": "object",
+        "description": description,
+        "additionalProperties": values or {"type": "string"},
+    }
 
 
 def name_field(description: str) -> Schema:
@@ -100,7 +106,10 @@ def interrupt(description: str) -> Schema:
                 "without host action). Merged per node: reboot > restartAllServices > service > noop.",
                 enum=[t.value for t in InterruptType],
             ),
-            "services": array("systemd units restarted by type service (required for it, unused by others).", {"type": "string"}),
+            "services": array(
+                "systemd units restarted by type service (required for it, unused by others).",
+                {"type": "string"},
+            ),
         },
         required=["type"],
     )
@@ -115,7 +124,9 @@ def condition_schema() -> Schema:
             "reason": string("A CamelCase reason for the last transition."),
             "message": string("A human-readable message."),
             "lastTransitionTime": string("When the status last changed.", format="date-time"),
-            "observedGeneration": integer("The metadata.generation the condition was computed from.", format="int64"),
+            "observedGeneration": integer(
+                "The metadata.generation the condition was computed from.", format="int64"
+            ),
         },
         required=["type", "status"],
     )
@@ -132,7 +143,11 @@ def conditions() -> Schema:
 def node_reasons(description: str) -> Schema:
     return array(
         description,
-        obj("A node and the reason.", {"node": string("Node name."), "reason": string("Why.")}, required=["node"]),
+        obj(
+            "A node and the reason.",
+            {"node": string("Node name."), "reason": string("Why.")},
+            required=["node"],
+        ),
     )
 
 
@@ -149,25 +164,35 @@ def package_spec() -> Schema:
             "key": string("Taint key; empty with operator Exists tolerates everything."),
             "operator": string("Equal (default) or Exists.", enum=["Equal", "Exists"]),
             "value": string("Taint value for operator Equal."),
-            "effect": string("Taint effect; empty matches all.", enum=["", "NoSchedule", "PreferNoSchedule", "NoExecute"]),
-            "tolerationSeconds": integer("For NoExecute: how long the pod stays after the taint appears.", format="int64"),
+            "effect": string(
+                "Taint effect; empty matches all.", enum=["", "NoSchedule", "PreferNoSchedule", "NoExecute"]
+            ),
+            "tolerationSeconds": integer(
+                "For NoExecute: how long the pod stays after the taint appears.", format="int64"
+            ),
         },
     )
     return obj(
         "The desired host change: what to install, where, and how disruptive it is.",
         {
-            "version": string(f"Package version: {VALID_VERSION_HINT}.", pattern=VERSION_PATTERN, minLength=1),
+            "version": string(
+                f"Package version: {VALID_VERSION_HINT}.", pattern=VERSION_PATTERN, minLength=1
+            ),
             "image": string(
                 "Package image reference (with tag or digest), holding /noderoll-package/config.json "
                 "(or /skyhook-package/config.json).",
                 minLength=1,
             ),
-            "nodeSelector": label_selector("Nodes the package targets (nodes labelled noderoll.io/ignore=true are excluded)."),
+            "nodeSelector": label_selector(
+                "Nodes the package targets (nodes labelled noderoll.io/ignore=true are excluded)."
+            ),
             "dependsOn": string_map(
                 "Packages (name -> exact version) that must be complete on a node before this one runs there.",
                 string("Exact version of the dependency.", pattern=VERSION_PATTERN),
             ),
-            "interrupt": interrupt("What to do on the host after apply/upgrade and config; omitted = nothing."),
+            "interrupt": interrupt(
+                "What to do on the host after apply/upgrade and config; omitted = nothing."
+            ),
             "config": string_map("Files (name -> content) mounted for the stages at /noderoll-config."),
             "configInterrupts": string_map(
                 "Config key or glob (* and ?) -> interrupt to run when a matching key changes.",
@@ -189,8 +214,12 @@ def package_spec() -> Schema:
                 "Nodes keep the taint noderoll.io/runtime-required=true:NoSchedule until this package is complete.",
                 default=False,
             ),
-            "deploymentPolicy": name_field("Name of the DeploymentPolicy that paces the rollout; omitted = one node at a time."),
-            "paused": boolean("Pause the rollout (running nodes finish their step; no new node starts).", default=False),
+            "deploymentPolicy": name_field(
+                "Name of the DeploymentPolicy that paces the rollout; omitted = one node at a time."
+            ),
+            "paused": boolean(
+                "Pause the rollout (running nodes finish their step; no new node starts).", default=False
+            ),
             "uninstall": obj(
                 "Uninstall support and request.",
                 {
@@ -202,9 +231,15 @@ def package_spec() -> Schema:
             "drain": obj(
                 "How nodes are drained before a disruptive interrupt (Eviction API, PDBs respected).",
                 {
-                    "timeoutSeconds": integer("Give up draining after this long and report the blocking pods.", minimum=1, default=600),
+                    "timeoutSeconds": integer(
+                        "Give up draining after this long and report the blocking pods.",
+                        minimum=1,
+                        default=600,
+                    ),
                     "gracePeriodSeconds": integer("Override the pods' termination grace period.", minimum=0),
-                    "deleteEmptyDirData": boolean("Evict pods that use emptyDir volumes (their data is lost).", default=False),
+                    "deleteEmptyDirData": boolean(
+                        "Evict pods that use emptyDir volumes (their data is lost).", default=False
+                    ),
                 },
                 default={},
             ),
@@ -237,7 +272,10 @@ def package_status() -> Schema:
             "nodes": obj("Target nodes per state.", counts),
             "currentBatch": obj(
                 "The batch in flight.",
-                {"number": integer("Batch number (1-based).", minimum=0), "size": integer("Nodes in the batch.", minimum=0)},
+                {
+                    "number": integer("Batch number (1-based).", minimum=0),
+                    "size": integer("Nodes in the batch.", minimum=0),
+                },
             ),
             "canary": obj(
                 "The canary batch.",
@@ -246,7 +284,9 @@ def package_status() -> Schema:
                     "nodes": array("Canary nodes.", {"type": "string"}),
                 },
             ),
-            "blockedNodes": node_reasons("Nodes that cannot proceed and why (drain blocked, ignored, untolerated taint...)."),
+            "blockedNodes": node_reasons(
+                "Nodes that cannot proceed and why (drain blocked, ignored, untolerated taint...)."
+            ),
             "erroringNodes": node_reasons("Nodes where a stage failed, with the error."),
             "conditions": conditions(),
         },
@@ -258,7 +298,9 @@ def budget() -> Schema:
         "Nodes of the compartment disrupted at once, across all rollouts using the policy: count or percent.",
         {
             "count": integer("Absolute number of nodes.", minimum=1),
-            "percent": integer("Percent of the compartment's nodes, rounded up, at least 1.", minimum=1, maximum=100),
+            "percent": integer(
+                "Percent of the compartment's nodes, rounded up, at least 1.", minimum=1, maximum=100
+            ),
         },
         oneOf=[{"required": ["count"]}, {"required": ["percent"]}],
     )
@@ -276,12 +318,17 @@ def strategy(with_defaults: bool) -> Schema:
                 enum=[t.value for t in StrategyType],
                 **d(StrategyType.FIXED.value),
             ),
-            "initialBatch": integer("Size of the first batch (always capped by the budget).", minimum=1, **d(1)),
+            "initialBatch": integer(
+                "Size of the first batch (always capped by the budget).", minimum=1, **d(1)
+            ),
             "delta": integer("linear only: batch growth (and shrink after a failure), default 1.", minimum=1),
             "growthFactor": integer("exponential only: batch growth factor, default 2.", minimum=2),
-            "batchThreshold": integer("Percent of a batch's finished nodes that must succeed.", minimum=1, maximum=100, **d(100)),
+            "batchThreshold": integer(
+                "Percent of a batch's finished nodes that must succeed.", minimum=1, maximum=100, **d(100)
+            ),
             "failureThreshold": integer(
-                "Consecutive failed batches that halt the rollout (below safetyLimit); omitted = never halt.", minimum=1
+                "Consecutive failed batches that halt the rollout (below safetyLimit); omitted = never halt.",
+                minimum=1,
             ),
             "safetyLimit": integer(
                 "Progress percent under which failures shrink batches and can halt; above it they do not.",
@@ -299,9 +346,12 @@ def policy_spec() -> Schema:
         "A group of nodes with its own budget and strategy.",
         {
             "name": name_field("Compartment name, unique in the policy ('default' is reserved)."),
-            "selector": label_selector("Nodes in this compartment (a node matching several takes the safest)."),
+            "selector": label_selector(
+                "Nodes in this compartment (a node matching several takes the safest)."
+            ),
             "budget": budget(),
-            "strategy": strategy(with_defaults=False) | {"description": "Batch strategy; omitted = the default's."},
+            "strategy": strategy(with_defaults=False)
+            | {"description": "Batch strategy; omitted = the default's."},
         },
         required=["name", "selector", "budget"],
     )
@@ -317,10 +367,14 @@ def policy_spec() -> Schema:
             "canary": obj(
                 "A first batch of count nodes, soaked, then promoted before the rest.",
                 {
-                    "count": integer("Canary nodes (taken in stable order, within the budgets).", minimum=1, default=1),
+                    "count": integer(
+                        "Canary nodes (taken in stable order, within the budgets).", minimum=1, default=1
+                    ),
                     "soakSeconds": integer("Wait after the canary succeeded.", minimum=0, default=0),
                     "promotion": string(
-                        "auto, or manual (wait for `noderoll resume`).", enum=[p.value for p in Promotion], default="auto"
+                        "auto, or manual (wait for `noderoll resume`).",
+                        enum=[p.value for p in Promotion],
+                        default="auto",
                     ),
                 },
             ),
@@ -329,7 +383,9 @@ def policy_spec() -> Schema:
     )
 
 
-def crd(kind: str, plural: str, short: list[str], spec: Schema, status: Schema, columns: list[Schema]) -> Schema:
+def crd(names: tuple[str, str, list[str]], spec: Schema, status: Schema, columns: list[Schema]) -> Schema:
+    """A CRD from (kind, plural, shortNames), spec and status schemas and printer columns."""
+    kind, plural, short = names
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -352,9 +408,7 @@ def crd(kind: str, plural: str, short: list[str], spec: Schema, status: Schema, 
                     "storage": True,
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": columns,
-                    "schema": {
-                        "openAPIV3Schema": root_schema(kind, spec, status)
-                    },
+                    "schema": {"openAPIV3Schema": root_schema(kind, spec, status)},
                 }
             ],
         },
@@ -390,9 +444,7 @@ READY = '.status.conditions[?(@.type=="Ready")].status'
 
 def package_crd() -> Schema:
     return crd(
-        keys.PACKAGE_KIND,
-        keys.PACKAGE_PLURAL,
-        ["pkg", "nrpkg"],
+        (keys.PACKAGE_KIND, keys.PACKAGE_PLURAL, ["pkg", "nrpkg"]),
         package_spec(),
         package_status(),
         [
@@ -418,15 +470,15 @@ def policy_crd() -> Schema:
         },
     )
     return crd(
-        keys.POLICY_KIND,
-        keys.POLICY_PLURAL,
-        ["dp", "nrdp"],
+        (keys.POLICY_KIND, keys.POLICY_PLURAL, ["dp", "nrdp"]),
         policy_spec(),
         status,
         [
             column("Strategy", ".spec.default.strategy.type", description="Default strategy"),
             column("Budget", ".spec.default.budget.count", "integer", description="Default budget (count)"),
-            column("Budget%", ".spec.default.budget.percent", "integer", description="Default budget (percent)"),
+            column(
+                "Budget%", ".spec.default.budget.percent", "integer", description="Default budget (percent)"
+            ),
             column("Canary", ".spec.canary.count", "integer", description="Canary nodes"),
             column("Valid", '.status.conditions[?(@.type=="Valid")].status', description="Valid condition"),
             column("Age", ".metadata.creationTimestamp", "date"),

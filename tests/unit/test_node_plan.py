@@ -1,0 +1,236 @@
+"""The per-node plan (planning/node_plan.py): actions, stage sequences, resumption, windows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from api.enums import InterruptType, PlanAction, Stage, State
+from api.node_state import NodeState, PackageNodeState, config_hashes
+from api.package import PackageSpec
+from planning.interrupts import InterruptRequest
+from planning.node_plan import NodePlanInput, plan_node, plan_package
+
+A, U, C, INT, P, X = (
+    Stage.APPLY,
+    Stage.UPGRADE,
+    Stage.CONFIG,
+    Stage.INTERRUPT,
+    Stage.POST_INTERRUPT,
+    Stage.UNINSTALL,
+)
+
+
+def spec(version: str = "1.0.0", **extra: Any) -> PackageSpec:
+    return PackageSpec.model_validate({"version": version, "image": f"x/p:{version}"} | extra)
+
+
+def done(version: str = "1.0.0", **extra: Any) -> PackageNodeState:
+    base: dict[str, Any] = {
+        "version": version,
+        "image": f"x/p:{version}",
+        "stage": Stage.CONFIG,
+        "state": State.COMPLETE,
+    }
+    return PackageNodeState.model_validate(base | extra)
+
+
+REBOOT = {"interrupt": {"type": "reboot"}}
+
+
+@pytest.mark.parametrize(
+    ("desired", "recorded", "action", "stages"),
+    [
+        (spec(), None, PlanAction.INSTALL, (A, C)),
+        (spec(**REBOOT), None, PlanAction.INSTALL, (A, C, INT, P)),
+        (spec("1.1.0"), done(), PlanAction.UPGRADE, (U, C)),
+        (spec("1.1.0", **REBOOT), done(), PlanAction.UPGRADE, (U, C, INT, P)),
+        (spec("0.9.0", **REBOOT), done(), PlanAction.DOWNGRADE, (A, C, INT, P)),
+        (spec(), done(), PlanAction.NONE, ()),
+        (spec("1.0"), done("1.0.0", image="x/p:1.0"), PlanAction.NONE, ()),
+        (spec(), done(version="garbage"), PlanAction.INSTALL, (A, C)),
+    ],
+)
+def test_actions_and_stage_sequences(
+    desired: PackageSpec, recorded: PackageNodeState | None, action: PlanAction, stages: tuple[Stage, ...]
+) -> None:
+    plan = plan_package("p", desired, recorded, uninstall=False)
+    assert (plan.action, plan.stages) == (action, stages)
+
+
+def test_every_stage_is_followed_by_its_check_and_the_interrupt_has_none() -> None:
+    plan = plan_package("p", spec(**REBOOT), None, uninstall=False)
+    assert [(s.mode, s.check) for s in plan.steps_before_interrupt()] == [
+        ("apply", "apply-check"),
+        ("config", "config-check"),
+    ]
+    assert [(s.mode, s.check) for s in plan.steps_after_interrupt()] == [
+        ("post-interrupt", "post-interrupt-check")
+    ]
+    assert plan.needs_drain
+
+
+def test_uninstall_by_spec_or_request() -> None:
+    with_interrupt = spec(uninstall={"enabled": True, "apply": True}, **REBOOT)
+    assert plan_package("p", with_interrupt, done(), uninstall=False).stages == (X, INT)
+    assert plan_package("p", spec(), done(), uninstall=True).stages == (X,)
+    absent = plan_package("p", with_interrupt, None, uninstall=False)
+    assert absent.action is PlanAction.NONE and "not installed" in absent.reason
+
+
+def test_config_only_change_runs_config_and_interrupts_of_changed_keys() -> None:
+    desired = spec(
+        config={"a.env": "2", "motd": "hi"},
+        configInterrupts={"*.env": {"type": "service", "services": ["svc"]}, "motd": {"type": "noop"}},
+        **REBOOT,
+    )
+    recorded = done(config=config_hashes({"a.env": "1", "motd": "hi"}), stage=Stage.POST_INTERRUPT)
+    plan = plan_package("p", desired, recorded, uninstall=False)
+    assert plan.action is PlanAction.CONFIG
+    assert plan.changed_config == ("a.env",)
+    # The package's own reboot does not fire on a config change; the matching config interrupt does.
+    assert plan.interrupt == InterruptRequest(InterruptType.SERVICE, ("svc",))
+    assert plan.stages == (C, INT, P)
+
+
+def test_config_change_without_matching_interrupt_runs_config_only() -> None:
+    desired = spec(
+        config={"motd": "new", "x.env": "1"}, configInterrupts={"*.env": {"type": "reboot"}}, **REBOOT
+    )
+    recorded = done(config=config_hashes({"motd": "old", "x.env": "1"}))
+    plan = plan_package("p", desired, recorded, uninstall=False)
+    assert (plan.action, plan.stages, plan.interrupt) == (PlanAction.CONFIG, (C,), None)
+
+
+def test_image_change_at_same_version_reinstalls() -> None:
+    recorded = done(image="x/p:old-build")
+    plan = plan_package("p", spec(), recorded, uninstall=False)
+    assert plan.action is PlanAction.INSTALL and "image changed" in plan.reason
+
+
+@pytest.mark.parametrize(
+    ("action", "stage", "state", "remaining"),
+    [
+        (PlanAction.INSTALL, A, State.ERRORING, (A, C, INT, P)),
+        (PlanAction.INSTALL, A, State.COMPLETE, (C, INT, P)),
+        (PlanAction.INSTALL, C, State.IN_PROGRESS, (C, INT, P)),
+        (PlanAction.INSTALL, INT, State.IN_PROGRESS, (INT, P)),
+        (PlanAction.INSTALL, INT, State.COMPLETE, (P,)),
+        (PlanAction.UPGRADE, U, State.ERRORING, (U, C, INT, P)),
+        (PlanAction.INSTALL, P, State.COMPLETE, ()),
+    ],
+)
+def test_unfinished_operations_resume_where_recorded(
+    action: PlanAction, stage: Stage, state: State, remaining: tuple[Stage, ...]
+) -> None:
+    recorded = done(stage=stage, state=state, action=action)
+    plan = plan_package("p", spec(**REBOOT), recorded, uninstall=False)
+    assert plan.stages == remaining
+    if remaining:
+        assert plan.resumed and plan.action is action
+
+
+def test_recorded_without_action_resumes_by_stage() -> None:
+    plan = plan_package("p", spec(), done(stage=U, state=State.ERRORING), uninstall=False)
+    assert (plan.action, plan.stages) == (PlanAction.UPGRADE, (U, C))
+
+
+def test_cancelled_uninstall_installs_again() -> None:
+    recorded = done(stage=X, state=State.IN_PROGRESS, action=PlanAction.UNINSTALL)
+    plan = plan_package("p", spec(uninstall={"enabled": True}), recorded, uninstall=False)
+    assert plan.action is PlanAction.INSTALL and plan.stages == (A, C)
+
+
+def node(
+    desired: dict[str, PackageSpec],
+    recorded: dict[str, PackageNodeState] | None = None,
+    uninstall: frozenset[str] = frozenset(),
+) -> NodePlanInput:
+    return NodePlanInput(
+        node="n1", recorded=NodeState(packages=recorded or {}), desired=desired, uninstall=uninstall
+    )
+
+
+def test_one_merged_interrupt_per_window() -> None:
+    plan = plan_node(
+        node(
+            {
+                "a": spec(interrupt={"type": "service", "services": ["cron"]}),
+                "b": spec(interrupt={"type": "service", "services": ["containerd"]}),
+                "c": spec(),
+            }
+        )
+    )
+    assert len(plan.windows) == 1
+    window = plan.windows[0]
+    assert window.packages == ("a", "b", "c")
+    assert window.interrupt == InterruptRequest(InterruptType.SERVICE, ("containerd", "cron"))
+    assert window.needs_drain and plan.needs_drain
+
+
+def test_noop_interrupt_needs_no_drain() -> None:
+    plan = plan_node(node({"a": spec(interrupt={"type": "noop"})}))
+    assert plan.windows[0].interrupt == InterruptRequest(InterruptType.NOOP) and not plan.needs_drain
+
+
+def test_dependent_of_an_interrupting_package_goes_to_the_next_window() -> None:
+    plan = plan_node(
+        node(
+            {
+                "driver": spec(**REBOOT),
+                "toolkit": spec(dependsOn={"driver": "1.0.0"}),
+                "sysctl": spec(),
+                "after-sysctl": spec(dependsOn={"sysctl": "1.0.0"}),
+            }
+        )
+    )
+    assert [w.packages for w in plan.windows] == [("driver", "sysctl", "after-sysctl"), ("toolkit",)]
+    assert plan.windows[0].needs_drain and not plan.windows[1].needs_drain
+    assert plan.order == ("driver", "sysctl", "after-sysctl", "toolkit")
+
+
+def test_dependency_already_installed_is_satisfied() -> None:
+    plan = plan_node(node({"base": spec(), "top": spec(dependsOn={"base": "1.0.0"})}, {"base": done()}))
+    assert plan.order == ("top",)
+
+
+@pytest.mark.parametrize(
+    ("recorded", "desired_base", "reason"),
+    [
+        (None, None, "not installed on this node"),
+        ({"base": done("0.9.0")}, None, "but 0.9.0 is installed"),
+        (None, spec("2.0.0"), "but 2.0.0 is being installed"),
+    ],
+)
+def test_unsatisfied_dependency_blocks_the_dependent(
+    recorded: dict[str, PackageNodeState] | None, desired_base: PackageSpec | None, reason: str
+) -> None:
+    desired = {"top": spec(dependsOn={"base": "1.0.0"})}
+    if desired_base is not None:
+        desired["base"] = desired_base
+    plan = plan_node(node(desired, recorded))
+    assert "top" not in plan.order
+    assert reason in plan.blocked["top"]
+
+
+def test_uninstalls_go_first_dependents_before_dependencies() -> None:
+    plan = plan_node(
+        node(
+            {"base": spec(), "top": spec(dependsOn={"base": "1.0.0"}), "new": spec()},
+            {"base": done(), "top": done()},
+            uninstall=frozenset({"base", "top"}),
+        )
+    )
+    assert plan.windows[0].packages == ("top", "base", "new")
+
+
+def test_cycle_is_reported_not_raised() -> None:
+    plan = plan_node(node({"a": spec(dependsOn={"b": "1.0.0"}), "b": spec(dependsOn={"a": "1.0.0"})}))
+    assert plan.windows == ()
+    assert plan.error is not None and "a -> b -> a" in plan.error
+
+
+def test_nothing_to_do() -> None:
+    plan = plan_node(node({"a": spec()}, {"a": done()}))
+    assert plan.windows == () and plan.packages["a"].action is PlanAction.NONE
