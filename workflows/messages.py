@@ -145,6 +145,8 @@ class BudgetInput:
     limit: int = 0
     held: list[HeldLease] = field(default_factory=list)
     waiting: list[LeaseRequest] = field(default_factory=list)
+    # History length that triggers continue-as-new (0: the budget's default; tests set it low).
+    history_limit: int = 0
 
 
 @dataclass

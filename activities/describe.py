@@ -1,0 +1,34 @@
+"""Liveness of workflow runs, asked of the Temporal server. Does I/O (Temporal frontend).
+
+The budget workflow uses `describe_workflow_runs` to reclaim leases whose holder is gone: a node
+workflow that was terminated, failed or timed out can no longer return its lease, so the budget
+returns it itself. Async activity: it uses the worker's own client (`activity.client()`).
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.io import DescribeWorkflowRunsInput, DescribeWorkflowRunsResult
+
+
+@activity.defn(name="describe_workflow_runs")
+async def describe_workflow_runs(input: DescribeWorkflowRunsInput) -> DescribeWorkflowRunsResult:
+    """Return which of the given workflow ids have no running latest run (closed or unknown)."""
+    client = activity.client()
+    closed: list[str] = []
+    for workflow_id in input.workflow_ids:
+        try:
+            description = await client.get_workflow_handle(workflow_id).describe()
+        except RPCError as err:
+            # NOT_FOUND means the holder never existed or its history was deleted: it holds nothing.
+            if err.status == RPCStatusCode.NOT_FOUND:
+                closed.append(workflow_id)
+                continue
+            raise
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            closed.append(workflow_id)
+        activity.heartbeat(workflow_id)
+    return DescribeWorkflowRunsResult(closed=closed)
