@@ -1,0 +1,122 @@
+"""Fake node-window activities for the time-skipping tier, registered under the real names.
+
+`FakeNode` keeps a tiny in-memory node (unschedulable, cordoned-by, boot id, state annotation)
+and records every activity call, so tests assert on the sequence the workflow produced. Exit
+codes per mode are scripted (`exits["apply"] = [1, 1, 0]`: two failures, then success).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from temporalio import activity
+
+from activities.io import (
+    CordonNodeResult,
+    DrainNodeInput,
+    DrainNodeResult,
+    NodeInput,
+    ReadNodeResult,
+    RunInterruptInput,
+    RunInterruptResult,
+    RunStageJobResult,
+    StageJob,
+    UncordonNodeResult,
+    WaitProtectedPodsInput,
+    WaitProtectedPodsResult,
+    WriteNodeStateInput,
+)
+from activities.jobs import job_name
+
+
+@dataclass
+class FakeNode:
+    """In-memory stand-in for one Node and the stage Jobs run on it."""
+
+    name: str
+    unschedulable: bool = False
+    cordoned_by: str = ""
+    boot_id: str = "boot-1"
+    state_annotation: str = ""
+    status_label: str = ""
+    exits: dict[str, list[int]] = field(default_factory=dict)
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+    jobs: list[str] = field(default_factory=list)
+    writes: list[WriteNodeStateInput] = field(default_factory=list)
+
+    def names(self) -> list[str]:
+        """The activity names called, in order."""
+        return [name for name, _ in self.calls]
+
+    def modes(self) -> list[str]:
+        """The modes of stage Jobs and interrupts, in order."""
+        return [arg.mode if isinstance(arg, StageJob) else f"interrupt:{arg.job.interrupt['type']}"
+                for name, arg in self.calls if name in ("run_stage_job", "run_interrupt")]
+
+    def _exit(self, mode: str) -> int:
+        script = self.exits.get(mode)
+        return script.pop(0) if script else 0
+
+    @activity.defn(name="read_node")
+    def read_node(self, input: NodeInput) -> ReadNodeResult:
+        self.calls.append(("read_node", input))
+        return ReadNodeResult(name=self.name, unschedulable=self.unschedulable, cordoned_by=self.cordoned_by,
+                              boot_id=self.boot_id, ready=True, state_annotation=self.state_annotation)
+
+    @activity.defn(name="cordon_node")
+    def cordon_node(self, input: NodeInput) -> CordonNodeResult:
+        self.calls.append(("cordon_node", input))
+        if self.unschedulable:
+            return CordonNodeResult(self.cordoned_by == "noderoll", True)
+        self.unschedulable, self.cordoned_by = True, "noderoll"
+        return CordonNodeResult(True, False)
+
+    @activity.defn(name="uncordon_node")
+    def uncordon_node(self, input: NodeInput) -> UncordonNodeResult:
+        self.calls.append(("uncordon_node", input))
+        if self.cordoned_by != "noderoll":
+            return UncordonNodeResult(False)
+        self.unschedulable, self.cordoned_by = False, ""
+        return UncordonNodeResult(True)
+
+    @activity.defn(name="write_node_state")
+    def write_node_state(self, input: WriteNodeStateInput) -> None:
+        self.calls.append(("write_node_state", input))
+        self.writes.append(input)
+        if input.state_annotation is not None:
+            self.state_annotation = input.state_annotation
+        self.status_label = input.status
+
+    @activity.defn(name="wait_protected_pods")
+    def wait_protected_pods(self, input: WaitProtectedPodsInput) -> WaitProtectedPodsResult:
+        self.calls.append(("wait_protected_pods", input))
+        return WaitProtectedPodsResult(0.0)
+
+    @activity.defn(name="drain_node")
+    def drain_node(self, input: DrainNodeInput) -> DrainNodeResult:
+        self.calls.append(("drain_node", input))
+        return DrainNodeResult(evicted=["default/workload"])
+
+    @activity.defn(name="run_stage_job")
+    def run_stage_job(self, input: StageJob) -> RunStageJobResult:
+        self.calls.append(("run_stage_job", input))
+        name = job_name(input)
+        self.jobs.append(name)
+        code = self._exit(input.mode)
+        return RunStageJobResult(name, code, log_tail=f"{input.mode} exited {code}\nlast line")
+
+    @activity.defn(name="run_interrupt")
+    def run_interrupt(self, input: RunInterruptInput) -> RunInterruptResult:
+        self.calls.append(("run_interrupt", input))
+        code = self._exit("interrupt")
+        if code == 0 and input.job.interrupt and input.job.interrupt["type"] == "reboot":
+            self.boot_id = f"boot-{uuid.uuid4().hex[:6]}"
+        return RunInterruptResult(job_name(input.job), code, boot_id_after=self.boot_id)
+
+    def activities(self) -> list[Callable[..., Any]]:
+        """Every fake, for `Worker(activities=...)`."""
+        return [self.read_node, self.cordon_node, self.uncordon_node, self.write_node_state,
+                self.wait_protected_pods, self.drain_node, self.run_stage_job, self.run_interrupt]

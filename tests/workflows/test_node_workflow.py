@@ -1,0 +1,283 @@
+"""Node workflow on the time-skipping server with fake activities registered under the real names."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import IndexedValueType
+from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.service import RPCError
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from activities.leases import acquire_lease
+from api.keys import SEARCH_ATTRIBUTES, node_workflow_id
+from api.node_state import parse_node_state
+from tests.workflows.node_collector import ResultCollector
+from tests.workflows.node_fakes import FakeNode
+from workflows.budget import BudgetWorkflow
+from workflows.messages import (
+    QUERY_BUDGET_STATUS,
+    SIGNAL_NODE_REQUEST,
+    SIGNAL_NODE_RETRY,
+    BudgetRef,
+    BudgetStatus,
+    NodeRequest,
+    NodeResult,
+    NodeWorkflowInput,
+)
+from workflows.node import NodeWorkflow
+
+pytestmark = pytest.mark.workflows
+
+
+def a_spec(version: str = "1.0.0", **fields: Any) -> dict[str, Any]:
+    """A valid Package spec dict (by alias), e.g. `a_spec(interrupt={"type": "reboot"})`."""
+    return {"version": version, "image": f"registry.local/pkg:{version}", **fields}
+
+
+@dataclass
+class Harness:
+    """One node, its fakes, a result collector (the stand-in rollout) and helpers."""
+
+    env: WorkflowEnvironment
+    task_queue: str
+    node: FakeNode
+    collector: WorkflowHandle[Any, Any]
+
+    @property
+    def client(self) -> Client:
+        return self.env.client
+
+    @property
+    def workflow_id(self) -> str:
+        return node_workflow_id(self.node.name)
+
+    async def request(self, package: str, spec: dict[str, Any], **kw: Any) -> None:
+        settings = kw.pop("settings", None) or NodeWorkflowInput(
+            node=self.node.name, retry_backoff_seconds=10, stage_attempts=3)
+        request = NodeRequest(rollout_workflow_id=self.collector.id, package=package, spec=spec,
+                              generation=kw.pop("generation", 1), request_id=kw.pop("request_id", str(uuid.uuid4())),
+                              **kw)
+        await self.client.start_workflow(
+            NodeWorkflow.run, settings, id=self.workflow_id, task_queue=self.task_queue,
+            start_signal=SIGNAL_NODE_REQUEST, start_signal_args=[request])
+
+    async def results(self, count: int) -> list[NodeResult]:
+        """Poll (virtual time) until the collector holds `count` results."""
+        got: list[NodeResult] = []
+        for _ in range(200):
+            got = await self.collector.query(ResultCollector.collected)
+            if len(got) >= count:
+                break
+            await self.env.sleep(timedelta(seconds=1))
+        return got
+
+    async def closed(self) -> WorkflowExecutionStatus | None:
+        """Status of the node workflow's latest run after waiting for it to close (virtual time)."""
+        handle = self.client.get_workflow_handle(self.workflow_id)
+        for _ in range(50):
+            status = (await handle.describe()).status
+            if status != WorkflowExecutionStatus.RUNNING:
+                return status
+            await self.env.sleep(timedelta(seconds=1))
+        return WorkflowExecutionStatus.RUNNING
+
+    async def history_events(self) -> int:
+        history = await self.client.get_workflow_handle(self.workflow_id).fetch_history()
+        return len(history.events)
+
+
+async def register_search_attributes(client: Client) -> None:
+    """Register noderoll's search attributes on the time-skipping server (the tooling does it elsewhere)."""
+    request = AddSearchAttributesRequest(
+        namespace=client.namespace,
+        search_attributes={name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in SEARCH_ATTRIBUTES},
+    )
+    try:
+        await client.operator_service.add_search_attributes(request)
+    except RPCError as err:
+        if "already" not in str(err).lower():
+            raise
+
+
+@asynccontextmanager
+async def harness(env: WorkflowEnvironment, node: FakeNode | None = None) -> AsyncIterator[Harness]:
+    """Worker with the node workflow, the fakes, the real budget workflow and the real lease activity."""
+    await register_search_attributes(env.client)
+    task_queue = str(uuid.uuid4())
+    fake = node or FakeNode(name=f"node-{uuid.uuid4().hex[:8]}")
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        worker = Worker(env.client, task_queue=task_queue,
+                        workflows=[NodeWorkflow, ResultCollector, BudgetWorkflow],
+                        activities=[*fake.activities(), acquire_lease], activity_executor=pool)
+        async with worker:
+            collector = await env.client.start_workflow(
+                ResultCollector.run, id=f"collector-{uuid.uuid4()}", task_queue=task_queue)
+            h = Harness(env, task_queue, fake, collector)
+            try:
+                yield h
+            finally:
+                # Leftover timers on the shared time-skipping server would block time skipping later.
+                for workflow_id in (collector.id, h.workflow_id):
+                    try:
+                        await env.client.get_workflow_handle(workflow_id).terminate("test cleanup")
+                    except RPCError:
+                        pass
+
+
+async def test_one_package_without_interrupt_runs_stages_and_checks_only(
+    temporal_test_env: WorkflowEnvironment,
+) -> None:
+    async with harness(temporal_test_env) as h:
+        await h.request("sysctl", a_spec())
+        [result] = await h.results(1)
+        assert (result.state, result.disrupted) == ("complete", False)
+        assert h.node.modes() == ["apply", "apply-check", "config", "config-check"]
+        assert "cordon_node" not in h.node.names() and "drain_node" not in h.node.names()
+        assert await h.closed() == WorkflowExecutionStatus.COMPLETED
+        state, problem = parse_node_state(h.node.state_annotation)
+        assert problem is None and state.packages["sysctl"].state == "complete"
+        assert state.packages["sysctl"].stage == "config"
+        assert h.node.status_label == "complete"
+        # Two state writes per window: start and end.
+        assert h.node.names().count("write_node_state") == 2
+        events = await h.history_events()
+        print(f"history events for one package without interrupt: {events}")
+        assert events < 100
+
+
+async def test_reboot_package_cordons_drains_interrupts_and_uncordons(
+    temporal_test_env: WorkflowEnvironment,
+) -> None:
+    async with harness(temporal_test_env) as h:
+        await h.request("kernel", a_spec(interrupt={"type": "reboot"}))
+        [result] = await h.results(1)
+        assert (result.state, result.disrupted) == ("complete", True)
+        assert h.node.names()[:4] == ["read_node", "write_node_state", "cordon_node", "drain_node"]
+        assert h.node.modes() == ["apply", "apply-check", "config", "config-check", "interrupt:reboot",
+                                  "post-interrupt", "post-interrupt-check"]
+        assert h.node.names()[-2:] == ["uncordon_node", "write_node_state"]
+        assert not h.node.unschedulable
+        state, _ = parse_node_state(h.node.state_annotation)
+        assert (state.packages["kernel"].stage, state.packages["kernel"].state) == ("post-interrupt", "complete")
+        print(f"history events for one reboot package: {await h.history_events()}")
+
+
+async def test_two_packages_share_one_merged_interrupt(temporal_test_env: WorkflowEnvironment) -> None:
+    node = FakeNode(name=f"node-{uuid.uuid4().hex[:8]}")
+    async with harness(temporal_test_env, node) as h:
+        # Both queued before the first window starts: the worker sees both signals in one activation.
+        await h.request("containerd-cfg", a_spec(interrupt={"type": "service", "services": ["containerd"]}))
+        await h.request("cron-cfg", a_spec(interrupt={"type": "service", "services": ["cron"]}))
+        results = await h.results(2)
+        assert sorted(r.state for r in results) == ["complete", "complete"]
+        interrupts = [arg for name, arg in h.node.calls if name == "run_interrupt"]
+        assert len(interrupts) == 1
+        assert interrupts[0].job.interrupt == {"type": "service", "services": ["containerd", "cron"]}
+
+
+async def test_failed_stage_is_retried_with_backoff_then_erroring_until_retry(
+    temporal_test_env: WorkflowEnvironment,
+) -> None:
+    node = FakeNode(name=f"node-{uuid.uuid4().hex[:8]}", exits={"apply": [1, 1, 1, 0]})
+    async with harness(temporal_test_env, node) as h:
+        started = await h.env.get_current_time()
+        await h.request("driver", a_spec(interrupt={"type": "reboot"}))
+        [result] = await h.results(1)
+        assert (result.state, result.stage) == ("erroring", "apply")
+        assert "last line" in result.log_tail
+        # Backoff 10 s then 20 s between the three attempts (virtual time).
+        assert await h.env.get_current_time() - started >= timedelta(seconds=30)
+        assert h.node.modes() == ["apply", "apply", "apply"]
+        assert len(set(h.node.jobs)) == 3  # a new Job per attempt
+        # Drained before the failure: the node stays cordoned and the state says why.
+        assert h.node.unschedulable and "uncordon_node" not in h.node.names()
+        state, _ = parse_node_state(h.node.state_annotation)
+        entry = state.packages["driver"]
+        assert (entry.stage, entry.state, entry.attempts) == ("apply", "erroring", 3)
+        assert "exit code 1" in (entry.last_error or "")
+        assert h.node.status_label == "erroring"
+        handle = h.client.get_workflow_handle(h.workflow_id)
+        assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+        await handle.signal(SIGNAL_NODE_RETRY)
+        results = await h.results(2)
+        assert results[1].state == "complete"
+        assert not h.node.unschedulable
+        assert await h.closed() == WorkflowExecutionStatus.COMPLETED
+
+
+async def test_node_cordoned_by_someone_else_stays_cordoned(temporal_test_env: WorkflowEnvironment) -> None:
+    node = FakeNode(name=f"node-{uuid.uuid4().hex[:8]}", unschedulable=True, cordoned_by="")
+    async with harness(temporal_test_env, node) as h:
+        await h.request("kernel", a_spec(interrupt={"type": "reboot"}))
+        [result] = await h.results(1)
+        assert result.state == "complete"
+        assert h.node.unschedulable and "uncordon_node" not in h.node.names()
+
+
+async def test_dependent_waits_queued_until_its_dependency_completes(
+    temporal_test_env: WorkflowEnvironment,
+) -> None:
+    async with harness(temporal_test_env) as h:
+        await h.request("nvidia-driver", a_spec(dependsOn={"kernel": "1.0.0"}))
+        for _ in range(5):
+            await h.env.sleep(timedelta(seconds=1))
+        assert h.node.modes() == []
+        assert await h.collector.query(ResultCollector.collected) == []
+        await h.request("kernel", a_spec())
+        results = await h.results(2)
+        assert [r.package for r in results] == ["kernel", "nvidia-driver"]
+        assert [r.state for r in results] == ["complete", "complete"]
+
+
+async def test_budget_lease_is_taken_before_cordon_and_released_after(
+    temporal_test_env: WorkflowEnvironment,
+) -> None:
+    policy = f"p-{uuid.uuid4().hex[:8]}"
+    async with harness(temporal_test_env) as h:
+        await h.request("kernel", a_spec(interrupt={"type": "reboot"}), budget=BudgetRef(policy, "gpu", 1))
+        [result] = await h.results(1)
+        assert result.state == "complete"
+        budget = h.client.get_workflow_handle(f"budget/{policy}/gpu")
+        status = await budget.query(QUERY_BUDGET_STATUS, result_type=BudgetStatus)
+        for _ in range(10):
+            if status.in_use == 0:
+                break
+            await h.env.sleep(timedelta(seconds=1))
+            status = await budget.query(QUERY_BUDGET_STATUS, result_type=BudgetStatus)
+        assert (status.in_use, status.limit) == (0, 1)
+        await budget.terminate("test cleanup")
+
+
+async def test_duplicate_request_is_dropped_and_invalid_spec_is_answered(
+    temporal_test_env: WorkflowEnvironment,
+) -> None:
+    async with harness(temporal_test_env) as h:
+        await h.request("bad", {"version": "not a version", "image": "x"})
+        [result] = await h.results(1)
+        assert result.state == "erroring" and "InvalidSpec" in result.message
+        await h.request("sysctl", a_spec(), request_id="same")
+        await h.request("sysctl", a_spec(), request_id="same")
+        results = await h.results(2)
+        assert [r.package for r in results] == ["bad", "sysctl"]
+        assert h.node.modes().count("apply") == 1
+
+
+async def test_up_to_date_package_is_answered_without_a_window(temporal_test_env: WorkflowEnvironment) -> None:
+    async with harness(temporal_test_env) as h:
+        await h.request("sysctl", a_spec())
+        await h.results(1)
+        assert await h.closed() == WorkflowExecutionStatus.COMPLETED
+        await h.request("sysctl", a_spec())
+        results = await h.results(2)
+        assert results[1].state == "complete"
+        assert h.node.modes().count("apply") == 1

@@ -1,0 +1,39 @@
+"""Every workflow and activity that `noderoll worker` registers, in one list each. No I/O at import.
+
+Owners append their own entries. `tests/unit/test_worker_registration.py` checks that each takes
+at most one dataclass/pydantic parameter and that activity names are `verb_object`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from activities.describe import describe_workflow_runs
+from activities.drain import drain_node, wait_protected_pods
+from activities.interrupts import run_interrupt
+from activities.jobs import run_stage_job
+from activities.leases import acquire_lease
+from activities.nodes import cordon_node, read_node, uncordon_node, write_node_state
+from workflows.budget import BudgetWorkflow
+from workflows.node import NodeWorkflow
+
+WORKFLOWS: list[type] = [
+    NodeWorkflow,
+    BudgetWorkflow,
+]
+
+ACTIVITIES: list[Callable[..., Any]] = [
+    # node window (activities/nodes.py, drain.py, jobs.py, interrupts.py, leases.py)
+    read_node,
+    cordon_node,
+    uncordon_node,
+    write_node_state,
+    wait_protected_pods,
+    drain_node,
+    run_stage_job,
+    run_interrupt,
+    acquire_lease,
+    # budget
+    describe_workflow_runs,
+]

@@ -1,0 +1,117 @@
+"""`noderoll worker`: the Temporal worker process running every workflow and activity. Does I/O.
+
+Connection settings come from flags, then environment variables, then a running `noderoll dev up`
+stack (`localstack.state.resolve_connection`). Activities are synchronous Kubernetes calls, run in
+a thread pool; SIGTERM/SIGINT shut the worker down gracefully (running activities get
+`graceful_shutdown_timeout` to finish, then Temporal retries them elsewhere).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import timedelta
+
+from temporalio.worker import Worker
+
+from activities import kube
+from api.keys import DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE
+from localstack.state import resolve_connection
+from worker.metrics import start_metrics_server
+from worker.registry import ACTIVITIES, WORKFLOWS
+from worker.temporal_client import connect
+
+log = logging.getLogger("noderoll.worker")
+ACTIVITY_THREADS = 32
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    """Everything `noderoll worker` needs to run."""
+
+    temporal_address: str
+    namespace: str
+    task_queue: str
+    kubeconfig: str | None
+    metrics_port: int | None = None
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add `noderoll worker` to the CLI."""
+    parser = subparsers.add_parser("worker", help="run the Temporal worker (all workflows and activities)")
+    parser.add_argument("--temporal-address", default=None,
+                        help="host:port of the Temporal frontend (env NODEROLL_TEMPORAL_ADDRESS; default: dev stack)")
+    parser.add_argument("--temporal-namespace", default=os.environ.get("NODEROLL_TEMPORAL_NAMESPACE", DEFAULT_NAMESPACE),
+                        help="Temporal namespace (env NODEROLL_TEMPORAL_NAMESPACE)")
+    parser.add_argument("--task-queue", default=os.environ.get("NODEROLL_TASK_QUEUE", DEFAULT_TASK_QUEUE),
+                        help="task queue (env NODEROLL_TASK_QUEUE)")
+    parser.add_argument("--kubeconfig", default=None,
+                        help="kubeconfig path (env KUBECONFIG; default: dev stack, else in-cluster config)")
+    parser.add_argument("--metrics-port", type=int, default=_env_int("NODEROLL_METRICS_PORT"),
+                        help="serve Prometheus /metrics on this port (env NODEROLL_METRICS_PORT; default: off)")
+    parser.add_argument("--state-dir", default=None, help="dev stack state dir (env NODEROLL_STATE_DIR)")
+    parser.set_defaults(func=run)
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name)
+    return int(value) if value else None
+
+
+def settings_from_args(args: argparse.Namespace) -> WorkerSettings:
+    """Resolve flags, environment and the dev stack into settings; exit with a message when unresolved."""
+    connection = resolve_connection(args.temporal_address, args.kubeconfig, args.state_dir)
+    if connection.temporal_address is None:
+        raise SystemExit("noderoll worker: no Temporal address (use --temporal-address, "
+                         "NODEROLL_TEMPORAL_ADDRESS, or start a stack with `noderoll dev up`)")
+    return WorkerSettings(
+        temporal_address=connection.temporal_address,
+        namespace=args.temporal_namespace,
+        task_queue=args.task_queue,
+        kubeconfig=connection.kubeconfig,
+        metrics_port=args.metrics_port,
+    )
+
+
+async def serve(settings: WorkerSettings, stop: asyncio.Event) -> None:
+    """Run the worker until `stop` is set."""
+    kube.configure(settings.kubeconfig)
+    client = await connect(settings.temporal_address, settings.namespace)
+    if settings.metrics_port is not None:
+        start_metrics_server(settings.metrics_port)
+    with ThreadPoolExecutor(max_workers=ACTIVITY_THREADS, thread_name_prefix="activity") as pool:
+        worker = Worker(
+            client,
+            task_queue=settings.task_queue,
+            workflows=WORKFLOWS,
+            activities=ACTIVITIES,
+            activity_executor=pool,
+            max_concurrent_activities=ACTIVITY_THREADS,
+            graceful_shutdown_timeout=timedelta(seconds=10),
+        )
+        log.info("worker on %s namespace=%s task_queue=%s kubeconfig=%s",
+                 settings.temporal_address, settings.namespace, settings.task_queue,
+                 settings.kubeconfig or "in-cluster")
+        async with worker:
+            await stop.wait()
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of `noderoll worker`."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = settings_from_args(args)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(settings, stop)
+
+    asyncio.run(main())
+    return 0

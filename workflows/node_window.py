@@ -1,0 +1,403 @@
+"""One node window, executed inside the node workflow: leases, cordon, drain, stages, interrupt,
+uncordon, node state. Deterministic, no I/O (every side effect is an activity called by name).
+
+The plan comes from `planning.node_plan` (one `NodeWindow`); this module only sequences it:
+
+1. write the state `in-progress` (one patch + conditions + an Event);
+2. when the window needs a drain: a lease from every budget of its requests (sorted, one at a
+   time, so two windows never deadlock holding one budget each), cordon, wait for protected pods,
+   drain;
+3. every package's stages before the interrupt, each stage followed by its check; a failed stage
+   or check is retried (new Job) up to `stage_attempts` times with doubling backoff;
+4. the merged interrupt of the packages still healthy, then their post-interrupt stages;
+5. uncordon (only our cordon, and not when a package failed after the node was drained), write the
+   final state, release the leases (also on failure), return one result per package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from activities.io import (
+        AcquireLeaseInput,
+        CordonNodeResult,
+        DrainNodeInput,
+        DrainNodeResult,
+        NodeEvent,
+        NodeInput,
+        ReadNodeResult,
+        RunInterruptInput,
+        RunInterruptResult,
+        RunStageJobResult,
+        StageJob,
+        UncordonNodeResult,
+        WaitProtectedPodsInput,
+        WaitProtectedPodsResult,
+        WriteNodeStateInput,
+    )
+    from api.enums import PlanAction, Stage, State
+    from api.keys import budget_workflow_id, node_workflow_id
+    from api.node_state import NodeState, PackageNodeState, config_hashes, dump_node_state
+    from api.package import PackageSpec
+    from planning.interrupts import InterruptRequest, merge_interrupts
+    from planning.node_plan import NodePlan, NodeWindow, StageStep
+    from planning.window import (
+        EntryUpdate,
+        drain_settings,
+        log_tail,
+        node_status,
+        protected_selectors,
+        retry_backoff,
+        stage_tolerations,
+        updated_entry,
+    )
+    from workflows.messages import (
+        SIGNAL_BUDGET_RELEASE,
+        LeaseRelease,
+        LeaseRequest,
+        NodeRequest,
+        NodeResult,
+        NodeWorkflowInput,
+    )
+
+# Short Kubernetes calls: retried quickly, a handful of times; non-retryable types stop at once.
+API_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
+                        maximum_attempts=10)
+# Long waits (drain, Jobs, reboot): infrastructure failures (worker lost, API down) are retried;
+# the activity's own bounds end in non-retryable errors.
+WAIT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=60),
+                         maximum_attempts=5)
+API_TIMEOUT = timedelta(seconds=60)
+DRAIN_STAGE = "drain"
+
+
+@dataclass
+class WindowContext:
+    """Everything one window needs; `grants` is the workflow's live set of granted lease ids."""
+
+    settings: NodeWorkflowInput
+    key: str
+    snapshot: ReadNodeResult
+    recorded: NodeState
+    plan: NodePlan
+    window: NodeWindow
+    requests: dict[str, NodeRequest]
+    specs: dict[str, PackageSpec]
+    grants: set[str]
+    set_phase: Callable[[str], None]
+
+
+@dataclass
+class Failure:
+    """Why a package ended erroring in this window."""
+
+    stage: str
+    message: str
+    log: str = ""
+
+
+@dataclass
+class WindowOutcome:
+    """What the window did: one result per package, and whether the node was left cordoned."""
+
+    results: dict[str, NodeResult] = field(default_factory=dict)
+    left_cordoned: bool = False
+
+
+def _cause(err: ActivityError) -> str:
+    cause = err.cause
+    if isinstance(cause, ApplicationError):
+        return f"{cause.type}: {cause.message}"
+    return str(cause or err)
+
+
+class WindowRun:
+    """Executes one `NodeWindow` (see the module docstring)."""
+
+    def __init__(self, ctx: WindowContext) -> None:
+        self.ctx = ctx
+        self.node = ctx.settings.node
+        self.state = ctx.recorded.model_copy(deep=True)
+        self.failures: dict[str, Failure] = {}
+        self.cordoned = False
+        self.drained = False
+        self.interrupted = False
+
+    # --- activities -------------------------------------------------------------------------
+
+    def _heartbeat(self) -> timedelta:
+        return timedelta(seconds=self.ctx.settings.heartbeat_seconds)
+
+    async def _write(self, in_window: bool, events: list[NodeEvent]) -> None:
+        status = node_status(self.state, in_window)
+        erroring = bool(self.failures)
+        message = "; ".join(f"{n}: {f.stage}: {f.message}" for n, f in sorted(self.failures.items()))
+        await workflow.execute_activity(
+            "write_node_state",
+            WriteNodeStateInput(
+                node=self.node, state_annotation=dump_node_state(self.state), status=status.value,
+                updating=in_window, erroring=erroring,
+                message=message or f"window {self.ctx.key}: {status.value}", events=events,
+            ),
+            start_to_close_timeout=API_TIMEOUT, retry_policy=API_RETRY, summary=f"state {status.value}",
+        )
+
+    def _event(self, reason: str, message: str, warning: bool = False) -> NodeEvent:
+        return NodeEvent(reason=reason, message=message, key=f"{self.ctx.key}/{reason}/{message[:40]}",
+                         warning=warning)
+
+    def _job(self, name: str, mode: str, attempt: int) -> StageJob:
+        spec = self.ctx.specs[name]
+        return StageJob(
+            package=name, version=spec.version, node=self.node, mode=mode, image=spec.image,
+            attempt=attempt, window=self.ctx.key,
+            env=[{"name": e.name, "value": e.value} for e in spec.env],
+            resources=spec.resources.model_dump(by_alias=True) if spec.resources else {},
+            tolerations=stage_tolerations(self.ctx.snapshot.taints, spec),
+            config=dict(spec.config), timeout_seconds=self.ctx.settings.stage_timeout_seconds,
+        )
+
+    async def _run_job(self, job: StageJob) -> RunStageJobResult:
+        try:
+            return await workflow.execute_activity(
+                "run_stage_job", job, result_type=RunStageJobResult,
+                start_to_close_timeout=timedelta(seconds=job.timeout_seconds + 120),
+                heartbeat_timeout=self._heartbeat(), retry_policy=WAIT_RETRY,
+                summary=f"{job.package} {job.mode} #{job.attempt}",
+            )
+        except ActivityError as err:
+            # The Job could not be run or watched at all: counts as a failed attempt.
+            return RunStageJobResult(job_name="", exit_code=-1, log_tail=_cause(err))
+
+    # --- the steps --------------------------------------------------------------------------
+
+    def _set(self, name: str, update: EntryUpdate) -> None:
+        self.state.packages[name] = updated_entry(self.state.packages[name], update, workflow.now().isoformat())
+
+    def _start_entries(self) -> None:
+        for name in self.ctx.window.packages:
+            spec, package_plan = self.ctx.specs[name], self.ctx.plan.packages[name]
+            previous = self.state.packages.get(name)
+            base = PackageNodeState(version=spec.version, image=spec.image,
+                                    config=previous.config if previous and previous.version == spec.version else {})
+            self.state.packages[name] = base.model_copy(update={"action": package_plan.action})
+            self._set(name, EntryUpdate(package_plan.stages[0], State.IN_PROGRESS))
+
+    async def _acquire_leases(self) -> list[tuple[str, str]]:
+        budgets = sorted({(r.budget.policy, r.budget.compartment): r.budget
+                          for r in self.ctx.requests.values() if r.budget is not None}.items())
+        leases: list[tuple[str, str]] = []
+        for (policy, compartment), ref in budgets:
+            budget_id = budget_workflow_id(policy, compartment)
+            lease_id = f"{self.node}/{self.ctx.key}"
+            leases.append((budget_id, lease_id))
+            self.ctx.set_phase("WaitingForLease")
+            await workflow.execute_activity(
+                "acquire_lease",
+                AcquireLeaseInput(budget_id, LeaseRequest(node_workflow_id(self.node), lease_id, self.node, ref.limit)),
+                start_to_close_timeout=API_TIMEOUT, retry_policy=API_RETRY, summary=f"lease from {budget_id}",
+            )
+            await workflow.wait_condition(lambda lease=lease_id: lease in self.ctx.grants)
+        return leases
+
+    async def _release(self, leases: list[tuple[str, str]]) -> None:
+        for budget_id, lease_id in leases:
+            self.ctx.grants.discard(lease_id)
+            try:
+                await workflow.get_external_workflow_handle(budget_id).signal(
+                    SIGNAL_BUDGET_RELEASE, LeaseRelease(lease_id))
+            except Exception as err:  # noqa: BLE001 - a closed budget has nothing to release
+                workflow.logger.warning("release of %s to %s failed: %s", lease_id, budget_id, err)
+
+    async def _prepare_node(self) -> None:
+        """Cordon, wait for protected pods, drain (raises ActivityError when bounded waits expire)."""
+        specs = [self.ctx.specs[n] for n in self.ctx.window.packages]
+        self.ctx.set_phase("Draining")
+        cordon = await workflow.execute_activity(
+            "cordon_node", NodeInput(self.node), result_type=CordonNodeResult,
+            start_to_close_timeout=API_TIMEOUT, retry_policy=API_RETRY, summary="cordon")
+        self.cordoned = cordon.cordoned_by_noderoll
+        selectors = protected_selectors(specs)
+        if selectors:
+            timeout = self.ctx.settings.protected_pods_timeout_seconds
+            await workflow.execute_activity(
+                "wait_protected_pods", WaitProtectedPodsInput(self.node, selectors, timeout),
+                result_type=WaitProtectedPodsResult,
+                start_to_close_timeout=timedelta(seconds=timeout + 120), heartbeat_timeout=self._heartbeat(),
+                retry_policy=WAIT_RETRY, summary="wait for protected pods")
+        drain = drain_settings(specs)
+        await workflow.execute_activity(
+            "drain_node",
+            DrainNodeInput(self.node, drain.timeout_seconds, drain.grace_period_seconds, drain.delete_empty_dir_data),
+            result_type=DrainNodeResult,
+            start_to_close_timeout=timedelta(seconds=drain.timeout_seconds + 120),
+            heartbeat_timeout=self._heartbeat(), retry_policy=WAIT_RETRY, summary="drain")
+        self.drained = True
+
+    async def _run_step(self, name: str, step: StageStep) -> bool:
+        """One stage and its check, retried as a pair; False (and a Failure recorded) when exhausted."""
+        attempts = self.ctx.settings.stage_attempts
+        last = RunStageJobResult(job_name="", exit_code=-1)
+        failed_mode = step.mode
+        for attempt in range(1, attempts + 1):
+            self._set(name, EntryUpdate(step.stage, State.IN_PROGRESS, attempt))
+            last = await self._run_job(self._job(name, step.mode, attempt))
+            failed_mode = step.mode
+            if last.succeeded and step.check is not None:
+                last = await self._run_job(self._job(name, step.check, attempt))
+                failed_mode = step.check
+            if last.succeeded:
+                return True
+            if attempt < attempts:
+                await workflow.sleep(retry_backoff(self.ctx.settings.retry_backoff_seconds, attempt))
+        tail = log_tail(last.log_tail)
+        message = f"{failed_mode} failed after {attempts} attempts (exit code {last.exit_code})"
+        self.failures[name] = Failure(step.stage.value, message, tail)
+        self._set(name, EntryUpdate(step.stage, State.ERRORING, attempts, f"{message}: {tail}"[-2000:]))
+        return False
+
+    async def _run_steps(self, name: str, steps: tuple[StageStep, ...]) -> None:
+        self.ctx.set_phase("Running")
+        for step in steps:
+            if not await self._run_step(name, step):
+                return
+
+    def _interrupt_owner(self, names: list[str], merged: InterruptRequest) -> str:
+        # The first package (by name) asking for the winning type runs the interrupt pod with its image.
+        plans = self.ctx.plan.packages
+        return next((n for n in sorted(names) if plans[n].interrupt and plans[n].interrupt.type is merged.type),
+                    sorted(names)[0])
+
+    async def _interrupt(self, names: list[str]) -> None:
+        merged = merge_interrupts(self.ctx.plan.packages[n].interrupt for n in names)
+        if merged is None:
+            return
+        self.ctx.set_phase("Interrupting")
+        owner = self._interrupt_owner(names, merged)
+        attempts = self.ctx.settings.stage_attempts
+        result = RunInterruptResult(job_name="", exit_code=-1)
+        for attempt in range(1, attempts + 1):
+            for name in names:
+                self._set(name, EntryUpdate(Stage.INTERRUPT, State.IN_PROGRESS, attempt))
+            job = self._job(owner, Stage.INTERRUPT.value, attempt)
+            job.interrupt = {"type": merged.type.value, "services": list(merged.services)}
+            try:
+                result = await workflow.execute_activity(
+                    "run_interrupt",
+                    RunInterruptInput(job, self.ctx.snapshot.boot_id, self.ctx.settings.reboot_timeout_seconds),
+                    result_type=RunInterruptResult,
+                    start_to_close_timeout=timedelta(
+                        seconds=self.ctx.settings.reboot_timeout_seconds + job.timeout_seconds + 120),
+                    heartbeat_timeout=self._heartbeat(), retry_policy=WAIT_RETRY,
+                    summary=f"interrupt {merged.type.value} for {', '.join(names)}")
+            except ActivityError as err:
+                result = RunInterruptResult(job_name="", exit_code=-1, log_tail=_cause(err))
+            self.interrupted = True
+            if result.exit_code == 0:
+                for name in names:
+                    self._set(name, EntryUpdate(Stage.INTERRUPT, State.COMPLETE, attempt))
+                return
+            if attempt < attempts:
+                await workflow.sleep(retry_backoff(self.ctx.settings.retry_backoff_seconds, attempt))
+        tail = log_tail(result.log_tail)
+        message = f"interrupt {merged.type.value} failed after {attempts} attempts (exit code {result.exit_code})"
+        for name in names:
+            self.failures[name] = Failure(Stage.INTERRUPT.value, message, tail)
+            self._set(name, EntryUpdate(Stage.INTERRUPT, State.ERRORING, attempts, f"{message}: {tail}"[-2000:]))
+
+    def _finish_entries(self) -> None:
+        for name in self.ctx.window.packages:
+            if name in self.failures:
+                continue
+            plan = self.ctx.plan.packages[name]
+            if plan.action is PlanAction.UNINSTALL:
+                # Absent means uninstalled (NodeWright's semantics, kept).
+                self.state.packages.pop(name, None)
+                continue
+            entry = self.state.packages[name]
+            self.state.packages[name] = entry.model_copy(update={"config": config_hashes(self.ctx.specs[name].config)})
+            self._set(name, EntryUpdate(plan.stages[-1], State.COMPLETE, entry.attempts))
+
+    def _fail_all(self, stage: str, message: str) -> None:
+        for name in self.ctx.window.packages:
+            if name not in self.failures:
+                self.failures[name] = Failure(stage, message)
+                entry = self.state.packages[name]
+                self._set(name, EntryUpdate(entry.stage, State.ERRORING, entry.attempts, f"{stage}: {message}"[-2000:]))
+
+    # --- the window -------------------------------------------------------------------------
+
+    async def execute(self) -> WindowOutcome:
+        """Run the window; never raises for package failures (they become erroring results)."""
+        window = self.ctx.window
+        names = ", ".join(f"{n} {self.ctx.specs[n].version}" for n in window.packages)
+        self._start_entries()
+        leases: list[tuple[str, str]] = []
+        try:
+            if window.needs_drain:
+                leases = await self._acquire_leases()
+            await self._write(True, [self._event("WindowStarted", f"node window for {names}"
+                                                 + (" (drain)" if window.needs_drain else ""))])
+            await self._stages(window)
+            self._finish_entries()
+            left_cordoned = self.cordoned and bool(self.failures) and (self.drained or self.interrupted)
+            if self.cordoned and not left_cordoned:
+                await workflow.execute_activity(
+                    "uncordon_node", NodeInput(self.node), result_type=UncordonNodeResult,
+                    start_to_close_timeout=API_TIMEOUT, retry_policy=API_RETRY, summary="uncordon")
+            await self._write(False, self._final_events(left_cordoned))
+        finally:
+            await self._release(leases)
+        return WindowOutcome(results=self._results(), left_cordoned=left_cordoned)
+
+    async def _stages(self, window: NodeWindow) -> None:
+        if window.needs_drain:
+            try:
+                await self._prepare_node()
+            except ActivityError as err:
+                # The host was not touched: fail the window, uncordon (left_cordoned needs a drain).
+                self._fail_all(DRAIN_STAGE, _cause(err))
+                return
+        for name in window.packages:
+            await self._run_steps(name, self.ctx.plan.packages[name].steps_before_interrupt())
+        healthy = [n for n in window.packages if n not in self.failures]
+        with_interrupt = [n for n in healthy if self.ctx.plan.packages[n].needs_interrupt]
+        await self._interrupt(with_interrupt)
+        for name in with_interrupt:
+            if name not in self.failures:
+                await self._run_steps(name, self.ctx.plan.packages[name].steps_after_interrupt())
+
+    def _final_events(self, left_cordoned: bool) -> list[NodeEvent]:
+        events = []
+        for name in self.ctx.window.packages:
+            failure = self.failures.get(name)
+            if failure is None:
+                events.append(self._event("PackageComplete", f"{name} {self.ctx.specs[name].version} complete"))
+            else:
+                events.append(self._event("PackageErroring", f"{name}: {failure.stage}: {failure.message}", True))
+        if left_cordoned:
+            events.append(self._event("LeftCordoned", "node stays cordoned: a package failed after the drain", True))
+        return events
+
+    def _results(self) -> dict[str, NodeResult]:
+        disrupted = self.cordoned or self.drained or self.interrupted
+        results = {}
+        for name, request in self.ctx.requests.items():
+            failure = self.failures.get(name)
+            entry = self.state.packages.get(name)
+            results[name] = NodeResult(
+                node=self.node, package=name, version=self.ctx.specs[name].version,
+                request_id=request.request_id,
+                state=(State.ERRORING if failure else State.COMPLETE).value,
+                stage=failure.stage if failure else (entry.stage.value if entry and entry.stage else None),
+                message=failure.message if failure else "complete",
+                disrupted=disrupted, log_tail=failure.log if failure else "",
+            )
+        return results
