@@ -30,6 +30,7 @@ from activities.io import (
 from activities.nodes import emit_event
 from api.keys import PACKAGE_POD_NAMESPACE
 from api.selectors import LabelSelector
+from worker import metrics
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 STAGE_COMPONENT_LABEL = "noderoll.io/component"
@@ -186,10 +187,12 @@ def drain_node(input: DrainNodeInput) -> DrainNodeResult:
         pods = [pod for pod in _pods_on(input.node) if not _skipped(pod)]
         if not pods:
             result.seconds = time.monotonic() - started
+            metrics.record_drain("drained", result.seconds)
             return result
         if not input.delete_empty_dir_data:
             local = sorted(_ref(pod) for pod in pods if _has_local_data(pod))
             if local:
+                metrics.record_drain("blocked", time.monotonic() - started)
                 raise errors.fatal(
                     f"drain of {input.node} blocked: pods with emptyDir data (set drain.deleteEmptyDirData): "
                     + ", ".join(local),
@@ -205,11 +208,13 @@ def drain_node(input: DrainNodeInput) -> DrainNodeResult:
                     result.evicted.append(_ref(pod))
             else:
                 refused_now += 1
+                metrics.record_eviction_retry("pdb")
         result.refused += refused_now
         elapsed = time.monotonic() - started
         if elapsed > input.timeout_seconds:
             remaining = sorted(_ref(pod) for pod in pods)
             pdbs = blocking_pdbs(pods)
+            metrics.record_drain("timeout", elapsed)
             raise errors.fatal(
                 f"drain of {input.node} timed out after {input.timeout_seconds}s; blocking pods: "
                 + ", ".join(remaining) + "; PodDisruptionBudgets: " + (", ".join(pdbs) or "none"),

@@ -12,12 +12,14 @@ import time
 
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities import errors, kube
 from activities.io import RunInterruptInput, RunInterruptResult
 from activities.jobs import check_job, ensure_job, wait_job, watch_job_pods
 from activities.nodes import snapshot
 from api.enums import InterruptType
+from worker import metrics
 
 POLL_SECONDS = 2
 
@@ -67,8 +69,16 @@ def run_interrupt(input: RunInterruptInput) -> RunInterruptResult:
     if kind not in set(InterruptType):
         raise errors.fatal(f"unknown interrupt type {kind!r}", errors.INVALID_SPEC)
     name, _ = ensure_job(input.job)
-    if kind == InterruptType.REBOOT:
-        return _confirm_reboot(input, name)
-    outcome = wait_job(name, time.monotonic() + input.job.timeout_seconds + 30)
-    boot_id, _ = _node_view(input.job.node)
-    return RunInterruptResult(name, outcome.exit_code, boot_id_after=boot_id, log_tail=outcome.log_tail)
+    try:
+        if kind == InterruptType.REBOOT:
+            result = _confirm_reboot(input, name)
+        else:
+            outcome = wait_job(name, time.monotonic() + input.job.timeout_seconds + 30)
+            boot_id, _ = _node_view(input.job.node)
+            result = RunInterruptResult(name, outcome.exit_code, boot_id_after=boot_id, log_tail=outcome.log_tail)
+    except ApplicationError:
+        # A reboot that never came back, or a node that vanished: a failed interrupt too.
+        metrics.record_interrupt(kind, "failed")
+        raise
+    metrics.record_interrupt(kind, "succeeded" if result.exit_code == 0 else "failed")
+    return result

@@ -22,6 +22,7 @@ from temporalio import activity
 from activities import kube
 from activities.io import RunStageJobResult, StageJob
 from api.keys import PACKAGE_POD_NAMESPACE
+from worker import metrics
 
 CONTAINER = "agent"
 HOST_ROOT = "/host"
@@ -224,7 +225,13 @@ def wait_job(name: str, deadline: float) -> PodOutcome:
 @activity.defn(name="run_stage_job")
 def run_stage_job(input: StageJob) -> RunStageJobResult:
     """Run one stage (or check) as a Job pinned to the node; return its exit code and log tail."""
+    started = time.monotonic()
     name, adopted = ensure_job(input)
     # A small margin over the Job's own activeDeadlineSeconds, so the Job's verdict normally wins.
     outcome = wait_job(name, time.monotonic() + input.timeout_seconds + 30)
+    # An adopted Job started before this attempt: its duration is unknown here, so it is not observed.
+    if not adopted:
+        metrics.record_stage_duration(input.package, input.mode, time.monotonic() - started)
+    if outcome.exit_code != 0:
+        metrics.record_stage_failure(input.package, input.mode)
     return RunStageJobResult(job_name=name, exit_code=outcome.exit_code, log_tail=outcome.log_tail, adopted=adopted)

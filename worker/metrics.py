@@ -50,13 +50,13 @@ ROLLOUT_BATCH_SIZE = Gauge(
 )
 STAGE_DURATION = Histogram(
     "noderoll_stage_duration_seconds",
-    "Duration of one stage window on one node: the stage Job from creation to its terminal phase.",
+    "Duration of one stage window on one node: the stage Job from its creation to its pod's end.",
     ["package", "stage"],
     buckets=STAGE_BUCKETS,
 )
 STAGE_FAILURES = Counter(
     "noderoll_stage_failures_total",
-    "Stage Jobs that ended Failed (non-accepted exit code, pod failure or timeout).",
+    "Stage Jobs that ended with a non-zero exit code (step failure, pod failure or deadline).",
     ["package", "stage"],
 )
 DRAIN_DURATION = Histogram(
@@ -67,7 +67,7 @@ DRAIN_DURATION = Histogram(
 )
 EVICTION_RETRIES = Counter(
     "noderoll_eviction_retries_total",
-    "Evictions refused and retried, by reason (pdb = 429 from a PodDisruptionBudget, error = other).",
+    "Evictions refused and retried, by reason (pdb = HTTP 429 from a PodDisruptionBudget).",
     ["reason"],
 )
 INTERRUPTS = Counter(
@@ -143,7 +143,7 @@ def record_drain(outcome: str, seconds: float) -> None:
 
 
 def record_eviction_retry(reason: str) -> None:
-    """Count one refused eviction that will be retried: `reason` is `pdb` (HTTP 429) or `error`."""
+    """Count one refused eviction that will be retried: `reason` is `pdb` (HTTP 429)."""
     EVICTION_RETRIES.labels(reason=reason).inc()
 
 
