@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from workflows.messages import LeaseRequest, NodeCancel, NodeRequest
+from workflows.messages import LeaseRequest, NodeRequest
 
 # --- rollout, budget and bridge activities (activities/targets.py, describe.py, node_requests.py) ---
 
@@ -57,20 +57,14 @@ class ListTargetNodesResult:
 
 
 @dataclass
-class RequestNodeWindowInput:
-    """Hand `request` to `node/<node>` by signal-with-start (starting the node workflow if needed)."""
+class RequestNodeWindowsInput:
+    """Hand each request to `node/<request.node>` by signal-with-start (one activity per batch)."""
 
-    node: str
-    request: NodeRequest
+    requests: list[NodeRequest]
+    # Nodes of each request, in the same order as `requests`.
+    nodes: list[str]
+    # Task queue of the node workflows ("" = the calling activity's own queue).
     task_queue: str = ""
-
-
-@dataclass
-class CancelNodeRequestInput:
-    """Withdraw a rollout's pending request on `node/<node>` (halt)."""
-
-    node: str
-    cancel: NodeCancel
 
 
 # --- node window activities (activities/nodes.py, drain.py, jobs.py, interrupts.py, leases.py) ---

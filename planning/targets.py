@@ -1,0 +1,134 @@
+"""Target selection of a Package rollout, and the runtime-required taint decision. Pure (no I/O).
+
+`select_targets(TargetQuery)` turns a snapshot of the fleet's Nodes into the rollout's targets:
+* a node is a candidate when the Package's `nodeSelector` matches its labels (no selector: every
+  node); a node labelled `noderoll.io/ignore=true` is left out entirely (not counted);
+* a candidate with a `NoSchedule`/`NoExecute` taint the package does not tolerate is `blocked`
+  with the reason (the taint), and retried at the next listing. Tolerated are: the package's
+  `additionalTolerations`, the cordon taint `node.kubernetes.io/unschedulable` (noderoll cordons
+  itself) and, for `runtimeRequired` packages, `noderoll.io/runtime-required`;
+* an eligible node whose recorded state already satisfies the spec (the per-node plan has no work
+  for this package) is `done`: a restarted or re-planned rollout does not lose work already done;
+* for an uninstall, the targets are the nodes where the package is recorded, whatever the selector.
+
+`runtime_required_taint_wanted(node, packages)`: a node carries `noderoll.io/runtime-required`
+while at least one `runtimeRequired` Package targets it and is not complete there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from api import keys
+from api.node_state import NodeState, parse_node_state
+from api.package import PackageSpec, Toleration
+from planning.compartments import NodeInfo
+from planning.node_plan import plan_package
+
+UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
+_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One Node as target selection sees it (built from an activity's snapshot)."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    # Each taint as {"key", "value", "effect"}.
+    taints: Sequence[Mapping[str, str]] = ()
+    state_annotation: str = ""
+
+
+@dataclass(frozen=True)
+class TargetQuery:
+    """Which nodes a package should reach, and how."""
+
+    package: str
+    spec: PackageSpec
+    nodes: Sequence[NodeView]
+    uninstall: bool = False
+
+
+@dataclass
+class TargetSelection:
+    """Eligible nodes (with labels, for compartments), nodes already done, and blocked nodes."""
+
+    eligible: list[NodeInfo] = field(default_factory=list)
+    done: list[str] = field(default_factory=list)
+    blocked: dict[str, str] = field(default_factory=dict)
+
+
+def tolerates(toleration: Toleration, taint: Mapping[str, str]) -> bool:
+    """Kubernetes toleration semantics: key (empty + Exists: any), operator, value, effect."""
+    if toleration.effect and toleration.effect != taint.get("effect"):
+        return False
+    if not toleration.key:
+        return toleration.operator == "Exists"
+    if toleration.key != taint.get("key"):
+        return False
+    return toleration.operator == "Exists" or (toleration.value or "") == (taint.get("value") or "")
+
+
+def untolerated_taints(spec: PackageSpec, taints: Sequence[Mapping[str, str]]) -> list[str]:
+    """The node's blocking taints the package does not tolerate, as `key=value:effect` strings."""
+    implicit = [Toleration(key=UNSCHEDULABLE_TAINT_KEY, operator="Exists")]
+    if spec.runtime_required:
+        implicit.append(Toleration(key=keys.RUNTIME_REQUIRED_TAINT_KEY, operator="Exists"))
+    tolerations = [*spec.additional_tolerations, *implicit]
+    bad = []
+    for taint in taints:
+        if taint.get("effect") not in _BLOCKING_EFFECTS:
+            continue
+        if not any(tolerates(t, taint) for t in tolerations):
+            value = f"={taint.get('value')}" if taint.get("value") else ""
+            bad.append(f"{taint.get('key')}{value}:{taint.get('effect')}")
+    return bad
+
+
+def is_candidate(spec: PackageSpec, labels: Mapping[str, str]) -> bool:
+    """The package's nodeSelector matches and the node is not ignored."""
+    if labels.get(keys.NODE_IGNORE_LABEL) == "true":
+        return False
+    return spec.node_selector is None or spec.node_selector.matches(labels)
+
+
+def needs_work(package: str, spec: PackageSpec, recorded: NodeState, uninstall: bool) -> bool:
+    """True when the per-node plan has stages to run for `package` on a node with `recorded`."""
+    plan = plan_package(package, spec, recorded.packages.get(package), uninstall or spec.uninstall_requested())
+    return plan.has_work
+
+
+def select_targets(query: TargetQuery) -> TargetSelection:
+    """Split the fleet snapshot into eligible, done and blocked nodes (module rules)."""
+    selection = TargetSelection()
+    for node in sorted(query.nodes, key=lambda n: n.name):
+        recorded, _problem = parse_node_state(node.state_annotation)
+        if query.uninstall:
+            if query.package not in recorded.packages:
+                continue
+        elif not is_candidate(query.spec, node.labels):
+            continue
+        bad = untolerated_taints(query.spec, node.taints)
+        if bad:
+            selection.blocked[node.name] = f"taints not tolerated: {', '.join(bad)}"
+            continue
+        selection.eligible.append(NodeInfo(node.name, dict(node.labels)))
+        if not needs_work(query.package, query.spec, recorded, query.uninstall):
+            selection.done.append(node.name)
+    return selection
+
+
+def runtime_required_taint_wanted(node: NodeView, packages: Mapping[str, PackageSpec]) -> bool:
+    """True while a runtimeRequired package targets `node` and is not complete there."""
+    recorded, _problem = parse_node_state(node.state_annotation)
+    for name, spec in sorted(packages.items()):
+        if not spec.runtime_required or not is_candidate(spec, node.labels):
+            continue
+        if needs_work(name, spec, recorded, uninstall=False):
+            return True
+        entry = recorded.packages.get(name)
+        if entry is None or not entry.is_complete():
+            return True
+    return False
