@@ -113,6 +113,9 @@ def _apiserver(layout: StackLayout) -> list[str]:
         "--api-audiences=https://kubernetes.default.svc.cluster.local",
         # Stage pods mount the host root; simulated kubelets run them.
         "--allow-privileged=true",
+        # The endpoint of the `kubernetes` Service would be 127.0.0.1, which Endpoints refuse; no pod
+        # here reaches the apiserver through that Service, so it is not reconciled at all.
+        "--endpoint-reconciler-type=none",
         "--profiling=false",
         "--v=1",
     ]

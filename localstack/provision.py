@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -34,8 +35,32 @@ class ProvisionError(RuntimeError):
     """A binary is missing and cannot be provided; the message says what to do."""
 
 
+BUILD_STAMP = ".noderoll-build"
+
+
 def _has_all(folder: Path) -> bool:
     return all(os.access(folder / name, os.X_OK) for name in K8S_BINARIES)
+
+
+def build_revision() -> str | None:
+    """The `build_revision` of the build script (bumped when its patches change), None without it."""
+    try:
+        match = re.search(r"^build_revision=(\S+)$", BUILD_SCRIPT.read_text(), re.MULTILINE)
+    except OSError:
+        return None
+    return match.group(1) if match else None
+
+
+def _cache_is_current(cache: Path) -> bool:
+    # Binaries of an older build revision lack a fix (see build-k8s.sh): rebuild rather than use them.
+    if not _has_all(cache):
+        return False
+    wanted = build_revision()
+    try:
+        stamp = (cache / BUILD_STAMP).read_text().strip()
+    except OSError:
+        stamp = None
+    return wanted is None or stamp == wanted
 
 
 def k8s_cache_dir() -> Path:
@@ -66,7 +91,7 @@ def find_k8s_binaries() -> Path | None:
     if assets and _has_all(Path(assets)):
         return Path(assets)
     cache = k8s_cache_dir()
-    return cache if _has_all(cache) else None
+    return cache if _cache_is_current(cache) else None
 
 
 def _build_k8s(cache: Path) -> None:
@@ -80,14 +105,14 @@ def _build_k8s(cache: Path) -> None:
     # Two concurrent `dev up`s must not run two 7-minute builds into the same folder.
     with open(cache.parent / f".{cache.name}.build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if _has_all(cache):
+        if _cache_is_current(cache):
             return
         print(
             f"building Kubernetes {K8S_VERSION} control plane into {cache} (once; about 7 min on 2 cores)...",
             file=sys.stderr,
         )
         result = subprocess.run(["bash", str(BUILD_SCRIPT), str(cache)], check=False)
-    if result.returncode != 0 or not _has_all(cache):
+    if result.returncode != 0 or not _cache_is_current(cache):
         raise ProvisionError(
             f"building the Kubernetes control plane into {cache} failed (exit {result.returncode}; "
             f"the build's own message is above). Fix that and rerun scripts/bootstrap, or set "

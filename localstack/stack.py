@@ -131,7 +131,7 @@ class _Run:
     def ensure(self, comp: Component) -> None:
         argv = comp.argv(self.layout)
         old = self.previous.get(comp.name)
-        if old is not None and old.is_alive() and old.argv == argv:
+        if old is not None and old.is_alive() and old.argv == argv and old.runs_current_binary():
             self.progress(f"{comp.name}: reusing pid {old.pid}")
             self.info.components[comp.name] = old
             return

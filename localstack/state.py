@@ -47,6 +47,17 @@ class ComponentInfo:
         except psutil.Error:
             return False
 
+    def runs_current_binary(self) -> bool:
+        """True unless the executable file was replaced since the start (say, a rebuilt cache)."""
+        if not self.argv:
+            return True
+        try:
+            running = os.stat(f"/proc/{self.pid}/exe")
+            on_disk = os.stat(self.argv[0])
+        except OSError:
+            return False
+        return (running.st_dev, running.st_ino) == (on_disk.st_dev, on_disk.st_ino)
+
 
 @dataclass
 class StackInfo:

@@ -10,7 +10,20 @@ set -euo pipefail
 cache_dir=${1:?usage: build-k8s.sh CACHE_DIR}
 bins=(kube-apiserver kube-controller-manager kube-scheduler)
 
-have_all() { for b in "${bins[@]}"; do [ -x "$cache_dir/$b" ] || return 1; done; }
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# Bump when the build changes (patches, flags): a cache without this stamp is rebuilt.
+# 2: vendored reflect2 v1.0.1 patched for Go >= 1.18 (v1.0.2's fix); without it the apiserver
+#    crashes ("fatal error: fault" in mapiterinit) when it encodes maps, e.g. on creating a custom resource.
+build_revision=2
+have_all() {
+  for b in "${bins[@]}"; do [ -x "$cache_dir/$b" ] || return 1; done
+  [ "$(cat "$cache_dir/.noderoll-build" 2>/dev/null)" = "$build_revision" ]
+}
+if have_all; then echo "k8s binaries already in $cache_dir"; exit 0; fi
+# One build at a time per cache folder: a second caller waits, then finds the binaries.
+mkdir -p "$(dirname "$cache_dir")"
+exec 9>"$cache_dir.lock"
+flock 9
 if have_all; then echo "k8s binaries already in $cache_dir"; exit 0; fi
 
 if [ "$(id -u)" != 0 ]; then
@@ -39,6 +52,10 @@ apt-get source -qq kubernetes >/dev/null
 src=$(find . -maxdepth 1 -type d -name 'kubernetes-*' | head -n1)
 [ -n "$src" ] || { echo "error: apt-get source kubernetes produced no source tree" >&2; exit 4; }
 cd "$src"
+# Debian's Go (1.19) changed reflect.mapiterinit's signature, which the vendored reflect2 links to.
+if [ ! -f vendor/github.com/modern-go/reflect2/go_above_118.go ]; then
+  patch -p1 --forward --quiet < "$here/reflect2-go1.18.patch"
+fi
 # Debian's Go is newer than what 1.20 expects; vendor mode and no version check keep the build offline.
 export GOFLAGS=-mod=vendor GO111MODULE=on GOPROXY=off GOTOOLCHAIN=local
 export KUBE_VERBOSE=0 FORCE_HOST_GO=y
@@ -54,5 +71,6 @@ mkdir -p "$cache_dir.tmp"
 for b in "${bins[@]}"; do
   install -m 0755 "$(find _output -type f -name "$b" -perm -u+x | head -n1)" "$cache_dir.tmp/$b"
 done
+echo "$build_revision" > "$cache_dir.tmp/.noderoll-build"
 rm -rf "$cache_dir"; mv "$cache_dir.tmp" "$cache_dir"
 echo "k8s binaries installed in $cache_dir"
