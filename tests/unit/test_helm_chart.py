@@ -1,0 +1,308 @@
+"""The Helm chart renders with every CI values file; its RBAC grants exactly what the code calls.
+
+Rendering uses the real helm binary (scripts/install-helm); the tests skip, saying why, when it is not
+installed. Server-side validation of the rendered objects is in tests/integration/test_helm_dry_run.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.helpers.helm import CHART, CI_VALUES, INSTALL_HINT, ROOT, Render, find_binary, render
+
+HELM = find_binary("helm")
+needs_helm = pytest.mark.skipif(HELM is None, reason=f"helm is not installed: {INSTALL_HINT}")
+
+VERBS = {
+    "create": "create",
+    "read": "get",
+    "list": "list",
+    "patch": "patch",
+    "replace": "update",
+    "delete": "delete",
+    "delete_collection": "deletecollection",
+}
+CORE, BATCH, COORD, NODEROLL = "", "batch", "coordination.k8s.io", "noderoll.io"
+RESOURCES = {
+    "node": (CORE, "nodes"),
+    "node_status": (CORE, "nodes/status"),
+    "pod": (CORE, "pods"),
+    "pod_eviction": (CORE, "pods/eviction"),
+    "pod_log": (CORE, "pods/log"),
+    "event": (CORE, "events"),
+    "config_map": (CORE, "configmaps"),
+    "namespace": (CORE, "namespaces"),
+    "job": (BATCH, "jobs"),
+    "lease": (COORD, "leases"),
+}
+# Raw `call_api` requests cannot be derived from a method name: each module using it is listed with
+# the (group, resource, verb) it needs. A new raw call fails the test until it is listed here.
+RAW_CALLS: dict[str, set[tuple[str, str, str]]] = {
+    "activities/drain.py": {("policy", "poddisruptionbudgets", "list")},
+}
+# Granted although no client call shows it, and why.
+GRANTED_WITHOUT_CALL = {
+    # Setting metadata.finalizers needs update on <kind>/finalizers where the
+    # OwnerReferencesPermissionEnforcement admission plugin is enabled.
+    (NODEROLL, "packages/finalizers", "update"),
+}
+CALL = re.compile(
+    r"\.(create|read|list|patch|replace|delete_collection|delete)_"
+    r"(namespaced_)?([a-z_]+?)(_for_all_namespaces)?\("
+)
+WATCH = re.compile(r"\.stream\(\s*[\w.()]+\.list_(namespaced_)?([a-z_]+?)(_for_all_namespaces)?\s*,")
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[dict[str, Any]]]:
+    assert HELM is not None
+    return {path.stem: render(HELM, Render(values=path)) for path in CI_VALUES}
+
+
+def kinds(objects: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for obj in objects:
+        out.setdefault(obj["kind"], []).append(obj)
+    return out
+
+
+def by_name(objects: list[dict[str, Any]], kind: str, suffix: str) -> dict[str, Any]:
+    return next(o for o in objects if o["kind"] == kind and o["metadata"]["name"].endswith(suffix))
+
+
+def test_ci_values_files_exist() -> None:
+    assert len(CI_VALUES) >= 3
+    for path in CI_VALUES:
+        assert isinstance(yaml.safe_load(path.read_text()), dict)
+
+
+def test_chart_crds_are_copies_of_deploy_crds() -> None:
+    source = {p.name: p.read_text() for p in (ROOT / "deploy" / "crds").glob("*.yaml")}
+    copies = {p.name: p.read_text() for p in (CHART / "files" / "crds").glob("*.yaml")}
+    assert source, "deploy/crds holds no CRD"
+    assert copies == source, "run: cp deploy/crds/*.yaml deploy/helm/noderoll/files/crds/"
+
+
+@needs_helm
+def test_every_values_file_renders_both_processes(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    for name, objects in rendered.items():
+        deployments = {d["metadata"]["name"].rsplit("-", 1)[1]: d for d in kinds(objects)["Deployment"]}
+        assert set(deployments) == {"worker", "bridge"}, name
+        for process, dep in deployments.items():
+            container = dep["spec"]["template"]["spec"]["containers"][0]
+            assert container["args"][0] == process
+            env = {e["name"] for e in container["env"]}
+            assert {
+                "NODEROLL_TEMPORAL_ADDRESS",
+                "NODEROLL_TEMPORAL_NAMESPACE",
+                "NODEROLL_TASK_QUEUE",
+                "NODEROLL_METRICS_PORT",
+            } <= env
+            assert dep["spec"]["template"]["spec"]["serviceAccountName"].endswith(process)
+            assert container["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+@needs_helm
+def test_crds_rendered_from_files_and_kept(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    crds = kinds(rendered["default-values"]).get("CustomResourceDefinition", [])
+    files = list((CHART / "files" / "crds").glob("*.yaml"))
+    assert len(crds) == len(files) > 0
+    for crd in crds:
+        assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    assert "CustomResourceDefinition" not in kinds(rendered["cloud-values"])
+
+
+@needs_helm
+def test_package_namespace_is_privileged(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    ns = kinds(rendered["default-values"])["Namespace"][0]
+    assert ns["metadata"]["name"] == "noderoll-system"
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert "Namespace" not in kinds(rendered["servicemonitor-values"])
+
+
+@needs_helm
+def test_tls_and_api_key_come_from_secrets(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    tls = by_name(rendered["tls-values"], "Deployment", "worker")["spec"]["template"]["spec"]
+    assert tls["volumes"][-1]["secret"]["secretName"] == "temporal-client-tls"
+    env = {e["name"]: e for e in tls["containers"][0]["env"]}
+    assert env["NODEROLL_TEMPORAL_TLS_CERT"]["value"].startswith("/etc/noderoll/temporal-tls/")
+    assert tls["nodeSelector"] and tls["tolerations"] and tls["affinity"]
+    cloud = by_name(rendered["cloud-values"], "Deployment", "bridge")["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in cloud["containers"][0]["env"]}
+    assert env["NODEROLL_TEMPORAL_API_KEY"]["valueFrom"]["secretKeyRef"]["name"] == "temporal-cloud"
+    assert cloud["containers"][0]["image"].endswith("@sha256:" + "0" * 64)
+
+
+@needs_helm
+def test_servicemonitors_are_optional(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    assert "ServiceMonitor" not in kinds(rendered["default-values"])
+    monitors = kinds(rendered["servicemonitor-values"])["ServiceMonitor"]
+    assert {m["metadata"]["name"].rsplit("-", 1)[1] for m in monitors} == {"worker", "bridge"}
+
+
+@needs_helm
+def test_pdb_api_follows_kubernetes_version() -> None:
+    assert HELM is not None
+    old = kinds(render(HELM, Render(kube_version="1.20.2")))["PodDisruptionBudget"][0]
+    new = kinds(render(HELM, Render(kube_version="1.30.0")))["PodDisruptionBudget"][0]
+    assert (old["apiVersion"], new["apiVersion"]) == ("policy/v1beta1", "policy/v1")
+
+
+@needs_helm
+def test_two_bridges_need_leader_election() -> None:
+    assert HELM is not None
+    with pytest.raises(Exception, match="leaderElection"):
+        render(HELM, Render(sets={"bridge.replicas": "2", "leaderElection.enabled": "false"}))
+
+
+# --- RBAC against the code --------------------------------------------------------------------------
+
+
+def module_files(package: str) -> list[Path]:
+    return sorted((ROOT / package).glob("*.py"))
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+        elif isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+    return names
+
+
+def process_files(process: str) -> list[Path]:
+    """Files whose Kubernetes calls run in `process`: its package plus the activity modules it imports."""
+    if process == "worker":
+        return module_files("activities")
+    files = set(module_files("crd_bridge"))
+    todo = list(files)
+    while todo:
+        for module in imported_modules(todo.pop()):
+            top, _, rest = module.partition(".")
+            candidate = ROOT / top / f"{rest}.py"
+            if (
+                top in ("activities", "crd_bridge")
+                and rest
+                and candidate.is_file()
+                and candidate not in files
+            ):
+                files.add(candidate)
+                todo.append(candidate)
+    return sorted(files)
+
+
+def call_args(text: str, start: int) -> str:
+    """The argument text of the call whose "(" is just before `start` (balanced parentheses)."""
+    depth = 1
+    for i in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[start:i]
+    return text[start:]
+
+
+def plural_args(call_text: str) -> set[str]:
+    found = set()
+    if "PACKAGE" in call_text or '"packages"' in call_text:
+        found.add("packages")
+    if "POLICY" in call_text or '"deploymentpolicies"' in call_text:
+        found.add("deploymentpolicies")
+    return found or {"packages", "deploymentpolicies"}
+
+
+def required_rules(process: str) -> set[tuple[str, str, str, bool]]:
+    """(group, resource, verb, package_namespace_only) for every client call of `process`."""
+    needed: set[tuple[str, str, str, bool]] = set()
+    for path in process_files(process):
+        text = path.read_text()
+        rel = str(path.relative_to(ROOT))
+        if "call_api(" in text:
+            assert rel in RAW_CALLS, f"{rel} uses call_api: list what it needs in RAW_CALLS"
+            needed |= {(g, r, v, False) for g, r, v in RAW_CALLS[rel]}
+        for match in CALL.finditer(text):
+            verb, namespaced, noun, _all = match.groups()
+            args = call_args(text, match.end())
+            in_pkg_ns = bool(namespaced) and "PACKAGE_POD_NAMESPACE" in args
+            if noun.startswith("cluster_custom_object"):
+                sub = "/status" if noun.endswith("_status") else ""
+                needed |= {(NODEROLL, p + sub, VERBS[verb], False) for p in plural_args(args)}
+            elif noun in RESOURCES:
+                group, resource = RESOURCES[noun]
+                needed.add((group, resource, VERBS[verb], in_pkg_ns))
+        for match in WATCH.finditer(text):
+            namespaced, noun, _all = match.groups()
+            args = call_args(text, match.start() + len(".stream("))
+            if noun.startswith("cluster_custom_object"):
+                needed |= {(NODEROLL, p, "watch", False) for p in plural_args(args)}
+            elif noun in RESOURCES:
+                group, resource = RESOURCES[noun]
+                needed.add((group, resource, "watch", bool(namespaced) and "PACKAGE_POD_NAMESPACE" in args))
+    return needed
+
+
+def granted(objects: list[dict[str, Any]], process: str, namespace_role: bool) -> set[tuple[str, str, str]]:
+    kind = "Role" if namespace_role else "ClusterRole"
+    out: set[tuple[str, str, str]] = set()
+    for role in objects:
+        if role["kind"] != kind or process not in role["metadata"]["name"]:
+            continue
+        if namespace_role and role["metadata"]["namespace"] != "noderoll-system":
+            continue
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    out |= {(group, resource, verb) for verb in rule["verbs"]}
+    return out
+
+
+def all_roles(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] in ("Role", "ClusterRole")]
+
+
+@needs_helm
+def test_no_wildcards_in_rbac(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    for role in all_roles(rendered["default-values"]):
+        for rule in role["rules"]:
+            for key in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[key], role["metadata"]["name"]
+
+
+@needs_helm
+@pytest.mark.parametrize("process", ["worker", "bridge"])
+def test_rbac_grants_every_call_of_the_code(rendered: dict[str, list[dict[str, Any]]], process: str) -> None:
+    if process == "bridge" and not module_files("crd_bridge")[1:]:
+        pytest.skip("crd_bridge has no modules yet")
+    objects = rendered["default-values"]
+    cluster = granted(objects, process, namespace_role=False)
+    namespaced = granted(objects, process, namespace_role=True)
+    missing = sorted(
+        (g, r, v)
+        for g, r, v, pkg_ns in required_rules(process)
+        if (g, r, v) not in cluster and not (pkg_ns and (g, r, v) in namespaced)
+    )
+    assert not missing, f"{process} code calls the API without a grant in the chart: {missing}"
+
+
+@needs_helm
+@pytest.mark.parametrize("process", ["worker", "bridge"])
+def test_rbac_grants_nothing_the_code_does_not_call(
+    rendered: dict[str, list[dict[str, Any]]], process: str
+) -> None:
+    if process == "bridge" and not module_files("crd_bridge")[1:]:
+        pytest.skip("crd_bridge has no modules yet")
+    objects = rendered["default-values"]
+    needed = {(g, r, v) for g, r, v, _ in required_rules(process)}
+    extra = (
+        (granted(objects, process, False) | granted(objects, process, True)) - needed - GRANTED_WITHOUT_CALL
+    )
+    # Leader election happens through the Lease API of the bridge, checked by its own calls.
+    assert not extra, f"the chart grants {process} more than its code uses: {sorted(extra)}"
