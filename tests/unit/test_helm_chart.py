@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -306,3 +307,12 @@ def test_rbac_grants_nothing_the_code_does_not_call(
     )
     # Leader election happens through the Lease API of the bridge, checked by its own calls.
     assert not extra, f"the chart grants {process} more than its code uses: {sorted(extra)}"
+
+
+@needs_helm
+@pytest.mark.parametrize("values", CI_VALUES, ids=lambda p: p.stem)
+def test_helm_lint_strict(values: Path) -> None:
+    assert HELM is not None
+    result = subprocess.run([HELM, "lint", "--strict", str(CHART), "--values", str(values)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
