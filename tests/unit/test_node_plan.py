@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from api.enums import InterruptType, PlanAction, Stage, State
 from api.node_state import NodeState, PackageNodeState, config_hashes
 from api.package import PackageSpec
-from planning.interrupts import InterruptRequest
+from planning.interrupts import InterruptRequest, merge_interrupts
 from planning.node_plan import NodePlanInput, plan_node, plan_package
 
 A, U, C, INT, P, X = (
@@ -234,3 +237,61 @@ def test_cycle_is_reported_not_raised() -> None:
 def test_nothing_to_do() -> None:
     plan = plan_node(node({"a": spec()}, {"a": done()}))
     assert plan.windows == () and plan.packages["a"].action is PlanAction.NONE
+
+
+# ---- property: windows over random packages and recorded states -------------------------------
+
+NAMES = ["a", "b", "c", "d", "e", "f"]
+INTERRUPTS = [None, {"type": "noop"}, {"type": "service", "services": ["s1"]}, {"type": "reboot"}]
+
+
+@st.composite
+def node_inputs(draw: st.DrawFn) -> NodePlanInput:
+    rng = random.Random(draw(st.integers(0, 2**32 - 1)))
+    names = [n for n in NAMES if rng.random() < 0.7]
+    desired: dict[str, PackageSpec] = {}
+    recorded: dict[str, PackageNodeState] = {}
+    for index, name in enumerate(names):
+        # Dependencies only on earlier names: no cycles (cycles are tested separately).
+        deps = {d: "1.0.0" for d in names[:index] if rng.random() < 0.3}
+        interrupt = rng.choice(INTERRUPTS)
+        desired[name] = spec("1.0.0", dependsOn=deps, **({"interrupt": interrupt} if interrupt else {}))
+        roll = rng.random()
+        if roll < 0.3:
+            recorded[name] = done(
+                "1.0.0", image="x/p:1.0.0", stage=Stage.POST_INTERRUPT if interrupt else Stage.CONFIG
+            )
+        elif roll < 0.5:
+            recorded[name] = done("0.9.0")
+        elif roll < 0.6:
+            recorded[name] = done(
+                stage=rng.choice([A, C, INT]), state=State.ERRORING, action=PlanAction.INSTALL
+            )
+    uninstall = frozenset(n for n in names if n in recorded and rng.random() < 0.1)
+    return node(desired, recorded, uninstall)
+
+
+@settings(max_examples=500, deadline=None)
+@given(node_inputs())
+def test_windows_respect_dependencies_and_merge_interrupts(data: NodePlanInput) -> None:
+    plan = plan_node(data)
+    assert plan.error is None
+    placed = {name: (w, i) for w, window in enumerate(plan.windows) for i, name in enumerate(window.packages)}
+    working = {n for n, p in plan.packages.items() if p.has_work}
+    assert set(placed) == working and len(plan.order) == len(working), (
+        "each package with work runs exactly once"
+    )
+    for name in working:
+        if plan.packages[name].action is PlanAction.UNINSTALL:
+            continue
+        for dep in data.desired[name].depends_on:
+            if dep in working and plan.packages[dep].action is not PlanAction.UNINSTALL:
+                assert placed[dep] < placed[name], "a dependency runs before its dependent"
+                if plan.packages[dep].needs_interrupt:
+                    assert placed[dep][0] < placed[name][0], (
+                        "a dependent waits for its dependency's interrupt"
+                    )
+    for window in plan.windows:
+        wanted = [plan.packages[n].interrupt for n in window.packages if plan.packages[n].needs_interrupt]
+        assert window.interrupt == merge_interrupts(wanted)
+        assert window.needs_drain == bool(window.interrupt and window.interrupt.disruptive)
