@@ -9,6 +9,7 @@ fleet prefix label, topology spread on hostname), each with a PodDisruptionBudge
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,7 @@ from fleetsim.kube import Kube, KubeError, quoted
 
 PROTECTED_LABEL = "workload.noderoll.io/protected"
 KIND_LABEL = "workload.noderoll.io/kind"
+SERVICE_ACCOUNT_WAIT_SECONDS = 30.0
 
 
 @dataclass
@@ -35,11 +37,18 @@ class WorkloadSpec:
 
 
 def _create(kube: Kube, path: str, body: dict[str, Any]) -> None:
-    try:
-        kube.request("POST", path, body)
-    except KubeError as err:
-        if err.status != 409:  # already there from an earlier run: keep it
-            raise
+    # A fresh namespace has no default ServiceAccount (token) for a moment: pods are refused until then.
+    deadline = time.monotonic() + SERVICE_ACCOUNT_WAIT_SECONDS
+    while True:
+        try:
+            kube.request("POST", path, body)
+            return
+        except KubeError as err:
+            if err.status == 409:  # already there from an earlier run: keep it
+                return
+            if "service account" not in str(err) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.5)
 
 
 def training_pod(spec: WorkloadSpec, index: int, node: str) -> dict[str, Any]:

@@ -202,3 +202,31 @@ def test_service_interrupt_records_restarted_services(local_stack: Any, kube_api
         log = fleet.sandbox(node) / "var/lib/noderoll/restarted-services.log"
         assert log.read_text().split() == ["containerd", "kubelet"]
         assert fleet.boot_id(node) == boot_id
+
+
+def test_workloads_spread_with_pdbs_and_training_pods_finish(local_stack: Any, kube_api_client: ApiClient) -> None:
+    from fleetsim.workloads import PROTECTED_LABEL, WorkloadSpec, create_workloads
+
+    core = client.CoreV1Api(kube_api_client)
+    # The 1.20 test bed serves PDBs as policy/v1beta1 only, which this client has no typed API for.
+    objects = client.CustomObjectsApi(kube_api_client)
+    namespace = unique_name("wl")
+    with running_fleet(local_stack, nodes=4) as fleet:
+        spec = WorkloadSpec(namespace=namespace, prefix=fleet.options.name_prefix, nodes=fleet.node_names,
+                            training_pods=2, training_seconds=1.0, deployments=1, replicas=3)
+        try:
+            assert create_workloads(fleet.ctx.kube, spec) == {"trainingPods": 2, "deployments": 1, "pdbs": 1}
+            protected = core.list_namespaced_pod(namespace, label_selector=f"{PROTECTED_LABEL}=true").items
+            assert [p.spec.node_name for p in protected] == [fleet.node_names[0]]
+
+            def settled() -> None:
+                pods = core.list_namespaced_pod(namespace).items
+                phases = sorted((p.metadata.labels.get("app", "").rsplit("-", 1)[-1], p.status.phase) for p in pods)
+                assert phases == [("0", "Running")] * 3 + [("training", "Succeeded")] * 2, phases
+                assert {p.spec.node_name for p in pods} <= set(fleet.node_names)
+                pdb = objects.get_namespaced_custom_object("policy", "v1beta1", namespace, "poddisruptionbudgets", f"{spec.prefix}-web-0")
+                assert pdb["status"]["disruptionsAllowed"] == 1
+
+            assert_eventually(settled, timeout=60)
+        finally:
+            core.delete_namespace(namespace)

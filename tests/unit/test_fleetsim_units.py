@@ -1,0 +1,84 @@
+"""fleetsim's pure parts: fault rules, image references, pod status documents, node naming."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fleetsim import podstatus
+from fleetsim.command import parse_labels
+from fleetsim.faults import Fault, Faults, load_faults_file, parse_flag
+from fleetsim.images import ImageStore, split_reference
+from fleetsim.nodes import node_name
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "expected"),
+    [
+        pytest.param("fail-stage", "sim-00[12]:apply:7", Fault("fail-stage", nodes="sim-00[12]", mode="apply", exit_code=7), id="fail-with-code"),
+        pytest.param("fail-stage", "sim-.*:config", Fault("fail-stage", nodes="sim-.*", mode="config"), id="fail-default-code"),
+        pytest.param("hang", "sim-003:apply-check", Fault("hang", nodes="sim-003", mode="apply-check"), id="hang"),
+        pytest.param("reboot-never-returns", "sim-004", Fault("reboot-never-returns", nodes="sim-004"), id="reboot"),
+        pytest.param("slow-termination", "sim-.*:20", Fault("slow-termination", nodes="sim-.*", seconds=20), id="slow"),
+    ],
+)
+def test_fault_flags(kind: str, value: str, expected: Fault) -> None:
+    assert parse_flag(kind, value) == expected
+
+
+def test_bad_fault_flag_and_kind() -> None:
+    with pytest.raises(ValueError):
+        parse_flag("hang", "only-a-regex")
+    with pytest.raises(ValueError):
+        Fault("explode")
+
+
+def test_faults_match_whole_names_and_spend_times(tmp_path: Path) -> None:
+    path = tmp_path / "faults.yaml"
+    path.write_text("faults:\n  - kind: fail-stage\n    nodes: 'sim-00[0-1]'\n    mode: 'apply*'\n    exitCode: 9\n    times: 1\n")
+    faults = Faults(load_faults_file(path))
+    assert faults.take("fail-stage", "sim-0010", "apply") is None  # fullmatch, not prefix
+    assert faults.take("fail-stage", "sim-001", "config") is None
+    rule = faults.take("fail-stage", "sim-001", "apply-check")
+    assert rule is not None and rule.exit_code == 9
+    assert faults.take("fail-stage", "sim-000", "apply") is None  # spent
+
+
+def test_image_references_resolve_to_folders(tmp_path: Path) -> None:
+    assert split_reference("registry.local:5000/team/sysctl-tuning:1.2.3") == ("sysctl-tuning", "1.2.3")
+    assert split_reference("driver@sha256:abc") == ("driver", "latest")
+    (tmp_path / "driver" / "2.0.0").mkdir(parents=True)
+    (tmp_path / "driver" / "2.0.0" / "config.json").write_text("{}")
+    (tmp_path / "custom" / "skyhook-package").mkdir(parents=True)
+    (tmp_path / "custom" / "skyhook-package" / "config.json").write_text("{}")
+    (tmp_path / "index.json").write_text(json.dumps({"images": {"nvcr.io/x/odd-name:5": "custom"}}))
+    store = ImageStore([tmp_path])
+    assert store.resolve("r.example/driver:2.0.0") == tmp_path / "driver" / "2.0.0"
+    assert store.resolve("r.example/driver:3.0.0") is None
+    assert store.resolve("nvcr.io/x/odd-name:5") == tmp_path / "custom" / "skyhook-package"
+    assert store.resolve("example.local/sysctl-tuning:1.0.0").name == "sysctl-tuning"  # examples by default
+
+
+def test_log_tail_keeps_last_lines_within_two_kib() -> None:
+    text = "".join(f"line {i} " + "x" * 60 + "\n" for i in range(200))
+    tail = podstatus.log_tail(text)
+    assert tail.endswith("line 199 " + "x" * 60)
+    assert len(tail.encode()) <= podstatus.LOG_TAIL_BYTES
+    assert podstatus.log_tail("a\nb\n") == "a\nb"
+
+
+def test_terminated_status_reports_exit_code() -> None:
+    pod = {"metadata": {"uid": "u1"}, "spec": {"containers": [{"name": "agent", "image": "i:1"}]}, "status": {}}
+    failed = podstatus.terminated_status(pod, 3, "boom", ("t0", "t1"))
+    assert failed["phase"] == "Failed"
+    assert failed["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
+    assert podstatus.terminated_status(pod, 0, "", ("t0", "t1"))["phase"] == "Succeeded"
+
+
+def test_node_names_and_labels() -> None:
+    assert node_name("sim", 7, 50) == "sim-007"
+    assert node_name("sim", 7, 1000) == "sim-007"
+    assert node_name("sim", 7, 10000) == "sim-0007"
+    assert parse_labels("a=1, b=two,") == {"a": "1", "b": "two"}
