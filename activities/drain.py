@@ -46,10 +46,7 @@ def policy_version() -> str:
     with _policy_version_lock:
         if _policy_version is None:
             try:
-                kube.api_client().call_api(
-                    "/apis/policy/v1", "GET", response_type="object", auth_settings=["BearerToken"],
-                    _return_http_data_only=True,
-                )
+                kube.request_json("GET", "/apis/policy/v1")
                 _policy_version = "policy/v1"
             except ApiException as err:
                 if not kube.is_not_found(err):
@@ -136,7 +133,8 @@ def _evict(pod: client.V1Pod, grace_period_seconds: int | None) -> bool:
     if grace_period_seconds is not None:
         body["deleteOptions"] = {"gracePeriodSeconds": grace_period_seconds}
     try:
-        kube.core().create_namespaced_pod_eviction(pod.metadata.name, pod.metadata.namespace, body)
+        path = f"/api/v1/namespaces/{pod.metadata.namespace}/pods/{pod.metadata.name}/eviction"
+        kube.request_json("POST", path, body)
         return True
     except ApiException as err:
         kind = kube.classify(err)
@@ -150,9 +148,7 @@ def _evict(pod: client.V1Pod, grace_period_seconds: int | None) -> bool:
 def _pdbs(namespace: str) -> list[dict[str, Any]]:
     path = f"/apis/{policy_version()}/namespaces/{namespace}/poddisruptionbudgets"
     try:
-        body = kube.api_client().call_api(
-            path, "GET", response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True
-        )
+        body = kube.request_json("GET", path)
     except ApiException as err:
         kube.raise_for(err, f"list PodDisruptionBudgets in {namespace}")
     return list((body or {}).get("items") or [])

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from enum import StrEnum
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -104,3 +104,20 @@ def raise_for(err: ApiException, context: str) -> NoReturn:
     if is_retryable(err):
         raise RuntimeError(f"{context}: HTTP {err.status} {err.reason}") from err
     raise errors.fatal(f"{context}: HTTP {err.status} {err.reason}: {err.body}", errors.KUBE_CLIENT_ERROR) from err
+
+
+def request_json(method: str, path: str, body: Any = None) -> Any:
+    """A raw JSON request on the shared client, for API versions the typed client lacks (policy/v1beta1).
+
+    Non-2xx answers raise ApiException, like the typed methods.
+    """
+    api = api_client()
+    headers = {"Accept": "application/json"}
+    if body is not None:
+        headers["Content-Type"] = "application/json"
+    serialized = api.param_serialize(
+        method=method, resource_path=path, header_params=headers, body=body, auth_settings=["BearerToken"]
+    )
+    response = api.call_api(*serialized)
+    response.read()
+    return api.response_deserialize(response, {"2XX": "object"}).data

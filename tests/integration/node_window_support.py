@@ -1,0 +1,183 @@
+"""Helpers of the node window integration tests: a worker, requests, node and Job reads, a PDB watch.
+
+The worker runs the real node workflow and the real activities against the session stack; the
+rollout is replaced by `ResultCollector` (it only collects `node_result` signals).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client import ApiClient
+from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError
+from temporalio.worker import Worker
+
+from activities import kube
+from api.keys import NODE_STATE_ANNOTATION, PACKAGE_POD_NAMESPACE, node_workflow_id
+from api.node_state import NodeState, parse_node_state
+from tests.helpers import assert_eventually, new_task_queue
+from tests.workflows.node_collector import ResultCollector
+from worker.registry import ACTIVITIES, WORKFLOWS
+from workflows.messages import SIGNAL_NODE_REQUEST, NodeRequest, NodeResult, NodeWorkflowInput
+from workflows.node import NodeWorkflow
+
+SYSCTL_IMAGE = "example.local/sysctl-tuning:1.0.0"
+SCRIPT_IMAGE = "example.local/script-config:1.0.0"
+KMOD_IMAGE = "example.local/kmod-blocklist:1.0.0"
+
+
+def fast_settings(node: str, **overrides: Any) -> NodeWorkflowInput:
+    """Bounds short enough for tests: 2 attempts, 1 s backoff, 5 s heartbeats."""
+    values: dict[str, Any] = dict(node=node, stage_attempts=2, retry_backoff_seconds=1.0,
+                                  protected_pods_timeout_seconds=60, stage_timeout_seconds=60,
+                                  reboot_timeout_seconds=60, heartbeat_seconds=5)
+    values.update(overrides)
+    return NodeWorkflowInput(**values)
+
+
+def package_spec(image: str, **fields: Any) -> dict[str, Any]:
+    """A Package spec (by alias) for an example package image."""
+    return {"version": image.rsplit(":", 1)[1], "image": image, **fields}
+
+
+@dataclass
+class Window:
+    """One node under test: its Temporal side (collector, task queue) and its Kubernetes side."""
+
+    temporal: Client
+    api: ApiClient
+    node: str
+    task_queue: str = field(default_factory=new_task_queue)
+    collector: WorkflowHandle[Any, Any] | None = None
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    async def start_collector(self) -> None:
+        self.collector = await self.temporal.start_workflow(
+            ResultCollector.run, id=f"collector-{uuid.uuid4()}", task_queue=self.task_queue)
+
+    async def request(self, package: str, spec: dict[str, Any], settings: NodeWorkflowInput | None = None) -> None:
+        """Signal-with-start `node/<node>` with a request whose answers go to the collector."""
+        assert self.collector is not None
+        request = NodeRequest(rollout_workflow_id=self.collector.id, package=package, spec=spec,
+                              generation=1, request_id=str(uuid.uuid4()))
+        await self.temporal.start_workflow(
+            NodeWorkflow.run, settings or fast_settings(self.node), id=node_workflow_id(self.node),
+            task_queue=self.task_queue, start_signal=SIGNAL_NODE_REQUEST, start_signal_args=[request])
+
+    async def results(self) -> list[NodeResult]:
+        assert self.collector is not None
+        return list(await self.collector.query(ResultCollector.collected))
+
+    def node_object(self) -> client.V1Node:
+        return self.core.read_node(self.node)
+
+    def state(self) -> NodeState:
+        raw = (self.node_object().metadata.annotations or {}).get(NODE_STATE_ANNOTATION)
+        state, problem = parse_node_state(raw)
+        assert problem is None, problem
+        return state
+
+    def stage_jobs(self) -> list[client.V1Job]:
+        """Every stage Job noderoll created for this node."""
+        return client.BatchV1Api(self.api).list_namespaced_job(
+            PACKAGE_POD_NAMESPACE, label_selector=f"noderoll.io/node={self.node}").items
+
+    def modes_run(self) -> list[str]:
+        """Modes of this node's stage Jobs, sorted by name (creation timestamps have 1 s resolution)."""
+        return sorted(j.metadata.labels["noderoll.io/mode"] for j in self.stage_jobs())
+
+    def condition(self, kind: str) -> str | None:
+        for condition in self.node_object().status.conditions or []:
+            if condition.type == kind:
+                return str(condition.status)
+        return None
+
+
+async def history_events(temporal: Client, node: str) -> int:
+    """Events in the latest run of `node/<node>` (one run per window when nothing else queues)."""
+    history = await temporal.get_workflow_handle(node_workflow_id(node)).fetch_history()
+    return len(history.events)
+
+
+@asynccontextmanager
+async def in_process_worker(temporal: Client, kubeconfig: str, task_queue: str) -> AsyncIterator[Worker]:
+    """The worker's workflows and activities (worker/registry.py) plus the collector, in this process."""
+    kube.configure(kubeconfig)
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        worker = Worker(temporal, task_queue=task_queue, workflows=[*WORKFLOWS, ResultCollector],
+                        activities=ACTIVITIES, activity_executor=pool)
+        async with worker:
+            yield worker
+
+
+async def close_workflows(temporal: Client, workflow_ids: list[str]) -> None:
+    """Terminate what a test left running (a held erroring window, the collector)."""
+    for workflow_id in workflow_ids:
+        try:
+            await temporal.get_workflow_handle(workflow_id).terminate("test cleanup")
+        except RPCError:
+            pass  # already closed
+
+
+class HealthyPodsWatch:
+    """Counts, on a background thread, the Ready, not-terminating pods matching a selector; keeps the minimum.
+
+    That count is what a PodDisruptionBudget's `currentHealthy` is computed from, so `minimum` below
+    `minAvailable` would be a PDB violation.
+    """
+
+    def __init__(self, api: ApiClient, namespace: str, selector: str) -> None:
+        self.core = client.CoreV1Api(api)
+        self.namespace, self.selector = namespace, selector
+        self.minimum: int | None = None
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def healthy(self) -> int:
+        pods = self.core.list_namespaced_pod(self.namespace, label_selector=self.selector).items
+        return sum(
+            1 for p in pods
+            if p.metadata.deletion_timestamp is None and p.status.phase == "Running"
+            and any(c.type == "Ready" and c.status == "True" for c in p.status.conditions or [])
+        )
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            count = self.healthy()
+            self.minimum = count if self.minimum is None else min(self.minimum, count)
+            self.samples += 1
+            self._stop.wait(0.1)
+
+    def __enter__(self) -> HealthyPodsWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def cordon(core: client.CoreV1Api, node: str, on: bool) -> None:
+    """Cordon or uncordon as an operator would (no noderoll annotation)."""
+    core.patch_node(node, {"spec": {"unschedulable": on or None}})
+
+
+def wait_pods_running(core: client.CoreV1Api, namespace: str, selector: str, count: int, node: str) -> None:
+    def running() -> None:
+        pods = core.list_namespaced_pod(namespace, label_selector=selector).items
+        placed = [p for p in pods if p.spec.node_name == node and p.status.phase == "Running"]
+        assert len(placed) == count, [(p.metadata.name, p.spec.node_name, p.status.phase) for p in pods]
+
+    assert_eventually(running, timeout=30)
