@@ -180,14 +180,18 @@ def _run_step(request: RunRequest, step: Step, staged: Path, term: _Terminated) 
         os.chroot(host.root)
         os.chdir(cwd)
 
-    proc = subprocess.Popen(
-        [executable, *_arguments(request, step, previous)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=_step_env(request, step, staged, previous),
-        cwd=None if host.chroot else cwd,
-        preexec_fn=enter_root if host.chroot else None,  # noqa: PLW1509 - the agent is single-threaded
-    )
+    try:
+        proc = subprocess.Popen(
+            [executable, *_arguments(request, step, previous)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=_step_env(request, step, staged, previous),
+            cwd=None if host.chroot else cwd,
+            preexec_fn=enter_root if host.chroot else None,  # noqa: PLW1509 - the agent is single-threaded
+        )
+    except (OSError, subprocess.SubprocessError) as err:
+        # chroot refused (not root) or the interpreter of the script is missing on the host.
+        raise AgentError(EXIT_HOST, f"step {step.name}: cannot start in {host.root}: {err}") from err
     term.child = proc
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -215,6 +219,8 @@ def run_mode(request: RunRequest) -> int:
         failures = _run_steps(request, steps, staged, term)
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
+    if term.flag:
+        raise AgentError(EXIT_TERMINATED, f"terminated during mode {request.mode}")
     if failures:
         step, code = failures[0]
         reason = f"step {step.name} exited {code}, accepted {list(step.returncodes)}"
