@@ -498,12 +498,18 @@ def render() -> dict[str, str]:
     return out
 
 
+# The Helm chart ships byte-identical copies (its test checks them); keep them in step.
+HELM_COPY = ROOT / "deploy" / "helm" / "noderoll" / "files" / "crds"
+
+
 def main() -> int:
     target = ROOT / "deploy" / "crds"
     target.mkdir(parents=True, exist_ok=True)
     for name, text in render().items():
-        (target / name).write_text(text, encoding="utf-8")
-        print(f"wrote {target / name}")
+        for folder in (target, HELM_COPY):
+            if folder.is_dir():
+                (folder / name).write_text(text, encoding="utf-8")
+                print(f"wrote {folder / name}")
     return 0
 
 
