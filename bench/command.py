@@ -1,0 +1,153 @@
+"""`noderoll bench --nodes N [N...] [--json FILE]`: rollout overhead, API cost, scale, floor, drain. Does I/O.
+
+Per fleet size: a rollout of `bench-sleep` (every stage 5 s, reboot 15 s; exponential policy,
+initialBatch 1, growthFactor 2, budget 25%) on simulated nodes, measured against its ideal
+makespan; a throughput rollout of the same size (0 s stages, 0 s reboot, one batch of every node)
+for noderoll's windows per second; and the bare Temporal floor (a workflow per node running as many
+no-op activities as a window runs). Once per run: the drain of one node with 10 pods, noderoll vs
+`kubectl drain`. Runs on the dev stack (`--state-dir`, `$NODEROLL_STATE_DIR`, `.noderoll/`) when
+one runs, else on a private stack started in a temporary directory and stopped afterwards.
+See docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import platform
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+from rich.console import Console
+from rich.table import Table
+
+from bench.drain import compare_drains
+from bench.floor import measure_floor
+from bench.rollout import Target, run_rollout
+from bench.scenario import Scenario
+from localstack.state import StackInfo, load_stack_info
+from worker.temporal_client import connect
+
+DEFAULT_SIZES = (50, 200, 1000)
+console = Console(stderr=True)
+
+COLUMNS = (
+    ("nodes", "nodes"), ("makespan_s", "makespan s"), ("ideal_makespan_s", "ideal s"),
+    ("overhead_ratio", "ratio"), ("overhead_median_s", "ovh p50 s"), ("overhead_p95_s", "ovh p95 s"),
+    ("noderoll_requests_per_window", "nr req/win"), ("apiserver_requests_per_window_all_clients", "all req/win"),
+    ("history_events_per_window_median", "events/win"), ("rollout_history_events", "rollout events"),
+    ("throughput_windows_per_s", "win/s"), ("floor_windows_per_s", "floor win/s"),
+    ("ratio_to_floor", "÷floor"), ("worker_peak_rss_mib", "worker MiB"), ("bridge_peak_rss_mib", "bridge MiB"),
+)
+
+
+def register(subparsers: Any) -> None:
+    """Add `noderoll bench`."""
+    p = subparsers.add_parser("bench", help="benchmark rollouts on the local stack (overhead, API cost, scale)")
+    p.add_argument("--nodes", type=int, nargs="+", default=list(DEFAULT_SIZES),
+                   help="fleet sizes (default 50 200 1000)")
+    p.add_argument("--json", type=Path, help="write the results as JSON to this file")
+    p.add_argument("--state-dir", help="dev stack to run on (default: $NODEROLL_STATE_DIR or .noderoll/)")
+    p.add_argument("--private-stack", action="store_true", help="always start a private stack in a temp dir")
+    p.add_argument("--stage-seconds", type=float, default=5.0, help="seconds per stage (default 5)")
+    p.add_argument("--reboot-seconds", type=float, default=15.0, help="seconds per reboot (default 15)")
+    p.add_argument("--skip-throughput", action="store_true", help="no 0-second throughput rollout")
+    p.add_argument("--skip-floor", action="store_true", help="no bare Temporal floor")
+    p.add_argument("--skip-drain", action="store_true", help="no drain comparison")
+    p.add_argument("--drain-rounds", type=int, default=3)
+    p.add_argument("--workdir", type=Path, help="logs of the benchmark's processes (default: a temp dir)")
+    p.set_defaults(func=run)
+
+
+@contextlib.contextmanager
+def _stack(args: argparse.Namespace) -> Iterator[StackInfo]:
+    if not args.private_stack:
+        info = load_stack_info(args.state_dir)
+        if info is not None and info.is_running():
+            console.print(f"bench: on the dev stack in {info.state_dir}")
+            yield info
+            return
+    from localstack.stack import down, up
+
+    state_dir = Path(tempfile.mkdtemp(prefix="noderoll-bench-stack-"))
+    console.print(f"bench: starting a private stack in {state_dir}")
+    try:
+        yield up(state_dir, progress=lambda line: console.print(f"  {line}"))
+    finally:
+        down(state_dir, purge=True)
+
+
+def _log(line: str) -> None:
+    console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {line}")
+
+
+async def _measure(args: argparse.Namespace, stack: StackInfo, workdir: Path) -> dict[str, Any]:
+    temporal = await connect(stack.temporal_address)
+    target = Target(stack.temporal_address, stack.kubeconfig, workdir)
+    results = []
+    for size in args.nodes:
+        tag = uuid.uuid4().hex[:4]
+        sc = Scenario(f"bench{size}-{tag}", size, args.stage_seconds, args.reboot_seconds)
+        row = await run_rollout(target, sc, temporal, _log)
+        _log(f"{size} nodes: makespan {row['makespan_s']} s, ideal {row['ideal_makespan_s']} s, "
+             f"ratio {row['overhead_ratio']}")
+        if not args.skip_throughput:
+            fast = Scenario(f"tput{size}-{tag}", size, 0.0, 0.0, strategy="fixed", initial_batch=size,
+                            budget_percent=100)
+            tput = await run_rollout(target, fast, temporal, _log)
+            row["throughput_windows_per_s"] = tput["throughput_windows_per_s"]
+            row["throughput_makespan_s"] = tput["makespan_s"]
+            row["throughput_noderoll_requests_per_window"] = tput["noderoll_requests_per_window"]
+        if not args.skip_floor:
+            activities = int(row["activities_per_window_median"] or 1)
+            floor = await measure_floor(temporal, size, activities)
+            row["floor_windows_per_s"] = round(floor.workflows_per_s, 3)
+            row["floor_activities_per_s"] = round(floor.activities_per_s, 1)
+            if row.get("throughput_windows_per_s"):
+                row["ratio_to_floor"] = round(row["throughput_windows_per_s"] / floor.workflows_per_s, 3)
+        results.append(row)
+    report: dict[str, Any] = {"results": results}
+    if not args.skip_drain:
+        _log("drain: one node, 10 pods, noderoll vs kubectl drain")
+        report["drain"] = await asyncio.to_thread(lambda: compare_drains(stack.kubeconfig, args.drain_rounds).as_dict())
+    report["environment"] = {
+        "cpus": psutil.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(), "stage_seconds": args.stage_seconds,
+        "reboot_seconds": args.reboot_seconds, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    return report
+
+
+def render(report: dict[str, Any]) -> Table:
+    """The results as a rich table. Pure."""
+    table = Table(title="noderoll bench")
+    for _, header in COLUMNS:
+        table.add_column(header, justify="right")
+    for row in report["results"]:
+        table.add_row(*("" if row.get(key) is None else str(row.get(key)) for key, _ in COLUMNS))
+    drain = report.get("drain")
+    if drain:
+        table.caption = (f"drain of 1 node with {drain['pods']} pods: noderoll {drain['noderoll_drain_s']} s, "
+                         f"kubectl ({drain['kubectl_mode']}) {drain['kubectl_drain_s']} s, ratio {drain['ratio']}")
+    return table
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of `noderoll bench`."""
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="noderoll-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    console.print(f"bench: process logs in {workdir}")
+    with _stack(args) as stack:
+        report = asyncio.run(_measure(args, stack, workdir))
+    Console().print(render(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        console.print(f"bench: wrote {args.json}")
+    return 0

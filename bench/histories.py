@@ -1,0 +1,79 @@
+"""Temporal histories of a benchmark rollout: node windows (timing, events, activities) and the rollout.
+
+Fetches the histories of `node/<node>` and every run of `package/<name>` and reduces them with pure
+functions: a window's duration is its node workflow run from start to close (the request, the node
+read, the lease, cordon, drain, stages, interrupt, uncordon, state writes and the answer to the
+rollout). Does Temporal I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client
+
+from api.keys import node_workflow_id, rollout_workflow_id
+
+FETCH_CONCURRENCY = 16
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """One node workflow run reduced to what the benchmark reports."""
+
+    node: str
+    seconds: float
+    events: int
+    activities: int
+    started: float  # epoch seconds
+    closed: float
+
+
+def _epoch(event: HistoryEvent) -> float:
+    return event.event_time.seconds + event.event_time.nanos / 1e9
+
+
+def window_stats(node: str, events: Sequence[HistoryEvent]) -> WindowStats:
+    """Duration, event count and activity count of one node workflow history. Pure."""
+    first, last = _epoch(events[0]), _epoch(events[-1])
+    scheduled = sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
+    return WindowStats(node, last - first, len(events), scheduled, first, last)
+
+
+async def node_windows(client: Client, nodes: Sequence[str]) -> list[WindowStats]:
+    """The latest run of every node's workflow (one window per node in a single-package rollout)."""
+    limit = asyncio.Semaphore(FETCH_CONCURRENCY)
+
+    async def one(node: str) -> WindowStats | None:
+        async with limit:
+            try:
+                history = await client.get_workflow_handle(node_workflow_id(node)).fetch_history()
+            except Exception:  # noqa: BLE001 - a node without a workflow simply had no window
+                return None
+        return window_stats(node, history.events) if history.events else None
+
+    found = await asyncio.gather(*(one(n) for n in nodes))
+    return [w for w in found if w is not None]
+
+
+async def rollout_events(client: Client, package: str) -> int:
+    """History events of the rollout workflow, summed over its runs (continue-as-new included)."""
+    workflow_id = rollout_workflow_id(package)
+    total = 0
+    async for execution in client.list_workflows(f'WorkflowId = "{workflow_id}"'):
+        history = await client.get_workflow_handle(workflow_id, run_id=execution.run_id).fetch_history()
+        total += len(history.events)
+    return total
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) by nearest rank. Pure."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
+    return ordered[rank]

@@ -1,0 +1,16 @@
+#!/bin/sh
+# A benchmark stage: takes BENCH_STAGE_SECONDS (default 5) and leaves a marker per stage.
+# BENCH_STAGE_OUTPUT_BYTES > 0 prints that many bytes first (the bad-input suite's "10 MB step").
+# BENCH_STAGE_EXIT makes the stage fail with that exit code (the bad-input suite's failing step).
+set -eu
+root="${NODEROLL_ROOT:-/}"
+stage="${1:-apply}"
+if [ "${BENCH_STAGE_OUTPUT_BYTES:-0}" -gt 0 ]; then
+  head -c "$BENCH_STAGE_OUTPUT_BYTES" /dev/zero | tr '\0' 'x'
+  echo
+fi
+sleep "${BENCH_STAGE_SECONDS:-5}"
+mkdir -p "$root/var/lib/bench-sleep"
+date +%s > "$root/var/lib/bench-sleep/$stage.done"
+echo "bench-sleep: $stage done after ${BENCH_STAGE_SECONDS:-5}s"
+exit "${BENCH_STAGE_EXIT:-0}"

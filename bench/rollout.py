@@ -1,0 +1,196 @@
+"""One benchmark rollout on the local stack: fleet, worker, bridge, Package, measurements. Does I/O.
+
+`run_rollout` starts `noderoll sim` (N nodes labelled for this run), `noderoll worker` and
+`noderoll bridge` on a fresh task queue, applies the scenario's DeploymentPolicy and Package, waits
+for `status.phase: Complete`, then collects: the makespan, node windows from the Temporal
+histories, apiserver request deltas, noderoll's own request counts and the processes' peak RSS.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from temporalio.client import Client
+
+from api.keys import GROUP, PACKAGE_PLURAL, POLICY_PLURAL, VERSION
+from bench import apimetrics, histories
+from bench.procs import Connection, ProcessSet
+from bench.scenario import (
+    PACKAGES_DIR,
+    RUN_LABEL,
+    Scenario,
+    batch_sizes,
+    ideal_makespan,
+    node_critical_path,
+    package_manifest,
+    policy_manifest,
+)
+
+POLL_SECONDS = 0.5
+FAILED_PHASES = ("Failed", "Halted", "Invalid")
+MIB = 2**20
+Log = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Target:
+    """The stack the benchmark runs on and where it keeps its logs."""
+
+    temporal_address: str
+    kubeconfig: str
+    workdir: Path
+
+
+class Kube:
+    """The few API calls of the benchmark (Package, DeploymentPolicy, Nodes)."""
+
+    def __init__(self, kubeconfig: str) -> None:
+        self.api = config.new_client_from_config(config_file=kubeconfig)
+        self.custom = client.CustomObjectsApi(self.api)
+        self.core = client.CoreV1Api(self.api)
+
+    def create(self, plural: str, body: dict[str, Any]) -> None:
+        self.custom.create_cluster_custom_object(GROUP, VERSION, plural, body)
+
+    def package(self, name: str) -> dict[str, Any]:
+        return self.custom.get_cluster_custom_object(GROUP, VERSION, PACKAGE_PLURAL, name)
+
+    def nodes(self, run: str) -> list[client.V1Node]:
+        return self.core.list_node(label_selector=f"{RUN_LABEL}={run}").items
+
+    def remove(self, plural: str, name: str) -> None:
+        """Delete a cluster object, dropping finalizers first (the benchmark's processes are gone)."""
+        try:
+            self.custom.patch_cluster_custom_object(GROUP, VERSION, plural, name, {"metadata": {"finalizers": None}})
+            self.custom.delete_cluster_custom_object(GROUP, VERSION, plural, name)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+
+def start_processes(target: Target, sc: Scenario, procs: ProcessSet, task_queue: str) -> None:
+    """Fleet first (nodes Ready), then worker and bridge."""
+    workers = max(8, min(sc.nodes, max(1, sc.nodes * sc.budget_percent // 100)) + 8)
+    procs.start_fleet(
+        ["--nodes", str(sc.nodes), "--name-prefix", sc.name, "--labels", f"{RUN_LABEL}={sc.name}",
+         "--image-store", str(PACKAGES_DIR), "--reboot-seconds", f"{sc.reboot_seconds:g}",
+         "--max-grace-seconds", "5", "--workers", str(workers), "--delete-on-exit",
+         "--sandbox-dir", str(target.workdir / "sandboxes")],
+        target.kubeconfig,
+    )
+    conn = Connection(target.temporal_address, target.kubeconfig, task_queue)
+    procs.start_noderoll("worker", ["worker"], conn)
+    procs.start_noderoll("bridge", ["bridge"], conn)
+
+
+def wait_complete(kube: Kube, name: str, timeout: float, log: Log) -> float:
+    """Poll the Package until `status.phase` is Complete; returns the monotonic time it was seen."""
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        status = kube.package(name).get("status") or {}
+        phase = status.get("phase", "")
+        if phase == "Complete":
+            return time.monotonic()
+        if phase in FAILED_PHASES:
+            raise RuntimeError(f"Package {name} ended {phase}: {status.get('message', '')}")
+        line = f"{phase or 'no status'} {status.get('progress', '')}"
+        if line != last:
+            log(f"  {name}: {line}")
+            last = line
+        time.sleep(POLL_SECONDS)
+    raise TimeoutError(f"Package {name} not Complete after {timeout:.0f}s (last: {last})")
+
+
+def _requests(counts: dict[str, int], windows: int) -> dict[str, float]:
+    per = max(1, windows)
+    return {k: round(v / per, 2) for k, v in sorted(counts.items(), key=lambda kv: -kv[1])}
+
+
+def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.WindowStats]) -> dict[str, Any]:
+    """The result row of one size from raw measurements. Pure."""
+    critical = measured["critical_path_s"]
+    overheads = [w.seconds - critical for w in windows]
+    makespan = measured["makespan_s"]
+    ideal = measured["ideal_makespan_s"]
+    api_delta = measured["apiserver_delta"]
+    noderoll_counts: dict[str, int] = {}
+    for name in ("worker", "bridge"):
+        for key, value in measured[f"{name}_requests"].items():
+            noderoll_counts[key] = noderoll_counts.get(key, 0) + value
+    n = max(1, len(windows))
+    span = max((w.closed for w in windows), default=0.0) - min((w.started for w in windows), default=0.0)
+    return {
+        "nodes": sc.nodes,
+        "makespan_s": round(makespan, 1),
+        "ideal_makespan_s": round(ideal, 1),
+        "overhead_ratio": round(makespan / ideal, 3) if ideal else None,
+        "batches": measured["batches"],
+        "windows": len(windows),
+        "node_critical_path_s": critical,
+        "window_median_s": round(statistics.median([w.seconds for w in windows]), 2) if windows else None,
+        "overhead_median_s": round(statistics.median(overheads), 2) if overheads else None,
+        "overhead_p95_s": round(histories.percentile(overheads, 95), 2) if overheads else None,
+        "windows_per_s": round(len(windows) / makespan, 3) if makespan else None,
+        # Windows per second while windows ran (first window start to last window end).
+        "throughput_windows_per_s": round(len(windows) / span, 3) if span > 0 else None,
+        "apiserver_requests_per_window_all_clients": round(sum(api_delta.values()) / n, 1),
+        "apiserver_requests_per_window_by_verb_resource": apimetrics.per_window(api_delta, n),
+        "noderoll_requests_per_window": round(sum(noderoll_counts.values()) / n, 1),
+        "noderoll_requests_per_window_by_verb_resource": _requests(noderoll_counts, n),
+        "worker_requests_per_window": round(sum(measured["worker_requests"].values()) / n, 1),
+        "bridge_requests_total": sum(measured["bridge_requests"].values()),
+        "history_events_per_window_median": statistics.median([w.events for w in windows]) if windows else None,
+        "history_events_per_window_max": max((w.events for w in windows), default=None),
+        "activities_per_window_median": statistics.median([w.activities for w in windows]) if windows else None,
+        "rollout_history_events": measured["rollout_events"],
+        "worker_peak_rss_mib": round(measured["worker_rss"] / MIB, 1),
+        "bridge_peak_rss_mib": round(measured["bridge_rss"] / MIB, 1),
+        "nodes_left_cordoned": measured["cordoned"],
+    }
+
+
+async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) -> dict[str, Any]:
+    """Run one scenario end to end and return its result row."""
+    procs = ProcessSet(target.workdir)
+    kube = Kube(target.kubeconfig)
+    task_queue = f"bench-{uuid.uuid4().hex[:8]}"
+    try:
+        log(f"{sc.name}: starting {sc.nodes} simulated nodes, worker and bridge (task queue {task_queue})")
+        start_processes(target, sc, procs, task_queue)
+        node_names = sorted(n.metadata.name for n in kube.nodes(sc.name))
+        kube.create(POLICY_PLURAL, policy_manifest(sc))
+        before = apimetrics.scrape(target.kubeconfig)
+        started = time.monotonic()
+        kube.create(PACKAGE_PLURAL, package_manifest(sc))
+        ideal = ideal_makespan(sc, node_names)
+        done = wait_complete(kube, sc.name, timeout=3 * ideal + 600, log=log)
+        after = apimetrics.scrape(target.kubeconfig)
+        windows = await histories.node_windows(temporal, node_names)
+        measured = {
+            "makespan_s": done - started,
+            "ideal_makespan_s": ideal,
+            "critical_path_s": node_critical_path(sc),
+            "batches": batch_sizes(sc, node_names),
+            "apiserver_delta": apimetrics.delta(before, after),
+            "worker_requests": procs.procs["worker"].request_counts(),
+            "bridge_requests": procs.procs["bridge"].request_counts(),
+            "rollout_events": await histories.rollout_events(temporal, sc.name),
+            "worker_rss": procs.procs["worker"].peak_rss,
+            "bridge_rss": procs.procs["bridge"].peak_rss,
+            "cordoned": sum(1 for n in kube.nodes(sc.name) if n.spec.unschedulable),
+        }
+        return summarize(sc, measured, windows)
+    finally:
+        procs.stop_all()
+        kube.remove(PACKAGE_PLURAL, sc.name)
+        kube.remove(POLICY_PLURAL, sc.name)
+        kube.api.close()

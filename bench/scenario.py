@@ -1,0 +1,98 @@
+"""The benchmark scenario: its Package and DeploymentPolicy manifests and its ideal makespan. Pure.
+
+The package `bench-sleep` (bench/packages/bench-sleep) sleeps `stage_seconds` in every stage it
+runs (`apply`, `config`, `post-interrupt` on a fresh node; checks are instant) and asks for a
+reboot that fleetsim makes last `reboot_seconds`. The ideal makespan is what a perfect
+orchestrator with the same batches would take: the sum over batches of the longest node critical
+path (stage times plus interrupt time), with zero time between stages, windows and batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from api.enums import Stage
+from api.keys import API_VERSION, PACKAGE_KIND, POLICY_KIND
+from api.node_state import NodeState
+from api.package import PackageSpec
+from api.policy import DeploymentPolicySpec
+from planning.batches import PlannerInput, new_planner, next_batch, record_batch_result
+from planning.compartments import NodeInfo, package_identity
+from planning.node_plan import NodePlanInput, plan_node
+
+PACKAGES_DIR = Path(__file__).resolve().parent / "packages"
+IMAGE = "bench.local/bench-sleep:1.0.0"
+RUN_LABEL = "bench.noderoll.io/run"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One benchmark rollout: names, fleet size, timings and the policy."""
+
+    name: str  # Package and DeploymentPolicy name, node prefix, label value
+    nodes: int
+    stage_seconds: float = 5.0
+    reboot_seconds: float = 15.0
+    strategy: str = "exponential"
+    initial_batch: int = 1
+    growth_factor: int = 2
+    budget_percent: int = 25
+    version: str = "1.0.0"
+
+
+def policy_manifest(sc: Scenario) -> dict[str, Any]:
+    """The DeploymentPolicy of the scenario."""
+    strategy: dict[str, Any] = {"type": sc.strategy, "initialBatch": sc.initial_batch}
+    if sc.strategy == "exponential":
+        strategy["growthFactor"] = sc.growth_factor
+    return {
+        "apiVersion": API_VERSION, "kind": POLICY_KIND, "metadata": {"name": sc.name},
+        "spec": {"default": {"budget": {"percent": sc.budget_percent}, "strategy": strategy}},
+    }
+
+
+def package_manifest(sc: Scenario, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The Package of the scenario (selects the scenario's nodes by label)."""
+    env = {"BENCH_STAGE_SECONDS": f"{sc.stage_seconds:g}", **(extra_env or {})}
+    return {
+        "apiVersion": API_VERSION, "kind": PACKAGE_KIND, "metadata": {"name": sc.name},
+        "spec": {
+            "version": sc.version,
+            "image": IMAGE,
+            "nodeSelector": {"matchLabels": {RUN_LABEL: sc.name}},
+            "interrupt": {"type": "reboot"},
+            "deploymentPolicy": sc.name,
+            "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        },
+    }
+
+
+def node_critical_path(sc: Scenario) -> float:
+    """Seconds one fresh node needs at best: every planned stage plus the reboot. Pure."""
+    spec = PackageSpec.model_validate(package_manifest(sc)["spec"])
+    plan = plan_node(NodePlanInput(node="n", recorded=NodeState(), desired={sc.name: spec}))
+    stages = plan.packages[sc.name].stages
+    return sum(sc.reboot_seconds if s is Stage.INTERRUPT else sc.stage_seconds for s in stages)
+
+
+def batch_sizes(sc: Scenario, node_names: list[str]) -> list[int]:
+    """The batches the planner makes for the scenario when every node succeeds. Pure."""
+    policy = DeploymentPolicySpec.model_validate(policy_manifest(sc)["spec"])
+    state = new_planner(PlannerInput(policy, [NodeInfo(n) for n in node_names],
+                                     package_identity(sc.name, sc.version)))
+    remaining = set(node_names)
+    sizes = []
+    while True:
+        batch = next_batch(state, remaining)
+        if not batch:
+            return sizes
+        sizes.append(len(batch))
+        remaining -= set(batch)
+        record_batch_result(state, set(batch), set())
+
+
+def ideal_makespan(sc: Scenario, node_names: list[str]) -> float:
+    """Sum over batches of the longest node critical path (all nodes are alike here). Pure."""
+    return len(batch_sizes(sc, node_names)) * node_critical_path(sc)
