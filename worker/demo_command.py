@@ -1,0 +1,301 @@
+"""`noderoll demo`: the whole system on this machine, one rollout watched live, then a summary. Does I/O.
+
+Steps: bring up the local stack (`localstack`, reused when it already runs), start `noderoll worker`,
+`noderoll bridge` and `noderoll sim` (a fleet of `--nodes` simulated GPU nodes in 3 zones, with
+training pods, protected pods and Deployments under PDBs), apply the example DeploymentPolicy
+(canary, then exponential batches) and two example Packages (one needs a reboot), show the rollout
+live until every Package is Complete, print a summary and where to look. Without `--keep` it stops
+what it started (the stack only when it started it). Exit codes: 0 rollout complete, 1 rollout
+failed or halted, 2 set-up failed, 3 timeout, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from api import keys
+from api.enums import RolloutPhase, State
+from fleetsim.nodes import node_name
+from localstack.provision import ProvisionError
+from localstack.state import StackInfo, default_state_dir, load_stack_info
+from planning.status import RolloutProgress
+from worker import demo_processes as procs
+from worker.demo_resources import DemoNames, DemoObjects, DemoTuning, demo_objects
+from worker.ops_client import Ops, OpsTarget, is_finished
+from worker.progress_view import LiveSnapshot, change_lines, record_batches, render_live
+
+POLL_SECONDS = 1.0
+BAD_PHASES = {RolloutPhase.FAILED, RolloutPhase.HALTED, RolloutPhase.INVALID}
+EXIT_FAILED, EXIT_SETUP, EXIT_TIMEOUT = 1, 2, 3
+
+
+@dataclass
+class Outcome:
+    """How the watched rollout ended."""
+
+    code: int
+    message: str
+    snapshot: LiveSnapshot = field(default_factory=LiveSnapshot)
+    # package -> seconds from apply to settled
+    durations: dict[str, float] = field(default_factory=dict)
+
+
+def register(subparsers: Any) -> None:
+    """Add `noderoll demo`."""
+    p = subparsers.add_parser("demo", help="run the whole system locally and watch a rollout (start here)",
+                              description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--nodes", type=int, default=24, help="simulated nodes, spread over 3 zones (default 24)")
+    p.add_argument("--faults", type=Path, help="fleetsim faults file (YAML/JSON), e.g. a stage that fails")
+    p.add_argument("--state-dir", help="local stack state dir, as for `dev up` (default $NODEROLL_STATE_DIR or .noderoll/)")
+    p.add_argument("--keep", action="store_true", help="leave stack, worker, bridge and fleet running afterwards")
+    p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds (default 900)")
+    p.add_argument("--task-queue", default=keys.DEFAULT_TASK_QUEUE, help="task queue of the demo worker")
+    p.add_argument("--name-suffix", default="", help="suffix for every demo object name (several demos per cluster)")
+    p.add_argument("--soak-seconds", type=int, default=10, help="canary soak of the demo policy (default 10)")
+    p.add_argument("--budget-percent", type=int, help="override the policy's default budget percent")
+    p.add_argument("--plain", action="store_true", help="one line per change instead of the live display")
+    p.add_argument("--stop", action="store_true", help="stop what an earlier `demo --keep` left running, and exit")
+    p.set_defaults(func=run)
+
+
+def _say(console: Console, message: str) -> None:
+    console.print(f"[bold blue]demo[/]: {message}", highlight=False)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of `noderoll demo`."""
+    console = Console(stderr=False)
+    state_dir = Path(args.state_dir).resolve() if args.state_dir else default_state_dir()
+    if args.stop:
+        return _stop_recorded(console, state_dir)
+    previous = load_stack_info(state_dir)
+    started_stack = not (previous is not None and previous.is_running())
+    names = DemoNames(args.name_suffix)
+    objects = demo_objects(names, DemoTuning(args.soak_seconds, args.budget_percent))
+    record = procs.DemoRecord(str(state_dir), started_stack, names.suffix, objects.package_names,
+                              objects.policy["metadata"]["name"], args.task_queue)
+    try:
+        return _run_demo(console, args, record, objects)
+    except KeyboardInterrupt:
+        _say(console, "interrupted")
+        if not args.keep:
+            _cleanup(console, record)
+        return 130
+
+
+def _run_demo(console: Console, args: argparse.Namespace, record: procs.DemoRecord, objects: DemoObjects) -> int:
+    from localstack.stack import StackError, up
+
+    state_dir = Path(record.state_dir)
+    _say(console, ("starting" if record.started_stack else "reusing") + f" the local stack in {state_dir}")
+    try:
+        stack = up(state_dir, progress=lambda line: console.print(f"  {line}", style="dim", highlight=False))
+    except (ProvisionError, StackError) as err:
+        console.print(f"[red]demo: the local stack did not start[/]: {err}")
+        return EXIT_SETUP
+    launch = procs.DemoLaunch(stack, DemoNames(record.names_suffix), args.nodes, args.task_queue, args.faults)
+    outcome = Outcome(EXIT_SETUP, "set-up failed")
+    try:
+        outcome = asyncio.run(_drive(console, args, launch, record, objects))
+    except procs.DemoError as err:
+        outcome = Outcome(EXIT_SETUP, str(err))
+    except Exception as err:  # noqa: BLE001 - any API or Temporal error ends the demo with its message
+        outcome = Outcome(EXIT_SETUP, f"{type(err).__name__}: {err}")
+    finally:
+        if outcome.snapshot.packages:
+            console.print(summary_table(outcome, _job_counts(stack, outcome)))
+        _where_to_look(console, stack, record)
+        if args.keep:
+            _say(console, f"--keep: everything keeps running; stop it with `noderoll demo --stop --state-dir {state_dir}`")
+        else:
+            _cleanup(console, record)
+    style = "green" if outcome.code == 0 else "red"
+    console.print(f"[bold {style}]demo: {outcome.message}[/]", highlight=False)
+    return outcome.code
+
+
+async def _drive(console: Console, args: argparse.Namespace, launch: procs.DemoLaunch,
+                 record: procs.DemoRecord, objects: DemoObjects) -> Outcome:
+    target = OpsTarget(launch.stack.temporal_address, keys.DEFAULT_NAMESPACE, launch.stack.kubeconfig, "demo")
+    ops = await Ops.connect(target)
+    try:
+        procs.start_processes(launch, record)
+        _say(console, f"worker, bridge and a fleet of {launch.nodes} nodes starting (logs in {state_logs(record)})")
+        nodes = await asyncio.to_thread(procs.wait_for_fleet, ops.core, launch, record)
+        created = await asyncio.to_thread(procs.start_workloads, ops.core, launch, nodes)
+        _say(console, f"fleet Ready: {len(nodes)} nodes {nodes[0]}..{nodes[-1]}; workloads {created}")
+        await asyncio.to_thread(procs.apply_objects, ops.custom, objects)
+        _say(console, f"applied DeploymentPolicy {record.policy} and Packages {', '.join(record.packages)}")
+        return await _watch(console, args, ops, record)
+    finally:
+        ops.close()
+
+
+def state_logs(record: procs.DemoRecord) -> str:
+    """The folder of the demo's process logs."""
+    return str(Path(record.state_dir) / "demo")
+
+
+async def _snapshot(ops: Ops, record: procs.DemoRecord, snapshot: LiveSnapshot) -> LiveSnapshot:
+    prefix = DemoNames(record.names_suffix).node_prefix
+    progress: dict[str, RolloutProgress] = {}
+    for package in record.packages:
+        progress[package] = (await ops.package_view(package)).progress
+    nodes = await asyncio.to_thread(ops.list_nodes, f"fleetsim.noderoll.io/prefix={prefix}")
+    fresh = LiveSnapshot(progress, nodes, snapshot.elapsed, snapshot.batches)
+    record_batches(fresh)
+    return fresh
+
+
+async def _watch(console: Console, args: argparse.Namespace, ops: Ops, record: procs.DemoRecord) -> Outcome:
+    """Poll progress and nodes until every rollout settles, one fails, a process dies, or time runs out."""
+    began = time.monotonic()
+    live_mode = console.is_terminal and not args.plain
+    snapshot: LiveSnapshot | None = None
+    outcome = Outcome(EXIT_TIMEOUT, f"timeout: the rollout did not complete within {args.timeout:.0f}s")
+    live = Live(console=console, refresh_per_second=4, transient=False) if live_mode else None
+    if live is not None:
+        live.start()
+    try:
+        while True:
+            procs.check_alive(record)
+            current = await _snapshot(ops, record, snapshot or LiveSnapshot())
+            current.elapsed = time.monotonic() - began
+            if live is not None:
+                live.update(render_live(current))
+            else:
+                for line in change_lines(snapshot, current):
+                    console.print(line, highlight=False, soft_wrap=True)
+            snapshot = current
+            for package, progress in current.packages.items():
+                if is_finished(progress) and package not in outcome.durations:
+                    outcome.durations[package] = current.elapsed
+            bad = {p: g for p, g in current.packages.items() if g.phase in BAD_PHASES}
+            if bad:
+                detail = "; ".join(f"{p} {g.phase.value}: {g.message or g.erroring}" for p, g in bad.items())
+                outcome.code, outcome.message = EXIT_FAILED, f"rollout failed: {detail}"
+                break
+            if len(outcome.durations) == len(record.packages):
+                outcome.code, outcome.message = 0, f"rollout complete in {current.elapsed:.0f}s"
+                break
+            if current.elapsed > args.timeout:
+                break
+            await asyncio.sleep(POLL_SECONDS)
+    finally:
+        if live is not None:
+            live.stop()
+    outcome.snapshot = snapshot or LiveSnapshot()
+    return outcome
+
+
+def _job_counts(stack: StackInfo, outcome: Outcome) -> dict[str, dict[str, int]]:
+    from kubernetes import client as k8s
+    from kubernetes import config as k8s_config
+
+    nodes = {n.name for n in outcome.snapshot.nodes}
+    api = k8s_config.new_client_from_config(config_file=stack.kubeconfig)
+    try:
+        batch = k8s.BatchV1Api(api)
+        return {p: procs.count_jobs(batch, nodes, {p}) for p in outcome.snapshot.packages}
+    except Exception as err:  # noqa: BLE001 - the summary must print even when the API is gone
+        print(f"demo: could not count stage Jobs: {err}", file=sys.stderr)
+        return {}
+    finally:
+        api.close()
+
+
+def summary_table(outcome: Outcome, jobs: dict[str, dict[str, int]]) -> Table:
+    """The closing summary: per package nodes, batches, duration, interrupts, failures."""
+    table = Table(title="noderoll demo summary", title_justify="left")
+    for column in ("PACKAGE", "PHASE", "NODES", "BATCHES", "DURATION", "INTERRUPTS", "FAILURES"):
+        table.add_column(column)
+    for package, p in sorted(outcome.snapshot.packages.items()):
+        counts = jobs.get(package, {})
+        done = int(p.counts.get(State.COMPLETE.value, 0))
+        erroring = int(p.counts.get(State.ERRORING.value, 0))
+        duration = outcome.durations.get(package)
+        table.add_row(
+            package, p.phase.value, f"{done}/{p.total_nodes} complete", str(p.batch_number),
+            f"{duration:.0f}s" if duration is not None else "-",
+            str(counts.get("interrupts", "-")),
+            f"{erroring} node(s) erroring, {counts.get('failed', '-')} failed stage Job(s)",
+        )
+    return table
+
+
+def _where_to_look(console: Console, stack: StackInfo, record: procs.DemoRecord) -> None:
+    query = urllib.parse.quote(f'WorkflowId STARTS_WITH "{keys.ROLLOUT_WORKFLOW_PREFIX}"')
+    console.print("[bold]where to look[/]")
+    console.print(f"  Temporal UI : {stack.temporal_ui}/namespaces/{keys.DEFAULT_NAMESPACE}/workflows?query={query}",
+                  highlight=False, soft_wrap=True)
+    console.print(f"  kubeconfig  : {stack.kubeconfig}   (kubectl --kubeconfig {stack.kubeconfig} get packages)",
+                  highlight=False, soft_wrap=True)
+    for name, url in sorted(record.metrics.items()):
+        console.print(f"  metrics     : {url}  ({name})", highlight=False)
+    console.print(f"  logs        : {state_logs(record)}/{{worker,bridge,fleet}}.log", highlight=False)
+    console.print(f"  CLI         : noderoll status --state-dir {stack.state_dir}; noderoll nodes; "
+                  f"noderoll logs {record.packages[-1]} --node <node>", highlight=False, soft_wrap=True)
+
+
+def _cleanup(console: Console, record: procs.DemoRecord) -> None:
+    """Stop what this demo started; clean its objects when the stack stays (it was running before)."""
+    from localstack.stack import down
+
+    stopped = procs.stop_processes(record)
+    state_dir = Path(record.state_dir)
+    if record.started_stack:
+        stopped += down(state_dir)
+        _say(console, f"stopped {stopped} process(es), including the local stack it started")
+    else:
+        stack = load_stack_info(state_dir)
+        if stack is not None and stack.is_running():
+            _clean_objects(stack, record)
+        _say(console, f"stopped {stopped} demo process(es); the stack that was already running keeps running")
+    record.forget()
+
+
+def _clean_objects(stack: StackInfo, record: procs.DemoRecord) -> None:
+    from kubernetes import config as k8s_config
+
+    from worker.temporal_client import connect
+
+    size = _fleet_size(record)
+    nodes = [node_name(DemoNames(record.names_suffix).node_prefix, i, size) for i in range(size)]
+    api = k8s_config.new_client_from_config(config_file=stack.kubeconfig)
+    try:
+        procs.delete_objects(api, record)
+    finally:
+        api.close()
+
+    async def terminate() -> None:
+        client = await connect(stack.temporal_address)
+        await procs.terminate_workflows(client, record, nodes)
+
+    asyncio.run(terminate())
+
+
+def _fleet_size(record: procs.DemoRecord) -> int:
+    fleet = record.components.get("fleet")
+    if fleet is None or "--nodes" not in fleet.argv:
+        return 0
+    return int(fleet.argv[fleet.argv.index("--nodes") + 1])
+
+
+def _stop_recorded(console: Console, state_dir: Path) -> int:
+    record = procs.DemoRecord.load(state_dir)
+    if record is None:
+        _say(console, f"no demo recorded in {state_dir}; nothing to stop")
+        return 0
+    _cleanup(console, record)
+    return 0

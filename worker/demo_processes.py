@@ -1,0 +1,243 @@
+"""What the demo starts and stops: worker, bridge and fleet processes, workloads, CRs, and its record. Does I/O.
+
+The three processes are the real commands (`noderoll worker`, `noderoll bridge`, `noderoll sim`),
+started detached with localstack's process supervision and recorded in `<state-dir>/demo/demo.json`,
+so `noderoll demo --stop` can stop what a `--keep` run left behind. Every process gets the stack's
+Temporal address and kubeconfig explicitly: a `KUBECONFIG` in the user's environment pointing at a
+real cluster must never receive the demo.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client as k8s
+from kubernetes.client.exceptions import ApiException
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from api import keys
+from fleetsim.context import PREFIX_LABEL
+from fleetsim.kube import Kube
+from fleetsim.workloads import WorkloadSpec, create_workloads
+from localstack import processes
+from localstack.state import ComponentInfo, StackInfo
+from worker.demo_resources import GPU_LABEL, DemoNames, DemoObjects
+
+RECORD = "demo.json"
+# Short fleetsim timings: the demo is watched by a person (or CI) and must end in minutes.
+REBOOT_SECONDS = 2.0
+MAX_GRACE_SECONDS = 3.0
+TRAINING_SECONDS = 20.0
+
+
+class DemoError(RuntimeError):
+    """A demo step failed; the message says which and where its log is."""
+
+
+@dataclass
+class DemoRecord:
+    """What a demo run started (`demo.json`)."""
+
+    state_dir: str
+    started_stack: bool
+    names_suffix: str
+    packages: list[str]
+    policy: str
+    task_queue: str
+    components: dict[str, ComponentInfo] = field(default_factory=dict)
+    metrics: dict[str, str] = field(default_factory=dict)
+    sandbox_dir: str = ""
+
+    def save(self) -> None:
+        """Write `<state-dir>/demo/demo.json`."""
+        path = Path(self.state_dir) / "demo" / RECORD
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def load(cls, state_dir: Path) -> DemoRecord | None:
+        """The record of the last demo in `state_dir`, or None."""
+        try:
+            data = json.loads((state_dir / "demo" / RECORD).read_text())
+            data["components"] = {k: ComponentInfo(**v) for k, v in data.get("components", {}).items()}
+            return cls(**data)
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def forget(self) -> None:
+        """Delete the record (everything in it was stopped)."""
+        (Path(self.state_dir) / "demo" / RECORD).unlink(missing_ok=True)
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "worker.cli", *args]
+
+
+@dataclass(frozen=True)
+class DemoLaunch:
+    """How to start the demo's processes."""
+
+    stack: StackInfo
+    names: DemoNames
+    nodes: int
+    task_queue: str
+    faults: Path | None = None
+
+
+def start_processes(launch: DemoLaunch, record: DemoRecord) -> None:
+    """Start worker, bridge and fleet; record each as soon as it runs (so a failure can stop it)."""
+    stack, logs = launch.stack, Path(launch.stack.state_dir) / "demo"
+    connect = ["--temporal-address", stack.temporal_address, "--kubeconfig", stack.kubeconfig,
+               "--task-queue", launch.task_queue]
+    sandbox = logs / "sandboxes" / launch.names.node_prefix
+    record.sandbox_dir = str(sandbox)
+    sim = ["sim", "--nodes", str(launch.nodes), "--kubeconfig", stack.kubeconfig,
+           "--name-prefix", launch.names.node_prefix, "--labels", "=".join(GPU_LABEL),
+           "--sandbox-dir", str(sandbox), "--reboot-seconds", str(REBOOT_SECONDS),
+           "--max-grace-seconds", str(MAX_GRACE_SECONDS), "--delete-on-exit"]
+    if launch.faults is not None:
+        sim += ["--faults", str(launch.faults.resolve())]
+    plans: list[tuple[str, list[str], dict[str, int]]] = []
+    for name in ("worker", "bridge"):
+        port = free_port()
+        plans.append((name, _cli(name, *connect, "--metrics-port", str(port)), {"metrics": port}))
+        record.metrics[name] = f"http://127.0.0.1:{port}/metrics"
+    plans.append(("fleet", _cli(*sim), {}))
+    for name, argv, ports in plans:
+        info = processes.start(processes.Launch(f"demo-{name}", argv, ports, logs / f"{name}.log"))
+        record.components[name] = info
+        record.save()
+
+
+def check_alive(record: DemoRecord) -> None:
+    """DemoError naming the first recorded process that exited, with its log's last lines."""
+    for name, info in record.components.items():
+        if not info.is_alive():
+            try:
+                tail = "\n".join("    " + line for line in Path(info.log).read_text(errors="replace").splitlines()[-12:])
+            except OSError:
+                tail = ""
+            raise DemoError(f"the demo's {name} process exited; see {info.log}\n{tail}")
+
+
+def stop_processes(record: DemoRecord) -> int:
+    """Stop every recorded process (fleet first, so its nodes are deleted while the API still answers)."""
+    stopped = processes.stop_all([record.components[n] for n in ("fleet",) if n in record.components], timeout=20)
+    return stopped + processes.stop_all([c for n, c in record.components.items() if n != "fleet"])
+
+
+def wait_for_fleet(core: k8s.CoreV1Api, launch: DemoLaunch, record: DemoRecord, timeout: float = 180.0) -> list[str]:
+    """Wait until the fleet's nodes are registered and Ready; their names in order."""
+    deadline = time.monotonic() + timeout
+    selector = f"{PREFIX_LABEL}={launch.names.node_prefix}"
+    while True:
+        check_alive(record)
+        nodes = core.list_node(label_selector=selector).items
+        ready = sorted(n.metadata.name for n in nodes if any(
+            c.type == "Ready" and c.status == "True" for c in (n.status.conditions or [])))
+        if len(ready) >= launch.nodes:
+            return ready
+        if time.monotonic() > deadline:
+            raise DemoError(f"only {len(ready)}/{launch.nodes} simulated nodes Ready after {timeout:.0f}s; "
+                            f"see {record.components['fleet'].log}")
+        time.sleep(1.0)
+
+
+def start_workloads(core: k8s.CoreV1Api, launch: DemoLaunch, nodes: list[str]) -> dict[str, int]:
+    """Training pods (every other one protected) and Deployments with PDBs on the fleet."""
+    namespace = launch.names.workload_namespace
+    try:
+        core.create_namespace({"metadata": {"name": namespace}})
+    except ApiException as err:
+        if err.status != 409:
+            raise
+    # Kubernetes 1.20 refuses pods until the namespace's default service account has its token.
+    deadline = time.monotonic() + 60
+    while not _has_token(core, namespace):
+        if time.monotonic() > deadline:
+            raise DemoError(f"namespace {namespace} got no service-account token in 60s (controller manager?)")
+        time.sleep(0.5)
+    spec = WorkloadSpec(namespace=namespace, prefix=launch.names.node_prefix, nodes=nodes,
+                        training_seconds=TRAINING_SECONDS, replicas=min(len(nodes), 3))
+    return create_workloads(Kube(launch.stack.kubeconfig), spec)
+
+
+def _has_token(core: k8s.CoreV1Api, namespace: str) -> bool:
+    try:
+        return bool(core.read_namespaced_service_account("default", namespace).secrets)
+    except ApiException:
+        return False
+
+
+def apply_objects(custom: k8s.CustomObjectsApi, objects: DemoObjects) -> None:
+    """Create or update the policy, then the Packages (the bridge validates a Package against its policy)."""
+    for plural, body in [(keys.POLICY_PLURAL, objects.policy)] + [(keys.PACKAGE_PLURAL, p) for p in objects.packages]:
+        body = {"apiVersion": keys.API_VERSION, **body}
+        name = body["metadata"]["name"]
+        try:
+            custom.create_cluster_custom_object(keys.GROUP, keys.VERSION, plural, body)
+        except ApiException as err:
+            if err.status != 409:
+                raise DemoError(f"cannot create {plural}/{name}: HTTP {err.status} {err.body}") from err
+            custom.patch_cluster_custom_object(keys.GROUP, keys.VERSION, plural, name, {"spec": body["spec"]})
+
+
+def delete_objects(api: k8s.ApiClient, record: DemoRecord) -> None:
+    """Delete the demo's Packages (finalizers dropped: the bridge is already stopped), policy and workloads."""
+    custom, core = k8s.CustomObjectsApi(api), k8s.CoreV1Api(api)
+    targets = [(keys.PACKAGE_PLURAL, name) for name in record.packages] + [(keys.POLICY_PLURAL, record.policy)]
+    for plural, name in targets:
+        try:
+            custom.patch_cluster_custom_object(keys.GROUP, keys.VERSION, plural, name,
+                                               {"metadata": {"finalizers": None}})
+            custom.delete_cluster_custom_object(keys.GROUP, keys.VERSION, plural, name)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+    try:
+        core.delete_namespace(DemoNames(record.names_suffix).workload_namespace)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+
+
+async def terminate_workflows(temporal: Client, record: DemoRecord, nodes: list[str]) -> int:
+    """Terminate the demo's rollout and node workflows (nothing would ever run them again)."""
+    ids = [keys.rollout_workflow_id(p) for p in record.packages] + [keys.node_workflow_id(n) for n in nodes]
+    ended = 0
+    for workflow_id in ids:
+        try:
+            await temporal.get_workflow_handle(workflow_id).terminate(reason="noderoll demo finished")
+            ended += 1
+        except RPCError:
+            continue  # already closed or never started
+    return ended
+
+
+def count_jobs(batch: k8s.BatchV1Api, nodes: set[str], packages: set[str]) -> dict[str, int]:
+    """Stage Jobs of the demo on its nodes: interrupts that ran and stage Jobs that failed."""
+    jobs = batch.list_namespaced_job(keys.PACKAGE_POD_NAMESPACE, label_selector="noderoll.io/component=stage").items
+    counts = {"interrupts": 0, "failed": 0}
+    for job in jobs:
+        labels: dict[str, Any] = job.metadata.labels or {}
+        if labels.get("noderoll.io/node") not in nodes or labels.get("noderoll.io/package") not in packages:
+            continue
+        if labels.get("noderoll.io/mode") == "interrupt" and (job.status.succeeded or 0) > 0:
+            counts["interrupts"] += 1
+        if (job.status.failed or 0) > 0:
+            counts["failed"] += 1
+    return counts
