@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,23 @@ from tests.helpers.fleet import running_fleet
 
 pytestmark = pytest.mark.integration
 SYSCTL_IMAGE = "example.local/sysctl-tuning:1.0.0"
+# Jobs (and their ConfigMaps) created by the running test, deleted after it.
+_created: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _delete_stage_jobs(kube_api_client: ApiClient) -> Iterator[None]:
+    yield
+    core, batch = client.CoreV1Api(kube_api_client), client.BatchV1Api(kube_api_client)
+    while _created:
+        name = _created.pop()
+        calls = ((batch.delete_namespaced_job, {"propagation_policy": "Background"}), (core.delete_namespaced_config_map, {}))
+        for delete, options in calls:
+            try:
+                delete(name, PACKAGE_POD_NAMESPACE, **options)
+            except ApiException as err:
+                if err.status != 404:
+                    raise
 
 
 def stage_job(name: str, node: str, image: str, mode: str, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -60,6 +78,7 @@ def run_stage(api: ApiClient, job: dict[str, Any], config: dict[str, str] | None
     """Create the ConfigMap and Job, wait for the Job's pod to finish, return that pod."""
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     name = job["metadata"]["name"]
+    _created.append(name)
     core.create_namespaced_config_map(PACKAGE_POD_NAMESPACE, {"metadata": {"name": name}, "data": config or {}})
     batch.create_namespaced_job(PACKAGE_POD_NAMESPACE, job)
 
@@ -230,3 +249,25 @@ def test_workloads_spread_with_pdbs_and_training_pods_finish(local_stack: Any, k
             assert_eventually(settled, timeout=60)
         finally:
             core.delete_namespace(namespace)
+
+
+def test_hanging_stage_pod_runs_until_deleted(local_stack: Any, kube_api_client: ApiClient) -> None:
+    core, batch = client.CoreV1Api(kube_api_client), client.BatchV1Api(kube_api_client)
+    with running_fleet(local_stack, nodes=1) as fleet:
+        node = fleet.node_names[0]
+        fleet.options.faults.add(Fault("hang", nodes=node, mode="apply"))
+        job = stage_job(unique_name("hang"), node, SYSCTL_IMAGE, "apply")
+        name = job["metadata"]["name"]
+        _created.append(name)
+        core.create_namespaced_config_map(PACKAGE_POD_NAMESPACE, {"metadata": {"name": name}})
+        batch.create_namespaced_job(PACKAGE_POD_NAMESPACE, job)
+
+        def running() -> client.V1Pod:
+            pods = core.list_namespaced_pod(PACKAGE_POD_NAMESPACE, label_selector=f"job-name={name}").items
+            assert pods and pods[0].status.phase == "Running"
+            return pods[0]
+
+        pod = assert_eventually(running)
+        assert not (fleet.sandbox(node) / "etc/sysctl.d/90-noderoll.conf").exists()
+        core.delete_namespaced_pod(pod.metadata.name, PACKAGE_POD_NAMESPACE)
+        assert_eventually(lambda: not core.list_namespaced_pod(PACKAGE_POD_NAMESPACE, field_selector=f"metadata.name={pod.metadata.name}").items)
