@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes import client
 from kubernetes.client import ApiClient
@@ -29,6 +29,7 @@ from worker.registry import ACTIVITIES, WORKFLOWS
 from workflows.messages import SIGNAL_NODE_REQUEST, NodeRequest, NodeResult, NodeWorkflowInput
 from workflows.node import NodeWorkflow
 
+T = TypeVar("T")
 SYSCTL_IMAGE = "example.local/sysctl-tuning:1.0.0"
 SCRIPT_IMAGE = "example.local/script-config:1.0.0"
 KMOD_IMAGE = "example.local/kmod-blocklist:1.0.0"
@@ -181,3 +182,19 @@ def wait_pods_running(core: client.CoreV1Api, namespace: str, selector: str, cou
         assert len(placed) == count, [(p.metadata.name, p.spec.node_name, p.status.phase) for p in pods]
 
     assert_eventually(running, timeout=30)
+
+
+async def activity_results(temporal: Client, node: str, activity_type: str, result_type: type[T]) -> list[T]:
+    """Decoded results of every completed `activity_type` in the latest run of `node/<node>`."""
+    history = await temporal.get_workflow_handle(node_workflow_id(node)).fetch_history()
+    scheduled: dict[int, str] = {}
+    results: list[T] = []
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            scheduled[event.event_id] = event.activity_task_scheduled_event_attributes.activity_type.name
+        if event.HasField("activity_task_completed_event_attributes"):
+            attrs = event.activity_task_completed_event_attributes
+            if scheduled.get(attrs.scheduled_event_id) == activity_type:
+                [value] = await temporal.data_converter.decode(list(attrs.result.payloads), [result_type])
+                results.append(value)
+    return results

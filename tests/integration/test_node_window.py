@@ -16,6 +16,7 @@ from kubernetes.client import ApiClient
 from temporalio.client import Client
 
 from activities import kube
+from activities.io import DrainNodeResult
 from api.keys import CONDITION_ERRORING, CONDITION_UPDATING, CORDONED_BY_ANNOTATION, NODE_STATUS_LABEL
 from fleetsim.context import RUN_SECONDS_ANNOTATION
 from fleetsim.faults import Fault
@@ -27,6 +28,7 @@ from tests.integration.node_window_support import (
     SYSCTL_IMAGE,
     HealthyPodsWatch,
     Window,
+    activity_results,
     close_workflows,
     cordon,
     fast_settings,
@@ -119,6 +121,12 @@ async def test_sysctl_window_drains_through_a_pdb_without_violating_it(
         assert (entry.version, entry.state, entry.stage) == ("1.0.0", "complete", "post-interrupt")
         assert window.modes_run() == sorted(["apply", "apply-check", "config", "config-check", "interrupt",
                                              "post-interrupt", "post-interrupt-check"])
+        # Both trainer pods were evicted, and the apiserver refused at least one eviction (HTTP 429)
+        # until the first replacement was Ready elsewhere: the PDB was enforced, not bypassed.
+        [drain] = await activity_results(window.temporal, window.node, "drain_node", DrainNodeResult)
+        assert len([p for p in drain.evicted if p.startswith(f"{k8s_namespace}/trainer-")]) == 2, drain
+        assert drain.refused >= 1, drain
+        print(f"drain: {drain}")
         print(f"history events of a sysctl window with drain and service interrupt: "
               f"{await history_events(window.temporal, window.node)}")
 
