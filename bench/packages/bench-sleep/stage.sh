@@ -11,6 +11,8 @@ if [ "${BENCH_STAGE_OUTPUT_BYTES:-0}" -gt 0 ]; then
 fi
 sleep "${BENCH_STAGE_SECONDS:-5}"
 mkdir -p "$root/var/lib/bench-sleep"
+# One line per run: the reliability suite counts them (a stage must never run twice).
+date +%s >> "$root/var/lib/bench-sleep/$stage.runs"
 date +%s > "$root/var/lib/bench-sleep/$stage.done"
 echo "bench-sleep: $stage done after ${BENCH_STAGE_SECONDS:-5}s"
 exit "${BENCH_STAGE_EXIT:-0}"

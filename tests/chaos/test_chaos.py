@@ -1,0 +1,178 @@
+"""Reliability: a rollout survives SIGKILLed workers, a restarted Temporal server, a restarted
+kube-apiserver and a killed bridge, with nothing lost: it completes, no node stays cordoned, no
+(node, package, version, stage) Job is created twice, no stage runs twice on a host, no
+PodDisruptionBudget goes under its minimum, and the Package status is right.
+
+Sizes fit CI (see docs/reliability.md): `NODEROLL_CHAOS_NODES` (default 30) and
+`NODEROLL_CHAOS_KILLS` (default 4) scale test (a); `NODEROLL_CHAOS_SEED` replays its kill points.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from kubernetes import client, config
+
+from api.keys import GROUP, PACKAGE_PLURAL, POLICY_PLURAL, VERSION
+from bench.scenario import (
+    PACKAGES_DIR,
+    RUN_LABEL,
+    Scenario,
+    node_critical_path,
+    package_manifest,
+    policy_manifest,
+)
+from fleetsim.fleet import Fleet
+from fleetsim.workloads import WorkloadSpec, create_workloads
+from tests.helpers import unique_name
+from tests.helpers.chaos import ChaosStack, JobAudit, Noderoll, PdbWatcher, package_status, wait_for
+from tests.helpers.fleet import running_fleet
+
+# Stages of a fresh install of bench-sleep with a reboot: apply, config, post-interrupt with their
+# checks, plus the interrupt.
+JOBS_PER_NODE = 7
+ROLLOUT_TIMEOUT = 900.0
+
+
+@dataclass
+class Rollout:
+    """One chaos rollout in flight: what the chaos callback may act on."""
+
+    stack: ChaosStack
+    fleet: Fleet
+    procs: Noderoll
+    audit: JobAudit
+    scenario: Scenario
+
+    @property
+    def total_jobs(self) -> int:
+        return self.scenario.nodes * JOBS_PER_NODE
+
+    def wait_jobs(self, count: int) -> None:
+        """Wait until `count` stage Jobs exist (a point inside the rollout)."""
+        wait_for(lambda: self.audit.count >= count, ROLLOUT_TIMEOUT, f"{count} stage Jobs")
+
+
+def _api(kubeconfig: str) -> client.ApiClient:
+    return config.new_client_from_config(config_file=kubeconfig)
+
+
+def _workload_pods_running(core: client.CoreV1Api, namespace: str, expected: int) -> bool:
+    pods = core.list_namespaced_pod(namespace).items
+    return sum(1 for p in pods if p.status.phase == "Running") >= expected
+
+
+@contextmanager
+def chaos_rollout(stack: ChaosStack, tmp_path: Path, nodes: int) -> Iterator[Rollout]:
+    """Fleet with PDB-covered workloads, watchers, worker and bridge; then the Package is applied."""
+    name = unique_name("chaos")
+    scenario = Scenario(name, nodes, stage_seconds=1.0, reboot_seconds=1.0, initial_batch=2, budget_percent=34)
+    kubeconfig = stack.info.kubeconfig
+    api = _api(kubeconfig)
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    with running_fleet(stack.info, nodes, name_prefix=name, labels={RUN_LABEL: name},
+                       image_stores=[PACKAGES_DIR], workers=24) as fleet:
+        workloads = WorkloadSpec(namespace=name, prefix=name, nodes=fleet.node_names, training_pods=0,
+                                 deployments=2, replicas=3)
+        create_workloads(fleet.ctx.kube, workloads)
+        wait_for(lambda: _workload_pods_running(core, name, 6), 120, "workload pods Running")
+        audit = JobAudit(kubeconfig).start()
+        pdbs = PdbWatcher(kubeconfig, name).start()
+        procs = Noderoll(stack.info, tmp_path / "procs")
+        try:
+            procs.start("worker")
+            procs.start("bridge")
+            custom.create_cluster_custom_object(GROUP, VERSION, POLICY_PLURAL, policy_manifest(scenario))
+            custom.create_cluster_custom_object(GROUP, VERSION, PACKAGE_PLURAL, package_manifest(scenario))
+            rollout = Rollout(stack, fleet, procs, audit, scenario)
+            yield rollout
+            _assert_nothing_lost(rollout, pdbs)
+        finally:
+            procs.stop()
+            audit.stop()
+            pdbs.stop()
+            _remove(client.CustomObjectsApi(_api(stack.info.kubeconfig)), name)
+            api.close()
+
+
+def _remove(custom: client.CustomObjectsApi, name: str) -> None:
+    for plural in (PACKAGE_PLURAL, POLICY_PLURAL):
+        try:
+            custom.patch_cluster_custom_object(GROUP, VERSION, plural, name, {"metadata": {"finalizers": None}})
+            custom.delete_cluster_custom_object(GROUP, VERSION, plural, name)
+        except client.exceptions.ApiException:
+            pass
+
+
+def _assert_nothing_lost(rollout: Rollout, pdbs: PdbWatcher) -> None:
+    sc, kubeconfig = rollout.scenario, rollout.stack.info.kubeconfig
+    wait_for(lambda: package_status(kubeconfig, sc.name).get("phase") == "Complete", ROLLOUT_TIMEOUT,
+             f"Package {sc.name} Complete")
+    status = package_status(kubeconfig, sc.name)
+    assert status["nodes"]["complete"] == sc.nodes, status
+    assert status.get("progress") == f"{sc.nodes}/{sc.nodes}", status
+    ready = {c["type"]: c for c in status.get("conditions", [])}.get("Ready", {})
+    assert ready.get("status") == "True", status
+    core = client.CoreV1Api(_api(kubeconfig))
+    nodes = core.list_node(label_selector=f"{RUN_LABEL}={sc.name}").items
+    assert len(nodes) == sc.nodes
+    assert [n.metadata.name for n in nodes if n.spec.unschedulable] == [], "nodes left cordoned"
+    assert rollout.audit.duplicates(sc.name) == {}, "a (node, package, version, stage) Job was created twice"
+    for node in rollout.fleet.node_names:
+        runs = rollout.fleet.sandbox(node) / "var" / "lib" / "bench-sleep"
+        counts = {f.name: len(f.read_text().splitlines()) for f in runs.glob("*.runs")}
+        assert counts == {"apply.runs": 1, "config.runs": 1, "post-interrupt.runs": 1}, (node, counts)
+    assert pdbs.samples > 0
+    assert pdbs.violations() == {}, f"PodDisruptionBudget under its minimum: {pdbs.violations()}"
+
+
+def _kill_points(total_jobs: int, kills: int, seed: int) -> list[int]:
+    return sorted(random.Random(seed).sample(range(1, total_jobs), kills))
+
+
+def test_worker_sigkilled_at_random_points(chaos_stack: ChaosStack, tmp_path: Path) -> None:
+    nodes = int(os.environ.get("NODEROLL_CHAOS_NODES", "30"))
+    kills = int(os.environ.get("NODEROLL_CHAOS_KILLS", "4"))
+    seed = int(os.environ.get("NODEROLL_CHAOS_SEED", str(random.randrange(1_000_000))))
+    print(f"chaos (a): {nodes} nodes, {kills} worker kills, NODEROLL_CHAOS_SEED={seed}")
+    with chaos_rollout(chaos_stack, tmp_path, nodes) as rollout:
+        for point in _kill_points(rollout.total_jobs, kills, seed):
+            rollout.wait_jobs(point)
+            rollout.procs.kill("worker")
+        assert rollout.procs.kills == kills
+
+
+def _restart_midway(component: str) -> Callable[[Rollout], None]:
+    def chaos(rollout: Rollout) -> None:
+        rollout.wait_jobs(rollout.total_jobs // 2)
+        rollout.stack.restart(component)
+
+    return chaos
+
+
+def test_temporal_restarted_mid_rollout(chaos_stack: ChaosStack, tmp_path: Path) -> None:
+    with chaos_rollout(chaos_stack, tmp_path, 8) as rollout:
+        _restart_midway("temporal")(rollout)
+
+
+def test_apiserver_restarted_mid_rollout(chaos_stack: ChaosStack, tmp_path: Path) -> None:
+    with chaos_rollout(chaos_stack, tmp_path, 8) as rollout:
+        _restart_midway("kube-apiserver")(rollout)
+
+
+def test_bridge_killed_mid_rollout(chaos_stack: ChaosStack, tmp_path: Path) -> None:
+    with chaos_rollout(chaos_stack, tmp_path, 8) as rollout:
+        rollout.wait_jobs(rollout.total_jobs // 3)
+        rollout.procs.kill("bridge")
+        rollout.wait_jobs(2 * rollout.total_jobs // 3)
+        rollout.procs.kill("bridge")
+
+
+def test_critical_path_of_the_chaos_package() -> None:
+    # The Job count the kill points are drawn from assumes this stage sequence.
+    assert node_critical_path(Scenario("x", 1, stage_seconds=1.0, reboot_seconds=0.0)) == 3.0
