@@ -220,13 +220,16 @@ def evaluate_batch(
             f"failureThreshold {comp.failure_threshold} at {progress:.0f}% progress (safetyLimit {comp.safety_limit}%)"
         )
         return CompartmentVerdict(comp.name, Verdict.HALT, succeeded, failed, next_size, consecutive, reason)
-    if next_size > len(batch):
+    # The verdict describes the batch that will really be started: capped by the budget.
+    effective = min(next_size, comp.budget)
+    if effective > len(batch):
         verdict = Verdict.GROW
-    elif next_size < len(batch):
+    elif effective < len(batch):
         verdict = Verdict.SHRINK
     else:
         verdict = Verdict.CONTINUE
-    reason = f"compartment {comp.name}: {numbers}; next batch {next_size} ({comp.strategy.value})"
+    capped = f", capped by budget {comp.budget}" if effective < next_size else ""
+    reason = f"compartment {comp.name}: {numbers}; next batch {effective} ({comp.strategy.value}{capped})"
     return CompartmentVerdict(comp.name, verdict, succeeded, failed, next_size, consecutive, reason)
 
 

@@ -398,3 +398,12 @@ def test_planner_properties(scenario: tuple[DeploymentPolicySpec, list[NodeInfo]
     assert len(planned) == len(set(planned)), "no node is planned twice"
     if not state.halted:
         assert sorted(planned) == sorted(n.name for n in nodes), "every eligible node is planned"
+
+
+def test_verdict_describes_the_budget_capped_batch() -> None:
+    spec = policy(default={"budget": {"count": 2}, "strategy": {"type": "linear", "initialBatch": 2}})
+    state = new_planner(PlannerInput(spec, fleet(10), "p@1"))
+    batch = next_batch(state, {n.name for n in fleet(10)})
+    decision = record_batch_result(state, batch, [])
+    assert decision.verdict is Verdict.CONTINUE
+    assert "next batch 2 (linear, capped by budget 2)" in decision.reason
