@@ -14,6 +14,7 @@ from typing import Any
 
 from temporalio import activity
 
+from activities import errors
 from activities.io import (
     CordonNodeResult,
     DrainNodeInput,
@@ -46,6 +47,8 @@ class FakeNode:
     calls: list[tuple[str, Any]] = field(default_factory=list)
     jobs: list[str] = field(default_factory=list)
     writes: list[WriteNodeStateInput] = field(default_factory=list)
+    # When set, drain_node fails with this non-retryable error type (e.g. errors.DRAIN_TIMEOUT).
+    drain_error: str = ""
 
     def names(self) -> list[str]:
         """The activity names called, in order."""
@@ -98,6 +101,9 @@ class FakeNode:
     @activity.defn(name="drain_node")
     def drain_node(self, input: DrainNodeInput) -> DrainNodeResult:
         self.calls.append(("drain_node", input))
+        if self.drain_error:
+            raise errors.fatal("drain timed out; blocking pods: ns/solo; PodDisruptionBudgets: ns/solo-pdb",
+                               self.drain_error)
         return DrainNodeResult(evicted=["default/workload"])
 
     @activity.defn(name="run_stage_job")

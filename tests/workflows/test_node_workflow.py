@@ -18,6 +18,7 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities import errors
 from activities.leases import acquire_lease
 from api.keys import SEARCH_ATTRIBUTES, node_workflow_id
 from api.node_state import parse_node_state
@@ -281,3 +282,31 @@ async def test_up_to_date_package_is_answered_without_a_window(temporal_test_env
         results = await h.results(2)
         assert results[1].state == "complete"
         assert h.node.modes().count("apply") == 1
+
+
+async def test_drain_timeout_fails_the_window_names_blockers_and_uncordons(
+    temporal_test_env: WorkflowEnvironment,
+) -> None:
+    node = FakeNode(name=f"node-{uuid.uuid4().hex[:8]}", drain_error=errors.DRAIN_TIMEOUT)
+    async with harness(temporal_test_env, node) as h:
+        await h.request("kernel", a_spec(interrupt={"type": "reboot"}))
+        [result] = await h.results(1)
+        assert (result.state, result.stage) == ("erroring", "drain")
+        assert "DrainTimeout" in result.message and "ns/solo-pdb" in result.message
+        assert h.node.modes() == []  # no stage ran on a node that was not drained
+        assert not h.node.unschedulable  # the host was not touched: the cordon is undone
+        state, _ = parse_node_state(h.node.state_annotation)
+        assert state.packages["kernel"].state == "erroring"
+        assert "ns/solo" in (state.packages["kernel"].last_error or "")
+
+
+async def test_new_spec_replaces_a_held_erroring_request(temporal_test_env: WorkflowEnvironment) -> None:
+    node = FakeNode(name=f"node-{uuid.uuid4().hex[:8]}", exits={"apply": [1, 1, 1]})
+    async with harness(temporal_test_env, node) as h:
+        await h.request("sysctl", a_spec("1.0.0"))
+        [first] = await h.results(1)
+        assert first.state == "erroring"
+        await h.request("sysctl", a_spec("1.0.1"), generation=2)
+        results = await h.results(2)
+        assert (results[1].state, results[1].version) == ("complete", "1.0.1")
+        assert await h.closed() == WorkflowExecutionStatus.COMPLETED
