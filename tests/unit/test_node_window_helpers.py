@@ -1,0 +1,130 @@
+"""Pure helpers of the node window: tolerations, drain settings, backoff, status label, Job names/manifests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from activities.io import StageJob
+from activities.jobs import job_manifest, job_name, pod_outcome
+from api.enums import NodeStatus, Stage, State
+from api.node_state import NodeState, PackageNodeState
+from api.package import PackageSpec
+from planning.window import (
+    EntryUpdate,
+    drain_settings,
+    log_tail,
+    node_status,
+    protected_selectors,
+    retry_backoff,
+    stage_tolerations,
+    updated_entry,
+)
+
+
+def a_spec(**fields: Any) -> PackageSpec:
+    return PackageSpec.model_validate({"version": "1.0.0", "image": "registry.local/pkg:1.0.0", **fields})
+
+
+def a_job(**fields: Any) -> StageJob:
+    values: dict[str, Any] = dict(package="nvidia-driver", version="550.1.0", node="gpu-node-0001", mode="apply",
+                                  image="registry.local/driver:550", attempt=1, window="abcd1234-1")
+    values.update(fields)
+    return StageJob(**values)
+
+
+def test_tolerations_cover_node_taints_cordon_and_additional() -> None:
+    taints = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+              {"key": "node.kubernetes.io/unschedulable", "value": "", "effect": "NoSchedule"},
+              {"key": "dedicated", "value": "", "effect": "NoExecute"}]
+    spec = a_spec(additionalTolerations=[{"key": "x", "operator": "Exists"}])
+    assert stage_tolerations(taints, spec) == [
+        {"key": "node.kubernetes.io/unschedulable", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "nvidia.com/gpu", "effect": "NoSchedule", "operator": "Equal", "value": "present"},
+        {"key": "dedicated", "effect": "NoExecute", "operator": "Exists"},
+        {"key": "x", "operator": "Exists"},
+    ]
+
+
+def test_drain_settings_merge_most_patient_timeout_shortest_grace_and_unanimous_empty_dir() -> None:
+    merged = drain_settings([
+        a_spec(drain={"timeoutSeconds": 100, "gracePeriodSeconds": 30, "deleteEmptyDirData": True}),
+        a_spec(drain={"timeoutSeconds": 300, "deleteEmptyDirData": False}),
+        a_spec(drain={"timeoutSeconds": 50, "gracePeriodSeconds": 5, "deleteEmptyDirData": True}),
+    ])
+    assert (merged.timeout_seconds, merged.grace_period_seconds, merged.delete_empty_dir_data) == (300, 5, False)
+
+
+def test_protected_selectors_skip_empty_ones() -> None:
+    specs = [a_spec(podNonInterruptLabels={"matchLabels": {"job": "training"}}), a_spec(),
+             a_spec(podNonInterruptLabels={})]
+    assert protected_selectors(specs) == [{"matchLabels": {"job": "training"}}]
+
+
+@pytest.mark.parametrize(("attempt", "seconds"), [(1, 30), (2, 60), (3, 120), (10, 600)])
+def test_backoff_doubles_and_is_capped(attempt: int, seconds: float) -> None:
+    assert retry_backoff(30, attempt) == seconds
+
+
+def test_log_tail_keeps_last_lines() -> None:
+    assert log_tail("\n".join(str(i) for i in range(50)), 3) == "47\n48\n49"
+
+
+@pytest.mark.parametrize(("states", "in_window", "expected"), [
+    pytest.param([State.COMPLETE, State.ERRORING], False, NodeStatus.ERRORING, id="erroring-wins"),
+    pytest.param([State.COMPLETE], True, NodeStatus.IN_PROGRESS, id="window-running"),
+    pytest.param([State.COMPLETE, State.BLOCKED], False, NodeStatus.BLOCKED, id="blocked"),
+    pytest.param([State.COMPLETE], False, NodeStatus.COMPLETE, id="complete"),
+    pytest.param([], False, NodeStatus.COMPLETE, id="nothing-recorded"),
+])
+def test_node_status_label(states: list[State], in_window: bool, expected: NodeStatus) -> None:
+    state = NodeState(packages={f"p{i}": PackageNodeState(version="1.0.0", state=s) for i, s in enumerate(states)})
+    assert node_status(state, in_window) is expected
+
+
+def test_updated_entry_is_a_copy() -> None:
+    entry = PackageNodeState(version="1.0.0", image="img", state=State.IN_PROGRESS)
+    done = updated_entry(entry, EntryUpdate(Stage.CONFIG, State.COMPLETE, 2), "2026-01-01T00:00:00Z")
+    assert (done.stage, done.state, done.attempts, done.image) == (Stage.CONFIG, State.COMPLETE, 2, "img")
+    assert entry.state is State.IN_PROGRESS
+
+
+def test_job_name_is_deterministic_bounded_and_distinct_per_attempt_and_window() -> None:
+    long = a_job(package="a" * 43, mode="post-interrupt-check", node="n" * 63)
+    assert len(job_name(long)) <= 63
+    assert job_name(a_job()) == job_name(a_job())
+    names = {job_name(a_job()), job_name(a_job(attempt=2)), job_name(a_job(window="other-1")),
+             job_name(a_job(mode="apply-check")), job_name(a_job(version="550.2.0"))}
+    assert len(names) == 5
+    assert job_name(a_job()).startswith("nr-nvidia-driver-apply-")
+
+
+def test_job_manifest_follows_the_stage_pod_contract() -> None:
+    job = a_job(mode="interrupt", interrupt={"type": "reboot", "services": []}, config={"a.conf": "x"},
+                env=[{"name": "EXTRA", "value": "1"}], tolerations=[{"operator": "Exists"}])
+    manifest = job_manifest(job, "nr-x")
+    spec = manifest["spec"]
+    pod = spec["template"]["spec"]
+    [container] = pod["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert spec["backoffLimit"] == 0 and pod["nodeName"] == "gpu-node-0001" and pod["restartPolicy"] == "Never"
+    assert container["name"] == "agent" and container["args"] == ["interrupt"]
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert env["NODEROLL_INTERRUPT"] == '{"services": [], "type": "reboot"}'
+    assert env["NODEROLL_ROOT"] == "/host" and env["NODEROLL_CONFIG_DIR"] == "/noderoll-config"
+    assert env["EXTRA"] == "1" and env["NODEROLL_MODE"] == "interrupt"
+    assert {"name": "config", "configMap": {"name": "nr-x"}} in pod["volumes"]
+    assert spec["template"]["metadata"]["labels"]["noderoll.io/component"] == "stage"
+
+
+def test_pod_outcome_reads_exit_code_and_termination_message() -> None:
+    running = client.V1Pod(status=client.V1PodStatus(phase="Running"))
+    assert pod_outcome(running) is None
+    failed = client.V1Pod(status=client.V1PodStatus(phase="Failed", container_statuses=[client.V1ContainerStatus(
+        name="agent", image="i", image_id="", ready=False, restart_count=0,
+        state=client.V1ContainerState(terminated=client.V1ContainerStateTerminated(exit_code=7, message="boom")),
+    )]))
+    outcome = pod_outcome(failed)
+    assert outcome is not None and (outcome.exit_code, outcome.log_tail) == (7, "boom")
