@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     started_stack = not (previous is not None and previous.is_running())
     names = DemoNames(args.name_suffix)
     objects = demo_objects(names, DemoTuning(args.soak_seconds, args.budget_percent))
-    record = procs.DemoRecord(str(state_dir), started_stack, names.suffix, objects.package_names,
+    record = procs.DemoRecord(str(state_dir), str(state_dir / "demo"), started_stack, names.suffix, objects.package_names,
                               objects.policy["metadata"]["name"], args.task_queue)
     try:
         return _run_demo(console, args, record, objects)
@@ -144,7 +144,7 @@ async def _drive(console: Console, args: argparse.Namespace, launch: procs.DemoL
 
 def state_logs(record: procs.DemoRecord) -> str:
     """The folder of the demo's process logs."""
-    return str(Path(record.state_dir) / "demo")
+    return record.run_dir
 
 
 async def _snapshot(ops: Ops, record: procs.DemoRecord, snapshot: LiveSnapshot) -> LiveSnapshot:
@@ -293,7 +293,7 @@ def _fleet_size(record: procs.DemoRecord) -> int:
 
 
 def _stop_recorded(console: Console, state_dir: Path) -> int:
-    record = procs.DemoRecord.load(state_dir)
+    record = procs.DemoRecord.load(state_dir / "demo")
     if record is None:
         _say(console, f"no demo recorded in {state_dir}; nothing to stop")
         return 0

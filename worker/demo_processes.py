@@ -46,6 +46,8 @@ class DemoRecord:
     """What a demo run started (`demo.json`)."""
 
     state_dir: str
+    # Logs, sandboxes and this record (`<state-dir>/demo` for `noderoll demo`).
+    run_dir: str
     started_stack: bool
     names_suffix: str
     packages: list[str]
@@ -56,16 +58,16 @@ class DemoRecord:
     sandbox_dir: str = ""
 
     def save(self) -> None:
-        """Write `<state-dir>/demo/demo.json`."""
-        path = Path(self.state_dir) / "demo" / RECORD
+        """Write `<run-dir>/demo.json`."""
+        path = Path(self.run_dir) / RECORD
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(asdict(self), indent=2, sort_keys=True) + "\n")
 
     @classmethod
-    def load(cls, state_dir: Path) -> DemoRecord | None:
-        """The record of the last demo in `state_dir`, or None."""
+    def load(cls, run_dir: Path) -> DemoRecord | None:
+        """The record of the last demo in `run_dir`, or None."""
         try:
-            data = json.loads((state_dir / "demo" / RECORD).read_text())
+            data = json.loads((run_dir / RECORD).read_text())
             data["components"] = {k: ComponentInfo(**v) for k, v in data.get("components", {}).items()}
             return cls(**data)
         except (OSError, ValueError, TypeError):
@@ -73,7 +75,7 @@ class DemoRecord:
 
     def forget(self) -> None:
         """Delete the record (everything in it was stopped)."""
-        (Path(self.state_dir) / "demo" / RECORD).unlink(missing_ok=True)
+        (Path(self.run_dir) / RECORD).unlink(missing_ok=True)
 
 
 def free_port() -> int:
@@ -100,7 +102,7 @@ class DemoLaunch:
 
 def start_processes(launch: DemoLaunch, record: DemoRecord) -> None:
     """Start worker, bridge and fleet; record each as soon as it runs (so a failure can stop it)."""
-    stack, logs = launch.stack, Path(launch.stack.state_dir) / "demo"
+    stack, logs = launch.stack, Path(record.run_dir)
     connect = ["--temporal-address", stack.temporal_address, "--kubeconfig", stack.kubeconfig,
                "--task-queue", launch.task_queue]
     sandbox = logs / "sandboxes" / launch.names.node_prefix

@@ -245,6 +245,21 @@ class Ops:
         result = self.custom.list_cluster_custom_object(keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL)
         return sorted(result.get("items") or [], key=lambda o: o["metadata"]["name"])
 
+    def set_pause_annotation(self, name: str, paused: bool) -> dict[str, Any] | None:
+        """Set or remove `noderoll.io/pause` on the Package (the lasting switch the bridge maps to pause).
+
+        Returns the updated Package, or None when there is no such Package.
+        """
+        patch = {"metadata": {"annotations": {keys.PAUSE_ANNOTATION: "true" if paused else None}}}
+        try:
+            obj: dict[str, Any] = self.custom.patch_cluster_custom_object(
+                keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL, name, patch)
+            return obj
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
     def read_package(self, name: str) -> dict[str, Any] | None:
         """One Package object, or None when it does not exist."""
         try:

@@ -24,8 +24,10 @@ from worker.ops_client import Ops, OpsError, PackageView, target_from_args
 from workflows.messages import RetryRequest
 
 SIGNAL_HELP = {
-    keys.SIGNAL_PAUSE: "pause a rollout: no new batch starts; nodes already handed over finish",
-    keys.SIGNAL_RESUME: "resume a paused or halted rollout (also promotes a canary awaiting manual promotion)",
+    keys.SIGNAL_PAUSE: "pause a rollout: no new batch starts; nodes already handed over finish "
+                       "(also sets the Package's noderoll.io/pause annotation)",
+    keys.SIGNAL_RESUME: "resume a paused or halted rollout, promote a canary awaiting manual promotion "
+                        "(also removes the noderoll.io/pause annotation)",
     keys.SIGNAL_HALT: "halt a rollout: requests not yet started on their node are withdrawn",
 }
 SIGNAL_DONE = {
@@ -84,10 +86,27 @@ def cmd_status(args: argparse.Namespace) -> int:
     return _run(args, body)
 
 
+async def _pause_switch(ops: Ops, package: str, name: str) -> None:
+    """Pause and resume also set the Package's pause annotation, so the bridge agrees with the signal.
+
+    The bridge maps `spec.paused` and the annotation to pause/resume whenever it reconciles; a bare
+    signal would be undone by its next reconcile, the annotation is not.
+    """
+    if name not in (keys.SIGNAL_PAUSE, keys.SIGNAL_RESUME):
+        return
+    obj = await asyncio.to_thread(ops.set_pause_annotation, package, name == keys.SIGNAL_PAUSE)
+    if obj is None:
+        print(f"note: no Package {package}; only the signal was sent", file=sys.stderr)
+    elif name == keys.SIGNAL_RESUME and (obj.get("spec") or {}).get("paused"):
+        print(f"warning: Package {package} has spec.paused: true, so the bridge pauses it again; "
+              "set spec.paused to false to resume for good", file=sys.stderr)
+
+
 def _signal_command(name: str) -> Callable[[argparse.Namespace], int]:
     def command(args: argparse.Namespace) -> int:
         async def body(ops: Ops) -> int:
             await ops.signal(args.package, name)
+            await _pause_switch(ops, args.package, name)
             print(f"{name} sent to {keys.rollout_workflow_id(args.package)}: "
                   + SIGNAL_DONE[name].format(p=args.package))
             return 0

@@ -1,0 +1,206 @@
+"""The ops CLI against a running rollout: status (table, json), pause/resume, halt, nodes, logs, retry.
+
+One real rollout for the module: `noderoll worker`, `noderoll bridge` and `noderoll sim` run as
+processes (started by the demo's own launcher) on the session stack with a unique task queue and
+names; the Package is sysctl-tuning (no interrupt, so windows are short) on 5 nodes, and fleetsim
+fails the `apply` stage of the last node three times, so that node ends erroring and `retry` has
+something to do. The tests run in file order and follow the rollout from start to finish.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from api import keys
+from fleetsim.nodes import node_name
+from localstack.state import StackInfo
+from tests.helpers import assert_eventually, new_task_queue, unique_name
+from worker import demo_processes as procs
+from worker.cli import main
+from worker.demo_resources import DemoNames, DemoObjects, DemoTuning, demo_objects
+
+NODES = 5
+ROLLOUT_TIMEOUT = 360.0
+
+
+@dataclass
+class Rollout:
+    """The module's rollout: names, connection flags and where fleetsim keeps its logs."""
+
+    package: str
+    nodes: list[str]
+    failing: str
+    flags: list[str]
+    sandbox: Path
+
+
+def _objects(names: DemoNames) -> DemoObjects:
+    """One package (sysctl-tuning), a policy that never halts on failures: canary, then 1, 2, ..."""
+    objects = demo_objects(names, DemoTuning(soak_seconds=2))
+    strategy = {"type": "exponential", "initialBatch": 1, "growthFactor": 2, "batchThreshold": 100,
+                "failureThreshold": 10, "safetyLimit": 0}
+    objects.policy["spec"] = {"canary": {"count": 1, "soakSeconds": 2, "promotion": "auto"},
+                              "default": {"budget": {"count": 2}, "strategy": strategy}}
+    return DemoObjects(objects.policy, objects.packages[:1])
+
+
+@pytest.fixture(scope="module")
+def rollout(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rollout]:
+    """Start worker, bridge and fleet; apply the policy and Package; stop and clean up after the module."""
+    from kubernetes import config as k8s_config
+
+    names = DemoNames("-" + unique_name("ops").split("-")[-1])
+    run_dir = tmp_path_factory.mktemp("ops-cli")
+    failing = node_name(names.node_prefix, NODES - 1, NODES)
+    faults = run_dir / "faults.yaml"
+    faults.write_text(json.dumps({"faults": [{"kind": "fail-stage", "nodes": failing, "mode": "apply",
+                                              "exitCode": 7, "times": 3}]}))
+    objects = _objects(names)
+    launch = procs.DemoLaunch(local_stack, names, NODES, new_task_queue(), faults)
+    record = procs.DemoRecord(local_stack.state_dir, str(run_dir), False, names.suffix, objects.package_names,
+                              objects.policy["metadata"]["name"], launch.task_queue)
+    api = k8s_config.new_client_from_config(config_file=local_stack.kubeconfig)
+    try:
+        procs.start_processes(launch, record)
+        nodes = procs.wait_for_fleet(k8s.CoreV1Api(api), launch, record)
+        procs.apply_objects(k8s.CustomObjectsApi(api), objects)
+        flags = ["--temporal-address", local_stack.temporal_address, "--kubeconfig", local_stack.kubeconfig]
+        yield Rollout(objects.package_names[0], nodes, failing, flags, Path(record.sandbox_dir))
+    finally:
+        procs.stop_processes(record)
+        procs.delete_objects(api, record)
+        api.close()
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _progress(capsys: pytest.CaptureFixture[str], rollout: Rollout) -> dict[str, Any]:
+    code, out, err = _cli(capsys, "status", rollout.package, "-o", "json", *rollout.flags)
+    assert code == 0, err
+    data: dict[str, Any] = json.loads(out)
+    return data
+
+
+def test_status_table_and_json(rollout: Rollout, capsys: pytest.CaptureFixture[str]) -> None:
+    def listed() -> dict[str, Any]:
+        data = _progress(capsys, rollout)
+        assert data["source"] == "temporal query", data["source"]
+        assert data["total_nodes"] == NODES
+        return data
+
+    data = assert_eventually(listed, timeout=60)
+    assert data["package"] == rollout.package and data["version"] == "1.0.0"
+    code, out, _ = _cli(capsys, "status", *rollout.flags)
+    assert code == 0 and rollout.package in out and "PHASE" in out
+    code, out, _ = _cli(capsys, "status", rollout.package, *rollout.flags)
+    assert code == 0 and "phase" in out and f"/{NODES} complete" in out
+
+
+def test_pause_then_resume_is_observed_in_progress(
+    rollout: Rollout, capsys: pytest.CaptureFixture[str], kube_api_client: k8s.ApiClient
+) -> None:
+    code, out, err = _cli(capsys, "pause", rollout.package, *rollout.flags)
+    assert code == 0, err
+    assert "pause sent to package/" in out
+
+    def paused_and_idle() -> dict[str, Any]:
+        data = _progress(capsys, rollout)
+        assert data["phase"] == "Paused", data["phase"]
+        # Nothing in flight and nodes left waiting: no new batch starts while paused.
+        assert data["counts"].get("in_progress", 0) == 0 and data["counts"].get("waiting", 0) > 0, data["counts"]
+        return data
+
+    held = assert_eventually(paused_and_idle, timeout=120)
+    package = k8s.CustomObjectsApi(kube_api_client).get_cluster_custom_object(
+        keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL, rollout.package)
+    assert package["metadata"]["annotations"][keys.PAUSE_ANNOTATION] == "true"
+    code, _, err = _cli(capsys, "resume", rollout.package, *rollout.flags)
+    assert code == 0, err
+
+    def moving() -> None:
+        data = _progress(capsys, rollout)
+        assert data["phase"] != "Paused"
+        assert data["counts"].get("complete", 0) > held["counts"].get("complete", 0) or data["counts"].get(
+            "in_progress", 0) > 0, data
+
+    assert_eventually(moving, timeout=60)
+
+
+def test_halt_then_resume(rollout: Rollout, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _cli(capsys, "halt", rollout.package, *rollout.flags)
+    assert code == 0 and "halt sent" in out, err
+
+    def halted() -> None:
+        data = _progress(capsys, rollout)
+        assert data["phase"] == "Halted" and "by signal" in data["message"], (data["phase"], data["message"])
+
+    assert_eventually(halted, timeout=60)
+    code, _, err = _cli(capsys, "resume", rollout.package, *rollout.flags)
+    assert code == 0, err
+    assert_eventually(lambda: _progress(capsys, rollout)["phase"] != "Halted", timeout=60)
+
+
+def test_rollout_ends_with_the_faulty_node_erroring(rollout: Rollout, capsys: pytest.CaptureFixture[str]) -> None:
+    def settled() -> dict[str, Any]:
+        data = _progress(capsys, rollout)
+        assert data["phase"] == "Failed", (data["phase"], data["counts"])
+        return data
+
+    data = assert_eventually(settled, timeout=ROLLOUT_TIMEOUT, interval=2.0)
+    assert data["counts"] == {"complete": NODES - 1, "erroring": 1}
+    assert list(data["erroring"]) == [rollout.failing]
+    code, out, _ = _cli(capsys, "status", rollout.package, *rollout.flags)
+    assert code == 0 and "erroring nodes" in out and rollout.failing in out
+
+
+def test_nodes_show_package_stage_and_state(rollout: Rollout, capsys: pytest.CaptureFixture[str]) -> None:
+    selector = f"fleetsim.noderoll.io/prefix={rollout.nodes[0].rsplit('-', 1)[0]}"
+    code, out, err = _cli(capsys, "nodes", "-l", selector, "--package", rollout.package, "-o", "json", *rollout.flags)
+    assert code == 0, err
+    by_node = {row["node"]: row["packages"][rollout.package] for row in json.loads(out)}
+    assert sorted(by_node) == rollout.nodes
+    assert by_node[rollout.failing]["state"] == "erroring" and by_node[rollout.failing]["version"] == "1.0.0"
+    assert by_node[rollout.failing].get("lastError")
+    assert all(by_node[n]["state"] == "complete" for n in rollout.nodes if n != rollout.failing)
+    code, out, _ = _cli(capsys, "nodes", "-l", selector, *rollout.flags)
+    assert code == 0 and rollout.failing in out and "erroring" in out
+
+
+def test_logs_of_a_stage_job(rollout: Rollout, capsys: pytest.CaptureFixture[str]) -> None:
+    done = rollout.nodes[0]
+    code, out, err = _cli(capsys, "logs", rollout.package, "--node", done, "--mode", "apply",
+                          "--sandbox-dir", str(rollout.sandbox), *rollout.flags)
+    assert code == 0, err
+    assert "source: fleetsim log file" in err and out.strip()
+    # Without the sandbox (not on this machine) the kubelet's copy of the log tail is what remains.
+    code, tail, err = _cli(capsys, "logs", rollout.package, "--node", done, "--mode", "apply", *rollout.flags)
+    assert code == 0 and "source: terminated container message" in err, err
+    assert tail.strip() and tail.strip().splitlines()[-1] in out
+    code, out, err = _cli(capsys, "logs", rollout.package, "--node", rollout.failing, "--mode", "apply",
+                          "--all", *rollout.flags)
+    assert code == 0 and out.count("injected fault fail-stage") == 3, (out, err)
+    code, _, err = _cli(capsys, "logs", rollout.package, "--node", "no-such-node", *rollout.flags)
+    assert code == 1 and "no stage pod" in err
+
+
+def test_retry_of_the_failed_node_completes_the_rollout(rollout: Rollout, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _cli(capsys, "retry", rollout.package, "--node", rollout.failing, *rollout.flags)
+    assert code == 0 and rollout.failing in out, err
+
+    def complete() -> None:
+        data = _progress(capsys, rollout)
+        assert data["phase"] == "Complete" and data["counts"] == {"complete": NODES}, (data["phase"], data["counts"])
+
+    assert_eventually(complete, timeout=180, interval=2.0)
