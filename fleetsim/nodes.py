@@ -121,7 +121,12 @@ def register_node(ctx: SimContext, node: SimNode) -> None:
         created = ctx.kube.request("PATCH", f"/api/v1/nodes/{quoted(node.name)}", {"metadata": body["metadata"]}, content_type=MERGE_PATCH)
     node.uid = created["metadata"]["uid"]
     ctx.kube.request("PATCH", f"/api/v1/nodes/{quoted(node.name)}/status", {"status": node_status(node)}, content_type=STRATEGIC_PATCH)
-    renew_lease(ctx, node)
+    try:
+        ctx.kube.request("POST", f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases", _lease_body(node))
+    except KubeError as err:
+        if err.status != 409:
+            raise
+        renew_lease(ctx, node)  # an adopted node's Lease
 
 
 def _lease_body(node: SimNode) -> dict[str, Any]:
