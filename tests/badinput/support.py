@@ -1,0 +1,190 @@
+"""The bad-input suite's system under test: a private stack with `noderoll worker` and `noderoll bridge`
+running as processes, an image store of broken packages, and reads of what a user sees (Package
+status, node state, stage Jobs). No sleeps: waits go through `tests.helpers.assert_eventually`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+from api.keys import (
+    API_VERSION,
+    GROUP,
+    NODE_STATE_ANNOTATION,
+    NODE_STATUS_LABEL,
+    PACKAGE_KIND,
+    PACKAGE_PLURAL,
+    PACKAGE_POD_NAMESPACE,
+    POLICY_KIND,
+    POLICY_PLURAL,
+    VERSION,
+)
+from api.node_state import NodeState, parse_node_state
+from bench.scenario import PACKAGES_DIR
+from fleetsim.context import PREFIX_LABEL
+from fleetsim.fleet import Fleet
+from tests.helpers import assert_eventually, unique_name
+from tests.helpers.chaos import ChaosStack, Noderoll
+from tests.helpers.fleet import running_fleet
+
+SLEEP_PACKAGE = PACKAGES_DIR / "bench-sleep"
+ROLLOUT_TIMEOUT = 180.0
+
+
+def build_image_store(root: Path) -> Path:
+    """Broken variants of bench-sleep, one folder each (image `bad.local/<folder>:1.0.0`)."""
+    def variant(name: str) -> Path:
+        target = root / name
+        shutil.copytree(SLEEP_PACKAGE, target)
+        return target
+
+    (variant("invalid-json") / "config.json").write_text('{"schema_version": "v1", "modes": {', encoding="utf-8")
+    wrong = variant("wrong-schema")
+    (wrong / "config.json").write_text(json.dumps({"schema_version": "v9", "package_name": "x"}), encoding="utf-8")
+    missing = variant("missing-step")
+    cfg = json.loads((missing / "config.json").read_text())
+    cfg["modes"]["apply"][0]["path"] = "no-such-step.sh"
+    (missing / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    not_exec = variant("not-executable")
+    (not_exec / "stage.sh").chmod(stat.S_IRUSR | stat.S_IWUSR)
+    expects = variant("expects-config")
+    cfg = json.loads((expects / "config.json").read_text())
+    cfg["expected_config_files"] = ["required.conf"]
+    (expects / "config.json").write_text(json.dumps(cfg), encoding="utf-8")
+    variant("other-writer")  # a second, healthy package writing the same host files as bench-sleep
+    return root
+
+
+@dataclass
+class System:
+    """The private stack, the noderoll processes and an API client."""
+
+    stack: ChaosStack
+    procs: Noderoll
+    images: Path
+    api: client.ApiClient
+
+    @property
+    def kubeconfig(self) -> str:
+        return self.stack.info.kubeconfig
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    @contextmanager
+    def fleet(self, nodes: int = 1, **options: Any) -> Iterator[Fleet]:
+        """Simulated nodes with the broken images available, fast reboots."""
+        stores = [self.images, PACKAGES_DIR]
+        with running_fleet(self.stack.info, nodes, image_stores=stores, reboot_seconds=0.5, **options) as fleet:
+            yield fleet
+
+    # --- objects ------------------------------------------------------------------------------
+
+    def policy(self, budget_percent: int = 100, initial_batch: int = 10) -> str:
+        name = unique_name("bad-policy")
+        self.custom.create_cluster_custom_object(GROUP, VERSION, POLICY_PLURAL, {
+            "apiVersion": API_VERSION, "kind": POLICY_KIND, "metadata": {"name": name},
+            "spec": {"default": {"budget": {"percent": budget_percent},
+                                 "strategy": {"type": "fixed", "initialBatch": initial_batch}}}})
+        return name
+
+    def package(self, fleet: Fleet, **spec: Any) -> str:
+        """Apply a Package for `fleet`'s nodes: bench-sleep, 0 s stages, no interrupt unless given."""
+        name = spec.pop("name", None) or unique_name("bad")
+        env = {"BENCH_STAGE_SECONDS": "0", **spec.pop("env", {})}
+        body = {
+            "version": "1.0.0",
+            "image": "bench.local/bench-sleep:1.0.0",
+            "nodeSelector": {"matchLabels": {PREFIX_LABEL: fleet.options.name_prefix}},
+            "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+            **spec,
+        }
+        if "deploymentPolicy" not in body:
+            body["deploymentPolicy"] = self.policy()
+        self.custom.create_cluster_custom_object(GROUP, VERSION, PACKAGE_PLURAL, {
+            "apiVersion": API_VERSION, "kind": PACKAGE_KIND, "metadata": {"name": name}, "spec": body})
+        return name
+
+    def delete(self, plural: str, name: str) -> None:
+        self.custom.delete_cluster_custom_object(GROUP, VERSION, plural, name)
+
+    # --- what a user sees ---------------------------------------------------------------------
+
+    def package_object(self, name: str) -> dict[str, Any]:
+        return self.custom.get_cluster_custom_object(GROUP, VERSION, PACKAGE_PLURAL, name)
+
+    def status(self, name: str) -> dict[str, Any]:
+        return self.package_object(name).get("status") or {}
+
+    def wait_status(self, name: str, check: Any, timeout: float = ROLLOUT_TIMEOUT) -> dict[str, Any]:
+        """Wait until `check(status)` holds (assertions or a bool); returns the status."""
+        def probe() -> dict[str, Any]:
+            status = self.status(name)
+            assert check(status) is not False, status
+            return status
+
+        return assert_eventually(probe, timeout=timeout, interval=0.5)
+
+    def wait_complete(self, name: str, nodes: int, timeout: float = ROLLOUT_TIMEOUT) -> dict[str, Any]:
+        return self.wait_status(name, lambda s: s.get("phase") == "Complete"
+                                and (s.get("nodes") or {}).get("complete") == nodes, timeout)
+
+    def node(self, name: str) -> client.V1Node:
+        return self.core.read_node(name)
+
+    def node_state(self, name: str) -> tuple[NodeState, str | None]:
+        return parse_node_state((self.node(name).metadata.annotations or {}).get(NODE_STATE_ANNOTATION))
+
+    def node_status_label(self, name: str) -> str | None:
+        return (self.node(name).metadata.labels or {}).get(NODE_STATUS_LABEL)
+
+    def cordoned(self, fleet: Fleet) -> list[str]:
+        return [n for n in fleet.node_names if self._unschedulable(n)]
+
+    def _unschedulable(self, node: str) -> bool:
+        try:
+            return bool(self.node(node).spec.unschedulable)
+        except client.exceptions.ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+
+    def jobs(self, package: str) -> list[client.V1Job]:
+        return client.BatchV1Api(self.api).list_namespaced_job(
+            PACKAGE_POD_NAMESPACE, label_selector=f"noderoll.io/package={package}").items
+
+    def events(self, node: str) -> list[str]:
+        found = self.core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
+        return [f"{e.reason}: {e.message}" for e in found]
+
+
+def erroring_reason(status: dict[str, Any], node: str) -> str:
+    """The reason the Package status gives for an erroring node ('' when not listed)."""
+    return next((e.get("reason", "") for e in status.get("erroringNodes") or [] if e.get("node") == node), "")
+
+
+def blocked_reason(status: dict[str, Any], node: str) -> str:
+    return next((e.get("reason", "") for e in status.get("blockedNodes") or [] if e.get("node") == node), "")
+
+
+def new_system(tmp: Path) -> System:
+    stack = ChaosStack.start(tmp / "stack")
+    procs = Noderoll(stack.info, tmp / "procs")
+    procs.start("worker")
+    procs.start("bridge")
+    images = build_image_store(tmp / "images")
+    return System(stack, procs, images, config.new_client_from_config(config_file=stack.info.kubeconfig))
