@@ -26,7 +26,6 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities.io import (
-        AcquireLeaseInput,
         CordonNodeResult,
         DrainNodeInput,
         DrainNodeResult,
@@ -43,7 +42,6 @@ with workflow.unsafe.imports_passed_through():
         WriteNodeStateInput,
     )
     from api.enums import PlanAction, Stage, State
-    from api.keys import budget_workflow_id, node_workflow_id
     from api.node_state import NodeState, PackageNodeState, config_hashes, dump_node_state
     from api.package import PackageSpec
     from planning.interrupts import InterruptRequest, merge_interrupts
@@ -59,13 +57,11 @@ with workflow.unsafe.imports_passed_through():
         updated_entry,
     )
     from workflows.messages import (
-        SIGNAL_BUDGET_RELEASE,
-        LeaseRelease,
-        LeaseRequest,
         NodeRequest,
         NodeResult,
         NodeWorkflowInput,
     )
+    from workflows.node_leases import WindowLeases
 
 # Short Kubernetes calls: retried quickly, a handful of times; non-retryable types stop at once.
 API_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
@@ -76,6 +72,7 @@ WAIT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval
                          maximum_attempts=5)
 API_TIMEOUT = timedelta(seconds=60)
 DRAIN_STAGE = "drain"
+WINDOW_STAGE = "window"
 
 
 @dataclass
@@ -189,32 +186,6 @@ class WindowRun:
                                     config=previous.config if previous and previous.version == spec.version else {})
             self.state.packages[name] = base.model_copy(update={"action": package_plan.action})
             self._set(name, EntryUpdate(package_plan.stages[0], State.IN_PROGRESS))
-
-    async def _acquire_leases(self) -> list[tuple[str, str]]:
-        budgets = sorted({(r.budget.policy, r.budget.compartment): r.budget
-                          for r in self.ctx.requests.values() if r.budget is not None}.items())
-        leases: list[tuple[str, str]] = []
-        for (policy, compartment), ref in budgets:
-            budget_id = budget_workflow_id(policy, compartment)
-            lease_id = f"{self.node}/{self.ctx.key}"
-            leases.append((budget_id, lease_id))
-            self.ctx.set_phase("WaitingForLease")
-            await workflow.execute_activity(
-                "acquire_lease",
-                AcquireLeaseInput(budget_id, LeaseRequest(node_workflow_id(self.node), lease_id, self.node, ref.limit)),
-                start_to_close_timeout=API_TIMEOUT, retry_policy=API_RETRY, summary=f"lease from {budget_id}",
-            )
-            await workflow.wait_condition(lambda lease=lease_id: lease in self.ctx.grants)
-        return leases
-
-    async def _release(self, leases: list[tuple[str, str]]) -> None:
-        for budget_id, lease_id in leases:
-            self.ctx.grants.discard(lease_id)
-            try:
-                await workflow.get_external_workflow_handle(budget_id).signal(
-                    SIGNAL_BUDGET_RELEASE, LeaseRelease(lease_id))
-            except Exception as err:  # noqa: BLE001 - a closed budget has nothing to release
-                workflow.logger.warning("release of %s to %s failed: %s", lease_id, budget_id, err)
 
     async def _prepare_node(self) -> None:
         """Cordon, wait for protected pods, drain (raises ActivityError when bounded waits expire)."""
@@ -339,23 +310,36 @@ class WindowRun:
         window = self.ctx.window
         names = ", ".join(f"{n} {self.ctx.specs[n].version}" for n in window.packages)
         self._start_entries()
-        leases: list[tuple[str, str]] = []
+        leases = WindowLeases(self.node, self.ctx.key, self.ctx.grants)
+        left_cordoned = False
         try:
-            if window.needs_drain:
-                leases = await self._acquire_leases()
-            await self._write(True, [self._event("WindowStarted", f"node window for {names}"
-                                                 + (" (drain)" if window.needs_drain else ""))])
-            await self._stages(window)
+            try:
+                if window.needs_drain:
+                    await leases.acquire(self.ctx.requests.values(), API_TIMEOUT, API_RETRY, self.ctx.set_phase)
+                await self._write(True, [self._event("WindowStarted", f"node window for {names}"
+                                                     + (" (drain)" if window.needs_drain else ""))])
+                await self._stages(window)
+            except ActivityError as err:
+                # A Kubernetes call failed beyond its retries (API down, node deleted): the window
+                # ends erroring instead of failing the workflow and losing the queue.
+                self._fail_all(WINDOW_STAGE, _cause(err))
             self._finish_entries()
             left_cordoned = self.cordoned and bool(self.failures) and (self.drained or self.interrupted)
+            await self._close(left_cordoned)
+        finally:
+            await leases.release()
+        return WindowOutcome(results=self._results(), left_cordoned=left_cordoned)
+
+    async def _close(self, left_cordoned: bool) -> None:
+        """Uncordon (unless left cordoned) and write the final state; failures here are only logged."""
+        try:
             if self.cordoned and not left_cordoned:
                 await workflow.execute_activity(
                     "uncordon_node", NodeInput(self.node), result_type=UncordonNodeResult,
                     start_to_close_timeout=API_TIMEOUT, retry_policy=API_RETRY, summary="uncordon")
             await self._write(False, self._final_events(left_cordoned))
-        finally:
-            await self._release(leases)
-        return WindowOutcome(results=self._results(), left_cordoned=left_cordoned)
+        except ActivityError as err:
+            workflow.logger.warning("closing window %s on %s failed: %s", self.ctx.key, self.node, _cause(err))
 
     async def _stages(self, window: NodeWindow) -> None:
         if window.needs_drain:

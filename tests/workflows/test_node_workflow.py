@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -111,28 +111,35 @@ async def register_search_attributes(client: Client) -> None:
 
 
 @asynccontextmanager
-async def harness(env: WorkflowEnvironment, node: FakeNode | None = None) -> AsyncIterator[Harness]:
-    """Worker with the node workflow, the fakes, the real budget workflow and the real lease activity."""
+async def harness(
+    env: WorkflowEnvironment, node: FakeNode | None = None, before: Callable[[Harness], Awaitable[None]] | None = None,
+) -> AsyncIterator[Harness]:
+    """Worker with the node workflow, the fakes, the real budget workflow and the real lease activity.
+
+    `before(h)` runs before the worker starts: requests sent there are all queued for the first window.
+    """
     await register_search_attributes(env.client)
     task_queue = str(uuid.uuid4())
     fake = node or FakeNode(name=f"node-{uuid.uuid4().hex[:8]}")
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        worker = Worker(env.client, task_queue=task_queue,
-                        workflows=[NodeWorkflow, ResultCollector, BudgetWorkflow],
-                        activities=[*fake.activities(), acquire_lease], activity_executor=pool)
-        async with worker:
-            collector = await env.client.start_workflow(
-                ResultCollector.run, id=f"collector-{uuid.uuid4()}", task_queue=task_queue)
-            h = Harness(env, task_queue, fake, collector)
-            try:
+    collector = await env.client.start_workflow(
+        ResultCollector.run, id=f"collector-{uuid.uuid4()}", task_queue=task_queue)
+    h = Harness(env, task_queue, fake, collector)
+    try:
+        if before is not None:
+            await before(h)
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            worker = Worker(env.client, task_queue=task_queue,
+                            workflows=[NodeWorkflow, ResultCollector, BudgetWorkflow],
+                            activities=[*fake.activities(), acquire_lease], activity_executor=pool)
+            async with worker:
                 yield h
-            finally:
-                # Leftover timers on the shared time-skipping server would block time skipping later.
-                for workflow_id in (collector.id, h.workflow_id):
-                    try:
-                        await env.client.get_workflow_handle(workflow_id).terminate("test cleanup")
-                    except RPCError:
-                        pass
+    finally:
+        # Leftover timers on the shared time-skipping server would block time skipping later.
+        for workflow_id in (collector.id, h.workflow_id):
+            try:
+                await env.client.get_workflow_handle(workflow_id).terminate("test cleanup")
+            except RPCError:
+                pass
 
 
 async def test_one_package_without_interrupt_runs_stages_and_checks_only(
@@ -174,16 +181,42 @@ async def test_reboot_package_cordons_drains_interrupts_and_uncordons(
 
 
 async def test_two_packages_share_one_merged_interrupt(temporal_test_env: WorkflowEnvironment) -> None:
-    node = FakeNode(name=f"node-{uuid.uuid4().hex[:8]}")
-    async with harness(temporal_test_env, node) as h:
-        # Both queued before the first window starts: the worker sees both signals in one activation.
+    async def queue_both(h: Harness) -> None:
         await h.request("containerd-cfg", a_spec(interrupt={"type": "service", "services": ["containerd"]}))
         await h.request("cron-cfg", a_spec(interrupt={"type": "service", "services": ["cron"]}))
+
+    async with harness(temporal_test_env, before=queue_both) as h:
         results = await h.results(2)
         assert sorted(r.state for r in results) == ["complete", "complete"]
         interrupts = [arg for name, arg in h.node.calls if name == "run_interrupt"]
         assert len(interrupts) == 1
         assert interrupts[0].job.interrupt == {"type": "service", "services": ["containerd", "cron"]}
+        assert h.node.names().count("drain_node") == 1
+
+
+async def test_leases_from_two_budgets_are_taken_in_order_and_all_released(
+    temporal_test_env: WorkflowEnvironment,
+) -> None:
+    policy = f"p-{uuid.uuid4().hex[:8]}"
+
+    async def queue_both(h: Harness) -> None:
+        await h.request("a", a_spec(interrupt={"type": "reboot"}), budget=BudgetRef(policy, "gpu", 1))
+        await h.request("b", a_spec(interrupt={"type": "reboot"}), budget=BudgetRef(policy, "cpu", 1))
+
+    async with harness(temporal_test_env, before=queue_both) as h:
+        results = await h.results(2)
+        assert [r.state for r in results] == ["complete", "complete"]
+        assert h.node.names().count("run_interrupt") == 1
+        for compartment in ("cpu", "gpu"):
+            budget = h.client.get_workflow_handle(f"budget/{policy}/{compartment}")
+            status = await budget.query(QUERY_BUDGET_STATUS, result_type=BudgetStatus)
+            for _ in range(10):
+                if status.in_use == 0:
+                    break
+                await h.env.sleep(timedelta(seconds=1))
+                status = await budget.query(QUERY_BUDGET_STATUS, result_type=BudgetStatus)
+            assert status.in_use == 0
+            await budget.terminate("test cleanup")
 
 
 async def test_failed_stage_is_retried_with_backoff_then_erroring_until_retry(
