@@ -161,6 +161,31 @@ def pod_outcome(pod: client.V1Pod) -> PodOutcome | None:
     return PodOutcome(0 if status.phase == "Succeeded" else -1, status.message or status.reason or "")
 
 
+# Waiting reasons of a stage pod that waiting does not cure: the attempt fails at once and its Job is
+# deleted (it must not start later, after noderoll moved on). noderoll's own attempts, with backoff,
+# are the retry; the kubelet's endless pull retries would otherwise hold the window for the whole
+# stage timeout with no message anywhere.
+UNSTARTABLE_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+
+
+def unstartable(pod: client.V1Pod) -> PodOutcome | None:
+    """A failed outcome for a pod whose agent container cannot start (pure), else None."""
+    statuses = (pod.status.container_statuses if pod.status else None) or []
+    for container in statuses:
+        waiting = container.state.waiting if container.state else None
+        if container.name == CONTAINER and waiting is not None and waiting.reason in UNSTARTABLE_REASONS:
+            return PodOutcome(-1, f"stage pod cannot start: {waiting.reason}: {waiting.message or ''}")
+    return None
+
+
+def _delete_job(name: str) -> None:
+    try:
+        kube.batch().delete_namespaced_job(name, PACKAGE_POD_NAMESPACE, propagation_policy="Background")
+    except ApiException as err:
+        if not kube.is_not_found(err):
+            kube.raise_for(err, f"delete Job {name}")
+
+
 def _job_failure(name: str) -> PodOutcome | None:
     """A Job that failed without a finished pod (deadline exceeded, pod deleted) as an outcome."""
     try:
@@ -185,6 +210,10 @@ def check_job(name: str) -> tuple[PodOutcome | None, str]:
         outcome = pod_outcome(pod)
         if outcome is not None:
             return outcome, pods.metadata.resource_version
+        outcome = unstartable(pod)
+        if outcome is not None:
+            _delete_job(name)
+            return outcome, pods.metadata.resource_version
     return _job_failure(name), pods.metadata.resource_version
 
 
@@ -199,7 +228,7 @@ def watch_job_pods(name: str, resource_version: str, seconds: int) -> None:
             resource_version=resource_version,
             timeout_seconds=seconds,
         ):
-            if pod_outcome(event["object"]) is not None:
+            if pod_outcome(event["object"]) is not None or unstartable(event["object"]) is not None:
                 return
     except ApiException as err:
         if err.status == 410:

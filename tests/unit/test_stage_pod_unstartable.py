@@ -1,0 +1,31 @@
+"""A stage pod whose image cannot be pulled fails its attempt at once (activities.jobs.unstartable)."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+
+from activities.jobs import CONTAINER, unstartable
+
+
+def _pod(reason: str, container: str = CONTAINER) -> client.V1Pod:
+    waiting = client.V1ContainerStateWaiting(reason=reason, message="no such image")
+    status = client.V1ContainerStatus(name=container, image="x", image_id="", ready=False, restart_count=0,
+                                      state=client.V1ContainerState(waiting=waiting))
+    return client.V1Pod(status=client.V1PodStatus(phase="Pending", container_statuses=[status]))
+
+
+@pytest.mark.parametrize("reason", ["ErrImagePull", "ImagePullBackOff", "InvalidImageName"])
+def test_image_pull_failures_fail_the_attempt(reason: str) -> None:
+    outcome = unstartable(_pod(reason))
+    assert outcome is not None and outcome.exit_code == -1
+    assert reason in outcome.log_tail and "no such image" in outcome.log_tail
+
+
+@pytest.mark.parametrize("pod", [
+    pytest.param(_pod("ContainerCreating"), id="still-creating"),
+    pytest.param(_pod("ErrImagePull", container="sidecar"), id="other-container"),
+    pytest.param(client.V1Pod(status=client.V1PodStatus(phase="Pending")), id="no-status-yet"),
+])
+def test_pods_that_may_still_start_are_waited_for(pod: client.V1Pod) -> None:
+    assert unstartable(pod) is None
