@@ -9,6 +9,7 @@ rollout). Does Temporal I/O.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -75,5 +76,5 @@ def percentile(values: Sequence[float], q: float) -> float:
     if not values:
         return 0.0
     ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
-    return ordered[rank]
+    rank = math.ceil(q / 100 * len(ordered))
+    return ordered[max(0, min(len(ordered), rank) - 1)]
