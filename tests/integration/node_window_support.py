@@ -6,12 +6,14 @@ rollout is replaced by `ResultCollector` (it only collects `node_result` signals
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 from kubernetes import client
@@ -198,3 +200,21 @@ async def activity_results(temporal: Client, node: str, activity_type: str, resu
                 [value] = await temporal.data_converter.decode(list(attrs.result.payloads), [result_type])
                 results.append(value)
     return results
+
+
+HISTORY_DIR_ENV = "NODEROLL_RECORD_HISTORIES"
+
+
+async def record_history(temporal: Client, node: str, name: str) -> None:
+    """With `NODEROLL_RECORD_HISTORIES=<dir>`, save the node workflow's history as `<dir>/<name>.json`.
+
+    The replay test (tests/workflows/test_node_replay.py) replays the committed ones, so a change to
+    the workflow that breaks determinism fails there; re-record with this variable after a
+    deliberate, `workflow.patched`-guarded change.
+    """
+    target = os.environ.get(HISTORY_DIR_ENV)
+    if not target:
+        return
+    history = await temporal.get_workflow_handle(node_workflow_id(node)).fetch_history()
+    Path(target).mkdir(parents=True, exist_ok=True)
+    (Path(target) / f"{name}.json").write_text(history.to_json())

@@ -35,6 +35,7 @@ from tests.integration.node_window_support import (
     history_events,
     in_process_worker,
     package_spec,
+    record_history,
     wait_pods_running,
 )
 from workflows.messages import SIGNAL_NODE_RETRY, NodeResult
@@ -127,6 +128,7 @@ async def test_sysctl_window_drains_through_a_pdb_without_violating_it(
         assert len([p for p in drain.evicted if p.startswith(f"{k8s_namespace}/trainer-")]) == 2, drain
         assert drain.refused >= 1, drain
         print(f"drain: {drain}")
+        await record_history(window.temporal, window.node, "node-window-drain-service-interrupt")
         print(f"history events of a sysctl window with drain and service interrupt: "
               f"{await history_events(window.temporal, window.node)}")
 
@@ -189,6 +191,7 @@ async def test_failing_stage_is_retried_then_erroring_then_retry_signal_complete
     assert results[1].state == "complete"
     assert window.state().packages["sysctl-tuning"].state == "complete"
     assert window.condition(CONDITION_ERRORING) == "False"
+    await record_history(window.temporal, window.node, "node-window-retries-erroring-retry")
 
 
 async def test_reboot_package_reboots_checks_and_uncordons(
@@ -217,6 +220,7 @@ async def test_reboot_package_reboots_checks_and_uncordons(
                                          "post-interrupt", "post-interrupt-check"])
     entry = window.state().packages["script-config"]
     assert (entry.stage, entry.state) == ("post-interrupt", "complete")
+    await record_history(window.temporal, window.node, "node-window-reboot")
 
 
 async def test_two_pending_packages_share_one_merged_interrupt(
