@@ -2,8 +2,8 @@
 
 The real kube-apiserver (1.20 on the test bed) validates every object: schemas, RBAC rules, CRDs,
 the PodDisruptionBudget API version the chart picks for that server version. Namespaced objects need
-their namespace to exist, so the test creates a unique release namespace and package namespace for
-real and deletes them afterwards. Kinds the test bed does not serve (the Prometheus Operator's
+their namespace to exist, so the test creates a unique release namespace for real and deletes it
+afterwards (the package namespace, `noderoll-system`, is a contract name the local stack creates). Kinds the test bed does not serve (the Prometheus Operator's
 ServiceMonitor) are left out of the dry run and named in the test's output.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,27 +37,23 @@ def served_groups(api: client.ApiClient) -> set[str]:
 
 
 @pytest.fixture
-def namespaces(kube_api_client: client.ApiClient):
+def release_namespace(kube_api_client: client.ApiClient) -> Iterator[str]:
     core = client.CoreV1Api(kube_api_client)
-    suffix = uuid.uuid4().hex[:8]
-    names = (f"helm-{suffix}", f"helm-pkg-{suffix}")
-    for name in names:
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
-    yield names
-    for name in names:
-        core.delete_namespace(name)
+    name = f"helm-{uuid.uuid4().hex[:8]}"
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    core.delete_namespace(name)
 
 
 @pytest.mark.parametrize("values", CI_VALUES, ids=lambda p: p.stem)
 def test_rendered_chart_passes_server_side_dry_run(
-    local_stack: Any, kube_api_client: client.ApiClient, namespaces: tuple[str, str], values: Path,
+    local_stack: Any, kube_api_client: client.ApiClient, release_namespace: str, values: Path,
     tmp_path: Path,
 ) -> None:
     assert HELM is not None and KUBECTL is not None
-    release_ns, package_ns = namespaces
     server = client.VersionApi(kube_api_client).get_code().git_version.lstrip("v").split("-")[0]
-    objects = render(HELM, Render(values=values, release=f"nr-{release_ns[-8:]}", namespace=release_ns,
-                                  kube_version=server, sets={"packageNamespace.name": package_ns}))
+    objects = render(HELM, Render(values=values, release=f"nr-{release_namespace[-8:]}",
+                                  namespace=release_namespace, kube_version=server))
     served = served_groups(kube_api_client)
     unserved = [o for o in objects if o["apiVersion"] not in served]
     checked = [o for o in objects if o["apiVersion"] in served]

@@ -152,6 +152,27 @@ def test_servicemonitors_are_optional(rendered: dict[str, list[dict[str, Any]]])
 
 
 @needs_helm
+def test_environment_set_by_the_chart_is_read_by_the_code(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    sources = "".join(
+        path.read_text() for d in ("worker", "crd_bridge", "activities", "localstack", "api")
+        for path in (ROOT / d).rglob("*.py")
+    )
+    extra = {e["name"] for e in yaml.safe_load((CHART / "ci" / "cloud-values.yaml").read_text())["worker"]["extraEnv"]}
+    for objects in rendered.values():
+        for dep in kinds(objects)["Deployment"]:
+            for env in dep["spec"]["template"]["spec"]["containers"][0]["env"]:
+                if env["name"] not in extra:
+                    assert env["name"] in sources, f"{env['name']} is set by the chart but read by no module"
+
+
+def test_release_namespace_must_not_be_the_package_namespace() -> None:
+    if HELM is None:
+        pytest.skip(f"helm is not installed: {INSTALL_HINT}")
+    with pytest.raises(subprocess.CalledProcessError):
+        render(HELM, Render(namespace="noderoll-system"))
+
+
+@needs_helm
 def test_pdb_api_follows_kubernetes_version() -> None:
     assert HELM is not None
     old = kinds(render(HELM, Render(kube_version="1.20.2")))["PodDisruptionBudget"][0]

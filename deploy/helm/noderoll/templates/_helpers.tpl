@@ -8,6 +8,9 @@
 {{- end -}}
 {{- end -}}
 
+{{/* Namespace of stage Jobs: the contract name api.keys.PACKAGE_POD_NAMESPACE, not configurable. */}}
+{{- define "noderoll.packageNamespace" -}}noderoll-system{{- end -}}
+
 {{- define "noderoll.labels" -}}
 app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
@@ -44,12 +47,6 @@ app.kubernetes.io/component: {{ .component }}
   value: {{ $t.taskQueue | quote }}
 - name: NODEROLL_METRICS_PORT
   value: {{ .component.metricsPort | quote }}
-- name: NODEROLL_LOG_LEVEL
-  value: {{ .component.logLevel | quote }}
-- name: NODEROLL_POD_NAMESPACE
-  valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
-- name: NODEROLL_POD_NAME
-  valueFrom: {fieldRef: {fieldPath: metadata.name}}
 {{- if $t.tls.enabled }}
 - name: NODEROLL_TEMPORAL_TLS_CERT
   value: /etc/noderoll/temporal-tls/tls.crt
