@@ -83,7 +83,8 @@ async def serve(settings: WorkerSettings, stop: asyncio.Event) -> None:
     kube.configure(settings.kubeconfig)
     client = await connect(settings.temporal_address, settings.namespace)
     if settings.metrics_port is not None:
-        start_metrics_server(settings.metrics_port)
+        port = start_metrics_server(settings.metrics_port)
+        log.info("metrics on :%d/metrics", port)
     with ThreadPoolExecutor(max_workers=ACTIVITY_THREADS, thread_name_prefix="activity") as pool:
         worker = Worker(
             client,

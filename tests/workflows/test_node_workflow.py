@@ -343,3 +343,15 @@ async def test_new_spec_replaces_a_held_erroring_request(temporal_test_env: Work
         results = await h.results(2)
         assert (results[1].state, results[1].version) == ("complete", "1.0.1")
         assert await h.closed() == WorkflowExecutionStatus.COMPLETED
+
+
+async def test_uninstall_runs_uninstall_stage_and_removes_the_entry(temporal_test_env: WorkflowEnvironment) -> None:
+    async with harness(temporal_test_env) as h:
+        await h.request("sysctl", a_spec(uninstall={"enabled": True}))
+        await h.results(1)
+        await h.request("sysctl", a_spec(uninstall={"enabled": True}), uninstall=True)
+        results = await h.results(2)
+        assert results[1].state == "complete"
+        assert h.node.modes()[-2:] == ["uninstall", "uninstall-check"]
+        state, _ = parse_node_state(h.node.state_annotation)
+        assert "sysctl" not in state.packages
