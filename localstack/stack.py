@@ -136,7 +136,7 @@ class _Run:
             self.info.components[comp.name] = old
             return
         if old is not None and old.is_alive():
-            self.progress(f"{comp.name}: restarting (configuration changed)")
+            self.progress(f"{comp.name}: restarting (command line or binary changed)")
             processes.stop(old)
         log = self.layout.state_dir / "logs" / f"{comp.name}.log"
         launch = processes.Launch(comp.name, argv, self.layout.ports[comp.name], log)
