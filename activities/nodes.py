@@ -50,7 +50,7 @@ def _get_node(name: str) -> client.V1Node:
         kube.raise_for(err, f"read node {name}")
 
 
-def _patch_with_retry(name: str, build: Callable[[client.V1Node], dict[str, Any] | None]) -> client.V1Node:
+def patch_node_with_retry(name: str, build: Callable[[client.V1Node], dict[str, Any] | None]) -> client.V1Node:
     """Read the node, build a merge patch from it (None: nothing to do), apply it with its resourceVersion.
 
     A 409 (someone else wrote the node in between) re-reads and rebuilds, up to CONFLICT_RETRIES.
@@ -122,7 +122,7 @@ def cordon_node(input: NodeInput) -> CordonNodeResult:
             "spec": {"unschedulable": True},
         }
 
-    _patch_with_retry(input.node, build)
+    patch_node_with_retry(input.node, build)
     if outcome.cordoned_by_noderoll and not outcome.was_unschedulable:
         # Keyed by the activity's identity: stable across retries of this activity, new per window.
         info = activity.info()
@@ -146,7 +146,7 @@ def uncordon_node(input: NodeInput) -> UncordonNodeResult:
             "spec": {"unschedulable": None},
         }
 
-    _patch_with_retry(input.node, build)
+    patch_node_with_retry(input.node, build)
     return outcome
 
 
@@ -172,7 +172,7 @@ def write_node_state(input: WriteNodeStateInput) -> None:
             metadata["annotations"] = {NODE_STATE_ANNOTATION: input.state_annotation}
         return {"metadata": metadata}
 
-    _patch_with_retry(input.node, build)
+    patch_node_with_retry(input.node, build)
     reason = input.status.replace("-", " ").title().replace(" ", "")
     conditions = [
         _condition(CONDITION_UPDATING, input.updating, reason, input.message or input.status),

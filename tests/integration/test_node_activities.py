@@ -19,7 +19,7 @@ from activities import errors, kube
 from activities.drain import drain_node, policy_version, wait_protected_pods
 from activities.io import DrainNodeInput, NodeInput, StageJob, WaitProtectedPodsInput, WriteNodeStateInput
 from activities.jobs import run_stage_job
-from activities.nodes import cordon_node, read_node, uncordon_node, write_node_state
+from activities.nodes import cordon_node, patch_node_with_retry, read_node, uncordon_node, write_node_state
 from api.keys import CORDONED_BY_ANNOTATION, NODE_STATE_ANNOTATION, NODE_STATUS_LABEL, PACKAGE_POD_NAMESPACE
 from localstack.state import StackInfo
 from tests.helpers import unique_name
@@ -169,3 +169,20 @@ def test_stage_job_is_adopted_when_the_activity_runs_again(node: str, kube_api_c
     pods = client.CoreV1Api(kube_api_client).list_namespaced_pod(
         PACKAGE_POD_NAMESPACE, label_selector=f"job-name={first.job_name}").items
     assert len(pods) == 1
+
+
+def test_metadata_patch_retries_a_resource_version_conflict(node: str, kube_api_client: ApiClient) -> None:
+    core = client.CoreV1Api(kube_api_client)
+    calls: list[str] = []
+
+    def build(current: client.V1Node) -> dict[str, Any]:
+        calls.append(current.metadata.resource_version)
+        if len(calls) == 1:
+            # Someone else writes the node between our read and our patch: ours must get a 409.
+            core.patch_node(node, {"metadata": {"labels": {"other-writer": "was-here"}}})
+        return {"metadata": {"labels": {NODE_STATUS_LABEL: "waiting"}}}
+
+    patch_node_with_retry(node, build)
+    assert len(calls) == 2 and calls[0] != calls[1]
+    labels = core.read_node(node).metadata.labels
+    assert labels["other-writer"] == "was-here" and labels[NODE_STATUS_LABEL] == "waiting"
