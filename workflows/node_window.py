@@ -126,6 +126,8 @@ class WindowRun:
         self.cordoned = False
         self.drained = False
         self.interrupted = False
+        # Events gathered during the window, written with the final state (one write per window).
+        self.notes: list[NodeEvent] = []
 
     # --- activities -------------------------------------------------------------------------
 
@@ -204,13 +206,15 @@ class WindowRun:
                 start_to_close_timeout=timedelta(seconds=timeout + 120), heartbeat_timeout=self._heartbeat(),
                 retry_policy=WAIT_RETRY, summary="wait for protected pods")
         drain = drain_settings(specs)
-        await workflow.execute_activity(
+        drained = await workflow.execute_activity(
             "drain_node",
             DrainNodeInput(self.node, drain.timeout_seconds, drain.grace_period_seconds, drain.delete_empty_dir_data),
             result_type=DrainNodeResult,
             start_to_close_timeout=timedelta(seconds=drain.timeout_seconds + 120),
             heartbeat_timeout=self._heartbeat(), retry_policy=WAIT_RETRY, summary="drain")
         self.drained = True
+        self.notes.append(self._event("Drained", f"evicted {len(drained.evicted)} pod(s) in {drained.seconds:.0f}s"
+                                      f" ({drained.refused} eviction(s) refused by PodDisruptionBudgets)"))
 
     async def _run_step(self, name: str, step: StageStep) -> bool:
         """One stage and its check, retried as a pair; False (and a Failure recorded) when exhausted."""
@@ -272,6 +276,8 @@ class WindowRun:
                 result = RunInterruptResult(job_name="", exit_code=-1, log_tail=_cause(err))
             self.interrupted = True
             if result.exit_code == 0:
+                self.notes.append(self._event("Interrupted", f"{merged.type.value} for {', '.join(names)}" + (
+                    f" (boot id {result.boot_id_after})" if merged.type.value == "reboot" else "")))
                 for name in names:
                     self._set(name, EntryUpdate(Stage.INTERRUPT, State.COMPLETE, attempt))
                 return
@@ -359,7 +365,7 @@ class WindowRun:
                 await self._run_steps(name, self.ctx.plan.packages[name].steps_after_interrupt())
 
     def _final_events(self, left_cordoned: bool) -> list[NodeEvent]:
-        events = []
+        events = list(self.notes)
         for name in self.ctx.window.packages:
             failure = self.failures.get(name)
             if failure is None:
