@@ -3,7 +3,9 @@
 Each `*.yaml` file starts with comment headers:
 * `# level: schema` (the CRD schema refuses it: the real apiserver must reject it) or
   `# level: semantic` (only noderoll's models can: the apiserver accepts it, the models refuse);
-* `# expect-apiserver: <text>` (schema level): a substring of the apiserver's error;
+* `# expect-apiserver: <text>` (schema level): a substring of the apiserver's error; alternatives
+  separated by ` || ` where Kubernetes versions word it differently (1.20 drops list indexes from
+  field paths, later versions keep them);
 * `# expect-model: <field>: <message>`: a substring of one `field: message` problem line of
   `noderoll validate` for the file (all its documents validated together).
 Schema-level documents are refused by the models too (the models are at least as strict).
@@ -33,6 +35,11 @@ class Entry:
     @property
     def id(self) -> str:
         return self.path.stem
+
+    def apiserver_message_matches(self, message: str) -> bool:
+        """True when `message` contains one of the expected apiserver texts."""
+        options = (self.expect_apiserver or "").split(" || ")
+        return any(option and option in message for option in options)
 
 
 def load() -> list[Entry]:
