@@ -6,7 +6,9 @@
 * schema defaults are applied by the apiserver (drain timeout 600 s, strategy defaults);
 * every schema-level catalogue document is refused by the apiserver with its expected message,
   every semantic one is accepted there (only the models catch it; tests/unit/test_catalogue.py).
-All writes are dry runs, so nothing is created for other tests (or a running bridge) to see.
+* a status rendered by planning/status.py is stored by the status subresource without pruning,
+  and `kubectl get pkg -o wide` shows the printer columns.
+All writes but the last test's are dry runs; that one creates a paused Package targeting no node.
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from api import keys
+from api.enums import CanaryPhase, RolloutPhase
 from api.validation import validate_documents
+from planning.status import RolloutProgress, render_package_status
 from tests.catalogue import Entry, load
-from tests.helpers import assert_eventually
+from tests.helpers import assert_eventually, unique_name
 
 pytestmark = pytest.mark.integration
 
@@ -181,3 +185,51 @@ def test_apiserver_accepts_semantic_documents(
     for doc in entry.documents:
         created = dry_run_create(kube_api_client, doc)
         assert created["metadata"]["name"] == doc["metadata"]["name"]
+
+
+def test_rendered_status_is_stored_unpruned_and_shown_in_columns(
+    local_stack: Any, kube_api_client: client.ApiClient, crds: list[str]
+) -> None:
+    """planning.status output fits the status schema: the apiserver stores it without pruning a field."""
+    custom = client.CustomObjectsApi(kube_api_client)
+    name = unique_name("status-check")
+    body = {
+        "apiVersion": keys.API_VERSION,
+        "kind": keys.PACKAGE_KIND,
+        "metadata": {"name": name},
+        # Paused and targeting no node: a bridge running on the shared stack has nothing to roll out.
+        "spec": {
+            "version": "1.0.0",
+            "image": "example.local/x:1.0.0",
+            "paused": True,
+            "nodeSelector": {"matchLabels": {"noderoll.io/test-none": name}},
+        },
+    }
+    created = custom.create_cluster_custom_object(keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL, body)
+    try:
+        progress = RolloutProgress(
+            phase=RolloutPhase.HALTED,
+            version="1.0.0",
+            total_nodes=3,
+            counts={"complete": 1, "erroring": 1, "blocked": 1},
+            batch_number=2,
+            batch_size=2,
+            canary_phase=CanaryPhase.PASSED,
+            canary_nodes=["n0"],
+            blocked={"n2": "drain blocked by PodDisruptionBudget web/db"},
+            erroring={"n1": "apply-check exited 1"},
+            message="halted: compartment default failed",
+            updated_at="2026-01-01T00:00:00Z",
+        )
+        status = render_package_status(progress, created["metadata"]["generation"])
+        stored = custom.patch_cluster_custom_object_status(
+            keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL, name, {"status": status}
+        )
+        assert stored["status"] == status
+        table = kubectl(str(local_stack.kubeconfig), "get", "pkg", name, "-o", "wide")
+        assert table.returncode == 0, table.stderr
+        header = table.stdout.splitlines()[0].split()
+        assert header[:6] == ["NAME", "VERSION", "PHASE", "PROGRESS", "BATCH", "READY"]
+        assert "POLICY" in header and "MESSAGE" in header
+    finally:
+        custom.delete_cluster_custom_object(keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL, name)
