@@ -262,7 +262,7 @@ class Package(LenientModel):
         """Build from a Kubernetes object dict; raise InvalidDocumentError listing every problem."""
         meta = obj.get("metadata") or {}
         name = str(meta.get("name") or "")
-        problems = []
+        problems: list[ValidationProblem] = []
         try:
             check_name(name, "metadata.name")
         except ValueError as err:

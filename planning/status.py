@@ -9,6 +9,8 @@ subresource. Conditions follow Kubernetes conventions (metav1.Condition):
 * `Degraded`: True when nodes are erroring or blocked, or the rollout halted, failed or is invalid.
 `lastTransitionTime` is kept from `previous` when a condition's status did not change, else it
 is `progress.updated_at` (the workflow's clock): the function reads no clock itself.
+`render_invalid_package_status` (phase Invalid, the validation problems as message) and
+`render_policy_status` (condition `Valid`) are what the bridge writes after validating an object.
 """
 
 from __future__ import annotations
@@ -18,7 +20,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api.enums import CanaryPhase, ConditionType, RolloutPhase, State
-from api.status import BatchStatus, CanaryStatus, Condition, NodeCounts, NodeReason, PackageStatus
+from api.problems import ValidationProblem
+from api.status import (
+    BatchStatus,
+    CanaryStatus,
+    Condition,
+    NodeCounts,
+    NodeReason,
+    PackageStatus,
+    PolicyStatus,
+)
 
 _WORKING = {RolloutPhase.PENDING, RolloutPhase.CANARY, RolloutPhase.PROGRESSING, RolloutPhase.UNINSTALLING}
 _BAD = {RolloutPhase.HALTED, RolloutPhase.FAILED, RolloutPhase.INVALID}
@@ -127,3 +138,46 @@ def render_package_status(
         conditions=conditions,
     )
     return status.dump()
+
+
+def _problem_text(problems: Sequence[ValidationProblem]) -> str:
+    return "; ".join(f"{p.field}: {p.message}" for p in problems)
+
+
+def render_invalid_package_status(
+    problems: Sequence[ValidationProblem],
+    generation: int,
+    now: str,
+    previous: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The status of a Package that failed validation: phase Invalid, Ready False, the problems as message."""
+    progress = RolloutProgress(phase=RolloutPhase.INVALID, message=_problem_text(problems), updated_at=now)
+    status = render_package_status(progress, generation, previous)
+    # Keep what the last valid rollout reported about nodes; only phase, message and conditions change.
+    kept = {
+        k: v
+        for k, v in (previous or {}).items()
+        if k in ("nodes", "progress", "version", "blockedNodes", "erroringNodes")
+    }
+    return status | kept
+
+
+def render_policy_status(
+    problems: Sequence[ValidationProblem],
+    generation: int,
+    now: str,
+    previous: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The status of a DeploymentPolicy: condition `Valid` True, or False with the problems."""
+    valid = not problems
+    message = "" if valid else _problem_text(problems)
+    condition = Condition(
+        type=ConditionType.VALID.value,
+        status="True" if valid else "False",
+        reason="Valid" if valid else "Invalid",
+        message=message,
+        last_transition_time=now,
+        observed_generation=generation,
+    )
+    conditions = _keep_transition_times([condition], (previous or {}).get("conditions") or [])
+    return PolicyStatus(observed_generation=generation, message=message, conditions=conditions).dump()

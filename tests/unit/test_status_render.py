@@ -7,8 +7,14 @@ from typing import Any
 import pytest
 
 from api.enums import CanaryPhase, RolloutPhase
+from api.problems import ValidationProblem
 from api.status import PackageStatus
-from planning.status import RolloutProgress, render_package_status
+from planning.status import (
+    RolloutProgress,
+    render_invalid_package_status,
+    render_package_status,
+    render_policy_status,
+)
 
 T0, T1 = "2026-01-01T00:00:00Z", "2026-01-01T00:05:00Z"
 
@@ -88,3 +94,32 @@ def test_transition_time_kept_while_status_unchanged() -> None:
     )
     assert conditions(third)["Ready"]["lastTransitionTime"] == T1
     assert conditions(third)["Degraded"]["lastTransitionTime"] == T0
+
+
+def test_invalid_package_status_lists_problems_and_keeps_node_counts() -> None:
+    problems = [ValidationProblem("Package", "p", "spec.version", "'x' is not a valid version")]
+    previous = render_package_status(
+        RolloutProgress(phase=RolloutPhase.COMPLETE, total_nodes=2, counts={"complete": 2}, updated_at=T0), 1
+    )
+    status = render_invalid_package_status(problems, 2, T1, previous)
+    assert status["phase"] == "Invalid" and status["message"] == "spec.version: 'x' is not a valid version"
+    assert status["nodes"]["complete"] == 2 and status["observedGeneration"] == 2
+    ready = conditions(status)["Ready"]
+    assert (ready["status"], ready["reason"], ready["lastTransitionTime"]) == ("False", "Invalid", T1)
+    assert conditions(status)["Degraded"]["status"] == "True"
+
+
+def test_policy_status_valid_condition() -> None:
+    valid = render_policy_status([], 3, T0)
+    assert conditions(valid)["Valid"] == {
+        "type": "Valid",
+        "status": "True",
+        "reason": "Valid",
+        "message": "",
+        "lastTransitionTime": T0,
+        "observedGeneration": 3,
+    }
+    invalid = render_policy_status([ValidationProblem("DeploymentPolicy", "p", "spec", "bad")], 4, T1, valid)
+    assert conditions(invalid)["Valid"]["status"] == "False" and invalid["message"] == "spec: bad"
+    again = render_policy_status([], 5, "2026-02-01T00:00:00Z", valid)
+    assert conditions(again)["Valid"]["lastTransitionTime"] == T0
