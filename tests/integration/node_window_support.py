@@ -28,7 +28,7 @@ from api.node_state import NodeState, parse_node_state
 from tests.helpers import assert_eventually, new_task_queue
 from tests.workflows.node_collector import ResultCollector
 from worker.registry import ACTIVITIES, WORKFLOWS
-from workflows.messages import SIGNAL_NODE_REQUEST, NodeRequest, NodeResult, NodeWorkflowInput
+from workflows.messages import SIGNAL_NODE_REQUEST, BudgetRef, NodeRequest, NodeResult, NodeWorkflowInput
 from workflows.node import NodeWorkflow
 
 T = TypeVar("T")
@@ -76,6 +76,15 @@ class Window:
                               generation=1, request_id=str(uuid.uuid4()))
         await self.temporal.start_workflow(
             NodeWorkflow.run, settings or fast_settings(self.node), id=node_workflow_id(self.node),
+            task_queue=self.task_queue, start_signal=SIGNAL_NODE_REQUEST, start_signal_args=[request])
+
+    async def request_with_budget(self, package: str, spec: dict[str, Any], budget: BudgetRef) -> None:
+        """Like `request`, counting the disruption against `budget`."""
+        assert self.collector is not None
+        request = NodeRequest(rollout_workflow_id=self.collector.id, package=package, spec=spec,
+                              generation=1, request_id=str(uuid.uuid4()), budget=budget)
+        await self.temporal.start_workflow(
+            NodeWorkflow.run, fast_settings(self.node), id=node_workflow_id(self.node),
             task_queue=self.task_queue, start_signal=SIGNAL_NODE_REQUEST, start_signal_args=[request])
 
     async def results(self) -> list[NodeResult]:

@@ -20,7 +20,7 @@ from activities.io import DrainNodeResult
 from api.keys import CONDITION_ERRORING, CONDITION_UPDATING, CORDONED_BY_ANNOTATION, NODE_STATUS_LABEL
 from fleetsim.context import RUN_SECONDS_ANNOTATION
 from fleetsim.faults import Fault
-from tests.helpers import assert_eventually_async
+from tests.helpers import assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.integration.node_window_support import (
     KMOD_IMAGE,
@@ -38,7 +38,7 @@ from tests.integration.node_window_support import (
     record_history,
     wait_pods_running,
 )
-from workflows.messages import SIGNAL_NODE_RETRY, NodeResult
+from workflows.messages import SIGNAL_NODE_RETRY, BudgetRef, NodeResult
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 SERVICE_INTERRUPT = {"type": "service", "services": ["systemd-sysctl"]}
@@ -263,3 +263,61 @@ async def test_one_package_without_interrupt_needs_no_cordon_and_few_events(
     events = await history_events(window.temporal, window.node)
     print(f"history events of one package without interrupt: {events}")
     assert events < 100
+
+
+async def test_reboot_that_never_returns_ends_erroring_and_keeps_the_node_cordoned(
+    window: Window, local_stack: Any, fleet: Any,
+) -> None:
+    fleet.options.faults.add(Fault("reboot-never-returns", nodes=window.node))
+    settings = fast_settings(window.node, stage_attempts=1, reboot_timeout_seconds=5)
+    async with in_process_worker(window.temporal, local_stack.kubeconfig, window.task_queue):
+        await window.request("script-config", package_spec(SCRIPT_IMAGE, interrupt={"type": "reboot"}), settings)
+        [result] = await wait_results(window, 1)
+    assert (result.state, result.stage) == ("erroring", "interrupt"), result
+    assert "InterruptTimeout" in result.log_tail
+    entry = window.state().packages["script-config"]
+    assert (entry.stage, entry.state) == ("interrupt", "erroring")
+    # Drained and interrupted: the host may be half-changed, so noderoll keeps its cordon.
+    node = window.node_object()
+    assert node.spec.unschedulable and node.metadata.annotations[CORDONED_BY_ANNOTATION] == "noderoll"
+    events = window.core.list_namespaced_event("default", field_selector=f"involvedObject.name={window.node}")
+    assert any(e.reason == "LeftCordoned" for e in events.items)
+
+
+async def test_budget_of_one_never_disrupts_two_nodes_at_once(
+    temporal_client: Client, kube_api_client: ApiClient, local_stack: Any, fleet: Any,
+) -> None:
+    policy = unique_name("policy")
+    windows = [Window(temporal_client, kube_api_client, name) for name in fleet.node_names]
+    task_queue = windows[0].task_queue
+    for w in windows:
+        w.task_queue = task_queue
+        await w.start_collector()
+    cordoned_together: list[list[str]] = []
+    ever_cordoned: set[str] = set()
+
+    def sample() -> None:
+        both = [w.node for w in windows if w.node_object().spec.unschedulable]
+        ever_cordoned.update(both)
+        if len(both) > 1:
+            cordoned_together.append(both)
+
+    try:
+        async with in_process_worker(temporal_client, local_stack.kubeconfig, task_queue):
+            for w in windows:
+                await w.request_with_budget("sysctl-tuning", package_spec(SYSCTL_IMAGE, interrupt=SERVICE_INTERRUPT),
+                                            BudgetRef(policy, "gpu", 1))
+
+            async def both_answered() -> None:
+                sample()
+                for w in windows:
+                    assert len(await w.results()) == 1
+
+            await assert_eventually_async(both_answered, timeout=90, interval=0.1)
+            assert [(await w.results())[0].state for w in windows] == ["complete", "complete"]
+        # Each node was cordoned (the sampling saw both windows), never both at the same time.
+        assert ever_cordoned == {w.node for w in windows}
+        assert cordoned_together == []
+    finally:
+        await close_workflows(temporal_client, [f"budget/{policy}/gpu"]
+                              + [f"node/{w.node}" for w in windows] + [w.collector.id for w in windows if w.collector])
