@@ -217,6 +217,11 @@ def _resume(name: str, spec: PackageSpec, rec: PackageNodeState) -> PackagePlan 
     if action is PlanAction.UNINSTALL:
         # The uninstall was cancelled (apply set back to false): install again, like NodeWright.
         return _make(name, spec, PlanAction.INSTALL, rec, "uninstall cancelled; installing again")
+    return _continue(name, spec, rec, action)
+
+
+def _continue(name: str, spec: PackageSpec, rec: PackageNodeState, action: PlanAction) -> PackagePlan | None:
+    """The stages of `action` left after the recorded stage (None when none are left)."""
     full = _make(name, spec, action, rec, "")
     stages = full.stages
     if rec.stage in stages:
@@ -245,6 +250,12 @@ def plan_package(name: str, spec: PackageSpec, rec: PackageNodeState | None, uni
         if rec is None:
             return PackagePlan(
                 name, PlanAction.NONE, spec.version, reason="uninstall requested; not installed"
+            )
+        if rec.action is PlanAction.UNINSTALL:
+            # An uninstall already under way continues where it stopped (entry removal pending).
+            left = _continue(name, spec, rec, PlanAction.UNINSTALL)
+            return left or PackagePlan(
+                name, PlanAction.NONE, spec.version, reason="uninstalled; entry removal pending"
             )
         return _make(name, spec, PlanAction.UNINSTALL, rec, "uninstall requested")
     if rec is None:

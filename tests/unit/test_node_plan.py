@@ -295,3 +295,13 @@ def test_windows_respect_dependencies_and_merge_interrupts(data: NodePlanInput) 
         wanted = [plan.packages[n].interrupt for n in window.packages if plan.packages[n].needs_interrupt]
         assert window.interrupt == merge_interrupts(wanted)
         assert window.needs_drain == bool(window.interrupt and window.interrupt.disruptive)
+
+
+def test_uninstall_under_way_continues_where_it_stopped() -> None:
+    requested = spec(uninstall={"enabled": True, "apply": True}, **REBOOT)
+    mid = done(stage=X, state=State.COMPLETE, action=PlanAction.UNINSTALL)
+    assert plan_package("p", requested, mid, uninstall=False).stages == (INT,)
+    finished = done(stage=INT, state=State.COMPLETE, action=PlanAction.UNINSTALL)
+    assert plan_package("p", requested, finished, uninstall=False).action is PlanAction.NONE
+    failed = done(stage=X, state=State.ERRORING, action=PlanAction.UNINSTALL)
+    assert plan_package("p", requested, failed, uninstall=False).stages == (X, INT)
