@@ -5,7 +5,8 @@ node, and the names whose uninstall is requested. Output: a `NodePlan`.
 
 Action per package (first rule that applies):
 1. uninstall requested (`uninstall.enabled` + `uninstall.apply`, or the name is in `uninstall`):
-   `uninstall` when the package is recorded on the node, else `none` (absent = uninstalled);
+   `uninstall` when the package is recorded on the node (an uninstall already under way continues
+   at its recorded stage), else `none` (absent = uninstalled);
 2. nothing recorded (or an unreadable recorded version): `install`;
 3. desired version newer than recorded: `upgrade`; older: `downgrade`;
 4. same version, same image, the recorded operation unfinished (state not `complete`, or
