@@ -407,3 +407,20 @@ def test_verdict_describes_the_budget_capped_batch() -> None:
     decision = record_batch_result(state, batch, [])
     assert decision.verdict is Verdict.CONTINUE
     assert "next batch 2 (linear, capped by budget 2)" in decision.reason
+
+
+def test_planner_state_round_trips_through_json() -> None:
+    """The rollout workflow carries the state through Temporal (pydantic converter) and continue-as-new."""
+    from pydantic import TypeAdapter
+
+    spec = policy(
+        default={"budget": {"percent": 30}},
+        compartments=[{"name": "gpu", "selector": {"matchLabels": {"gpu": "1"}}, "budget": {"count": 2}}],
+        canary={"count": 1},
+    )
+    nodes = fleet(5) + fleet(5, {"gpu": "1"}, prefix="g")
+    state = new_planner(PlannerInput(spec, nodes, "p@1"))
+    next_batch(state, {n.name for n in nodes})
+    adapter = TypeAdapter(BatchPlannerState)
+    restored = adapter.validate_json(adapter.dump_json(state))
+    assert restored == state and restored.canary_phase is CanaryPhase.RUNNING
