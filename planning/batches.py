@@ -9,7 +9,7 @@ place (the workflow owns it) and are deterministic. `planner_phase` says what to
 Rules:
 * Canary: with `canary.count` set, the first batch is the canary: the first nodes in stable order
   across all compartments, each compartment giving at most its budget. Any failed canary node
-  halts the rollout. Then the rollout soaks for `soakSeconds`, and with `promotion: manual`
+  halts the rollout; a canary where no node finished (all blocked) is picked again. Then the rollout soaks for `soakSeconds`, and with `promotion: manual`
   waits for promotion (`promote_canary`). Canary nodes count towards their compartment's
   progress but not as a compartment batch.
 * Batch size per compartment: the first batch is `initialBatch`; `fixed` keeps it; `linear`
@@ -245,6 +245,13 @@ def _record_canary(state: BatchPlannerState, succeeded: set[str], failed: set[st
         state.halted = True
         state.halt_reason = f"canary failed on {', '.join(bad)}"
         return BatchDecision(Verdict.HALT, state.halt_reason)
+    if not succeeded.intersection(state.canary_nodes):
+        # Every canary node was blocked or skipped: nothing was learned, so pick a new canary.
+        state.canary_phase = CanaryPhase.NONE
+        state.canary_nodes = []
+        return BatchDecision(
+            Verdict.CONTINUE, "canary not evaluated: no canary node finished; picking a new canary"
+        )
     manual = state.canary_promotion is Promotion.MANUAL
     if state.canary_soak_seconds or manual:
         state.canary_phase = CanaryPhase.SOAKING

@@ -424,3 +424,14 @@ def test_planner_state_round_trips_through_json() -> None:
     adapter = TypeAdapter(BatchPlannerState)
     restored = adapter.validate_json(adapter.dump_json(state))
     assert restored == state and restored.canary_phase is CanaryPhase.RUNNING
+
+
+def test_canary_where_no_node_finished_is_picked_again() -> None:
+    state = new_planner(PlannerInput(policy(canary={"count": 1}), fleet(3), "p@1"))
+    remaining = {n.name for n in fleet(3)}
+    first = next_batch(state, remaining)
+    decision = record_batch_result(state, [], [])  # the canary node was blocked
+    assert decision.verdict is Verdict.CONTINUE and "picking a new canary" in decision.reason
+    remaining -= set(first)
+    second = next_batch(state, remaining)
+    assert state.canary_phase is CanaryPhase.RUNNING and second != first and len(second) == 1
