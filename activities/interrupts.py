@@ -16,7 +16,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import errors, kube
 from activities.io import RunInterruptInput, RunInterruptResult
-from activities.jobs import check_job, ensure_job, wait_job, watch_job_pods
+from activities.jobs import check_job, ensure_job, job_name, wait_job, watch_job_pods
 from activities.nodes import snapshot
 from api.enums import InterruptType
 from worker import metrics
@@ -34,6 +34,11 @@ def _node_view(name: str) -> tuple[str, bool]:
     return view.boot_id, view.ready
 
 
+def _rebooted_since(input: RunInterruptInput) -> bool:
+    boot_id, _ = _node_view(input.job.node)
+    return bool(boot_id) and bool(input.boot_id_before) and boot_id != input.boot_id_before
+
+
 def _confirm_reboot(input: RunInterruptInput, name: str) -> RunInterruptResult:
     node = input.job.node
     deadline = time.monotonic() + input.reboot_timeout_seconds
@@ -43,7 +48,8 @@ def _confirm_reboot(input: RunInterruptInput, name: str) -> RunInterruptResult:
         rebooted = bool(boot_id) and boot_id != input.boot_id_before
         if rebooted and ready:
             return RunInterruptResult(name, 0, boot_id_after=boot_id, log_tail=log_tail)
-        outcome, resource_version = check_job(name)
+        # Once rebooted, the Job no longer matters (and may not exist: see run_interrupt).
+        outcome, resource_version = (None, "") if rebooted else check_job(name)
         if outcome is not None:
             exit_code, log_tail = outcome.exit_code, outcome.log_tail
             if exit_code != 0 and not rebooted:
@@ -56,7 +62,7 @@ def _confirm_reboot(input: RunInterruptInput, name: str) -> RunInterruptResult:
                 errors.INTERRUPT_TIMEOUT,
             )
         activity.heartbeat({"job": name, "boot_id": boot_id, "ready": ready})
-        if outcome is None:
+        if outcome is None and not rebooted:
             watch_job_pods(name, resource_version, POLL_SECONDS)
         else:
             time.sleep(POLL_SECONDS)
@@ -68,7 +74,12 @@ def run_interrupt(input: RunInterruptInput) -> RunInterruptResult:
     kind = (input.job.interrupt or {}).get("type", "")
     if kind not in set(InterruptType):
         raise errors.fatal(f"unknown interrupt type {kind!r}", errors.INVALID_SPEC)
-    name, _ = ensure_job(input.job)
+    if kind == InterruptType.REBOOT and _rebooted_since(input):
+        # A later attempt after the node already rebooted (e.g. it came back too slowly): only wait
+        # for Ready; creating another interrupt Job would reboot the node a second time.
+        name = job_name(input.job)
+    else:
+        name, _ = ensure_job(input.job)
     try:
         if kind == InterruptType.REBOOT:
             result = _confirm_reboot(input, name)

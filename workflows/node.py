@@ -15,6 +15,7 @@ signal or a request with another spec or generation; while one is held the workf
 from __future__ import annotations
 
 import dataclasses
+from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -51,6 +52,7 @@ NODE_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTR_NODE)
 PHASE_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTR_PHASE)
 # A node workflow that stays open (a held erroring package) continues as new well before this.
 HISTORY_EVENT_LIMIT = 2_000
+READ_RETRY_DELAY = timedelta(minutes=1)
 
 
 @workflow.defn(name=NODE_WORKFLOW_TYPE)
@@ -204,7 +206,10 @@ class NodeWorkflow:
                     await self._answer_now(request, State.BLOCKED, f"node {node} does not exist")
                 self._held.clear()
                 return None
-            raise
+            # The API is unreachable beyond the activity's retries: keep the queue and try again later.
+            workflow.logger.warning("reading node %s failed, retrying in %s: %s", node, READ_RETRY_DELAY, err)
+            await workflow.sleep(READ_RETRY_DELAY)
+            return None
 
     async def _window(self, input: NodeWorkflowInput) -> bool:
         """Plan and run one window; False when nothing queued can run now."""

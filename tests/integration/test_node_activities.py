@@ -6,19 +6,29 @@ a stage Job is adopted, not re-created; cordon ownership is respected.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client import ApiClient
+from kubernetes.client.exceptions import ApiException
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities import errors, kube
 from activities.drain import drain_node, policy_version, wait_protected_pods
-from activities.io import DrainNodeInput, NodeInput, StageJob, WaitProtectedPodsInput, WriteNodeStateInput
-from activities.jobs import run_stage_job
+from activities.interrupts import run_interrupt
+from activities.io import (
+    DrainNodeInput,
+    NodeInput,
+    RunInterruptInput,
+    StageJob,
+    WaitProtectedPodsInput,
+    WriteNodeStateInput,
+)
+from activities.jobs import job_name, run_stage_job
 from activities.nodes import cordon_node, patch_node_with_retry, read_node, uncordon_node, write_node_state
 from api.keys import CORDONED_BY_ANNOTATION, NODE_STATE_ANNOTATION, NODE_STATUS_LABEL, PACKAGE_POD_NAMESPACE
 from localstack.state import StackInfo
@@ -186,3 +196,22 @@ def test_metadata_patch_retries_a_resource_version_conflict(node: str, kube_api_
     assert len(calls) == 2 and calls[0] != calls[1]
     labels = core.read_node(node).metadata.labels
     assert labels["other-writer"] == "was-here" and labels[NODE_STATUS_LABEL] == "waiting"
+
+
+def test_reboot_is_confirmed_by_a_new_boot_id_and_never_repeated(node: str, kube_api_client: ApiClient) -> None:
+    boot_before = ActivityEnvironment().run(read_node, NodeInput(node)).boot_id
+    job = StageJob(package="script-config", version="1.0.0", node=node, mode="interrupt",
+                   image="example.local/script-config:1.0.0", window=unique_name("w"),
+                   tolerations=[{"operator": "Exists"}], interrupt={"type": "reboot", "services": []},
+                   timeout_seconds=60)
+    beats = Beats()
+    result = beats.env.run(run_interrupt, RunInterruptInput(job, boot_before, reboot_timeout_seconds=30))
+    assert result.exit_code == 0 and result.boot_id_after and result.boot_id_after != boot_before
+    assert beats.details, "run_interrupt did not heartbeat while the node rebooted"
+    # A later attempt (new Job name) for the same window sees the reboot happened: no second reboot.
+    again = dataclasses.replace(job, attempt=2)
+    second = ActivityEnvironment().run(run_interrupt, RunInterruptInput(again, boot_before, 30))
+    assert second.exit_code == 0 and second.boot_id_after == result.boot_id_after
+    with pytest.raises(ApiException) as missing:
+        client.BatchV1Api(kube_api_client).read_namespaced_job(job_name(again), PACKAGE_POD_NAMESPACE)
+    assert missing.value.status == 404
