@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
 from activities import errors, kube
+from activities.heartbeats import wait_slice
 from activities.io import (
     DrainNodeInput,
     DrainNodeResult,
@@ -120,7 +121,7 @@ def wait_protected_pods(input: WaitProtectedPodsInput) -> WaitProtectedPodsResul
             ))
             announced = True
         activity.heartbeat({"waiting_for": protected, "elapsed_seconds": round(elapsed)})
-        time.sleep(input.poll_seconds)
+        time.sleep(wait_slice(input.poll_seconds))
 
 
 def _evict(pod: client.V1Pod, grace_period_seconds: int | None) -> bool:
@@ -221,4 +222,4 @@ def drain_node(input: DrainNodeInput) -> DrainNodeResult:
         # 429s back off exponentially (the PDB needs a replacement pod to become ready first);
         # pods merely terminating are polled at the base interval.
         backoff = min(backoff * 2, MAX_BACKOFF_SECONDS) if refused_now else input.poll_seconds
-        time.sleep(backoff)
+        time.sleep(wait_slice(backoff))

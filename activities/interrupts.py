@@ -15,6 +15,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import errors, kube
+from activities.heartbeats import wait_slice
 from activities.io import RunInterruptInput, RunInterruptResult
 from activities.jobs import check_job, ensure_job, job_name, wait_job, watch_job_pods
 from activities.nodes import snapshot
@@ -63,9 +64,9 @@ def _confirm_reboot(input: RunInterruptInput, name: str) -> RunInterruptResult:
             )
         activity.heartbeat({"job": name, "boot_id": boot_id, "ready": ready})
         if outcome is None and not rebooted:
-            watch_job_pods(name, resource_version, POLL_SECONDS)
+            watch_job_pods(name, resource_version, max(1, int(wait_slice(POLL_SECONDS))))
         else:
-            time.sleep(POLL_SECONDS)
+            time.sleep(wait_slice(POLL_SECONDS))
 
 
 @activity.defn(name="run_interrupt")

@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
 from activities import kube
+from activities.heartbeats import wait_slice
 from activities.io import RunStageJobResult, StageJob
 from api.keys import PACKAGE_POD_NAMESPACE
 from worker import metrics
@@ -248,7 +249,7 @@ def wait_job(name: str, deadline: float) -> PodOutcome:
         if remaining <= 0:
             return PodOutcome(-1, f"Job {name} did not finish in time")
         activity.heartbeat({"job": name})
-        watch_job_pods(name, resource_version, int(min(WATCH_SECONDS, max(1, remaining))))
+        watch_job_pods(name, resource_version, max(1, int(min(wait_slice(WATCH_SECONDS), remaining))))
 
 
 @activity.defn(name="run_stage_job")

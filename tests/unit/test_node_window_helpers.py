@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from kubernetes import client
+from temporalio.testing import ActivityEnvironment
 
+from activities.heartbeats import wait_slice
 from activities.io import StageJob
 from activities.jobs import job_manifest, job_name, pod_outcome
 from api.enums import NodeStatus, Stage, State
@@ -128,3 +132,15 @@ def test_pod_outcome_reads_exit_code_and_termination_message() -> None:
     )]))
     outcome = pod_outcome(failed)
     assert outcome is not None and (outcome.exit_code, outcome.log_tail) == (7, "boom")
+
+
+def test_waits_are_sliced_below_the_heartbeat_timeout() -> None:
+    info = ActivityEnvironment().info
+    short = ActivityEnvironment()
+    short.info = dataclasses.replace(info, heartbeat_timeout=timedelta(seconds=6))
+    assert short.run(lambda: wait_slice(5)) == 2.0
+    assert short.run(lambda: wait_slice(1)) == 1
+    none = ActivityEnvironment()
+    none.info = dataclasses.replace(info, heartbeat_timeout=None)
+    assert none.run(lambda: wait_slice(5)) == 5
+    assert wait_slice(5) == 5  # outside an activity
