@@ -27,10 +27,12 @@ from tests.workflows.node_fakes import FakeNode
 from workflows.budget import BudgetWorkflow
 from workflows.messages import (
     QUERY_BUDGET_STATUS,
+    SIGNAL_NODE_CANCEL,
     SIGNAL_NODE_REQUEST,
     SIGNAL_NODE_RETRY,
     BudgetRef,
     BudgetStatus,
+    NodeCancel,
     NodeRequest,
     NodeResult,
     NodeWorkflowInput,
@@ -355,3 +357,15 @@ async def test_uninstall_runs_uninstall_stage_and_removes_the_entry(temporal_tes
         assert h.node.modes()[-2:] == ["uninstall", "uninstall-check"]
         state, _ = parse_node_state(h.node.state_annotation)
         assert "sysctl" not in state.packages
+
+
+async def test_cancel_withdraws_a_queued_request(temporal_test_env: WorkflowEnvironment) -> None:
+    async def queue_then_cancel(h: Harness) -> None:
+        await h.request("sysctl", a_spec())
+        await h.client.get_workflow_handle(h.workflow_id).signal(
+            SIGNAL_NODE_CANCEL, NodeCancel(rollout_workflow_id=h.collector.id, package="sysctl"))
+
+    async with harness(temporal_test_env, before=queue_then_cancel) as h:
+        assert await h.closed() == WorkflowExecutionStatus.COMPLETED
+        assert h.node.modes() == []
+        assert await h.collector.query(ResultCollector.collected) == []
