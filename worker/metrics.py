@@ -15,6 +15,7 @@ series count); per-node detail lives in the node's `noderoll.io/state` annotatio
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
 
@@ -22,6 +23,9 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_se
 from prometheus_client.metrics import MetricWrapperBase
 
 from api.enums import RolloutPhase
+from api.node_state import parse_node_state
+from planning.status import RolloutProgress
+from workflows.messages import BudgetStatus
 
 # Buckets in seconds. Stage Jobs range from a second (a check) to an hour (a driver build); drains from
 # nothing to evict up to the drain timeout (default 10 minutes) and beyond when PDBs keep blocking.
@@ -190,6 +194,31 @@ def set_package_nodes(package: str, counts: list[NodeCount]) -> None:
         for (state, stage), value in totals.items():
             PACKAGE_NODES.labels(package=package, state=state, stage=stage).set(value)
         previous.update(totals)
+
+
+def node_counts(package: str, annotations: Iterable[str | None]) -> list[NodeCount]:
+    """(state, stage) counts of `package` over the `noderoll.io/state` annotations of its target nodes.
+
+    Pure. A target node that has not recorded the package yet counts as `waiting` at stage `none`; a
+    garbled annotation counts the same (node_state reports it; here it is just "nothing recorded").
+    """
+    totals: dict[tuple[str, str], int] = {}
+    for raw in annotations:
+        entry = parse_node_state(raw)[0].packages.get(package)
+        key = (entry.state.value, entry.stage.value if entry.stage else "none") if entry else ("waiting", "none")
+        totals[key] = totals.get(key, 0) + 1
+    return [NodeCount(state, stage, count) for (state, stage), count in sorted(totals.items())]
+
+
+def publish_progress(package: str, progress: RolloutProgress) -> None:
+    """Publish what a rollout's `progress` query answered: phase, batch number and size."""
+    set_rollout_phase(package, str(progress.phase))
+    set_batch(package, progress.batch_number, progress.batch_size)
+
+
+def publish_budget(policy: str, compartment: str, status: BudgetStatus) -> None:
+    """Publish what a budget workflow's `budget_status` query answered."""
+    set_budget(policy, compartment, status.in_use, status.limit)
 
 
 def set_batch(package: str, number: int, size: int) -> None:

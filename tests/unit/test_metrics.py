@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
+from api.enums import RolloutPhase
 from worker import metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -137,3 +138,29 @@ def test_endpoint_serves_the_series_on_a_free_port() -> None:
         assert 'noderoll_budget_limit{compartment="gpu",policy="unit-policy"} 4.0' in body
     finally:
         metrics.stop_metrics_servers()
+
+
+def test_node_counts_from_state_annotations() -> None:
+    pkg = "unit-annot"
+    done = json.dumps({"packages": {pkg: {"version": "1.0.0", "stage": "config", "state": "complete"}}})
+    busy = json.dumps({"packages": {pkg: {"version": "1.0.0", "stage": "apply", "state": "in_progress"},
+                                    "other": {"version": "2.0.0", "stage": "apply", "state": "erroring"}}})
+    counts = metrics.node_counts(pkg, [done, done, busy, None, "{garbage"])
+    assert counts == [
+        metrics.NodeCount("complete", "config", 2),
+        metrics.NodeCount("in_progress", "apply", 1),
+        metrics.NodeCount("waiting", "none", 2),
+    ]
+
+
+def test_publish_progress_and_budget_from_query_answers() -> None:
+    from planning.status import RolloutProgress
+    from workflows.messages import BudgetStatus
+
+    pkg = "unit-progress"
+    metrics.publish_progress(pkg, RolloutProgress(phase=RolloutPhase.PROGRESSING, batch_number=2, batch_size=4))
+    assert sample("noderoll_rollout_phase", {"package": pkg, "phase": "Progressing"}) == 1
+    assert sample("noderoll_rollout_batch_size", {"package": pkg}) == 4
+    metrics.publish_budget("unit-pol", "default", BudgetStatus(limit=3, in_use=1))
+    assert sample("noderoll_budget_limit", {"policy": "unit-pol", "compartment": "default"}) == 3
+    metrics.forget_package(pkg)
