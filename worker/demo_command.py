@@ -75,7 +75,8 @@ def _say(console: Console, message: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of `noderoll demo`."""
-    console = Console(stderr=False)
+    # Piped (CI, tests): wide enough that every table row stays on one line.
+    console = Console(width=None if sys.stdout.isatty() else 200)
     state_dir = Path(args.state_dir).resolve() if args.state_dir else default_state_dir()
     if args.stop:
         return _stop_recorded(console, state_dir)
@@ -219,7 +220,7 @@ def summary_table(outcome: Outcome, jobs: dict[str, dict[str, int]]) -> Table:
     """The closing summary: per package nodes, batches, duration, interrupts, failures."""
     table = Table(title="noderoll demo summary", title_justify="left")
     for column in ("PACKAGE", "PHASE", "NODES", "BATCHES", "DURATION", "INTERRUPTS", "FAILURES"):
-        table.add_column(column)
+        table.add_column(column, no_wrap=True)
     for package, p in sorted(outcome.snapshot.packages.items()):
         counts = jobs.get(package, {})
         done = int(p.counts.get(State.COMPLETE.value, 0))
@@ -229,7 +230,7 @@ def summary_table(outcome: Outcome, jobs: dict[str, dict[str, int]]) -> Table:
             package, p.phase.value, f"{done}/{p.total_nodes} complete", str(p.batch_number),
             f"{duration:.0f}s" if duration is not None else "-",
             str(counts.get("interrupts", "-")),
-            f"{erroring} node(s) erroring, {counts.get('failed', '-')} failed stage Job(s)",
+            f"{erroring} erroring node(s), {counts.get('failed', '-')} failed stage Job(s)",
         )
     return table
 

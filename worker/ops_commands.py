@@ -165,6 +165,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             print(f"== {log.pod} (mode {log.mode}, {log.phase}, exit {code}); source: {log.source}",
                   file=sys.stderr)
             sys.stdout.write(log.text if log.text.endswith("\n") or not log.text else log.text + "\n")
+            sys.stdout.flush()
         return 0
 
     return _run(args, body)

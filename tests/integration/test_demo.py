@@ -38,7 +38,7 @@ def test_demo_completes_and_prints_its_summary(local_stack: StackInfo, kube_api_
         assert f"{NODES}/{NODES} complete" in row and "Complete" in row, row
     reboot_row = next(line for line in done.stdout.splitlines() if f"kmod-blocklist{suffix}" in line and "│" in line)
     # One reboot per node, and no failure.
-    assert f"│ {NODES} " in reboot_row and "0 node(s) erroring, 0 failed" in reboot_row, reboot_row
+    assert f"│ {NODES} " in reboot_row and "0 erroring node(s), 0 failed stage Job(s)" in reboot_row, reboot_row
     # Without a terminal the display is one line per change: node stages and batches are visible.
     assert "phase Canary" in output and "in_progress (apply)" in output
     assert "Temporal UI" in output and "/metrics" in output and local_stack.kubeconfig in output
