@@ -129,3 +129,28 @@ def test_live_view_tracks_batches_and_prints_changes() -> None:
     assert any("n-0 pkg: complete" in line for line in lines)
     assert any("n-1 pkg: in_progress (apply)" in line for line in lines)
     assert change_lines(second, second) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        pytest.param(["status"], {"package": None, "output": "table"}, id="status-all"),
+        pytest.param(["status", "pkg", "-o", "json"], {"package": "pkg", "output": "json"}, id="status-json"),
+        pytest.param(["pause", "pkg"], {"package": "pkg"}, id="pause"),
+        pytest.param(["resume", "pkg"], {"package": "pkg"}, id="resume"),
+        pytest.param(["halt", "pkg"], {"package": "pkg"}, id="halt"),
+        pytest.param(["retry", "pkg", "--node", "a", "--node", "b"], {"package": "pkg", "node": ["a", "b"]}, id="retry"),
+        pytest.param(["nodes", "-o", "json"], {"output": "json", "selector": None}, id="nodes"),
+        pytest.param(["logs", "pkg", "--node", "n"], {"package": "pkg", "node": "n", "all": False}, id="logs"),
+        pytest.param(["demo"], {"nodes": 24, "keep": False, "faults": None, "timeout": 900.0}, id="demo-defaults"),
+        pytest.param(["demo", "--nodes", "6", "--keep", "--state-dir", "/x"], {"nodes": 6, "keep": True, "state_dir": "/x"},
+                     id="demo-flags"),
+    ],
+)
+def test_cli_contract_names(argv: list[str], expected: dict[str, object]) -> None:
+    from worker.cli import build_parser
+
+    args = build_parser().parse_args(argv)
+    assert callable(args.func)
+    for key, value in expected.items():
+        assert getattr(args, key) == value, key
