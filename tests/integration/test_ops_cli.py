@@ -3,7 +3,7 @@
 One real rollout for the module: `noderoll worker`, `noderoll bridge` and `noderoll sim` run as
 processes (started by the demo's own launcher) on the session stack with a unique task queue and
 names; the Package is sysctl-tuning (no interrupt, so windows are short) on 5 nodes, and fleetsim
-fails the `apply` stage of the last node three times, so that node ends erroring and `retry` has
+fails the `apply` stage of the rollout's last node (its own stable order) three times, so that node ends erroring and `retry` has
 something to do. The tests run in file order and follow the rollout from start to finish.
 """
 
@@ -21,13 +21,15 @@ from kubernetes import client as k8s
 from api import keys
 from fleetsim.nodes import node_name
 from localstack.state import StackInfo
+from planning.compartments import package_identity, stable_order
 from tests.helpers import assert_eventually, new_task_queue, unique_name
 from worker import demo_processes as procs
 from worker.cli import main
 from worker.demo_resources import DemoNames, DemoObjects, DemoTuning, demo_objects
 
 NODES = 5
-ROLLOUT_TIMEOUT = 360.0
+ROLLOUT_TIMEOUT = 300.0
+SOAK_SECONDS = 20
 
 
 @dataclass
@@ -42,11 +44,14 @@ class Rollout:
 
 
 def _objects(names: DemoNames) -> DemoObjects:
-    """One package (sysctl-tuning), a policy that never halts on failures: canary, then 1, 2, ..."""
-    objects = demo_objects(names, DemoTuning(soak_seconds=2))
+    """One package (sysctl-tuning), a policy that never halts on failures: canary, then 1, 2, ...
+
+    The canary soaks for SOAK_SECONDS: the pause sent meanwhile holds every later batch.
+    """
+    objects = demo_objects(names, DemoTuning(soak_seconds=SOAK_SECONDS))
     strategy = {"type": "exponential", "initialBatch": 1, "growthFactor": 2, "batchThreshold": 100,
                 "failureThreshold": 10, "safetyLimit": 0}
-    objects.policy["spec"] = {"canary": {"count": 1, "soakSeconds": 2, "promotion": "auto"},
+    objects.policy["spec"] = {"canary": {"count": 1, "soakSeconds": SOAK_SECONDS, "promotion": "auto"},
                               "default": {"budget": {"count": 2}, "strategy": strategy}}
     return DemoObjects(objects.policy, objects.packages[:1])
 
@@ -58,11 +63,14 @@ def rollout(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) ->
 
     names = DemoNames("-" + unique_name("ops").split("-")[-1])
     run_dir = tmp_path_factory.mktemp("ops-cli")
-    failing = node_name(names.node_prefix, NODES - 1, NODES)
+    objects = _objects(names)
+    package = objects.packages[0]
+    # The last node in the rollout's own order runs in the last batch: never the canary.
+    identity = package_identity(package["metadata"]["name"], package["spec"]["version"])
+    failing = stable_order([node_name(names.node_prefix, i, NODES) for i in range(NODES)], identity)[-1]
     faults = run_dir / "faults.yaml"
     faults.write_text(json.dumps({"faults": [{"kind": "fail-stage", "nodes": failing, "mode": "apply",
                                               "exitCode": 7, "times": 3}]}))
-    objects = _objects(names)
     launch = procs.DemoLaunch(local_stack, names, NODES, new_task_queue(), faults)
     record = procs.DemoRecord(local_stack.state_dir, str(run_dir), False, names.suffix, objects.package_names,
                               objects.policy["metadata"]["name"], launch.task_queue)
@@ -152,6 +160,7 @@ def test_halt_then_resume(rollout: Rollout, capsys: pytest.CaptureFixture[str]) 
     assert_eventually(lambda: _progress(capsys, rollout)["phase"] != "Halted", timeout=60)
 
 
+@pytest.mark.timeout(ROLLOUT_TIMEOUT + 60)
 def test_rollout_ends_with_the_faulty_node_erroring(rollout: Rollout, capsys: pytest.CaptureFixture[str]) -> None:
     def settled() -> dict[str, Any]:
         data = _progress(capsys, rollout)
