@@ -82,20 +82,31 @@ def run(args: argparse.Namespace) -> int:
         return _stop_recorded(console, state_dir)
     previous = load_stack_info(state_dir)
     started_stack = not (previous is not None and previous.is_running())
+    kept = procs.DemoRecord.load(state_dir / "demo")
+    if kept is not None:
+        # An earlier `demo --keep`: replace its processes, and inherit whether the stack is the demo's.
+        _say(console, f"stopping {procs.stop_processes(kept)} process(es) an earlier `demo --keep` left running")
+        started_stack = started_stack or kept.started_stack
     names = DemoNames(args.name_suffix)
     objects = demo_objects(names, DemoTuning(args.soak_seconds, args.budget_percent))
     record = procs.DemoRecord(str(state_dir), str(state_dir / "demo"), started_stack, names.suffix, objects.package_names,
                               objects.policy["metadata"]["name"], args.task_queue)
+    outcome = Outcome(130, "interrupted")
     try:
-        return _run_demo(console, args, record, objects)
+        outcome = _run_demo(console, args, record, objects)
     except KeyboardInterrupt:
-        _say(console, "interrupted")
-        if not args.keep:
+        pass  # the finally below stops what was started
+    finally:
+        if args.keep:
+            _say(console, f"--keep: everything keeps running; stop it with `noderoll demo --stop --state-dir {state_dir}`")
+        else:
             _cleanup(console, record)
-        return 130
+    style = "green" if outcome.code == 0 else "red"
+    console.print(f"[bold {style}]demo: {outcome.message}[/]", highlight=False)
+    return outcome.code
 
 
-def _run_demo(console: Console, args: argparse.Namespace, record: procs.DemoRecord, objects: DemoObjects) -> int:
+def _run_demo(console: Console, args: argparse.Namespace, record: procs.DemoRecord, objects: DemoObjects) -> Outcome:
     from localstack.stack import StackError, up
 
     state_dir = Path(record.state_dir)
@@ -103,8 +114,7 @@ def _run_demo(console: Console, args: argparse.Namespace, record: procs.DemoReco
     try:
         stack = up(state_dir, progress=lambda line: console.print(f"  {line}", style="dim", highlight=False))
     except (ProvisionError, StackError) as err:
-        console.print(f"[red]demo: the local stack did not start[/]: {err}")
-        return EXIT_SETUP
+        return Outcome(EXIT_SETUP, f"the local stack did not start: {err}")
     launch = procs.DemoLaunch(stack, DemoNames(record.names_suffix), args.nodes, args.task_queue, args.faults)
     outcome = Outcome(EXIT_SETUP, "set-up failed")
     try:
@@ -117,13 +127,7 @@ def _run_demo(console: Console, args: argparse.Namespace, record: procs.DemoReco
         if outcome.snapshot.packages:
             console.print(summary_table(outcome, _job_counts(stack, outcome)))
         _where_to_look(console, stack, record)
-        if args.keep:
-            _say(console, f"--keep: everything keeps running; stop it with `noderoll demo --stop --state-dir {state_dir}`")
-        else:
-            _cleanup(console, record)
-    style = "green" if outcome.code == 0 else "red"
-    console.print(f"[bold {style}]demo: {outcome.message}[/]", highlight=False)
-    return outcome.code
+    return outcome
 
 
 async def _drive(console: Console, args: argparse.Namespace, launch: procs.DemoLaunch,
