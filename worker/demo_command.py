@@ -16,6 +16,7 @@ import asyncio
 import sys
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -221,21 +222,27 @@ def _job_counts(stack: StackInfo, outcome: Outcome) -> dict[str, dict[str, int]]
 
 
 def summary_table(outcome: Outcome, jobs: dict[str, dict[str, int]]) -> Table:
-    """The closing summary: per package nodes, batches, duration, interrupts, failures."""
+    """The closing summary, one column per package (fits 80 columns): nodes, batches, duration, ..."""
+    packages = sorted(outcome.snapshot.packages.items())
     table = Table(title="noderoll demo summary", title_justify="left")
-    for column in ("PACKAGE", "PHASE", "NODES", "BATCHES", "DURATION", "INTERRUPTS", "FAILURES"):
-        table.add_column(column, no_wrap=True)
-    for package, p in sorted(outcome.snapshot.packages.items()):
-        counts = jobs.get(package, {})
-        done = int(p.counts.get(State.COMPLETE.value, 0))
-        erroring = int(p.counts.get(State.ERRORING.value, 0))
-        duration = outcome.durations.get(package)
-        table.add_row(
-            package, p.phase.value, f"{done}/{p.total_nodes} complete", str(p.batch_number),
-            f"{duration:.0f}s" if duration is not None else "-",
-            str(counts.get("interrupts", "-")),
-            f"{erroring} erroring node(s), {counts.get('failed', '-')} failed stage Job(s)",
-        )
+    table.add_column("")
+    for package, _ in packages:
+        table.add_column(package, overflow="fold")
+
+    def row(label: str, value: Callable[[str, RolloutProgress], object]) -> None:
+        table.add_row(label, *(str(value(name, p)) for name, p in packages))
+
+    def duration(name: str, _: RolloutProgress) -> str:
+        seconds = outcome.durations.get(name)
+        return f"{seconds:.0f}s" if seconds is not None else "-"
+
+    row("phase", lambda _, p: p.phase.value)
+    row("nodes complete", lambda _, p: f"{int(p.counts.get(State.COMPLETE.value, 0))}/{p.total_nodes}")
+    row("batches", lambda _, p: p.batch_number)
+    row("duration", duration)
+    row("interrupts", lambda name, _: jobs.get(name, {}).get("interrupts", "-"))
+    row("erroring nodes", lambda _, p: int(p.counts.get(State.ERRORING.value, 0)))
+    row("failed stage Jobs", lambda name, _: jobs.get(name, {}).get("failed", "-"))
     return table
 
 
