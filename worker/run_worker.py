@@ -44,6 +44,12 @@ class WorkerSettings:
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add `noderoll worker` to the CLI."""
     parser = subparsers.add_parser("worker", help="run the Temporal worker (all workflows and activities)")
+    add_connection_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    """The connection flags shared by `noderoll worker` and `noderoll bridge` (read by `settings_from_args`)."""
     parser.add_argument("--temporal-address", default=None,
                         help="host:port of the Temporal frontend (env NODEROLL_TEMPORAL_ADDRESS; default: dev stack)")
     parser.add_argument("--temporal-namespace", default=os.environ.get("NODEROLL_TEMPORAL_NAMESPACE", DEFAULT_NAMESPACE),
@@ -55,7 +61,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--metrics-port", type=int, default=_env_int("NODEROLL_METRICS_PORT"),
                         help="serve Prometheus /metrics on this port (env NODEROLL_METRICS_PORT; default: off)")
     parser.add_argument("--state-dir", default=None, help="dev stack state dir (env NODEROLL_STATE_DIR)")
-    parser.set_defaults(func=run)
 
 
 def _env_int(name: str) -> int | None:

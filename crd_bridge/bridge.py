@@ -1,0 +1,224 @@
+"""The bridge process: watches feed a cache, the leader reconciles from it. Does I/O.
+
+Concurrency model: one asyncio loop owns every piece of state (cache, dirty sets, reconciler);
+the three watchers (DeploymentPolicy, Package, Node) run the sync `kubernetes` client in threads
+and post events to the loop; blocking writes run via `asyncio.to_thread`. Tasks on the loop:
+* `_lead`: leader election every `retry_seconds` (or always leader with election off); on gaining
+  the Lease everything is marked dirty, on losing it the reconciler forgets its memory;
+* `_work`: reconciles dirty policies, then dirty Packages, one at a time, then flushes
+  `nodes_changed` and, after a full pass, the runtime-required taints; a failed reconcile is counted
+  (`noderoll_bridge_reconcile_errors_total`) and retried after `RETRY_SECONDS`;
+* `_poll`: the status poller every `status_seconds`;
+* `_resync`: every `resync_seconds` marks everything dirty (level-triggered: lost events, Temporal
+  outages and closed rollouts all heal) and signals `deleted` to rollouts of this task queue whose
+  Package no longer exists.
+Replicas that do not lead keep their caches warm and do nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from api import keys
+from crd_bridge.cache import ObjectCache
+from crd_bridge.leader import LeaderElector, LeaseSettings
+from crd_bridge.nodes import NodeHandler
+from crd_bridge.reconciler import Reconciler
+from crd_bridge.rollouts import Rollouts
+from crd_bridge.status_poller import StatusPoller
+from crd_bridge.watcher import NODE_KIND, SYNC, Watcher, WatchEvent
+from worker.metrics import record_reconcile_error
+from workflows.messages import SIGNAL_PACKAGE_DELETED
+
+log = logging.getLogger("noderoll.bridge")
+KINDS = (keys.POLICY_KIND, keys.PACKAGE_KIND, NODE_KIND)
+RETRY_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class BridgeOptions:
+    """Timings and leader election of one bridge process."""
+
+    resync_seconds: float = 30.0
+    status_seconds: float = 3.0
+    # None: no leader election (a single replica).
+    lease: LeaseSettings | None = None
+
+
+@dataclass
+class Dirty:
+    """Objects waiting for a reconcile, by kind."""
+
+    packages: set[str] = field(default_factory=set)
+    policies: set[str] = field(default_factory=set)
+    taints: bool = False
+
+
+class Bridge:
+    """Runs until `stop` is set (see the module docstring)."""
+
+    def __init__(self, rollouts: Rollouts, options: BridgeOptions) -> None:
+        self.options = options
+        self.cache = ObjectCache()
+        self.reconciler = Reconciler(self.cache, rollouts)
+        self.nodes = NodeHandler(self.reconciler)
+        self.poller = StatusPoller(self.reconciler, self._mark_package)
+        self.elector = LeaderElector(options.lease) if options.lease is not None else None
+        self.dirty = Dirty()
+        self._wake = asyncio.Event()
+        self._passes = 0
+
+    def is_leader(self) -> bool:
+        """True when this replica may act (always, without leader election)."""
+        return self.elector is None or self.elector.is_leader()
+
+    # --- events --------------------------------------------------------------------------------
+
+    def _mark_package(self, name: str) -> None:
+        self.dirty.packages.add(name)
+        self._wake.set()
+
+    def _mark_all(self) -> None:
+        self.dirty.packages |= set(self.cache.of(keys.PACKAGE_KIND))
+        self.dirty.policies |= set(self.cache.of(keys.POLICY_KIND))
+        self.dirty.taints = True
+        self._wake.set()
+
+    def on_event(self, event: WatchEvent) -> None:
+        """A watcher's event (called on the loop): update the cache, mark what needs a reconcile."""
+        previous = self.cache.apply(event)
+        if event.type == SYNC:
+            if event.kind != NODE_KIND:
+                self._mark_all()
+            return
+        name = str(event.obj.get("metadata", {}).get("name", ""))
+        if event.kind == keys.PACKAGE_KIND:
+            self.dirty.packages.add(name)
+            # Another Package's dependsOn may name this one: reconcile its dependents too.
+            self.dirty.packages |= {
+                n for n, o in self.cache.of(keys.PACKAGE_KIND).items()
+                if name in ((o.get("spec") or {}).get("dependsOn") or {})
+            }
+            self.dirty.taints = True
+        elif event.kind == keys.POLICY_KIND:
+            self.dirty.policies.add(name)
+        elif self.is_leader():
+            self.nodes.note_change(previous, event.obj)
+            if event.type != "DELETED":
+                self.dirty.taints = True
+        self._wake.set()
+
+    # --- tasks ---------------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Start the watchers and tasks; return after `stop` is set and everything has ended."""
+        loop = asyncio.get_running_loop()
+        watchers = [Watcher(kind, loop, self.on_event) for kind in KINDS]
+        for watcher in watchers:
+            watcher.start()
+        tasks = [asyncio.create_task(coro) for coro in (self._lead(), self._work(), self._poll(), self._resync())]
+        try:
+            await stop.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for watcher in watchers:
+                watcher.stop()
+            if self.elector is not None:
+                await asyncio.to_thread(self.elector.release)
+
+    async def _lead(self) -> None:
+        if self.elector is None:
+            return
+        retry = self.elector.settings.retry_seconds
+        leading = False
+        while True:
+            now_leading = await asyncio.to_thread(self.elector.try_acquire_or_renew)
+            if now_leading and not leading:
+                log.info("leading as %s", self.elector.settings.identity)
+                self._mark_all()
+            elif leading and not now_leading:
+                log.warning("lost the Lease; standing by")
+                self.reconciler.forget_memory()
+            leading = now_leading
+            await asyncio.sleep(retry)
+
+    def _synced(self) -> bool:
+        return all(kind in self.cache.synced for kind in KINDS)
+
+    async def _work(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if not self._synced() or not self.is_leader():
+                continue
+            while self.dirty.policies and self.is_leader():
+                name = self.dirty.policies.pop()
+                try:
+                    self.dirty.packages.update(await self.reconciler.reconcile_policy(name))
+                except Exception:  # noqa: BLE001 - counted, logged, retried
+                    self._failed(keys.POLICY_KIND, name)
+            while self.dirty.packages and self.is_leader():
+                name = self.dirty.packages.pop()
+                try:
+                    await self.reconciler.reconcile_package(name)
+                except Exception:  # noqa: BLE001 - counted, logged, retried
+                    self._failed(keys.PACKAGE_KIND, name)
+            if not self.is_leader():
+                continue
+            self._passes += 1
+            await self.nodes.flush()
+            if self.dirty.taints:
+                self.dirty.taints = False
+                await self._sync_taints()
+
+    async def _sync_taints(self) -> None:
+        try:
+            await self.nodes.sync_taints(list(self.cache.of(NODE_KIND).values()))
+        except Exception:  # noqa: BLE001 - counted, logged, retried
+            log.exception("runtime-required taints not synced")
+            record_reconcile_error(NODE_KIND)
+            asyncio.get_running_loop().call_later(RETRY_SECONDS, self._retry_taints)
+
+    def _retry_taints(self) -> None:
+        self.dirty.taints = True
+        self._wake.set()
+
+    def _failed(self, kind: str, name: str) -> None:
+        log.exception("reconcile of %s/%s failed; retrying in %.0fs", kind, name, RETRY_SECONDS)
+        record_reconcile_error(kind)
+        target = self.dirty.policies if kind == keys.POLICY_KIND else self.dirty.packages
+
+        def retry() -> None:
+            target.add(name)
+            self._wake.set()
+
+        asyncio.get_running_loop().call_later(RETRY_SECONDS, retry)
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.status_seconds)
+            if self.is_leader() and self._synced():
+                await self.poller.poll_once()
+
+    async def _resync(self) -> None:
+        while True:
+            await asyncio.sleep(self.options.resync_seconds)
+            if not (self.is_leader() and self._synced()):
+                continue
+            self._mark_all()
+            try:
+                await self._end_orphans()
+            except Exception as err:  # noqa: BLE001 - visibility may be briefly unavailable
+                log.warning("orphaned rollouts not checked: %s", err)
+
+    async def _end_orphans(self) -> None:
+        """Rollouts of this task queue whose Package vanished while no bridge watched get `deleted`."""
+        rollouts = self.reconciler.rollouts
+        for name in await rollouts.running_packages():
+            if self.cache.get(keys.PACKAGE_KIND, name) is None:
+                log.info("rollout of vanished Package %s: signalling %s", name, SIGNAL_PACKAGE_DELETED)
+                await rollouts.signal(name, SIGNAL_PACKAGE_DELETED)

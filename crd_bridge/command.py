@@ -1,0 +1,103 @@
+"""`noderoll bridge`: the CRD bridge process. Does I/O.
+
+Connection flags and environment are `noderoll worker`'s (`worker.run_worker.add_connection_arguments`
+and `settings_from_args`: flags, then environment, then a running `noderoll dev up` stack), plus
+`--resync-seconds`, `--status-seconds` and leader election (`--leader-election`/`--no-leader-election`,
+the Lease `--lease-namespace`/`--lease-name`, `--identity`; defaults: on, `noderoll-system/noderoll-bridge`,
+the host name and pid). SIGTERM/SIGINT stop it cleanly (the Lease is released for a standby).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+
+from activities import kube
+from crd_bridge.bridge import Bridge, BridgeOptions
+from crd_bridge.leader import LEASE_NAME, LeaseSettings
+from crd_bridge.rollouts import Rollouts
+from localstack.state import resolve_connection
+from worker.metrics import start_metrics_server
+from worker.run_worker import WorkerSettings, add_connection_arguments
+from worker.temporal_client import connect
+
+log = logging.getLogger("noderoll.bridge")
+LEASE_NAMESPACE_ENV = "NODEROLL_LEASE_NAMESPACE"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add `noderoll bridge` to the CLI."""
+    parser = subparsers.add_parser(
+        "bridge", help="run the CRD bridge (Packages and DeploymentPolicies -> rollout workflows, status)"
+    )
+    add_connection_arguments(parser)
+    parser.add_argument("--resync-seconds", type=float,
+                        default=float(os.environ.get("NODEROLL_RESYNC_SECONDS", "30")),
+                        help="reconcile every object this often besides events (env NODEROLL_RESYNC_SECONDS)")
+    parser.add_argument("--status-seconds", type=float, default=3.0,
+                        help="how often running rollouts' progress is written to their Package status")
+    parser.add_argument("--leader-election", action=argparse.BooleanOptionalAction, default=True,
+                        help="hold a Lease so only one replica acts (default: on)")
+    parser.add_argument("--lease-namespace", default=os.environ.get(LEASE_NAMESPACE_ENV, "noderoll-system"),
+                        help=f"namespace of the leader Lease (env {LEASE_NAMESPACE_ENV})")
+    parser.add_argument("--lease-name", default=LEASE_NAME, help="name of the leader Lease")
+    parser.add_argument("--identity", default=f"{socket.gethostname()}-{os.getpid()}",
+                        help="this replica's name in the Lease (default: host name and pid)")
+    parser.set_defaults(func=run)
+
+
+def settings_from_args(args: argparse.Namespace) -> WorkerSettings:
+    """Connection settings exactly as `noderoll worker` resolves them."""
+    connection = resolve_connection(args.temporal_address, args.kubeconfig, args.state_dir)
+    if connection.temporal_address is None:
+        raise SystemExit("noderoll bridge: no Temporal address (use --temporal-address, "
+                         "NODEROLL_TEMPORAL_ADDRESS, or start a stack with `noderoll dev up`)")
+    return WorkerSettings(
+        temporal_address=connection.temporal_address,
+        namespace=args.temporal_namespace,
+        task_queue=args.task_queue,
+        kubeconfig=connection.kubeconfig,
+        metrics_port=args.metrics_port,
+    )
+
+
+def options_from_args(args: argparse.Namespace) -> BridgeOptions:
+    """Timings and leader election from the flags."""
+    lease = None
+    if args.leader_election:
+        lease = LeaseSettings(identity=args.identity, namespace=args.lease_namespace, name=args.lease_name)
+    return BridgeOptions(resync_seconds=args.resync_seconds, status_seconds=args.status_seconds, lease=lease)
+
+
+async def serve(settings: WorkerSettings, options: BridgeOptions, stop: asyncio.Event) -> None:
+    """Connect, then run the bridge until `stop` is set."""
+    kube.configure(settings.kubeconfig)
+    client = await connect(settings.temporal_address, settings.namespace)
+    if settings.metrics_port is not None:
+        port = start_metrics_server(settings.metrics_port)
+        log.info("metrics on :%d/metrics", port)
+    log.info("bridge on %s namespace=%s task_queue=%s kubeconfig=%s leader-election=%s",
+             settings.temporal_address, settings.namespace, settings.task_queue,
+             settings.kubeconfig or "in-cluster", "on" if options.lease else "off")
+    await Bridge(Rollouts(client, settings.task_queue), options).run(stop)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry point of `noderoll bridge`."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = settings_from_args(args)
+    options = options_from_args(args)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await serve(settings, options, stop)
+
+    asyncio.run(main())
+    return 0

@@ -1,0 +1,68 @@
+"""Which Node changes concern which rollouts, and the runtime-required taint decision. Pure (no I/O).
+
+A rollout re-lists its nodes every few minutes on its own; the bridge makes joins and relabels
+visible at once by signalling `nodes_changed` to the rollouts whose selector matches the node before
+or after the change. Only changes a rollout's target selection depends on count: a new node, its
+labels, its taints (an untolerated taint blocks a node; its removal unblocks it). Status heartbeats
+and noderoll's own state annotation do not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from api import keys
+from api.package import PackageSpec
+from planning.targets import NodeView, is_candidate, runtime_required_taint_wanted
+
+
+def node_view(obj: Mapping[str, Any]) -> NodeView:
+    """The parts of a Node object (API JSON) that target selection reads."""
+    meta = obj.get("metadata") or {}
+    taints = [
+        {"key": str(t.get("key", "")), "value": str(t.get("value") or ""), "effect": str(t.get("effect", ""))}
+        for t in ((obj.get("spec") or {}).get("taints") or [])
+    ]
+    return NodeView(
+        name=str(meta.get("name", "")),
+        labels=dict(meta.get("labels") or {}),
+        taints=taints,
+        state_annotation=str((meta.get("annotations") or {}).get(keys.NODE_STATE_ANNOTATION) or ""),
+    )
+
+
+def targeting_change(old: NodeView | None, new: NodeView) -> bool:
+    """True when the change from `old` (None: a new node) may change some rollout's targets."""
+    if old is None:
+        return True
+    return dict(old.labels) != dict(new.labels) or _taint_set(old) != _taint_set(new)
+
+
+def _taint_set(node: NodeView) -> set[tuple[str, str, str]]:
+    return {(t.get("key", ""), t.get("value", ""), t.get("effect", "")) for t in node.taints}
+
+
+def packages_to_notify(
+    old: NodeView | None, new: NodeView, packages: Mapping[str, PackageSpec]
+) -> list[str]:
+    """Packages whose selector matches the node before or after the change (sorted)."""
+    if not targeting_change(old, new):
+        return []
+    views: Iterable[NodeView] = (new,) if old is None else (old, new)
+    return sorted(
+        name for name, spec in packages.items() if any(is_candidate(spec, view.labels) for view in views)
+    )
+
+
+def has_runtime_required_taint(node: NodeView) -> bool:
+    """True when the node carries `noderoll.io/runtime-required`."""
+    return any(t.get("key") == keys.RUNTIME_REQUIRED_TAINT_KEY for t in node.taints)
+
+
+def taint_change(node: NodeView, packages: Mapping[str, PackageSpec]) -> bool | None:
+    """True: add the runtime-required taint; False: remove it; None: leave the node as it is."""
+    wanted = runtime_required_taint_wanted(node, packages)
+    if wanted == has_runtime_required_taint(node):
+        return None
+    return wanted

@@ -1,0 +1,64 @@
+"""Node events -> `nodes_changed` to the rollouts concerned, and the runtime-required taint. Does I/O.
+
+Decisions are pure (`crd_bridge.node_changes`); this module applies them. `nodes_changed` is
+debounced: the Packages to notify are collected and signalled once per flush (a fleet of new nodes
+joining at once costs one signal per rollout, not one per node). The taint is written with
+`activities.taints.set_runtime_required_taint` (shared with the worker; idempotent, conflict-safe).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from activities.taints import SetTaintInput, set_runtime_required_taint
+from api.package import PackageSpec
+from crd_bridge.node_changes import node_view, packages_to_notify, taint_change
+from crd_bridge.reconciler import Reconciler
+from workflows.messages import SIGNAL_NODES_CHANGED
+
+log = logging.getLogger("noderoll.bridge.nodes")
+
+
+class NodeHandler:
+    """What the leader does when Nodes change."""
+
+    def __init__(self, reconciler: Reconciler) -> None:
+        self.reconciler = reconciler
+        self.to_notify: set[str] = set()
+
+    def specs(self) -> dict[str, PackageSpec]:
+        """Specs of the valid Packages that are not being deleted."""
+        return {n: c.package.spec for n, c in self.reconciler.valid.items() if c.package is not None}
+
+    def note_change(self, previous: Mapping[str, Any] | None, current: Mapping[str, Any]) -> None:
+        """Remember which rollouts must hear about this Node change (DELETED: `current` is the old object)."""
+        old = node_view(previous) if previous is not None else None
+        self.to_notify.update(packages_to_notify(old, node_view(current), self.specs()))
+
+    async def flush(self) -> None:
+        """Signal `nodes_changed` to each noted Package whose rollout runs."""
+        names, self.to_notify = sorted(self.to_notify), set()
+        for name in names:
+            if name not in self.reconciler.active:
+                continue
+            try:
+                await self.reconciler.rollouts.signal(name, SIGNAL_NODES_CHANGED)
+            except Exception as err:  # noqa: BLE001 - the rollout re-lists on its own timer anyway
+                log.info("nodes_changed to %s not delivered: %s", name, err)
+
+    async def sync_taints(self, nodes: Iterable[Mapping[str, Any]]) -> int:
+        """Add or remove the runtime-required taint where needed; returns how many Nodes changed."""
+        specs = {n: s for n, s in self.specs().items() if s.runtime_required}
+        changed = 0
+        for obj in nodes:
+            view = node_view(obj)
+            wanted = taint_change(view, specs)
+            if wanted is None:
+                continue
+            if await asyncio.to_thread(set_runtime_required_taint, SetTaintInput(view.name, wanted)):
+                log.info("node %s: runtime-required taint %s", view.name, "added" if wanted else "removed")
+                changed += 1
+        return changed

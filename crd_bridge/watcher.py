@@ -1,0 +1,135 @@
+"""List-then-watch of one kind of object, in a thread, feeding the bridge's event loop. Does I/O (Kubernetes).
+
+The sync `kubernetes` client blocks, so each watch runs in its own daemon thread and hands events to
+the asyncio loop with `call_soon_threadsafe` (the bridge's state is only touched on the loop). The
+loop per kind: list (a `SYNC` event with every object: the cache is replaced, so deletions missed
+while disconnected are seen), then watch from the list's resourceVersion, resuming from the last
+resourceVersion seen (bookmarks included) when a watch times out. A 410 Gone (resourceVersion
+expired) relists; any other error restarts the watch after an exponential backoff (1 s to 30 s).
+Each restart is counted in `noderoll_bridge_watch_restarts_total{kind}`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+from activities import kube
+from api import keys
+from worker.metrics import record_watch_restart
+
+log = logging.getLogger("noderoll.bridge.watch")
+SYNC = "SYNC"
+NODE_KIND = "Node"
+WATCH_TIMEOUT_SECONDS = 60
+MAX_BACKOFF_SECONDS = 30.0
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """`type` is ADDED, MODIFIED, DELETED or SYNC (then `objects` holds every object)."""
+
+    kind: str
+    type: str
+    obj: dict[str, Any] = field(default_factory=dict)
+    objects: list[dict[str, Any]] = field(default_factory=list)
+
+
+def list_function(kind: str) -> Callable[..., Any]:
+    """The list call for `kind` (Package, DeploymentPolicy or Node), usable by `watch.Watch.stream`."""
+    if kind == NODE_KIND:
+        return client.CoreV1Api(kube.api_client()).list_node
+    plural = keys.PACKAGE_PLURAL if kind == keys.PACKAGE_KIND else keys.POLICY_PLURAL
+    api = client.CustomObjectsApi(kube.api_client())
+
+    def list_objects(**kwargs: Any) -> Any:
+        # No docstring on purpose: Watch.stream then yields the raw JSON, which is all we read.
+        return api.list_cluster_custom_object(keys.GROUP, keys.VERSION, plural, **kwargs)
+
+    return list_objects
+
+
+class Watcher:
+    """A restartable list+watch of `kind`; call `start()` once, `stop()` at shutdown."""
+
+    def __init__(self, kind: str, loop: asyncio.AbstractEventLoop, sink: Callable[[WatchEvent], None]) -> None:
+        self.kind = kind
+        self._loop = loop
+        self._sink = sink
+        self._stop = threading.Event()
+        self._watch: watch.Watch | None = None
+        self._thread = threading.Thread(target=self._run, name=f"watch-{kind}", daemon=True)
+
+    def start(self) -> None:
+        """Start the watch thread."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the thread to end (it ends at the next event or watch timeout)."""
+        self._stop.set()
+        if self._watch is not None:
+            self._watch.stop()
+
+    def _emit(self, event: WatchEvent) -> None:
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._sink, event)
+
+    def _list(self) -> str:
+        """List every object, emit SYNC, return the list's resourceVersion."""
+        result = list_function(self.kind)()
+        # Custom objects come back as dicts, Nodes as models: one (camelCase JSON) shape for the cache.
+        data = result if isinstance(result, dict) else kube.api_client().sanitize_for_serialization(result)
+        self._emit(WatchEvent(self.kind, SYNC, objects=list(data.get("items") or [])))
+        return str((data.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _run(self) -> None:
+        backoff = 1.0
+        version: str | None = None
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    version = self._list()
+                version = self._watch_from(version)
+                backoff = 1.0
+            except ApiException as err:
+                record_watch_restart(self.kind)
+                if err.status == 410:
+                    log.info("watch of %s: resourceVersion %s expired; relisting", self.kind, version)
+                    version = None
+                    continue
+                log.warning("watch of %s failed (HTTP %s); retrying in %.0fs", self.kind, err.status, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+            except Exception as err:  # noqa: BLE001 - network errors of every kind: restart the watch
+                record_watch_restart(self.kind)
+                log.warning("watch of %s failed (%s); retrying in %.0fs", self.kind, err, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
+
+    def _watch_from(self, version: str) -> str:
+        """Watch from `version` until the server ends the watch; return the last version seen."""
+        self._watch = watch.Watch()
+        stream = self._watch.stream(
+            list_function(self.kind),
+            resource_version=version,
+            timeout_seconds=WATCH_TIMEOUT_SECONDS,
+            allow_watch_bookmarks=True,
+        )
+        for event in stream:
+            if self._stop.is_set():
+                break
+            obj = event.get("raw_object") or {}
+            kind = event.get("type")
+            if kind == "ERROR":
+                raise ApiException(status=int(obj.get("code") or 500), reason=str(obj.get("message", "")))
+            version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+            if kind in ("ADDED", "MODIFIED", "DELETED"):
+                self._emit(WatchEvent(self.kind, str(kind), obj=obj))
+        return version
