@@ -114,9 +114,10 @@ def start_processes(launch: DemoLaunch, record: DemoRecord) -> None:
     if launch.faults is not None:
         sim += ["--faults", str(launch.faults.resolve())]
     plans: list[tuple[str, list[str], dict[str, int]]] = []
-    for name in ("worker", "bridge"):
+    for name, extra in (("worker", []), ("bridge", ["--no-leader-election"])):
+        # One bridge per demo; a Lease left by another cluster user's bridge must not hold it back.
         port = free_port()
-        plans.append((name, _cli(name, *connect, "--metrics-port", str(port)), {"metrics": port}))
+        plans.append((name, _cli(name, *connect, "--metrics-port", str(port), *extra), {"metrics": port}))
         record.metrics[name] = f"http://127.0.0.1:{port}/metrics"
     plans.append(("fleet", _cli(*sim), {}))
     for name, argv, ports in plans:
