@@ -23,6 +23,7 @@ needs_helm = pytest.mark.skipif(HELM is None, reason=f"helm is not installed: {I
 VERBS = {
     "create": "create",
     "read": "get",
+    "get": "get",
     "list": "list",
     "patch": "patch",
     "replace": "update",
@@ -58,10 +59,13 @@ GRANTED_WITHOUT_CALL = {
     (NODEROLL, "packages/finalizers", "update"),
 }
 CALL = re.compile(
-    r"\.(create|read|list|patch|replace|delete_collection|delete)_"
+    r"\.(create|read|get|list|patch|replace|delete_collection|delete)_"
     r"(namespaced_)?([a-z_]+?)(_for_all_namespaces)?\("
 )
-WATCH = re.compile(r"\.stream\(\s*[\w.()]+\.list_(namespaced_)?([a-z_]+?)(_for_all_namespaces)?\s*,")
+# In a module that watches (`watch.Watch().stream(...)`), every list function it names, called or
+# passed around (`CoreV1Api(...).list_node`), is watched too.
+WATCHES = re.compile(r"\.stream\(")
+LIST_REF = re.compile(r"\.list_(namespaced_)?([a-z_]+?)(_for_all_namespaces)?\b")
 
 
 @pytest.fixture(scope="module")
@@ -264,24 +268,27 @@ def required_rules(process: str) -> set[tuple[str, str, str, bool]]:
             elif noun in RESOURCES:
                 group, resource = RESOURCES[noun]
                 needed.add((group, resource, VERBS[verb], in_pkg_ns))
-        for match in WATCH.finditer(text):
+        if not WATCHES.search(text):
+            continue
+        for match in LIST_REF.finditer(text):
             namespaced, noun, _all = match.groups()
-            args = call_args(text, match.start() + len(".stream("))
+            after = text[match.end() : match.end() + 300]
+            in_pkg_ns = bool(namespaced) and "PACKAGE_POD_NAMESPACE" in after
             if noun.startswith("cluster_custom_object"):
-                needed |= {(NODEROLL, p, "watch", False) for p in plural_args(args)}
+                needed |= {(NODEROLL, p, v, False) for p in plural_args(after) for v in ("list", "watch")}
             elif noun in RESOURCES:
                 group, resource = RESOURCES[noun]
-                needed.add((group, resource, "watch", bool(namespaced) and "PACKAGE_POD_NAMESPACE" in args))
+                needed |= {(group, resource, v, in_pkg_ns) for v in ("list", "watch")}
     return needed
 
 
 def granted(objects: list[dict[str, Any]], process: str, namespace_role: bool) -> set[tuple[str, str, str]]:
+    """The process's ClusterRole grants or (namespace_role) its Roles: the stage Jobs' namespace and
+    the bridge's Lease namespace (the release namespace, passed as NODEROLL_LEASE_NAMESPACE)."""
     kind = "Role" if namespace_role else "ClusterRole"
     out: set[tuple[str, str, str]] = set()
     for role in objects:
         if role["kind"] != kind or process not in role["metadata"]["name"]:
-            continue
-        if namespace_role and role["metadata"]["namespace"] != "noderoll-system":
             continue
         for rule in role["rules"]:
             for group in rule["apiGroups"]:

@@ -119,11 +119,19 @@ spec:
           imagePullPolicy: {{ $root.Values.image.pullPolicy }}
           args:
             - {{ .name }}
+            {{- if and (eq .name "bridge") (not $root.Values.leaderElection.enabled) }}
+            - --no-leader-election
+            {{- end }}
             {{- range $c.extraArgs }}
             - {{ . | quote }}
             {{- end }}
           env:
             {{- include "noderoll.env" (dict "root" $root "component" $c) | nindent 12 }}
+            {{- if and (eq .name "bridge") $root.Values.leaderElection.enabled }}
+            # The leader Lease lives in the release namespace (Role below), not in noderoll-system.
+            - name: NODEROLL_LEASE_NAMESPACE
+              valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+            {{- end }}
           ports:
             - name: metrics
               containerPort: {{ $c.metricsPort }}
