@@ -113,7 +113,8 @@ class Reconciler:
 
     async def _act(self, action: Action, obj: dict[str, Any], check: PackageCheck, facts: PackageFacts) -> None:
         name = facts.name
-        log.info("Package %s: %s", name, action.value)
+        # The invalid status is re-rendered on every resync (written only when changed): not worth a line.
+        (log.debug if action is Action.WRITE_INVALID_STATUS else log.info)("Package %s: %s", name, action.value)
         if action is Action.ADD_FINALIZER:
             await asyncio.to_thread(set_finalizer, name, True)
         elif action is Action.REMOVE_FINALIZER:

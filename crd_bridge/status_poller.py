@@ -22,7 +22,7 @@ from api.policy import DEFAULT_COMPARTMENT
 from crd_bridge.decisions import RolloutState
 from crd_bridge.node_changes import node_view
 from crd_bridge.reconciler import Reconciler
-from crd_bridge.status_writer import StatusWrite, write_status
+from crd_bridge.status_writer import StatusWrite, without_empty_strings, write_status
 from planning.status import render_package_status
 from planning.targets import is_candidate
 from worker.metrics import node_counts, publish_budget, publish_progress, set_package_nodes
@@ -74,7 +74,7 @@ class StatusPoller:
         status = render_package_status(progress, generation, previous)
         if await asyncio.to_thread(write_status, StatusWrite(keys.PACKAGE_KIND, name, status, previous)):
             # Keep the cache's copy current: the next round compares with what we just wrote.
-            obj["status"] = status
+            obj["status"] = without_empty_strings(status)
         self._publish_nodes(name)
 
     def _publish_nodes(self, name: str) -> None:

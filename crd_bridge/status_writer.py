@@ -4,6 +4,9 @@ Every status write of the bridge goes through `write_status`: a JSON merge patch
 sent only when the rendered status differs from the one on the object (so a resync every few
 seconds costs no writes), with keys that disappeared set to null so nothing stale stays behind.
 A Package that is gone (404) is not an error: there is nothing left to report on.
+Empty strings are left out of the written status: the local 1.20 apiserver stores "" in a custom
+resource as null and then rejects it against the schema (HTTP 422), and an absent optional field
+reads the same to every client.
 """
 
 from __future__ import annotations
@@ -32,9 +35,19 @@ class StatusWrite:
     current: Mapping[str, Any] | None = None
 
 
+def without_empty_strings(value: Any) -> Any:
+    """`value` with every "" dropped from mappings (lists keep their length). Pure."""
+    if isinstance(value, Mapping):
+        return {k: without_empty_strings(v) for k, v in value.items() if v != ""}
+    if isinstance(value, list):
+        return [without_empty_strings(v) for v in value]
+    return value
+
+
 def status_patch(current: Mapping[str, Any] | None, status: Mapping[str, Any]) -> dict[str, Any] | None:
     """The merge patch from `current` to `status` (removed keys set to null), or None when equal. Pure."""
     before = dict(current or {})
+    status = without_empty_strings(status)
     if before == dict(status):
         return None
     patch: dict[str, Any] = {key: None for key in before if key not in status}
