@@ -8,6 +8,7 @@ Does I/O (processes, sockets, HTTP).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -24,6 +25,7 @@ import psutil
 
 from localstack.state import ComponentInfo
 
+PR_SET_PDEATHSIG = 1
 # Popen objects of children started by this Python process: kept so they can be reaped
 # (a dead, unreaped child is a zombie that still shows up in the process table).
 _children: dict[int, subprocess.Popen[bytes]] = {}
@@ -64,6 +66,15 @@ class Launch:
     argv: list[str]
     ports: dict[str, int]
     log: Path
+    # Linux: the process gets SIGTERM when the starting thread dies (a killed pytest run leaves
+    # no stack behind). Off for `dev up`, whose processes must outlive the command.
+    die_with_parent: bool = False
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: prctl(PR_SET_PDEATHSIG, SIGTERM).
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def start(launch: Launch) -> ComponentInfo:
@@ -79,6 +90,7 @@ def start(launch: Launch) -> ComponentInfo:
             stderr=subprocess.STDOUT,
             start_new_session=True,
             close_fds=True,
+            preexec_fn=_die_with_parent if launch.die_with_parent else None,
         )
     _children[proc.pid] = proc
     create_time = psutil.Process(proc.pid).create_time()

@@ -127,6 +127,7 @@ class _Run:
     info: StackInfo
     previous: dict[str, ComponentInfo]
     progress: Progress
+    die_with_parent: bool = False
 
     def ensure(self, comp: Component) -> None:
         argv = comp.argv(self.layout)
@@ -139,15 +140,17 @@ class _Run:
             self.progress(f"{comp.name}: restarting (command line or binary changed)")
             processes.stop(old)
         log = self.layout.state_dir / "logs" / f"{comp.name}.log"
-        launch = processes.Launch(comp.name, argv, self.layout.ports[comp.name], log)
+        launch = processes.Launch(comp.name, argv, self.layout.ports[comp.name], log, self.die_with_parent)
         started = processes.start(launch)
         self.progress(f"{comp.name}: started pid {started.pid}, log {log}")
         self.info.components[comp.name] = started
         save_stack_info(self.info)
 
 
-def up(state_dir: Path, progress: Progress = _quiet) -> StackInfo:
+def up(state_dir: Path, progress: Progress = _quiet, *, die_with_parent: bool = False) -> StackInfo:
     """Bring the stack up in `state_dir` (idempotent) and return it once everything is ready.
+
+    `die_with_parent` ties the components it starts to the calling thread (test sessions).
 
     Raises `localstack.provision.ProvisionError` for a missing binary (nothing started), and
     StackError naming the component and its log when a component does not get ready.
@@ -169,7 +172,7 @@ def up(state_dir: Path, progress: Progress = _quiet) -> StackInfo:
             kubeconfig=str(kubeconfig),
             state_dir=str(state_dir),
         )
-        run = _Run(layout, info, previous, progress)
+        run = _Run(layout, info, previous, progress, die_with_parent)
         comps = _by_name()
         for wave in WAVES:
             for name in wave:

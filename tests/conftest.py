@@ -62,7 +62,8 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]
         print(f"\n{TEST_STACK_ENV}={shared} runs no stack; starting a private one", file=sys.stderr)
     state_dir = tmp_path_factory.mktemp("stack")
     try:
-        info = up(state_dir)
+        # Tied to this process: a pytest killed by a timeout leaves no stack behind.
+        info = up(state_dir, die_with_parent=True)
     except BaseException:
         down(state_dir)
         raise
