@@ -115,6 +115,14 @@ class ProcessSet:
             for managed in list(self.procs.values()):
                 managed.peak_rss = max(managed.peak_rss, managed.rss())
 
+    def check_alive(self) -> None:
+        """Raise when a started process has exited (its log tail in the message)."""
+        for managed in self.procs.values():
+            code = managed.proc.poll()
+            if code is not None:
+                tail = managed.log.read_text(errors="replace").splitlines()[-15:]
+                raise RuntimeError(f"{managed.name} exited with {code}; {managed.log}:\n" + "\n".join(tail))
+
     def stop(self, name: str, sig: int = signal.SIGTERM) -> None:
         """Stop one process (its whole session) and wait for it."""
         managed = self.procs.pop(name, None)

@@ -91,11 +91,12 @@ def start_processes(target: Target, sc: Scenario, procs: ProcessSet, task_queue:
     procs.start_noderoll("bridge", ["bridge"], conn)
 
 
-def wait_complete(kube: Kube, name: str, timeout: float, log: Log) -> float:
+def wait_complete(kube: Kube, name: str, procs: ProcessSet, timeout: float, log: Log) -> float:
     """Poll the Package until `status.phase` is Complete; returns the monotonic time it was seen."""
     deadline = time.monotonic() + timeout
     last = ""
     while time.monotonic() < deadline:
+        procs.check_alive()
         status = kube.package(name).get("status") or {}
         phase = status.get("phase", "")
         if phase == "Complete":
@@ -172,7 +173,7 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
         started = time.monotonic()
         kube.create(PACKAGE_PLURAL, package_manifest(sc))
         ideal = ideal_makespan(sc, node_names)
-        done = wait_complete(kube, sc.name, timeout=3 * ideal + 600, log=log)
+        done = wait_complete(kube, sc.name, procs, timeout=3 * ideal + 600, log=log)
         after = apimetrics.scrape(target.kubeconfig)
         windows = await histories.node_windows(temporal, node_names)
         measured = {
