@@ -45,6 +45,8 @@ class BridgeOptions:
     status_seconds: float = 3.0
     # None: no leader election (a single replica).
     lease: LeaseSettings | None = None
+    # Only Packages and DeploymentPolicies with these labels (a shard; tests sharing one cluster).
+    label_selector: str = ""
 
 
 @dataclass
@@ -115,7 +117,7 @@ class Bridge:
     async def run(self, stop: asyncio.Event) -> None:
         """Start the watchers and tasks; return after `stop` is set and everything has ended."""
         loop = asyncio.get_running_loop()
-        watchers = [Watcher(kind, loop, self.on_event) for kind in KINDS]
+        watchers = [Watcher(kind, loop, self.on_event, self.options.label_selector) for kind in KINDS]
         for watcher in watchers:
             watcher.start()
         tasks = [asyncio.create_task(coro) for coro in (self._lead(), self._work(), self._poll(), self._resync())]

@@ -2,7 +2,7 @@
 
 Connection flags and environment are `noderoll worker`'s (`worker.run_worker.add_connection_arguments`
 and `settings_from_args`: flags, then environment, then a running `noderoll dev up` stack), plus
-`--resync-seconds`, `--status-seconds` and leader election (`--leader-election`/`--no-leader-election`,
+`--resync-seconds`, `--status-seconds`, `--label-selector` (a shard of the Packages) and leader election (`--leader-election`/`--no-leader-election`,
 the Lease `--lease-namespace`/`--lease-name`, `--identity`; defaults: on, `noderoll-system/noderoll-bridge`,
 the host name and pid). SIGTERM/SIGINT stop it cleanly (the Lease is released for a standby).
 """
@@ -40,6 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="reconcile every object this often besides events (env NODEROLL_RESYNC_SECONDS)")
     parser.add_argument("--status-seconds", type=float, default=3.0,
                         help="how often running rollouts' progress is written to their Package status")
+    parser.add_argument("--label-selector", default=os.environ.get("NODEROLL_BRIDGE_LABEL_SELECTOR", ""),
+                        help="only Packages and DeploymentPolicies with these labels, e.g. shard=a "
+                             "(env NODEROLL_BRIDGE_LABEL_SELECTOR; default: all)")
     parser.add_argument("--leader-election", action=argparse.BooleanOptionalAction, default=True,
                         help="hold a Lease so only one replica acts (default: on)")
     parser.add_argument("--lease-namespace", default=os.environ.get(LEASE_NAMESPACE_ENV, "noderoll-system"),
@@ -70,7 +73,8 @@ def options_from_args(args: argparse.Namespace) -> BridgeOptions:
     lease = None
     if args.leader_election:
         lease = LeaseSettings(identity=args.identity, namespace=args.lease_namespace, name=args.lease_name)
-    return BridgeOptions(resync_seconds=args.resync_seconds, status_seconds=args.status_seconds, lease=lease)
+    return BridgeOptions(resync_seconds=args.resync_seconds, status_seconds=args.status_seconds, lease=lease,
+                         label_selector=args.label_selector)
 
 
 async def serve(settings: WorkerSettings, options: BridgeOptions, stop: asyncio.Event) -> None:

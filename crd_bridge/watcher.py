@@ -42,8 +42,11 @@ class WatchEvent:
     objects: list[dict[str, Any]] = field(default_factory=list)
 
 
-def list_function(kind: str) -> Callable[..., Any]:
-    """The list call for `kind` (Package, DeploymentPolicy or Node), usable by `watch.Watch.stream`."""
+def list_function(kind: str, label_selector: str = "") -> Callable[..., Any]:
+    """The list call for `kind` (Package, DeploymentPolicy or Node), usable by `watch.Watch.stream`.
+
+    `label_selector` narrows Packages and DeploymentPolicies (never Nodes): one bridge per shard.
+    """
     if kind == NODE_KIND:
         return client.CoreV1Api(kube.api_client()).list_node
     plural = keys.PACKAGE_PLURAL if kind == keys.PACKAGE_KIND else keys.POLICY_PLURAL
@@ -51,6 +54,8 @@ def list_function(kind: str) -> Callable[..., Any]:
 
     def list_objects(**kwargs: Any) -> Any:
         # No docstring on purpose: Watch.stream then yields the raw JSON, which is all we read.
+        if label_selector:
+            kwargs["label_selector"] = label_selector
         return api.list_cluster_custom_object(keys.GROUP, keys.VERSION, plural, **kwargs)
 
     return list_objects
@@ -59,8 +64,11 @@ def list_function(kind: str) -> Callable[..., Any]:
 class Watcher:
     """A restartable list+watch of `kind`; call `start()` once, `stop()` at shutdown."""
 
-    def __init__(self, kind: str, loop: asyncio.AbstractEventLoop, sink: Callable[[WatchEvent], None]) -> None:
+    def __init__(
+        self, kind: str, loop: asyncio.AbstractEventLoop, sink: Callable[[WatchEvent], None], label_selector: str = ""
+    ) -> None:
         self.kind = kind
+        self.label_selector = label_selector
         self._loop = loop
         self._sink = sink
         self._stop = threading.Event()
@@ -83,7 +91,7 @@ class Watcher:
 
     def _list(self) -> str:
         """List every object, emit SYNC, return the list's resourceVersion."""
-        result = list_function(self.kind)()
+        result = list_function(self.kind, self.label_selector)()
         # Custom objects come back as dicts, Nodes as models: one (camelCase JSON) shape for the cache.
         data = result if isinstance(result, dict) else kube.api_client().sanitize_for_serialization(result)
         self._emit(WatchEvent(self.kind, SYNC, objects=list(data.get("items") or [])))
@@ -117,7 +125,7 @@ class Watcher:
         """Watch from `version` until the server ends the watch; return the last version seen."""
         self._watch = watch.Watch()
         stream = self._watch.stream(
-            list_function(self.kind),
+            list_function(self.kind, self.label_selector),
             resource_version=version,
             timeout_seconds=WATCH_TIMEOUT_SECONDS,
             allow_watch_bookmarks=True,

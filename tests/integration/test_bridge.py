@@ -1,0 +1,205 @@
+"""`noderoll bridge` on the real stack: validation, idempotent starts, status, pause/resume, deletion.
+
+`noderoll worker` and `noderoll bridge` run as processes on a fresh task queue; a fleet of simulated
+nodes (fleetsim, in-process) carries the rollouts. The bridge only sees this module's Packages
+(`--label-selector`) and uses its own Lease name, so one session stack serves every test.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes.client import ApiClient, CustomObjectsApi
+from kubernetes.client.exceptions import ApiException
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
+
+from api import keys
+from localstack.state import StackInfo
+from planning.status import RolloutProgress
+from tests.helpers import assert_eventually, assert_eventually_async, unique_name
+from tests.helpers.fleet import running_fleet
+from tests.integration.bridge_support import (
+    SYSCTL_IMAGE,
+    BridgeRun,
+    condition,
+    create_package,
+    delete_package,
+    patch_package,
+    read_package,
+    reasons,
+    wait_leading,
+)
+
+pytestmark = pytest.mark.integration
+NODES = 2
+ROLLOUT_TIMEOUT = 180.0
+
+
+@pytest.fixture(scope="module")
+def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
+    """Worker, bridge and a 2-node fleet labelled for this module."""
+    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("bridge"))
+    with running_fleet(local_stack, nodes=NODES, labels={"bridge-fleet": bridge_run.run_id}):
+        try:
+            bridge_run.start_worker()
+            wait_leading(bridge_run, bridge_run.start_bridge())
+            yield bridge_run
+        finally:
+            bridge_run.stop_all()
+
+
+@pytest.fixture
+def packages(kube_api_client: ApiClient) -> Iterator[list[str]]:
+    """Names of the Packages a test created; deleted (finalizers dropped) after it."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        delete_package(kube_api_client, name)
+
+
+def fleet_spec(run: BridgeRun, **fields: Any) -> dict[str, Any]:
+    """A sysctl-tuning Package spec selecting this module's fleet."""
+    return {"version": "1.0.0", "image": SYSCTL_IMAGE,
+            "nodeSelector": {"matchLabels": {"bridge-fleet": run.run_id}}, **fields}
+
+
+async def runs_of(temporal: Client, package: str) -> list[str]:
+    """Run ids of every `package/<name>` execution ever started."""
+    query = f"WorkflowId = '{keys.rollout_workflow_id(package)}'"
+    return [w.run_id async for w in temporal.list_workflows(query)]
+
+
+async def progress(temporal: Client, package: str) -> RolloutProgress:
+    """The rollout's `progress` answer."""
+    handle = temporal.get_workflow_handle(keys.rollout_workflow_id(package))
+    return await handle.query(keys.QUERY_PROGRESS, result_type=RolloutProgress)
+
+
+def kubectl_wait_ready(stack: StackInfo, name: str, timeout: float = ROLLOUT_TIMEOUT) -> None:
+    """`kubectl wait --for=condition=Ready package/<name>` (what a user or GitOps tool runs)."""
+    subprocess.run(
+        ["kubectl", "--kubeconfig", str(stack.kubeconfig), "wait", "--for=condition=Ready",
+         f"package/{name}", f"--timeout={int(timeout)}s"],
+        check=True, capture_output=True, timeout=timeout + 30,
+    )
+
+
+async def test_invalid_package_gets_condition_and_event_and_no_workflow(
+    run: BridgeRun, kube_api_client: ApiClient, temporal_client: Client, packages: list[str]
+) -> None:
+    name = unique_name("bad")
+    packages.append(name)
+    spec = fleet_spec(run, interrupt={"type": "service"}, dependsOn={"missing-pkg": "1.0"})
+    create_package(kube_api_client, run.package(name, spec))
+
+    def invalid() -> dict[str, Any]:
+        ready = condition(read_package(kube_api_client, name), "Ready")
+        assert ready["status"] == "False" and ready["reason"] == "Invalid", ready
+        return ready
+
+    ready = assert_eventually(invalid, timeout=30)
+    assert ready["observedGeneration"] == 1
+    assert "services" in ready["message"]
+    assert read_package(kube_api_client, name)["status"]["phase"] == "Invalid"
+    assert_eventually(lambda: "InvalidSpec" in reasons(kube_api_client, name), timeout=15)
+    with pytest.raises(RPCError) as err:
+        await temporal_client.get_workflow_handle(keys.rollout_workflow_id(name)).describe()
+    assert err.value.status is RPCStatusCode.NOT_FOUND
+
+
+async def test_one_rollout_across_a_bridge_restart_and_status_ready(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
+    packages: list[str],
+) -> None:
+    name = unique_name("once")
+    packages.append(name)
+    create_package(kube_api_client, run.package(name, fleet_spec(run)))
+    kubectl_wait_ready(local_stack, name)
+    status = read_package(kube_api_client, name)["status"]
+    assert status["phase"] == "Complete" and status["progress"] == f"{NODES}/{NODES}", status
+    assert condition(read_package(kube_api_client, name), "Ready")["observedGeneration"] == 1
+
+    # Killed without a goodbye (no Lease release): the new bridge waits out the Lease, then reconciles.
+    run.kill("bridge")
+    wait_leading(run, run.start_bridge("bridge-2"), timeout=60)
+    patch_package(kube_api_client, name, {"spec": {"env": [{"name": "TUNING", "value": "2"}]}})
+
+    def generation_two() -> None:
+        ready = condition(read_package(kube_api_client, name), "Ready")
+        assert ready["observedGeneration"] == 2 and ready["status"] == "True", ready
+
+    assert_eventually(generation_two, timeout=ROLLOUT_TIMEOUT)
+    assert len(await runs_of(temporal_client, name)) == 1
+    seen = reasons(kube_api_client, name)
+    assert seen.count("RolloutStarted") == 1, seen
+    assert seen.count("SpecChanged") == 1, seen
+
+
+async def test_pause_annotation_reaches_the_rollout_and_resume_continues(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
+    packages: list[str],
+) -> None:
+    name = unique_name("pause")
+    packages.append(name)
+    create_package(kube_api_client, run.package(name, fleet_spec(run), {keys.PAUSE_ANNOTATION: "true"}))
+
+    async def phase_is(phase: str) -> None:
+        report = await progress(temporal_client, name)
+        assert report.phase.value == phase, report
+
+    async def paused() -> None:
+        await phase_is("Paused")
+
+    await assert_eventually_async(paused, timeout=60, retry_on=(AssertionError, RPCError))
+    assert_eventually(lambda: read_package(kube_api_client, name)["status"]["phase"] == "Paused", timeout=30)
+    patch_package(kube_api_client, name, {"metadata": {"annotations": {keys.PAUSE_ANNOTATION: None}}})
+    kubectl_wait_ready(local_stack, name)
+
+    # Paused again by annotation (the `pause` signal), then a new spec: the re-planned rollout waits.
+    patch_package(kube_api_client, name, {"metadata": {"annotations": {keys.PAUSE_ANNOTATION: "true"}}})
+    assert_eventually(lambda: "Paused" in reasons(kube_api_client, name)[1:], timeout=30)
+    patch_package(kube_api_client, name, {"spec": {"env": [{"name": "TUNING", "value": "3"}]}})
+    await assert_eventually_async(paused, timeout=60)
+    patch_package(kube_api_client, name, {"spec": {"paused": False},
+                                          "metadata": {"annotations": {keys.PAUSE_ANNOTATION: None}}})
+
+    def ready_at_generation_two() -> None:
+        ready = condition(read_package(kube_api_client, name), "Ready")
+        assert ready["status"] == "True" and ready["observedGeneration"] == 2, ready
+
+    assert_eventually(ready_at_generation_two, timeout=ROLLOUT_TIMEOUT)
+    seen = reasons(kube_api_client, name)
+    assert seen.count("Resumed") == 2 and seen.count("RolloutStarted") == 1, seen
+
+
+async def test_deleted_package_uninstalls_before_its_finalizer_goes(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
+    packages: list[str],
+) -> None:
+    name = unique_name("gone")
+    packages.append(name)
+    create_package(kube_api_client, run.package(name, fleet_spec(run, uninstall={"enabled": True})))
+    assert_eventually(
+        lambda: keys.FINALIZER in read_package(kube_api_client, name)["metadata"].get("finalizers", []), timeout=30
+    )
+    kubectl_wait_ready(local_stack, name)
+    handle = temporal_client.get_workflow_handle(keys.rollout_workflow_id(name))
+    CustomObjectsApi(kube_api_client).delete_cluster_custom_object(keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL, name)
+
+    def gone() -> None:
+        try:
+            read_package(kube_api_client, name)
+        except ApiException as err:
+            assert err.status == 404
+            return
+        raise AssertionError("Package still there")
+
+    assert_eventually(gone, timeout=ROLLOUT_TIMEOUT)
+    description = await handle.describe()
+    assert description.status is WorkflowExecutionStatus.COMPLETED
+    assert "Deleting" in reasons(kube_api_client, name)
+
