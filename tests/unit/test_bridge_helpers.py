@@ -1,0 +1,123 @@
+"""Pure helpers of the bridge: validation in context, Node change filters, status patches, Lease expiry, cache."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from api import keys
+from crd_bridge.cache import ObjectCache
+from crd_bridge.leader import lease_expired
+from crd_bridge.node_changes import node_view, packages_to_notify, taint_change
+from crd_bridge.status_writer import status_patch, without_empty_strings
+from crd_bridge.validation import check_package
+from crd_bridge.watcher import SYNC, WatchEvent
+from planning.targets import NodeView
+
+
+def package(name: str, generation: int = 1, **spec: Any) -> dict[str, Any]:
+    body = {"version": "1.0", "image": "example/p:1", **spec}
+    return {"apiVersion": keys.API_VERSION, "kind": keys.PACKAGE_KIND,
+            "metadata": {"name": name, "generation": generation, "uid": f"uid-{name}"}, "spec": body}
+
+
+def policy(name: str, generation: int = 1, **spec: Any) -> dict[str, Any]:
+    body = spec or {"default": {"budget": {"count": 1}, "strategy": {"type": "fixed", "initialBatch": 1}}}
+    return {"apiVersion": keys.API_VERSION, "kind": keys.POLICY_KIND,
+            "metadata": {"name": name, "generation": generation}, "spec": body}
+
+
+def test_valid_package_carries_its_policy_revision() -> None:
+    obj = package("a", deploymentPolicy="gpu")
+    check = check_package(obj, {"a": obj}, {"gpu": policy("gpu", generation=4)})
+    assert check.package is not None and check.problems == []
+    assert check.policy_revision == "gpu@4"
+
+
+def test_missing_policy_and_dependency_are_problems() -> None:
+    obj = package("a", deploymentPolicy="nope", dependsOn={"b": "2.0"})
+    check = check_package(obj, {"a": obj, "b": package("b")}, {})
+    assert check.package is None
+    fields = sorted(p.field for p in check.problems)
+    assert fields == ["spec.dependsOn.b", "spec.deploymentPolicy"], check.problems
+
+
+def test_invalid_policy_is_named_in_the_package_problem() -> None:
+    obj = package("a", deploymentPolicy="bad")
+    check = check_package(obj, {"a": obj}, {"bad": policy("bad", default={"budget": {"count": -1}})})
+    assert check.package is None
+    assert "DeploymentPolicy 'bad' is invalid" in check.problems[0].message
+
+
+def test_cycle_is_reported_on_the_package() -> None:
+    a, b = package("a", dependsOn={"b": "1.0"}), package("b", dependsOn={"a": "1.0"})
+    check = check_package(a, {"a": a, "b": b}, {})
+    assert check.package is None and "cycle" in check.problems[0].message
+
+
+def node(name: str, labels: dict[str, str], taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": labels}, "spec": {"taints": taints or []}}
+
+
+def specs(**selectors: dict[str, str]) -> dict[str, Any]:
+    from api.package import PackageSpec
+
+    return {n: PackageSpec.model_validate({"version": "1.0", "image": "x:1", "nodeSelector": {"matchLabels": s}})
+            for n, s in selectors.items()}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        pytest.param(None, node("n", {"gpu": "a100"}), ["a100"], id="new-node"),
+        pytest.param(node("n", {"gpu": "a100"}), node("n", {"gpu": "a100"}), [], id="no-targeting-change"),
+        pytest.param(node("n", {"gpu": "a100"}), node("n", {"gpu": "h100"}), ["a100", "h100"], id="relabel"),
+        pytest.param(node("n", {"gpu": "h100"}), node("n", {"gpu": "h100"}, [{"key": "k", "effect": "NoSchedule"}]),
+                     ["h100"], id="taint-added"),
+        pytest.param(None, node("n", {"other": "x"}), [], id="matches-nothing"),
+    ],
+)
+def test_packages_to_notify(old: dict[str, Any] | None, new: dict[str, Any], expected: list[str]) -> None:
+    selected = specs(a100={"gpu": "a100"}, h100={"gpu": "h100"})
+    assert packages_to_notify(node_view(old) if old else None, node_view(new), selected) == expected
+
+
+def test_taint_change_adds_for_runtime_required_and_removes_when_unneeded() -> None:
+    from api.package import PackageSpec
+
+    spec = PackageSpec.model_validate({"version": "1.0", "image": "x:1", "runtimeRequired": True})
+    bare = NodeView("n", {}, [])
+    tainted = NodeView("n", {}, [{"key": keys.RUNTIME_REQUIRED_TAINT_KEY, "value": "true", "effect": "NoSchedule"}])
+    assert taint_change(bare, {"p": spec}) is True
+    assert taint_change(tainted, {"p": spec}) is None
+    assert taint_change(tainted, {}) is False
+    assert taint_change(bare, {}) is None
+
+
+def test_status_patch_nulls_removed_keys_and_skips_equal() -> None:
+    assert status_patch({"phase": "Complete"}, {"phase": "Complete"}) is None
+    assert status_patch({"phase": "Complete", "version": "1"}, {"phase": "Paused"}) == {
+        "phase": "Paused", "version": None}
+    # Empty strings are left out (the 1.20 apiserver would store them as null).
+    assert status_patch({"phase": "X"}, {"phase": "X", "message": ""}) is None
+    assert without_empty_strings({"a": "", "c": [{"m": "", "t": "Ready"}]}) == {"c": [{"t": "Ready"}]}
+
+
+def test_lease_expiry() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    assert lease_expired(None, 15, now)
+    assert not lease_expired(now - timedelta(seconds=10), 15, now)
+    assert lease_expired(now - timedelta(seconds=16), 15, now)
+
+
+def test_cache_sync_replaces_and_events_update() -> None:
+    cache = ObjectCache()
+    cache.apply(WatchEvent("Node", SYNC, objects=[node("a", {}), node("b", {})]))
+    assert sorted(cache.of("Node")) == ["a", "b"] and "Node" in cache.synced
+    previous = cache.apply(WatchEvent("Node", "MODIFIED", obj=node("a", {"x": "1"})))
+    assert previous == node("a", {})
+    cache.apply(WatchEvent("Node", "DELETED", obj=node("b", {})))
+    cache.apply(WatchEvent("Node", SYNC, objects=[node("c", {})]))
+    assert sorted(cache.of("Node")) == ["c"]
