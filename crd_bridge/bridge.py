@@ -92,8 +92,8 @@ class Bridge:
         """A watcher's event (called on the loop): update the cache, mark what needs a reconcile."""
         previous = self.cache.apply(event)
         if event.type == SYNC:
-            if event.kind != NODE_KIND:
-                self._mark_all()
+            # Whichever kind is listed last completes the sync: reconcile everything then.
+            self._mark_all()
             return
         name = str(event.obj.get("metadata", {}).get("name", ""))
         if event.kind == keys.PACKAGE_KIND:
