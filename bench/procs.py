@@ -69,7 +69,7 @@ class ProcessSet:
     _sampler: threading.Thread | None = None
 
     def start_noderoll(self, name: str, command: list[str], conn: Connection) -> Managed:
-        """Start `noderoll <command>` (worker or bridge) with request counting."""
+        """Start `noderoll <command...>` (worker or bridge, plus its own flags) with request counting."""
         counts = self.workdir / f"{name}-requests.json"
         argv = [sys.executable, "-m", "bench.reqcount", str(counts), *command,
                 "--temporal-address", conn.temporal_address, "--kubeconfig", conn.kubeconfig,

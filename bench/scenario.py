@@ -48,7 +48,7 @@ def policy_manifest(sc: Scenario) -> dict[str, Any]:
     if sc.strategy == "exponential":
         strategy["growthFactor"] = sc.growth_factor
     return {
-        "apiVersion": API_VERSION, "kind": POLICY_KIND, "metadata": {"name": sc.name},
+        "apiVersion": API_VERSION, "kind": POLICY_KIND, "metadata": {"name": sc.name, "labels": {RUN_LABEL: sc.name}},
         "spec": {"default": {"budget": {"percent": sc.budget_percent}, "strategy": strategy}},
     }
 
@@ -57,7 +57,7 @@ def package_manifest(sc: Scenario, extra_env: dict[str, str] | None = None) -> d
     """The Package of the scenario (selects the scenario's nodes by label)."""
     env = {"BENCH_STAGE_SECONDS": f"{sc.stage_seconds:g}", **(extra_env or {})}
     return {
-        "apiVersion": API_VERSION, "kind": PACKAGE_KIND, "metadata": {"name": sc.name},
+        "apiVersion": API_VERSION, "kind": PACKAGE_KIND, "metadata": {"name": sc.name, "labels": {RUN_LABEL: sc.name}},
         "spec": {
             "version": sc.version,
             "image": IMAGE,
