@@ -34,7 +34,6 @@ from api.status import PackageStatus
 from localstack.state import resolve_connection
 from planning.status import RolloutProgress
 from worker.temporal_client import connect
-from workflows.messages import RetryRequest
 
 QUERY_TIMEOUT = timedelta(seconds=5)
 # pods/log goes through the kubelet; a node without one (fleetsim) must not stall the command.
@@ -226,8 +225,12 @@ class Ops:
         progress = progress_from_status(obj.get("status") or {})
         return PackageView(package, progress, f"Package status (query failed: {query_error.message})")
 
-    async def signal(self, package: str, name: str, payload: RetryRequest | None = None) -> None:
-        """Send a contract signal to the rollout; OpsError naming the workflow when it is not running."""
+    async def signal(self, package: str, name: str, payload: dict[str, Any] | None = None) -> None:
+        """Send a contract signal to the rollout; OpsError naming the workflow when it is not running.
+
+        `payload` is JSON: the rollout's handler decodes it into its own type (for `retry`,
+        `workflows.messages.RetryRequest`: `{"nodes": [...]}`), so this client needs no workflow import.
+        """
         handle = self.rollout(package)
         try:
             if payload is None:

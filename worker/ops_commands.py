@@ -21,7 +21,6 @@ from rich.console import Console
 from api import keys
 from worker import progress_view
 from worker.ops_client import Ops, OpsError, PackageView, target_from_args
-from workflows.messages import RetryRequest
 
 SIGNAL_HELP = {
     keys.SIGNAL_PAUSE: "pause a rollout: no new batch starts; nodes already handed over finish "
@@ -120,7 +119,8 @@ def cmd_retry(args: argparse.Namespace) -> int:
     """`retry PACKAGE [--node N]...`."""
 
     async def body(ops: Ops) -> int:
-        await ops.signal(args.package, keys.SIGNAL_RETRY, RetryRequest(nodes=list(args.node)))
+        # The shape of workflows.messages.RetryRequest; empty means every failed node.
+        await ops.signal(args.package, keys.SIGNAL_RETRY, {"nodes": list(args.node)})
         which = ", ".join(args.node) if args.node else "every failed node"
         print(f"retry sent to {keys.rollout_workflow_id(args.package)} for {which}")
         return 0
