@@ -14,13 +14,17 @@ from activities.drain import drain_node, wait_protected_pods
 from activities.interrupts import run_interrupt
 from activities.jobs import run_stage_job
 from activities.leases import acquire_lease
+from activities.node_requests import request_node_windows
 from activities.nodes import cordon_node, read_node, uncordon_node, write_node_state
+from activities.targets import list_target_nodes
 from workflows.budget import BudgetWorkflow
 from workflows.node import NodeWorkflow
+from workflows.rollout import RolloutWorkflow
 
 WORKFLOWS: list[type] = [
     NodeWorkflow,
     BudgetWorkflow,
+    RolloutWorkflow,
 ]
 
 ACTIVITIES: list[Callable[..., Any]] = [
@@ -36,4 +40,7 @@ ACTIVITIES: list[Callable[..., Any]] = [
     acquire_lease,
     # budget
     describe_workflow_runs,
+    # rollout (activities/targets.py, node_requests.py)
+    list_target_nodes,
+    request_node_windows,
 ]

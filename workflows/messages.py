@@ -20,6 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from planning.batches import BatchPlannerState
+
 SIGNAL_NODE_REQUEST = "request"
 SIGNAL_NODE_CANCEL = "cancel"
 SIGNAL_NODE_RESULT = "node_result"
@@ -37,6 +39,8 @@ SIGNAL_NODE_RETRY = "retry"
 # Rollout signals beyond the contract ones in api.keys (sent by the bridge).
 SIGNAL_SPEC_CHANGED = "spec_changed"
 SIGNAL_NODES_CHANGED = "nodes_changed"
+# The Package was deleted: uninstall first when `uninstall.enabled`, then the rollout ends.
+SIGNAL_PACKAGE_DELETED = "deleted"
 
 
 @dataclass
@@ -173,3 +177,70 @@ class NodeWorkflowInput:
     # Carried across continue-as-new only: queued requests and erroring ones waiting for `retry`.
     pending: list[NodeRequest] = field(default_factory=list)
     held: list[NodeRequest] = field(default_factory=list)
+
+
+@dataclass
+class SpecChange:
+    """The bridge tells a rollout its Package (or the Package's policy) changed (`spec_changed`)."""
+
+    spec: dict[str, Any]
+    generation: int
+    policy_name: str | None = None
+    # The DeploymentPolicy spec as validated JSON; None when the Package names no policy.
+    policy: dict[str, Any] | None = None
+
+
+@dataclass
+class RetryRequest:
+    """Payload of a rollout's `retry` (optional): only these nodes; empty = every failed node."""
+
+    nodes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class RolloutCarry:
+    """Everything a rollout carries into its next run."""
+
+    planner: BatchPlannerState | None = None
+    # Bumped on every re-plan (spec change, uninstall): request ids and results carry it.
+    epoch: int = 0
+    sequence: int = 0
+    eligible: list[str] = field(default_factory=list)
+    # node -> api.enums.State value of its latest result (or `complete` when found done).
+    outcomes: dict[str, str] = field(default_factory=dict)
+    messages: dict[str, str] = field(default_factory=dict)
+    # node -> request id of the request in flight (sent, not answered, not withdrawn).
+    in_flight: dict[str, str] = field(default_factory=dict)
+    # node -> why it cannot be targeted (taints), from the latest listing.
+    blocked: dict[str, str] = field(default_factory=dict)
+    # Nodes whose node workflow must get `retry` after their next request (failed before).
+    retry_nodes: list[str] = field(default_factory=list)
+    paused: bool = False
+    halted: bool = False
+    promote: bool = False
+    deleting: bool = False
+    uninstalling: bool = False
+    # RFC 3339 end of the canary soak ("" = none running).
+    soak_until: str = ""
+    message: str = ""
+
+
+@dataclass
+class RolloutInput:
+    """Input of `package/<name>` (the bridge starts it; continue-as-new fills `carry`)."""
+
+    package: str
+    spec: dict[str, Any]
+    generation: int
+    policy_name: str | None = None
+    policy: dict[str, Any] | None = None
+    paused: bool = False
+    # Task queue of the node workflows ("" = the rollout's own).
+    node_task_queue: str = ""
+    # How often a rollout re-lists nodes on its own (joiners, taints gone) besides `nodes_changed`.
+    relist_seconds: int = 300
+    # History length that triggers continue-as-new (0: the rollout's default; tests set it low).
+    history_limit: int = 0
+    # State carried across continue-as-new: a RolloutCarry as JSON (workflows.rollout_state converts;
+    # a typed field would make the workflow sandbox resolve planning's types, which it cannot).
+    carry: dict[str, Any] | None = None
