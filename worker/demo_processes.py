@@ -114,8 +114,10 @@ def start_processes(launch: DemoLaunch, record: DemoRecord) -> None:
     if launch.faults is not None:
         sim += ["--faults", str(launch.faults.resolve())]
     plans: list[tuple[str, list[str], dict[str, int]]] = []
-    for name, extra in (("worker", []), ("bridge", ["--no-leader-election"])):
-        # One bridge per demo; a Lease left by another cluster user's bridge must not hold it back.
+    # One bridge per demo, for the demo's own objects only: no Lease to wait for, and Packages of
+    # other users of the cluster are left to their own bridge.
+    bridge = ["--no-leader-election", "--label-selector", launch.names.selector]
+    for name, extra in (("worker", []), ("bridge", bridge)):
         port = free_port()
         plans.append((name, _cli(name, *connect, "--metrics-port", str(port), *extra), {"metrics": port}))
         record.metrics[name] = f"http://127.0.0.1:{port}/metrics"

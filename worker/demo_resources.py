@@ -1,7 +1,8 @@
 """The demo's Kubernetes objects: the example policy and Packages from deploy/examples, fitted to the demo fleet.
 
 Reads the example YAML files and returns plain dicts (no API calls). Fitting means: names get the
-demo's suffix (so several demos, or tests, can share one cluster), the Packages select only the
+demo's suffix and every object the demo's run label (so several demos, or tests, share one cluster:
+each demo's bridge watches only its own objects), the Packages select only the
 demo fleet's nodes (fleetsim's prefix label) and name the demo policy, the reboot package waits for
 the fleet's protected training pods, and the canary soak is short enough for a terminal demo.
 """
@@ -24,6 +25,8 @@ POLICY_FILE = "policy-gpu-fleet.yaml"
 PACKAGE_FILES = ("package-sysctl-tuning.yaml", "package-kmod-blocklist.yaml")
 # The example Packages select GPU nodes by this label; the demo fleet carries it.
 GPU_LABEL = ("example.com/gpu", "true")
+# On the demo's policy and Packages; the demo's bridge watches only objects carrying it.
+RUN_LABEL = "demo.noderoll.io/run"
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,11 @@ class DemoNames:
     def node_prefix(self) -> str:
         """fleetsim's node name prefix (also the value of its prefix label)."""
         return f"demo{self.suffix}"
+
+    @property
+    def selector(self) -> str:
+        """Label selector of this demo's policy and Packages (the demo bridge's `--label-selector`)."""
+        return f"{RUN_LABEL}={self.node_prefix}"
 
     @property
     def workload_namespace(self) -> str:
@@ -76,7 +84,7 @@ def _load(name: str) -> dict[str, Any]:
 def fit_policy(example: dict[str, Any], names: DemoNames, tuning: DemoTuning) -> dict[str, Any]:
     """The example DeploymentPolicy under the demo's name and tuning. Pure."""
     policy = copy.deepcopy(example)
-    policy["metadata"] = {"name": names.named(example["metadata"]["name"])}
+    policy["metadata"] = {"name": names.named(example["metadata"]["name"]), "labels": {RUN_LABEL: names.node_prefix}}
     spec = policy["spec"]
     if "canary" in spec:
         spec["canary"]["soakSeconds"] = tuning.soak_seconds
@@ -88,7 +96,7 @@ def fit_policy(example: dict[str, Any], names: DemoNames, tuning: DemoTuning) ->
 def fit_package(example: dict[str, Any], names: DemoNames, policy: str) -> dict[str, Any]:
     """The example Package restricted to the demo fleet, under the demo's names. Pure."""
     package = copy.deepcopy(example)
-    package["metadata"] = {"name": names.named(example["metadata"]["name"])}
+    package["metadata"] = {"name": names.named(example["metadata"]["name"]), "labels": {RUN_LABEL: names.node_prefix}}
     spec = package["spec"]
     spec["deploymentPolicy"] = policy
     selector = spec.setdefault("nodeSelector", {})

@@ -63,6 +63,8 @@ def test_demo_objects_are_valid_and_confined_to_the_demo_fleet() -> None:
         spec = PackageSpec.model_validate(body["spec"])
         assert spec.deployment_policy == "gpu-fleet-x1"
         assert body["spec"]["nodeSelector"]["matchLabels"][PREFIX_LABEL] == "demo-x1"
+        assert body["metadata"]["labels"] == objects.policy["metadata"]["labels"] == {"demo.noderoll.io/run": "demo-x1"}
+    assert names.selector == "demo.noderoll.io/run=demo-x1"
     reboot = objects.packages[1]["spec"]
     assert reboot["interrupt"]["type"] == "reboot"
     assert reboot["dependsOn"] == {"sysctl-tuning-x1": "1.0.0"}
