@@ -197,6 +197,8 @@ class RolloutWorkflow:
             elif kind == "spec":
                 self._set_spec(payload)
                 self._replan = True
+                # Never report the previous plan's Complete under the new generation.
+                self._set_phase(RolloutPhase.PENDING)
             elif kind == "nodes":
                 self._relist = True
             elif kind == "deleted":

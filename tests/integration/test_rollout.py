@@ -1,0 +1,241 @@
+"""Fleet rollouts on the real stack: 20 simulated nodes, `noderoll worker` and `noderoll bridge` processes.
+
+* Two Packages with a service interrupt (so every window cordons and drains) share one
+  DeploymentPolicy (exponential, canary first, budget 3): the batches grow, and a Node watch that
+  counts cordoned nodes at every change never sees more than the budget across both rollouts.
+* The second Package depends on the first: on every node it finished after its dependency.
+* A version bump of the first Package runs `upgrade` on every node through the same batching.
+* A `runtimeRequired` Package and a node joining mid-rollout: the node gets the taint, is updated,
+  and the taint goes once the package is complete there.
+* `temporal workflow signal --name pause` holds the rollout; `resume` continues it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, watch
+from kubernetes.client import ApiClient
+from temporalio.client import Client
+
+from api import keys
+from api.enums import RolloutPhase
+from localstack.state import StackInfo
+from planning.status import RolloutProgress
+from tests.helpers import assert_eventually, assert_eventually_async, unique_name
+from tests.helpers.fleet import running_fleet
+from tests.integration.bridge_support import (
+    SYSCTL_IMAGE,
+    BridgeRun,
+    create_package,
+    custom,
+    delete_package,
+    patch_package,
+    read_package,
+    wait_leading,
+)
+
+pytestmark = pytest.mark.integration
+NODES = 20
+BUDGET = 3
+ROLLOUT_TIMEOUT = 420.0
+SERVICE_IMAGE = "example.local/service-restart:1.0.0"
+
+
+@dataclass
+class CordonWatch:
+    """Counts the fleet's cordoned nodes at every Node change (a watch: no polling, no sleep)."""
+
+    api: ApiClient
+    selector: str
+    cordoned: set[str] = field(default_factory=set)
+    peak: int = 0
+    changes: int = 0
+    _watch: watch.Watch = field(default_factory=watch.Watch)
+
+    def run(self) -> None:
+        core = client.CoreV1Api(self.api)
+        for event in self._watch.stream(core.list_node, label_selector=self.selector, timeout_seconds=900):
+            node = event["object"]
+            if event["type"] != "DELETED" and node.spec.unschedulable:
+                self.cordoned.add(node.metadata.name)
+            else:
+                self.cordoned.discard(node.metadata.name)
+            self.changes += 1
+            self.peak = max(self.peak, len(self.cordoned))
+
+    def stop(self) -> None:
+        self._watch.stop()
+
+
+@pytest.fixture(scope="module")
+def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
+    """Worker and bridge processes for this module (the fleets are per test)."""
+    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("rollout"))
+    try:
+        bridge_run.start_worker()
+        wait_leading(bridge_run, bridge_run.start_bridge())
+        yield bridge_run
+    finally:
+        bridge_run.stop_all()
+
+
+def create_policy(api: ApiClient, run: BridgeRun, name: str, spec: dict[str, Any]) -> None:
+    body = {"apiVersion": keys.API_VERSION, "kind": keys.POLICY_KIND,
+            "metadata": {"name": name, "labels": {"noderoll-test": run.run_id}}, "spec": spec}
+    custom(api).create_cluster_custom_object(keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, body)
+
+
+def delete_policy(api: ApiClient, name: str) -> None:
+    try:
+        custom(api).delete_cluster_custom_object(keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, name)
+    except client.exceptions.ApiException as err:
+        if err.status != 404:
+            raise
+
+
+def kubectl_wait_ready(stack: StackInfo, name: str, timeout: float = ROLLOUT_TIMEOUT) -> None:
+    subprocess.run(
+        ["kubectl", "--kubeconfig", str(stack.kubeconfig), "wait", "--for=condition=Ready",
+         f"package/{name}", f"--timeout={int(timeout)}s"],
+        check=True, capture_output=True, timeout=timeout + 30,
+    )
+
+
+async def progress(temporal: Client, package: str) -> RolloutProgress:
+    handle = temporal.get_workflow_handle(keys.rollout_workflow_id(package))
+    return await handle.query(keys.QUERY_PROGRESS, result_type=RolloutProgress)
+
+
+def node_records(api: ApiClient, selector: str) -> dict[str, dict[str, Any]]:
+    """node -> its `noderoll.io/state` packages."""
+    out = {}
+    for node in client.CoreV1Api(api).list_node(label_selector=selector).items:
+        raw = (node.metadata.annotations or {}).get(keys.NODE_STATE_ANNOTATION, "{}")
+        out[node.metadata.name] = json.loads(raw).get("packages", {})
+    return out
+
+
+async def test_shared_budget_canary_growth_dependency_and_upgrade(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+) -> None:
+    fleet_label = unique_name("fleet")
+    selector = f"rollout-fleet={fleet_label}"
+    policy, first, second = unique_name("pol"), unique_name("base"), unique_name("dep")
+    strategy = {"type": "exponential", "initialBatch": 1, "growthFactor": 2, "batchThreshold": 100}
+    with running_fleet(local_stack, nodes=NODES, labels={"rollout-fleet": fleet_label}):
+        watcher = CordonWatch(kube_api_client, selector)
+        thread = threading.Thread(target=watcher.run, daemon=True)
+        thread.start()
+        try:
+            create_policy(kube_api_client, run, policy, {
+                "canary": {"count": 1, "soakSeconds": 2, "promotion": "auto"},
+                "default": {"budget": {"count": BUDGET}, "strategy": strategy},
+            })
+
+            def spec(**extra: Any) -> dict[str, Any]:
+                return {"version": "1.0.0", "image": SERVICE_IMAGE, "deploymentPolicy": policy,
+                        "interrupt": {"type": "service", "services": ["containerd"]},
+                        "nodeSelector": {"matchLabels": {"rollout-fleet": fleet_label}}, **extra}
+
+            create_package(kube_api_client, run.package(first, spec()))
+            create_package(kube_api_client, run.package(second, spec(dependsOn={first: "1.0.0"})))
+            kubectl_wait_ready(local_stack, first)
+            kubectl_wait_ready(local_stack, second)
+            report = await progress(temporal_client, first)
+            # Canary, then 1, 2, 3, 3, ... (exponential growth capped by the budget).
+            assert report.batch_number >= 1 + 6, report
+            assert report.canary_phase.value == "Passed" and len(report.canary_nodes) == 1
+            status = read_package(kube_api_client, first)["status"]
+            assert status["phase"] == "Complete" and status["progress"] == f"{NODES}/{NODES}", status
+
+            records = node_records(kube_api_client, selector)
+            assert len(records) == NODES
+            for node, packages in records.items():
+                assert packages[first]["state"] == "complete" and packages[second]["state"] == "complete", node
+                # The dependent ran after its dependency on every node.
+                assert packages[second]["updatedAt"] >= packages[first]["updatedAt"], (node, packages)
+
+            # A version bump runs `upgrade` through the same batching (and the same shared budget).
+            patch_package(kube_api_client, first, {"spec": {"version": "1.1.0"}})
+            patch_package(kube_api_client, second, {"spec": {"dependsOn": {first: "1.1.0"}}})
+
+            def upgraded() -> None:
+                ready = [c for c in read_package(kube_api_client, first).get("status", {}).get("conditions", [])
+                         if c["type"] == "Ready"]
+                assert ready and ready[0]["status"] == "True" and ready[0]["observedGeneration"] == 2, ready
+
+            assert_eventually(upgraded, timeout=ROLLOUT_TIMEOUT, interval=2)
+            for node, packages in node_records(kube_api_client, selector).items():
+                assert packages[first]["version"] == "1.1.0" and packages[first]["action"] == "upgrade", node
+            report = await progress(temporal_client, first)
+            assert report.version == "1.1.0" and report.batch_number >= 6, report
+        finally:
+            watcher.stop()
+            for name in (second, first):
+                delete_package(kube_api_client, name)
+            delete_policy(kube_api_client, policy)
+    assert watcher.changes > NODES, "the watch saw the cordons"
+    assert 1 <= watcher.peak <= BUDGET, f"{watcher.peak} nodes cordoned at once; budget {BUDGET}"
+
+
+async def test_runtime_required_joining_node_and_pause_by_temporal_signal(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+) -> None:
+    fleet_label = unique_name("rr")
+    name = unique_name("rr-pkg")
+    labels = {"rr-fleet": fleet_label}
+    spec = {"version": "1.0.0", "image": SYSCTL_IMAGE, "runtimeRequired": True,
+            "nodeSelector": {"matchLabels": labels}}
+    workflow_id = keys.rollout_workflow_id(name)
+
+    def temporal_signal(signal: str) -> None:
+        subprocess.run(
+            [str(Path(sys.executable).parent / "temporal"), "workflow", "signal", "--address", local_stack.temporal_address,
+             "--workflow-id", workflow_id, "--name", signal],
+            check=True, capture_output=True, timeout=60,
+        )
+
+    with running_fleet(local_stack, nodes=3, labels=labels) as fleet:
+        try:
+            create_package(kube_api_client, run.package(name, spec))
+            kubectl_wait_ready(local_stack, name, timeout=180)
+
+            # Pause through Temporal directly; a node joining now is tainted but not updated.
+            temporal_signal(keys.SIGNAL_PAUSE)
+
+            async def paused() -> None:
+                assert (await progress(temporal_client, name)).phase is RolloutPhase.PAUSED
+
+            with running_fleet(local_stack, nodes=1, labels=labels) as late:
+                joiner = late.node_names[0]
+                core = client.CoreV1Api(kube_api_client)
+
+                def taint_keys() -> list[str]:
+                    return [t.key for t in core.read_node(joiner).spec.taints or []]
+
+                assert_eventually(lambda: keys.RUNTIME_REQUIRED_TAINT_KEY in taint_keys(), timeout=60)
+                await assert_eventually_async(paused, timeout=60)
+                report = await progress(temporal_client, name)
+                assert report.total_nodes == 4 and report.counts.get("complete") == 3, report
+
+                temporal_signal(keys.SIGNAL_RESUME)
+
+                def joiner_done() -> None:
+                    record = node_records(kube_api_client, f"rr-fleet={fleet_label}")[joiner]
+                    assert record[name]["state"] == "complete", record
+                    assert keys.RUNTIME_REQUIRED_TAINT_KEY not in taint_keys()
+
+                assert_eventually(joiner_done, timeout=180, interval=1)
+            assert all(keys.RUNTIME_REQUIRED_TAINT_KEY not in [t.key for t in core.read_node(n).spec.taints or []]
+                       for n in fleet.node_names)
+        finally:
+            delete_package(kube_api_client, name)
