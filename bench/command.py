@@ -41,8 +41,10 @@ console = Console(stderr=True)
 COLUMNS = (
     ("nodes", "nodes"), ("makespan_s", "makespan s"), ("ideal_makespan_s", "ideal s"),
     ("overhead_ratio", "ratio"), ("overhead_median_s", "ovh p50 s"), ("overhead_p95_s", "ovh p95 s"),
-    ("noderoll_requests_per_window", "nr req/win"), ("apiserver_requests_per_window_all_clients", "all req/win"),
-    ("history_events_per_window_median", "events/win"), ("rollout_history_events", "rollout events"),
+    ("noderoll_requests_per_window", "nr req/win"), ("no_interrupt_noderoll_requests_per_window", "nr req/win noint"),
+    ("apiserver_requests_per_window_all_clients", "all req/win"),
+    ("history_events_per_window_median", "events/win"), ("no_interrupt_history_events_per_window_median", "events noint"),
+    ("rollout_history_events", "rollout events"),
     ("throughput_windows_per_s", "win/s"), ("floor_windows_per_s", "floor win/s"),
     ("ratio_to_floor", "÷floor"), ("worker_peak_rss_mib", "worker MiB"), ("bridge_peak_rss_mib", "bridge MiB"),
 )
@@ -99,14 +101,21 @@ async def _measure(args: argparse.Namespace, stack: StackInfo, workdir: Path) ->
         _log(f"{size} nodes: makespan {row['makespan_s']} s, ideal {row['ideal_makespan_s']} s, "
              f"ratio {row['overhead_ratio']}")
         if not args.skip_throughput:
+            # One batch of every node, 0 s stages, no interrupt: orchestration only, and the window
+            # the API and history targets are stated for (one package without interrupt).
             fast = Scenario(f"tput{size}-{tag}", size, 0.0, 0.0, strategy="fixed", initial_batch=size,
-                            budget_percent=100)
+                            budget_percent=100, reboot=False)
             tput = await run_rollout(target, fast, temporal, _log)
             row["throughput_windows_per_s"] = tput["throughput_windows_per_s"]
             row["throughput_makespan_s"] = tput["makespan_s"]
-            row["throughput_noderoll_requests_per_window"] = tput["noderoll_requests_per_window"]
+            row["no_interrupt_noderoll_requests_per_window"] = tput["noderoll_requests_per_window"]
+            row["no_interrupt_worker_requests_per_window"] = tput["worker_requests_per_window"]
+            row["no_interrupt_requests_by_verb_resource"] = tput["noderoll_requests_per_window_by_verb_resource"]
+            row["no_interrupt_history_events_per_window_median"] = tput["history_events_per_window_median"]
+            row["no_interrupt_activities_per_window_median"] = tput["activities_per_window_median"]
         if not args.skip_floor:
-            activities = int(row["activities_per_window_median"] or 1)
+            activities = int(row.get("no_interrupt_activities_per_window_median")
+                             or row["activities_per_window_median"] or 1)
             floor = await measure_floor(temporal, size, activities)
             row["floor_windows_per_s"] = round(floor.workflows_per_s, 3)
             row["floor_activities_per_s"] = round(floor.activities_per_s, 1)
@@ -146,7 +155,7 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"bench: process logs in {workdir}")
     with _stack(args) as stack:
         report = asyncio.run(_measure(args, stack, workdir))
-    Console().print(render(report))
+    Console(width=240).print(render(report))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
         console.print(f"bench: wrote {args.json}")

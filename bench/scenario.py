@@ -40,6 +40,7 @@ class Scenario:
     growth_factor: int = 2
     budget_percent: int = 25
     version: str = "1.0.0"
+    reboot: bool = True  # False: no interrupt (no drain, no cordon): the "one package without interrupt" window
 
 
 def policy_manifest(sc: Scenario) -> dict[str, Any]:
@@ -62,7 +63,7 @@ def package_manifest(sc: Scenario, extra_env: dict[str, str] | None = None) -> d
             "version": sc.version,
             "image": IMAGE,
             "nodeSelector": {"matchLabels": {RUN_LABEL: sc.name}},
-            "interrupt": {"type": "reboot"},
+            **({"interrupt": {"type": "reboot"}} if sc.reboot else {}),
             "deploymentPolicy": sc.name,
             "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
         },
