@@ -1,0 +1,94 @@
+"""Target selection and the runtime-required taint decision (planning/targets.py)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from api.keys import NODE_IGNORE_LABEL, RUNTIME_REQUIRED_TAINT_KEY
+from api.package import PackageSpec, Toleration
+from planning.targets import (
+    NodeView,
+    TargetQuery,
+    runtime_required_taint_wanted,
+    select_targets,
+    tolerates,
+)
+
+GPU = {"pool": "gpu"}
+
+
+def spec(**extra: Any) -> PackageSpec:
+    return PackageSpec.model_validate({"version": "1.0.0", "image": "example.test/pkg:1.0.0",
+                                       "nodeSelector": {"matchLabels": GPU}, **extra})
+
+
+def recorded(version: str, state: str = "complete", package: str = "pkg") -> str:
+    # A finished install: the last stage of its sequence, complete.
+    entry = {"version": version, "image": "example.test/pkg:1.0.0", "stage": "config", "state": state,
+             "action": "install"}
+    return json.dumps({"packages": {package: entry}})
+
+
+def taint(key: str, effect: str = "NoSchedule", value: str = "") -> dict[str, str]:
+    return {"key": key, "value": value, "effect": effect}
+
+
+def test_selector_ignore_label_and_untolerated_taints() -> None:
+    nodes = [
+        NodeView("a", GPU),
+        NodeView("b", {"pool": "cpu"}),
+        NodeView("c", {**GPU, NODE_IGNORE_LABEL: "true"}),
+        NodeView("d", GPU, [taint("dedicated", value="infer")]),
+        NodeView("e", GPU, [taint("node.kubernetes.io/unschedulable"), taint("soft", "PreferNoSchedule")]),
+    ]
+    selection = select_targets(TargetQuery("pkg", spec(), nodes))
+    assert [n.name for n in selection.eligible] == ["a", "e"]
+    assert selection.blocked == {"d": "taints not tolerated: dedicated=infer:NoSchedule"}
+    assert selection.done == []
+
+
+def test_additional_tolerations_and_runtime_required_taint() -> None:
+    nodes = [NodeView("d", GPU, [taint("dedicated", value="infer")]), NodeView("r", GPU, [taint(RUNTIME_REQUIRED_TAINT_KEY)])]
+    plain = select_targets(TargetQuery("pkg", spec(additionalTolerations=[{"key": "dedicated", "operator": "Exists"}]), nodes))
+    assert [n.name for n in plain.eligible] == ["d"] and list(plain.blocked) == ["r"]
+    runtime = select_targets(TargetQuery("pkg", spec(runtimeRequired=True), nodes))
+    assert [n.name for n in runtime.eligible] == ["r"]
+
+
+def test_nodes_already_at_the_spec_are_done() -> None:
+    nodes = [NodeView("a", GPU, state_annotation=recorded("1.0.0")), NodeView("b", GPU, state_annotation=recorded("0.9.0")),
+             NodeView("c", GPU, state_annotation="{garbage")]
+    selection = select_targets(TargetQuery("pkg", spec(), nodes))
+    assert selection.done == ["a"] and len(selection.eligible) == 3
+
+
+def test_uninstall_targets_nodes_where_the_package_is_recorded() -> None:
+    nodes = [NodeView("a", {"pool": "cpu"}, state_annotation=recorded("1.0.0")), NodeView("b", GPU)]
+    selection = select_targets(TargetQuery("pkg", spec(uninstall={"enabled": True}), nodes, uninstall=True))
+    assert [n.name for n in selection.eligible] == ["a"] and selection.done == []
+
+
+@pytest.mark.parametrize(
+    ("toleration", "expected"),
+    [
+        pytest.param(Toleration(operator="Exists"), True, id="empty-key-exists-tolerates-all"),
+        pytest.param(Toleration(key="k", operator="Exists"), True, id="key-exists"),
+        pytest.param(Toleration(key="k", value="v"), True, id="key-value-equal"),
+        pytest.param(Toleration(key="k", value="w"), False, id="other-value"),
+        pytest.param(Toleration(key="k", operator="Exists", effect="NoExecute"), False, id="other-effect"),
+    ],
+)
+def test_toleration_semantics(toleration: Toleration, expected: bool) -> None:
+    assert tolerates(toleration, taint("k", value="v")) is expected
+
+
+def test_runtime_required_taint_until_every_runtime_package_is_complete() -> None:
+    packages = {"pkg": spec(runtimeRequired=True), "other": spec()}
+    assert runtime_required_taint_wanted(NodeView("a", GPU), packages)
+    assert runtime_required_taint_wanted(NodeView("a", GPU, state_annotation=recorded("1.0.0", "erroring")), packages)
+    assert not runtime_required_taint_wanted(NodeView("a", GPU, state_annotation=recorded("1.0.0")), packages)
+    assert not runtime_required_taint_wanted(NodeView("b", {"pool": "cpu"}), packages)
+    assert not runtime_required_taint_wanted(NodeView("a", GPU), {"other": spec()})
