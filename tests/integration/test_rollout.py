@@ -45,7 +45,7 @@ from tests.integration.bridge_support import (
 
 pytestmark = pytest.mark.integration
 NODES = 20
-BUDGET = 3
+BUDGET = 4
 ROLLOUT_TIMEOUT = 420.0
 SERVICE_IMAGE = "example.local/service-restart:1.0.0"
 
@@ -60,19 +60,25 @@ class CordonWatch:
     peak: int = 0
     changes: int = 0
     _watch: watch.Watch = field(default_factory=watch.Watch)
+    _stopped: bool = False
 
     def run(self) -> None:
         core = client.CoreV1Api(self.api)
-        for event in self._watch.stream(core.list_node, label_selector=self.selector, timeout_seconds=900):
-            node = event["object"]
-            if event["type"] != "DELETED" and node.spec.unschedulable:
-                self.cordoned.add(node.metadata.name)
-            else:
-                self.cordoned.discard(node.metadata.name)
-            self.changes += 1
-            self.peak = max(self.peak, len(self.cordoned))
+        try:
+            for event in self._watch.stream(core.list_node, label_selector=self.selector, timeout_seconds=900):
+                node = event["object"]
+                if event["type"] != "DELETED" and node.spec.unschedulable:
+                    self.cordoned.add(node.metadata.name)
+                else:
+                    self.cordoned.discard(node.metadata.name)
+                self.changes += 1
+                self.peak = max(self.peak, len(self.cordoned))
+        except Exception as err:  # noqa: BLE001 - `stop()` closes the stream under the reader
+            if not self._stopped:
+                raise RuntimeError("cordon watch broke before the test ended") from err
 
     def stop(self) -> None:
+        self._stopped = True
         self._watch.stop()
 
 
@@ -151,8 +157,8 @@ async def test_shared_budget_canary_growth_dependency_and_upgrade(
             kubectl_wait_ready(local_stack, first)
             kubectl_wait_ready(local_stack, second)
             report = await progress(temporal_client, first)
-            # Canary, then 1, 2, 3, 3, ... (exponential growth capped by the budget).
-            assert report.batch_number >= 1 + 6, report
+            # Canary, then 1, 2, 4, 4, ... (exponential growth capped by the budget).
+            assert report.batch_number >= 1 + 5, report
             assert report.canary_phase.value == "Passed" and len(report.canary_nodes) == 1
             status = read_package(kube_api_client, first)["status"]
             assert status["phase"] == "Complete" and status["progress"] == f"{NODES}/{NODES}", status
@@ -164,9 +170,10 @@ async def test_shared_budget_canary_growth_dependency_and_upgrade(
                 # The dependent ran after its dependency on every node.
                 assert packages[second]["updatedAt"] >= packages[first]["updatedAt"], (node, packages)
 
-            # A version bump runs `upgrade` through the same batching (and the same shared budget).
+            # A version bump runs `upgrade` through the same batching (the dependent goes first, so
+            # only the upgrade runs; its rollout ends without uninstalling).
+            delete_package(kube_api_client, second)
             patch_package(kube_api_client, first, {"spec": {"version": "1.1.0"}})
-            patch_package(kube_api_client, second, {"spec": {"dependsOn": {first: "1.1.0"}}})
 
             def upgraded() -> None:
                 ready = [c for c in read_package(kube_api_client, first).get("status", {}).get("conditions", [])
@@ -231,7 +238,7 @@ async def test_runtime_required_joining_node_and_pause_by_temporal_signal(
 
                 def joiner_done() -> None:
                     record = node_records(kube_api_client, f"rr-fleet={fleet_label}")[joiner]
-                    assert record[name]["state"] == "complete", record
+                    assert record.get(name, {}).get("state") == "complete", record
                     assert keys.RUNTIME_REQUIRED_TAINT_KEY not in taint_keys()
 
                 assert_eventually(joiner_done, timeout=180, interval=1)
