@@ -164,7 +164,8 @@ async def test_pause_annotation_reaches_the_rollout_and_resume_continues(
     # Paused again by annotation (the `pause` signal), then a new spec: the re-planned rollout waits.
     patch_package(kube_api_client, name, {"metadata": {"annotations": {keys.PAUSE_ANNOTATION: "true"}}})
     assert_eventually(lambda: "Paused" in reasons(kube_api_client, name), timeout=30)
-    patch_package(kube_api_client, name, {"spec": {"env": [{"name": "TUNING", "value": "3"}]}})
+    # A config edit: every node has work again (the config stage), which a paused rollout must not start.
+    patch_package(kube_api_client, name, {"spec": {"config": {"sysctl.conf": "vm.max_map_count = 262144\n"}}})
     await assert_eventually_async(paused, timeout=60)
     patch_package(kube_api_client, name, {"metadata": {"annotations": {keys.PAUSE_ANNOTATION: None}}})
 
