@@ -107,7 +107,11 @@ class LeaderElector:
         try:
             api.create_namespaced_lease(s.namespace or PACKAGE_POD_NAMESPACE, lease)
         except ApiException as err:
-            log.info("create Lease %s/%s: HTTP %s", s.namespace, s.name, err.status)
+            if kube.is_not_found(err):
+                log.warning("cannot create Lease %s/%s: namespace %s does not exist (create it, or use "
+                            "--lease-namespace or --no-leader-election)", s.namespace, s.name, s.namespace)
+            else:
+                log.info("create Lease %s/%s: HTTP %s", s.namespace, s.name, err.status)
             return False
         log.info("created Lease %s/%s; leading", s.namespace, s.name)
         self._renewed_at = time.monotonic()
