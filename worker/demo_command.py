@@ -185,7 +185,7 @@ async def _watch(console: Console, args: argparse.Namespace, ops: Ops, record: p
                     console.print(line, highlight=False, soft_wrap=True)
             snapshot = current
             for package, progress in current.packages.items():
-                if is_finished(progress) and package not in outcome.durations:
+                if _settled(package, progress, current) and package not in outcome.durations:
                     outcome.durations[package] = current.elapsed
             bad = {p: g for p, g in current.packages.items() if g.phase in BAD_PHASES}
             if bad:
@@ -203,6 +203,13 @@ async def _watch(console: Console, args: argparse.Namespace, ops: Ops, record: p
             live.stop()
     outcome.snapshot = snapshot or LiveSnapshot()
     return outcome
+
+
+def _settled(package: str, progress: RolloutProgress, snapshot: LiveSnapshot) -> bool:
+    """The rollout says it is done, and no node's own record disagrees (none still in progress)."""
+    working = [n.name for n in snapshot.nodes
+               if package in n.packages and n.packages[package].state is State.IN_PROGRESS]
+    return is_finished(progress) and not working
 
 
 def _job_counts(stack: StackInfo, outcome: Outcome) -> dict[str, dict[str, int]]:

@@ -326,6 +326,10 @@ class Ops:
 
 
 def is_finished(progress: RolloutProgress) -> bool:
-    """Whether a rollout settled: phase Complete and no node waiting or in progress. Pure."""
-    busy = int(progress.counts.get("waiting", 0)) + int(progress.counts.get("in_progress", 0))
-    return progress.phase is RolloutPhase.COMPLETE and busy == 0
+    """Whether a rollout settled: phase Complete and every target node complete, erroring or blocked. Pure.
+
+    Skipped, waiting and in-progress nodes are not settled (a node skipped while it waited for a
+    dependency is asked again later).
+    """
+    settled = sum(int(progress.counts.get(state, 0)) for state in ("complete", "erroring", "blocked"))
+    return progress.phase is RolloutPhase.COMPLETE and settled >= progress.total_nodes
