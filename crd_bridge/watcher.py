@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import ProtocolError
 
 from activities import kube
 from api import keys
@@ -30,6 +32,7 @@ SYNC = "SYNC"
 NODE_KIND = "Node"
 WATCH_TIMEOUT_SECONDS = 60
 MAX_BACKOFF_SECONDS = 30.0
+QUICK_FAILURE_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,8 @@ class Watcher:
         self._sink = sink
         self._stop = threading.Event()
         self._watch: watch.Watch | None = None
+        self._started = 0.0
+        self._last_version: str | None = None
         self._thread = threading.Thread(target=self._run, name=f"watch-{kind}", daemon=True)
 
     def start(self) -> None:
@@ -101,11 +106,23 @@ class Watcher:
         backoff = 1.0
         version: str | None = None
         while not self._stop.is_set():
+            self._started = time.monotonic()
             try:
                 if version is None:
-                    version = self._list()
+                    version = self._last_version = self._list()
                 version = self._watch_from(version)
                 backoff = 1.0
+            except ProtocolError as err:
+                # The apiserver ends a watch at its timeout by closing the chunked stream, which urllib3
+                # reports as "Response ended prematurely": that is a normal end, resumed from `version`.
+                # Only a stream that breaks right away counts as a restart (and backs off).
+                version = self._last_version or version
+                if time.monotonic() - self._started >= QUICK_FAILURE_SECONDS:
+                    continue
+                record_watch_restart(self.kind)
+                log.warning("watch of %s broke at once (%s); retrying in %.0fs", self.kind, err, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
             except ApiException as err:
                 record_watch_restart(self.kind)
                 if err.status == 410:
@@ -138,6 +155,8 @@ class Watcher:
             if kind == "ERROR":
                 raise ApiException(status=int(obj.get("code") or 500), reason=str(obj.get("message", "")))
             version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+            # Kept outside the call too, so a stream that breaks mid-way resumes from here.
+            self._last_version = version
             if kind in ("ADDED", "MODIFIED", "DELETED"):
                 self._emit(WatchEvent(self.kind, str(kind), obj=obj))
         return version
