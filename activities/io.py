@@ -34,6 +34,8 @@ class ListTargetNodesInput:
     """List Nodes (optionally narrowed server-side by a label selector string) as snapshots."""
 
     label_selector: str = ""
+    # When set, each snapshot's state annotation keeps only this package's entry (smaller history).
+    package: str = ""
 
 
 @dataclass

@@ -8,6 +8,8 @@ annotation. The decision (selector, ignore label, taints, done nodes) is pure:
 
 from __future__ import annotations
 
+import json
+
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
@@ -19,18 +21,29 @@ from api.keys import NODE_STATE_ANNOTATION
 PAGE_SIZE = 500
 
 
-def node_snapshot(node: client.V1Node) -> NodeSnapshot:
+def _only_package(raw: str, package: str) -> str:
+    """The state annotation reduced to `package`'s entry; unparseable text is kept as it is."""
+    try:
+        data = json.loads(raw)
+        entry = data["packages"].get(package)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return raw
+    return json.dumps({"packages": {package: entry} if entry is not None else {}}, sort_keys=True)
+
+
+def node_snapshot(node: client.V1Node, package: str = "") -> NodeSnapshot:
     """The parts of a V1Node that target selection needs (also used by the bridge)."""
     meta, spec = node.metadata, node.spec
     taints = [
         {"key": t.key or "", "value": t.value or "", "effect": t.effect or ""} for t in (spec.taints or [])
     ]
+    raw = (meta.annotations or {}).get(NODE_STATE_ANNOTATION, "")
     return NodeSnapshot(
         name=meta.name,
         labels=dict(meta.labels or {}),
         taints=taints,
         created=meta.creation_timestamp.isoformat() if meta.creation_timestamp else "",
-        state_annotation=(meta.annotations or {}).get(NODE_STATE_ANNOTATION, ""),
+        state_annotation=_only_package(raw, package) if package and raw else raw,
     )
 
 
@@ -46,7 +59,7 @@ def list_target_nodes(input: ListTargetNodesInput) -> ListTargetNodesResult:
             )
         except ApiException as err:
             kube.raise_for(err, "list nodes")
-        nodes.extend(node_snapshot(n) for n in page.items)
+        nodes.extend(node_snapshot(n, input.package) for n in page.items)
         activity.heartbeat(len(nodes))
         token = page.metadata._continue
         if not token:

@@ -22,7 +22,7 @@ Continue-as-new carries `RolloutCarry` (planner state, outcomes) when history gr
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio import workflow
@@ -66,6 +66,8 @@ HISTORY_BYTES_LIMIT = 8 * 1024 * 1024
 # Requests per `request_node_windows` call: keeps each activity payload well under 2 MB.
 REQUEST_CHUNK = 50
 ACTIVITY_TIMEOUT = timedelta(minutes=5)
+# `nodes_changed` comes at every cordon of every node: re-list at most this often (history size).
+RELIST_MIN_INTERVAL = timedelta(seconds=30)
 # Default payload of `retry` (never mutated).
 EVERY_FAILED_NODE = RetryRequest()
 
@@ -88,6 +90,7 @@ class RolloutWorkflow:
         self._policy_name: str | None = None
         self._replan = False
         self._relist = False
+        self._listed_at = datetime.min.replace(tzinfo=UTC)
 
     # --- messages ---------------------------------------------------------------------------
 
@@ -169,7 +172,9 @@ class RolloutWorkflow:
                 continue
             if self._replan:
                 await self._plan_from_scratch()
-            elif self._relist or workflow.now() >= next_relist:
+            elif (self._relist and workflow.now() >= self._listed_at + RELIST_MIN_INTERVAL) or (
+                workflow.now() >= next_relist
+            ):
                 await self._refresh_nodes()
             if workflow.now() >= next_relist:
                 next_relist = workflow.now() + timedelta(seconds=input.relist_seconds)
@@ -365,11 +370,12 @@ class RolloutWorkflow:
         assert self._spec is not None
         listing = await workflow.execute_activity(
             "list_target_nodes",
-            ListTargetNodesInput(),
+            ListTargetNodesInput(package=self._input.package),
             result_type=ListTargetNodesResult,
             start_to_close_timeout=ACTIVITY_TIMEOUT,
             summary="list nodes",
         )
+        self._listed_at = workflow.now()
         views = [NodeView(n.name, n.labels, n.taints, n.state_annotation) for n in listing.nodes]
         return select_targets(TargetQuery(self._input.package, self._spec, views, self._carry.uninstalling))
 
@@ -415,7 +421,18 @@ class RolloutWorkflow:
     # --- helpers ------------------------------------------------------------------------------
 
     async def _wait(self, timeout: timedelta | None) -> bool:
-        """Wait for a message (or the timeout); False when the timeout passed."""
+        """Wait for a message (or the timeout); False when the timeout passed.
+
+        A re-list asked for by `nodes_changed` but not yet due shortens the wait to when it is due.
+        """
+        if self._relist:
+            due = max(self._listed_at + RELIST_MIN_INTERVAL - workflow.now(), timedelta(seconds=1))
+            if timeout is None or due < timeout:
+                try:
+                    await workflow.wait_condition(lambda: bool(self._inbox), timeout=due)
+                except TimeoutError:
+                    return True  # not the caller's timeout: go round the loop, which re-lists
+                return True
         try:
             await workflow.wait_condition(lambda: bool(self._inbox), timeout=timeout)
         except TimeoutError:
