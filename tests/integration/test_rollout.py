@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 from kubernetes.client import ApiClient
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from api import keys
 from api.enums import RolloutPhase
@@ -121,6 +121,17 @@ async def progress(temporal: Client, package: str) -> RolloutProgress:
     return await handle.query(keys.QUERY_PROGRESS, result_type=RolloutProgress)
 
 
+async def wait_closed(temporal: Client, *packages: str) -> None:
+    """Until each deleted Package's rollout has ended (the bridge signals `deleted`)."""
+    for package in packages:
+        handle = temporal.get_workflow_handle(keys.rollout_workflow_id(package))
+
+        async def closed(handle: Any = handle) -> None:
+            assert (await handle.describe()).status != WorkflowExecutionStatus.RUNNING
+
+        await assert_eventually_async(closed, timeout=60)
+
+
 def node_records(api: ApiClient, selector: str) -> dict[str, dict[str, Any]]:
     """node -> its `noderoll.io/state` packages."""
     out = {}
@@ -190,6 +201,7 @@ async def test_shared_budget_canary_growth_dependency_and_upgrade(
             for name in (second, first):
                 delete_package(kube_api_client, name)
             delete_policy(kube_api_client, policy)
+            await wait_closed(temporal_client, first, second)
     assert watcher.changes > NODES, "the watch saw the cordons"
     assert 1 <= watcher.peak <= BUDGET, f"{watcher.peak} nodes cordoned at once; budget {BUDGET}"
 
@@ -246,3 +258,4 @@ async def test_runtime_required_joining_node_and_pause_by_temporal_signal(
                        for n in fleet.node_names)
         finally:
             delete_package(kube_api_client, name)
+            await wait_closed(temporal_client, name)
