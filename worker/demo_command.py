@@ -36,7 +36,10 @@ from worker.demo_resources import DemoNames, DemoObjects, DemoTuning, demo_objec
 from worker.ops_client import Ops, OpsTarget, is_finished
 from worker.progress_view import LiveSnapshot, change_lines, record_batches, render_live
 
-POLL_SECONDS = 1.0
+# Two rollouts queried every poll: fast enough to watch, light on a busy workflow's query buffer.
+POLL_SECONDS = 1.5
+# A snapshot that takes longer (a workflow failing its tasks answers no query) is skipped.
+SNAPSHOT_TIMEOUT = 20.0
 BAD_PHASES = {RolloutPhase.FAILED, RolloutPhase.HALTED, RolloutPhase.INVALID}
 EXIT_FAILED, EXIT_SETUP, EXIT_TIMEOUT = 1, 2, 3
 
@@ -176,7 +179,14 @@ async def _watch(console: Console, args: argparse.Namespace, ops: Ops, record: p
     try:
         while True:
             procs.check_alive(record)
-            current = await _snapshot(ops, record, snapshot or LiveSnapshot())
+            try:
+                current = await asyncio.wait_for(_snapshot(ops, record, snapshot or LiveSnapshot()), SNAPSHOT_TIMEOUT)
+            except TimeoutError:
+                if time.monotonic() - began > args.timeout:
+                    break
+                console.print(f"[yellow]demo: no progress answer within {SNAPSHOT_TIMEOUT:.0f}s; see "
+                              f"{record.components['worker'].log}[/]", highlight=False)
+                continue
             current.elapsed = time.monotonic() - began
             if live is not None:
                 live.update(render_live(current))

@@ -326,10 +326,10 @@ class Ops:
 
 
 def is_finished(progress: RolloutProgress) -> bool:
-    """Whether a rollout settled: phase Complete and every target node complete, erroring or blocked. Pure.
+    """Whether a rollout settled: phase Complete and every target node complete or erroring. Pure.
 
-    Skipped, waiting and in-progress nodes are not settled (a node skipped while it waited for a
-    dependency is asked again later).
+    Blocked nodes are not settled: a node blocked by a passing taint (say `not-ready` during another
+    package's reboot) is targeted again when the rollout re-lists; skipped ones are asked again.
     """
-    settled = sum(int(progress.counts.get(state, 0)) for state in ("complete", "erroring", "blocked"))
+    settled = sum(int(progress.counts.get(state, 0)) for state in ("complete", "erroring"))
     return progress.phase is RolloutPhase.COMPLETE and settled >= progress.total_nodes

@@ -89,7 +89,7 @@ def test_progress_round_trips_through_the_package_status() -> None:
         pytest.param(RolloutPhase.COMPLETE, {"complete": 3, "erroring": 1}, True, id="complete-with-failures"),
         pytest.param(RolloutPhase.COMPLETE, {"complete": 3, "waiting": 1}, False, id="joiner-waiting"),
         pytest.param(RolloutPhase.COMPLETE, {"complete": 3, "skipped": 1}, False, id="skipped-is-asked-again"),
-        pytest.param(RolloutPhase.COMPLETE, {"complete": 3, "blocked": 1}, True, id="blocked-by-taint"),
+        pytest.param(RolloutPhase.COMPLETE, {"complete": 3, "blocked": 1}, False, id="blocked-by-passing-taint"),
         pytest.param(RolloutPhase.PROGRESSING, {"complete": 4}, False, id="still-progressing"),
     ],
 )
