@@ -27,6 +27,7 @@ from typing import Any
 import psutil
 from rich.console import Console
 from rich.table import Table
+from temporalio.client import Client
 
 from bench.drain import compare_drains
 from bench.floor import measure_floor
@@ -90,47 +91,60 @@ def _log(line: str) -> None:
     console.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {line}")
 
 
-async def _measure(args: argparse.Namespace, stack: StackInfo, workdir: Path) -> dict[str, Any]:
-    temporal = await connect(stack.temporal_address)
-    target = Target(stack.temporal_address, stack.kubeconfig, workdir)
-    results = []
-    for size in args.nodes:
-        tag = uuid.uuid4().hex[:4]
-        sc = Scenario(f"bench{size}-{tag}", size, args.stage_seconds, args.reboot_seconds)
-        row = await run_rollout(target, sc, temporal, _log)
-        _log(f"{size} nodes: makespan {row['makespan_s']} s, ideal {row['ideal_makespan_s']} s, "
-             f"ratio {row['overhead_ratio']}")
-        if not args.skip_throughput:
-            # One batch of every node, 0 s stages, no interrupt: orchestration only, and the window
-            # the API and history targets are stated for (one package without interrupt).
-            fast = Scenario(f"tput{size}-{tag}", size, 0.0, 0.0, strategy="fixed", initial_batch=size,
-                            budget_percent=100, reboot=False)
-            tput = await run_rollout(target, fast, temporal, _log)
-            row["throughput_windows_per_s"] = tput["throughput_windows_per_s"]
-            row["throughput_makespan_s"] = tput["makespan_s"]
-            row["no_interrupt_noderoll_requests_per_window"] = tput["noderoll_requests_per_window"]
-            row["no_interrupt_worker_requests_per_window"] = tput["worker_requests_per_window"]
-            row["no_interrupt_requests_by_verb_resource"] = tput["noderoll_requests_per_window_by_verb_resource"]
-            row["no_interrupt_history_events_per_window_median"] = tput["history_events_per_window_median"]
-            row["no_interrupt_activities_per_window_median"] = tput["activities_per_window_median"]
-        if not args.skip_floor:
-            activities = int(row.get("no_interrupt_activities_per_window_median")
-                             or row["activities_per_window_median"] or 1)
-            floor = await measure_floor(temporal, size, activities)
-            row["floor_windows_per_s"] = round(floor.workflows_per_s, 3)
-            row["floor_activities_per_s"] = round(floor.activities_per_s, 1)
-            if row.get("throughput_windows_per_s"):
-                row["ratio_to_floor"] = round(row["throughput_windows_per_s"] / floor.workflows_per_s, 3)
-        results.append(row)
-    report: dict[str, Any] = {"results": results}
-    if not args.skip_drain:
-        _log("drain: one node, 10 pods, noderoll vs kubectl drain")
-        report["drain"] = await asyncio.to_thread(lambda: compare_drains(stack.kubeconfig, args.drain_rounds).as_dict())
-    report["environment"] = {
+def _environment(args: argparse.Namespace) -> dict[str, Any]:
+    return {
         "cpus": psutil.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
         "python": platform.python_version(), "stage_seconds": args.stage_seconds,
         "reboot_seconds": args.reboot_seconds, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def _save(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+
+
+async def _measure_size(args: argparse.Namespace, target: Target, temporal: Client, size: int) -> dict[str, Any]:
+    tag = uuid.uuid4().hex[:4]
+    sc = Scenario(f"bench{size}-{tag}", size, args.stage_seconds, args.reboot_seconds)
+    row = await run_rollout(target, sc, temporal, _log)
+    _log(f"{size} nodes: makespan {row['makespan_s']} s, ideal {row['ideal_makespan_s']} s, "
+         f"ratio {row['overhead_ratio']}")
+    if not args.skip_throughput:
+        # One batch of every node, 0 s stages, no interrupt: orchestration only, and the window
+        # the API and history targets are stated for (one package without interrupt).
+        fast = Scenario(f"tput{size}-{tag}", size, 0.0, 0.0, strategy="fixed", initial_batch=size,
+                        budget_percent=100, reboot=False)
+        tput = await run_rollout(target, fast, temporal, _log)
+        row["throughput_windows_per_s"] = tput["throughput_windows_per_s"]
+        row["throughput_makespan_s"] = tput["makespan_s"]
+        row["no_interrupt_noderoll_requests_per_window"] = tput["noderoll_requests_per_window"]
+        row["no_interrupt_worker_requests_per_window"] = tput["worker_requests_per_window"]
+        row["no_interrupt_requests_by_verb_resource"] = tput["noderoll_requests_per_window_by_verb_resource"]
+        row["no_interrupt_history_events_per_window_median"] = tput["history_events_per_window_median"]
+        row["no_interrupt_activities_per_window_median"] = tput["activities_per_window_median"]
+    if not args.skip_floor:
+        activities = int(row.get("no_interrupt_activities_per_window_median")
+                         or row["activities_per_window_median"] or 1)
+        floor = await measure_floor(temporal, size, activities)
+        row["floor_windows_per_s"] = round(floor.workflows_per_s, 3)
+        row["floor_activities_per_s"] = round(floor.activities_per_s, 1)
+        if row.get("throughput_windows_per_s"):
+            row["ratio_to_floor"] = round(row["throughput_windows_per_s"] / floor.workflows_per_s, 3)
+    return row
+
+
+async def _measure(args: argparse.Namespace, stack: StackInfo, workdir: Path) -> dict[str, Any]:
+    temporal = await connect(stack.temporal_address)
+    target = Target(stack.temporal_address, stack.kubeconfig, workdir)
+    report: dict[str, Any] = {"results": [], "environment": _environment(args)}
+    if not args.skip_drain:
+        _log("drain: one node, 10 pods, noderoll vs kubectl drain")
+        report["drain"] = await asyncio.to_thread(lambda: compare_drains(stack.kubeconfig, args.drain_rounds).as_dict())
+        _save(args, report)
+    for size in args.nodes:
+        report["results"].append(await _measure_size(args, target, temporal, size))
+        _save(args, report)  # partial results survive an interrupted run
     return report
 
 
@@ -157,6 +171,5 @@ def run(args: argparse.Namespace) -> int:
         report = asyncio.run(_measure(args, stack, workdir))
     Console(width=240).print(render(report))
     if args.json:
-        args.json.write_text(json.dumps(report, indent=2) + "\n")
         console.print(f"bench: wrote {args.json}")
     return 0

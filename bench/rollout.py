@@ -8,6 +8,7 @@ histories, apiserver request deltas, noderoll's own request counts and the proce
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import time
 import uuid
@@ -108,7 +109,7 @@ def _nodes_done(kube: Kube, run: str) -> bool:
         (n.metadata.labels or {}).get(NODE_STATUS_LABEL) == "complete" and not n.spec.unschedulable for n in nodes)
 
 
-def wait_complete(kube: Kube, name: str, procs: ProcessSet, timeout: float, log: Log) -> Completion:
+async def wait_complete(kube: Kube, name: str, procs: ProcessSet, timeout: float, log: Log) -> Completion:
     """Poll the Package until `status.phase` is Complete, then the nodes until all are done.
 
     Both are recorded: a status that says Complete while a node is still in its window is a bug
@@ -131,7 +132,8 @@ def wait_complete(kube: Kube, name: str, procs: ProcessSet, timeout: float, log:
                 last = line
         if said_complete is not None and _nodes_done(kube, name):
             return Completion(said_complete, time.monotonic())
-        time.sleep(POLL_SECONDS)
+        # An asyncio sleep, so Ctrl-C (task cancellation) ends the run and its processes promptly.
+        await asyncio.sleep(POLL_SECONDS)
     raise TimeoutError(f"Package {name} not Complete on every node after {timeout:.0f}s (last: {last})")
 
 
@@ -201,7 +203,7 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
         started, started_epoch = time.monotonic(), time.time()
         kube.create(PACKAGE_PLURAL, package_manifest(sc))
         ideal = ideal_makespan(sc, node_names)
-        done = wait_complete(kube, sc.name, procs, timeout=3 * ideal + 600, log=log)
+        done = await wait_complete(kube, sc.name, procs, timeout=3 * ideal + 600, log=log)
         after = apimetrics.scrape(target.kubeconfig)
         windows = await histories.node_windows(temporal, node_names)
         measured = {

@@ -34,6 +34,8 @@ from tests.helpers import assert_eventually, unique_name
 FAIL_TIMEOUT = 300.0  # 3 attempts with 30 s and 60 s backoff, on a busy machine
 REBOOT = {"type": "reboot"}
 TARGET_LABEL = "badinput.noderoll.io/target"
+# The first test of a group waits for every rollout of its group (3 attempts of a failing stage).
+pytestmark = pytest.mark.timeout(900)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 from kubernetes import client, config
 
 from api.keys import GROUP, PACKAGE_PLURAL, POLICY_PLURAL, VERSION
@@ -37,6 +38,8 @@ from tests.helpers.fleet import running_fleet
 # checks, plus the interrupt.
 JOBS_PER_NODE = 7
 ROLLOUT_TIMEOUT = 900.0
+# A restarted component or a killed worker stalls a rollout for up to a minute: more than the default.
+pytestmark = pytest.mark.timeout(1200)
 
 
 @dataclass
