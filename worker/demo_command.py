@@ -53,6 +53,8 @@ class Outcome:
     snapshot: LiveSnapshot = field(default_factory=LiveSnapshot)
     # package -> seconds from apply to settled
     durations: dict[str, float] = field(default_factory=dict)
+    # package -> its progress when it settled (what the summary reports)
+    settled: dict[str, RolloutProgress] = field(default_factory=dict)
 
 
 def register(subparsers: Any) -> None:
@@ -197,6 +199,7 @@ async def _watch(console: Console, args: argparse.Namespace, ops: Ops, record: p
             for package, progress in current.packages.items():
                 if _settled(package, progress, current) and package not in outcome.durations:
                     outcome.durations[package] = current.elapsed
+                    outcome.settled[package] = progress
             bad = {p: g for p, g in current.packages.items() if g.phase in BAD_PHASES}
             if bad:
                 detail = "; ".join(f"{p} {g.phase.value}: {g.message or g.erroring}" for p, g in bad.items())
@@ -240,7 +243,8 @@ def _job_counts(stack: StackInfo, outcome: Outcome) -> dict[str, dict[str, int]]
 
 def summary_table(outcome: Outcome, jobs: dict[str, dict[str, int]]) -> Table:
     """The closing summary, one column per package (fits 80 columns): nodes, batches, duration, ..."""
-    packages = sorted(outcome.snapshot.packages.items())
+    # A rollout is reported as it was when it settled; one still running, as last seen.
+    packages = sorted({**outcome.snapshot.packages, **outcome.settled}.items())
     table = Table(title="noderoll demo summary", title_justify="left")
     table.add_column("")
     for package, _ in packages:
