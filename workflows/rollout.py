@@ -91,6 +91,7 @@ class RolloutWorkflow:
         self._replan = False
         self._relist = False
         self._listed_at = datetime.min.replace(tzinfo=UTC)
+        self._relist_requested = False
 
     # --- messages ---------------------------------------------------------------------------
 
@@ -124,8 +125,10 @@ class RolloutWorkflow:
 
     @workflow.signal(name=SIGNAL_NODES_CHANGED)
     def nodes_changed(self) -> None:
-        """Nodes joined or changed: re-list them."""
-        self._inbox.append(("nodes", None))
+        """Nodes joined or changed: re-list them (repeats before that re-list do not wake the loop)."""
+        if not self._relist_requested:
+            self._relist_requested = True
+            self._inbox.append(("nodes", None))
 
     @workflow.signal(name=SIGNAL_PACKAGE_DELETED)
     def deleted(self) -> None:
@@ -368,6 +371,8 @@ class RolloutWorkflow:
 
     async def _select(self) -> TargetSelection:
         assert self._spec is not None
+        # Cleared before listing: a change reported while the listing runs asks for another one.
+        self._relist_requested = False
         listing = await workflow.execute_activity(
             "list_target_nodes",
             ListTargetNodesInput(package=self._input.package),
