@@ -195,14 +195,15 @@ def test_hostile_input_still_completes(system: System, completing: dict[str, App
     state, problem = system.node_state(node)
     assert problem is None, "noderoll left its state annotation unreadable"
     assert state.packages[applied.package].state == "complete"
-    assert system.node_status_label(node) == "complete"
     jobs = system.jobs(applied.package)
+    if case.id == "C05-state-annotation-claims-complete":
+        # The recorded state is trusted: nothing runs on (or is written to) a node that says it is done.
+        assert jobs == []
+        return
+    assert system.node_status_label(node) == "complete"
     if case.id == "C01-step-prints-10-mb":
         raw = system.node(node).metadata.annotations[NODE_STATE_ANNOTATION]
         assert len(raw) < 16_384, "a chatty step must not bloat the node annotation"
-    if case.id == "C05-state-annotation-claims-complete":
-        # The recorded state is trusted: nothing runs on a node that says it is done.
-        assert jobs == []
     if case.id == "C07-cordoned-by-garbage-on-an-uncordoned-node":
         assert CORDONED_BY_ANNOTATION not in (system.node(node).metadata.annotations or {})
     if case.id == "C08-two-packages-write-the-same-file":
