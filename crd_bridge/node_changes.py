@@ -14,7 +14,12 @@ from typing import Any
 
 from api import keys
 from api.package import PackageSpec
-from planning.targets import NodeView, is_candidate, runtime_required_taint_wanted
+from planning.targets import (
+    UNSCHEDULABLE_TAINT_KEY,
+    NodeView,
+    is_candidate,
+    runtime_required_taint_wanted,
+)
 
 
 def node_view(obj: Mapping[str, Any]) -> NodeView:
@@ -40,7 +45,13 @@ def targeting_change(old: NodeView | None, new: NodeView) -> bool:
 
 
 def _taint_set(node: NodeView) -> set[tuple[str, str, str]]:
-    return {(t.get("key", ""), t.get("value", ""), t.get("effect", "")) for t in node.taints}
+    # The cordon taint is tolerated by target selection and toggles on every node window: counting
+    # it made each cordon and uncordon a `nodes_changed` signal (hundreds per rollout, most of its history).
+    return {
+        (t.get("key", ""), t.get("value", ""), t.get("effect", ""))
+        for t in node.taints
+        if t.get("key") != UNSCHEDULABLE_TAINT_KEY
+    }
 
 
 def packages_to_notify(

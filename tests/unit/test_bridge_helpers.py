@@ -77,6 +77,9 @@ def specs(**selectors: dict[str, str]) -> dict[str, Any]:
         pytest.param(node("n", {"gpu": "h100"}), node("n", {"gpu": "h100"}, [{"key": "k", "effect": "NoSchedule"}]),
                      ["h100"], id="taint-added"),
         pytest.param(None, node("n", {"other": "x"}), [], id="matches-nothing"),
+        pytest.param(node("n", {"gpu": "h100"}),
+                     node("n", {"gpu": "h100"}, [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]),
+                     [], id="cordon-is-not-a-targeting-change"),
     ],
 )
 def test_packages_to_notify(old: dict[str, Any] | None, new: dict[str, Any], expected: list[str]) -> None:
