@@ -71,6 +71,22 @@ async def rollout_events(client: Client, package: str) -> int:
     return total
 
 
+def batches_from_windows(windows: Sequence[WindowStats]) -> list[int]:
+    """Sizes of the batches the rollout really ran, from window times. Pure.
+
+    A rollout starts its next batch only when every window of the current one ended, so a window
+    that starts after all earlier windows closed opens a new batch.
+    """
+    sizes: list[int] = []
+    batch_end = float("-inf")
+    for window in sorted(windows, key=lambda w: w.started):
+        if window.started > batch_end or not sizes:
+            sizes.append(0)
+        sizes[-1] += 1
+        batch_end = max(batch_end, window.closed)
+    return sizes
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (0..100) by nearest rank. Pure."""
     if not values:

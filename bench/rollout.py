@@ -147,7 +147,10 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
     critical = measured["critical_path_s"]
     overheads = [w.seconds - critical for w in windows]
     makespan = measured["makespan_s"]
-    ideal = measured["ideal_makespan_s"]
+    # "The ideal for the same batches": the batches the rollout really ran (they can differ from the
+    # plan, e.g. when nodes are re-listed mid-rollout), each as long as one node's critical path.
+    actual_batches = histories.batches_from_windows(windows)
+    ideal = len(actual_batches) * critical if windows else measured["ideal_makespan_s"]
     api_delta = measured["apiserver_delta"]
     noderoll_counts: dict[str, int] = {}
     for name in ("worker", "bridge"):
@@ -161,10 +164,12 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
         # When the Package status first said Complete (a value well under makespan_s means it said so early).
         "status_complete_s": round(measured["status_complete_s"], 1),
         "ideal_makespan_s": round(ideal, 1),
+        "planned_ideal_makespan_s": round(measured["ideal_makespan_s"], 1),
         # The last node window's end: the makespan without the bridge's status-write delay (<= 3 s).
         "last_window_end_s": round(measured["last_window_end_s"], 1),
         "overhead_ratio": round(makespan / ideal, 3) if ideal else None,
-        "batches": measured["batches"],
+        "batches": actual_batches,
+        "planned_batches": measured["batches"],
         "windows": len(windows),
         "node_critical_path_s": critical,
         "window_median_s": round(statistics.median([w.seconds for w in windows]), 2) if windows else None,

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from bench import apimetrics
-from bench.histories import percentile
+from bench.histories import WindowStats, batches_from_windows, percentile
 from bench.reqcount import classify
 from bench.scenario import Scenario, batch_sizes, ideal_makespan, node_critical_path
 
@@ -65,3 +65,12 @@ def test_percentile_nearest_rank() -> None:
     assert percentile(values, 50) == 50.0
     assert percentile(values, 95) == 95.0
     assert percentile([], 95) == 0.0
+
+
+def test_batches_are_recovered_from_window_times() -> None:
+    def w(start: float, end: float) -> WindowStats:
+        return WindowStats("n", end - start, 0, 0, start, end)
+
+    windows = [w(0, 30), w(31, 60), w(31.5, 62), w(63, 90), w(63.2, 95), w(64, 91)]
+    assert batches_from_windows(windows) == [1, 2, 3]
+    assert batches_from_windows([]) == []
