@@ -192,7 +192,11 @@ class Ops:
             api = k8s_config.new_client_from_config(config_file=target.kubeconfig)
         else:
             configuration = k8s.Configuration()
-            k8s_config.load_incluster_config(client_configuration=configuration)
+            try:
+                k8s_config.load_incluster_config(client_configuration=configuration)
+            except k8s_config.ConfigException as err:
+                raise OpsError("no kubeconfig: use --kubeconfig, KUBECONFIG, or start a stack with "
+                               "`noderoll dev up`") from err
             api = k8s.ApiClient(configuration)
         return cls(target, temporal, api)
 

@@ -3,7 +3,7 @@
 Contract names (issue 7): `status [PACKAGE]` (table, or `-o json`), `pause PACKAGE`, `resume PACKAGE`,
 `halt PACKAGE`, `retry PACKAGE [--node N]`, `nodes`, `logs PACKAGE --node N`. The commands signal and
 query `package/<name>` and read Packages, Nodes and stage pods, like the bridge (see
-`worker.ops_client`). Exit codes: 0 done, 1 the cluster or Temporal said no, 2 not configured.
+`worker.ops_client`). Exit codes: 0 done, 1 refused or not configured (the message says which), 2 usage.
 """
 
 from __future__ import annotations
