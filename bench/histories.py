@@ -9,6 +9,7 @@ rollout). Does Temporal I/O.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -71,20 +72,41 @@ async def rollout_events(client: Client, package: str) -> int:
     return total
 
 
-def batches_from_windows(windows: Sequence[WindowStats]) -> list[int]:
-    """Sizes of the batches the rollout really ran, from window times. Pure.
+BATCH_GAP_SECONDS = 5.0
 
-    A rollout starts its next batch only when every window of the current one ended, so a window
-    that starts after all earlier windows closed opens a new batch.
-    """
+
+def batches_from_sends(sends: Sequence[tuple[float, list[str]]], gap: float = BATCH_GAP_SECONDS) -> list[int]:
+    """Batch sizes from the rollout's hand-overs `(time, nodes)`: a node counts once, at its first
+    hand-over; hand-overs less than `gap` seconds apart belong to one batch (a batch is sent in
+    chunks within one workflow task; the next waits for the previous batch's results). Pure."""
     sizes: list[int] = []
-    batch_end = float("-inf")
-    for window in sorted(windows, key=lambda w: w.started):
-        if window.started > batch_end or not sizes:
+    seen: set[str] = set()
+    last = float("-inf")
+    for at, nodes in sorted(sends, key=lambda s: s[0]):
+        new = [n for n in nodes if n not in seen]
+        if not new:
+            continue
+        if not sizes or at - last > gap:
             sizes.append(0)
-        sizes[-1] += 1
-        batch_end = max(batch_end, window.closed)
+        sizes[-1] += len(new)
+        seen.update(new)
+        last = at
     return sizes
+
+
+async def rollout_batches(client: Client, package: str) -> list[int]:
+    """The batches a rollout really ran, from its `request_node_windows` activities (all runs)."""
+    workflow_id = rollout_workflow_id(package)
+    sends: list[tuple[float, list[str]]] = []
+    async for execution in client.list_workflows(f'WorkflowId = "{workflow_id}"'):
+        history = await client.get_workflow_handle(workflow_id, run_id=execution.run_id).fetch_history()
+        for event in history.events:
+            if event.HasField("activity_task_scheduled_event_attributes"):
+                attrs = event.activity_task_scheduled_event_attributes
+                if attrs.activity_type.name == "request_node_windows" and attrs.input.payloads:
+                    data = json.loads(attrs.input.payloads[0].data)
+                    sends.append((_epoch(event), list(data.get("nodes") or [])))
+    return batches_from_sends(sends)
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -149,8 +149,8 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
     makespan = measured["makespan_s"]
     # "The ideal for the same batches": the batches the rollout really ran (they can differ from the
     # plan, e.g. when nodes are re-listed mid-rollout), each as long as one node's critical path.
-    actual_batches = histories.batches_from_windows(windows)
-    ideal = len(actual_batches) * critical if windows else measured["ideal_makespan_s"]
+    actual_batches = measured["actual_batches"]
+    ideal = len(actual_batches) * critical if actual_batches else measured["ideal_makespan_s"]
     api_delta = measured["apiserver_delta"]
     noderoll_counts: dict[str, int] = {}
     for name in ("worker", "bridge"):
@@ -222,6 +222,7 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
             "worker_requests": procs.procs["worker"].request_counts(),
             "bridge_requests": procs.procs["bridge"].request_counts(),
             "rollout_events": await histories.rollout_events(temporal, sc.name),
+            "actual_batches": await histories.rollout_batches(temporal, sc.name),
             "worker_rss": procs.procs["worker"].peak_rss,
             "bridge_rss": procs.procs["bridge"].peak_rss,
             "cordoned": sum(1 for n in kube.nodes(sc.name) if n.spec.unschedulable),

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from bench import apimetrics
-from bench.histories import WindowStats, batches_from_windows, percentile
+from bench.histories import batches_from_sends, percentile
 from bench.reqcount import classify
 from bench.scenario import Scenario, batch_sizes, ideal_makespan, node_critical_path
 
@@ -67,10 +67,8 @@ def test_percentile_nearest_rank() -> None:
     assert percentile([], 95) == 0.0
 
 
-def test_batches_are_recovered_from_window_times() -> None:
-    def w(start: float, end: float) -> WindowStats:
-        return WindowStats("n", end - start, 0, 0, start, end)
-
-    windows = [w(0, 30), w(31, 60), w(31.5, 62), w(63, 90), w(63.2, 95), w(64, 91)]
-    assert batches_from_windows(windows) == [1, 2, 3]
-    assert batches_from_windows([]) == []
+def test_batches_are_recovered_from_the_rollouts_hand_overs() -> None:
+    sends = [(0.0, ["a"]), (31.0, ["b", "c"]), (31.2, ["d"]), (40.0, ["c"]), (70.0, ["e", "f"])]
+    # "c" re-sent at 40 s counts once; b, c, d were one batch sent in two chunks.
+    assert batches_from_sends(sends) == [1, 3, 2]
+    assert batches_from_sends([]) == []
