@@ -7,8 +7,8 @@
   with the reason (the taint), and retried at the next listing. Tolerated are: the package's
   `additionalTolerations`, the cordon taint `node.kubernetes.io/unschedulable` (noderoll cordons
   itself) and, for `runtimeRequired` packages, `noderoll.io/runtime-required`;
-* an eligible node whose recorded state already satisfies the spec (the per-node plan has no work
-  for this package) is `done`: a restarted or re-planned rollout does not lose work already done;
+* a candidate whose recorded state already satisfies the spec (the per-node plan has no work
+  for this package) is `done`, whatever its taints: a restarted or re-planned rollout does not lose work already done;
 * for an uninstall, the targets are the nodes where the package is recorded, whatever the selector.
 
 `runtime_required_taint_wanted(node, packages)`: a node carries `noderoll.io/runtime-required`
@@ -110,12 +110,15 @@ def select_targets(query: TargetQuery) -> TargetSelection:
                 continue
         elif not is_candidate(query.spec, node.labels):
             continue
-        bad = untolerated_taints(query.spec, node.taints)
+        done = not needs_work(query.package, query.spec, recorded, query.uninstall)
+        # Done is decided before taints: a node where this package is already complete is not
+        # "blocked" because another package is rebooting it (transient not-ready taints).
+        bad = [] if done else untolerated_taints(query.spec, node.taints)
         if bad:
             selection.blocked[node.name] = f"taints not tolerated: {', '.join(bad)}"
             continue
         selection.eligible.append(NodeInfo(node.name, dict(node.labels)))
-        if not needs_work(query.package, query.spec, recorded, query.uninstall):
+        if done:
             selection.done.append(node.name)
     return selection
 

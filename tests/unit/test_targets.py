@@ -65,6 +65,16 @@ def test_nodes_already_at_the_spec_are_done() -> None:
     assert selection.done == ["a"] and len(selection.eligible) == 3
 
 
+def test_done_node_is_not_blocked_by_a_transient_taint() -> None:
+    # Another package rebooting the node adds not-ready taints; this package is complete there.
+    rebooting = [taint("node.kubernetes.io/not-ready", "NoExecute")]
+    nodes = [NodeView("a", GPU, rebooting, state_annotation=recorded("1.0.0")),
+             NodeView("b", GPU, rebooting, state_annotation=recorded("0.9.0"))]
+    selection = select_targets(TargetQuery("pkg", spec(), nodes))
+    assert selection.done == ["a"] and [n.name for n in selection.eligible] == ["a"]
+    assert list(selection.blocked) == ["b"]
+
+
 def test_uninstall_targets_nodes_where_the_package_is_recorded() -> None:
     nodes = [NodeView("a", {"pool": "cpu"}, state_annotation=recorded("1.0.0")), NodeView("b", GPU)]
     selection = select_targets(TargetQuery("pkg", spec(uninstall={"enabled": True}), nodes, uninstall=True))
