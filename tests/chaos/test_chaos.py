@@ -3,8 +3,9 @@ kube-apiserver and a killed bridge, with nothing lost: it completes, no node sta
 (node, package, version, stage) Job is created twice, no stage runs twice on a host, no
 PodDisruptionBudget goes under its minimum, and the Package status is right.
 
-Sizes fit CI (see docs/reliability.md): `NODEROLL_CHAOS_NODES` (default 30) and
-`NODEROLL_CHAOS_KILLS` (default 4) scale test (a); `NODEROLL_CHAOS_SEED` replays its kill points.
+Sizes fit the README test command (see docs/reliability.md): `NODEROLL_CHAOS_NODES` (default 16)
+and `NODEROLL_CHAOS_KILLS` (default 3) scale test (a) (the issue's size: 30 and 10);
+`NODEROLL_CHAOS_SEED` replays its kill points; `NODEROLL_CHAOS_SMALL_NODES` (default 6) sizes (b)-(d).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from tests.helpers.fleet import running_fleet
 # Stages of a fresh install of bench-sleep with a reboot: apply, config, post-interrupt with their
 # checks, plus the interrupt.
 JOBS_PER_NODE = 7
+SMALL = int(os.environ.get("NODEROLL_CHAOS_SMALL_NODES", "6"))
 ROLLOUT_TIMEOUT = 900.0
 # A restarted component or a killed worker stalls a rollout for up to a minute: more than the default.
 pytestmark = pytest.mark.timeout(1200)
@@ -139,8 +141,8 @@ def _kill_points(total_jobs: int, kills: int, seed: int) -> list[int]:
 
 
 def test_worker_sigkilled_at_random_points(chaos_stack: ChaosStack, tmp_path: Path) -> None:
-    nodes = int(os.environ.get("NODEROLL_CHAOS_NODES", "30"))
-    kills = int(os.environ.get("NODEROLL_CHAOS_KILLS", "4"))
+    nodes = int(os.environ.get("NODEROLL_CHAOS_NODES", "16"))
+    kills = int(os.environ.get("NODEROLL_CHAOS_KILLS", "3"))
     seed = int(os.environ.get("NODEROLL_CHAOS_SEED", str(random.randrange(1_000_000))))
     print(f"chaos (a): {nodes} nodes, {kills} worker kills, NODEROLL_CHAOS_SEED={seed}")
     with chaos_rollout(chaos_stack, tmp_path, nodes) as rollout:
@@ -159,17 +161,17 @@ def _restart_midway(component: str) -> Callable[[Rollout], None]:
 
 
 def test_temporal_restarted_mid_rollout(chaos_stack: ChaosStack, tmp_path: Path) -> None:
-    with chaos_rollout(chaos_stack, tmp_path, 8) as rollout:
+    with chaos_rollout(chaos_stack, tmp_path, SMALL) as rollout:
         _restart_midway("temporal")(rollout)
 
 
 def test_apiserver_restarted_mid_rollout(chaos_stack: ChaosStack, tmp_path: Path) -> None:
-    with chaos_rollout(chaos_stack, tmp_path, 8) as rollout:
+    with chaos_rollout(chaos_stack, tmp_path, SMALL) as rollout:
         _restart_midway("kube-apiserver")(rollout)
 
 
 def test_bridge_killed_mid_rollout(chaos_stack: ChaosStack, tmp_path: Path) -> None:
-    with chaos_rollout(chaos_stack, tmp_path, 8) as rollout:
+    with chaos_rollout(chaos_stack, tmp_path, SMALL) as rollout:
         rollout.wait_jobs(rollout.total_jobs // 3)
         rollout.procs.kill("bridge")
         rollout.wait_jobs(2 * rollout.total_jobs // 3)
