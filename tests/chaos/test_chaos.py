@@ -60,7 +60,8 @@ class Rollout:
 
     def wait_jobs(self, count: int) -> None:
         """Wait until `count` stage Jobs exist (a point inside the rollout)."""
-        wait_for(lambda: self.audit.count >= count, ROLLOUT_TIMEOUT, f"{count} stage Jobs")
+        package = self.scenario.name
+        wait_for(lambda: self.audit.count(package) >= count, ROLLOUT_TIMEOUT, f"{count} stage Jobs of {package}")
 
 
 def _api(kubeconfig: str) -> client.ApiClient:

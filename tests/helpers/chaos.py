@@ -123,10 +123,10 @@ class JobAudit:
             except Exception:  # noqa: BLE001 - apiserver restarting: list again (Jobs are never lost)
                 time.sleep(0.5)
 
-    @property
-    def count(self) -> int:
+    def count(self, package: str) -> int:
+        """Stage Jobs of `package` seen so far (the stack may hold earlier tests' Jobs too)."""
         with self._lock:
-            return sum(len(uids) for uids in self.jobs.values())
+            return sum(len(uids) for key, uids in self.jobs.items() if key[1] == package)
 
     def duplicates(self, package: str) -> dict[tuple[str, str, str, str], int]:
         """Keys of `package` with more than one Job."""
