@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -133,10 +134,25 @@ def pod_path(pod: dict[str, Any]) -> str:
     return f"/api/v1/namespaces/{quoted(meta['namespace'])}/pods/{quoted(meta['name'])}"
 
 
+# Like the kubelet's status manager, a pod status the apiserver could not take (restarting, 5xx,
+# 429) is written again until it lands; otherwise a stage pod that finished during an apiserver
+# restart would stay Running forever and its stage would wait for its whole timeout.
+STATUS_RETRY_SECONDS = 120.0
+
+
 def patch_status(kube: Kube, pod: dict[str, Any], status: dict[str, Any]) -> None:
     """Write a pod's status through the pods/status subresource; a vanished pod is fine."""
-    try:
-        kube.request("PATCH", pod_path(pod) + "/status", {"status": status}, content_type=MERGE_PATCH)
-    except KubeError as err:
-        if err.status != 404:
-            raise
+    deadline = time.monotonic() + STATUS_RETRY_SECONDS
+    delay = 0.5
+    while True:
+        try:
+            kube.request("PATCH", pod_path(pod) + "/status", {"status": status}, content_type=MERGE_PATCH)
+            return
+        except KubeError as err:
+            if err.status == 404:
+                return
+            transient = err.status in (0, 429) or err.status >= 500
+            if not transient or time.monotonic() > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 5.0)
