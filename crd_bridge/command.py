@@ -23,7 +23,7 @@ from crd_bridge.rollouts import Rollouts
 from localstack.state import resolve_connection
 from worker.metrics import start_metrics_server
 from worker.run_worker import WorkerSettings, add_connection_arguments
-from worker.temporal_client import connect
+from worker.temporal_client import SERVICE_CONNECT_WAIT_SECONDS, connect
 
 log = logging.getLogger("noderoll.bridge")
 LEASE_NAMESPACE_ENV = "NODEROLL_LEASE_NAMESPACE"
@@ -80,7 +80,9 @@ def options_from_args(args: argparse.Namespace) -> BridgeOptions:
 async def serve(settings: WorkerSettings, options: BridgeOptions, stop: asyncio.Event) -> None:
     """Connect, then run the bridge until `stop` is set."""
     kube.configure(settings.kubeconfig)
-    client = await connect(settings.temporal_address, settings.namespace)
+    client = await connect(
+        settings.temporal_address, settings.namespace, wait_seconds=SERVICE_CONNECT_WAIT_SECONDS
+    )
     if settings.metrics_port is not None:
         port = start_metrics_server(settings.metrics_port)
         log.info("metrics on :%d/metrics", port)

@@ -24,7 +24,7 @@ from api.keys import DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE
 from localstack.state import resolve_connection
 from worker.metrics import start_metrics_server
 from worker.registry import ACTIVITIES, WORKFLOWS
-from worker.temporal_client import connect
+from worker.temporal_client import SERVICE_CONNECT_WAIT_SECONDS, connect
 
 log = logging.getLogger("noderoll.worker")
 ACTIVITY_THREADS = 32
@@ -86,7 +86,9 @@ def settings_from_args(args: argparse.Namespace) -> WorkerSettings:
 async def serve(settings: WorkerSettings, stop: asyncio.Event) -> None:
     """Run the worker until `stop` is set."""
     kube.configure(settings.kubeconfig)
-    client = await connect(settings.temporal_address, settings.namespace)
+    client = await connect(
+        settings.temporal_address, settings.namespace, wait_seconds=SERVICE_CONNECT_WAIT_SECONDS
+    )
     if settings.metrics_port is not None:
         port = start_metrics_server(settings.metrics_port)
         log.info("metrics on :%d/metrics", port)

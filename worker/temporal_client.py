@@ -12,7 +12,10 @@ file; optional, the system roots otherwise) and `NODEROLL_TEMPORAL_TLS_SERVER_NA
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import os
+import time
 from pathlib import Path
 
 from temporalio.client import Client, TLSConfig
@@ -23,6 +26,10 @@ TLS_CERT_ENV = "NODEROLL_TEMPORAL_TLS_CERT"
 TLS_KEY_ENV = "NODEROLL_TEMPORAL_TLS_KEY"
 TLS_CA_ENV = "NODEROLL_TEMPORAL_TLS_CA"
 TLS_SERVER_NAME_ENV = "NODEROLL_TEMPORAL_TLS_SERVER_NAME"
+# Long-running processes (worker, bridge) wait this long for a frontend that is down or restarting.
+SERVICE_CONNECT_WAIT_SECONDS = 300.0
+
+log = logging.getLogger(__name__)
 
 
 def _read(env: str) -> bytes | None:
@@ -42,14 +49,31 @@ def tls_from_env() -> TLSConfig | None:
     return TLSConfig(server_root_ca_cert=ca, client_cert=cert, client_private_key=key, domain=server_name)
 
 
-async def connect(address: str, namespace: str = "default", *, api_key: str | None = None) -> Client:
-    """Connect to the Temporal frontend at `address` (host:port) with noderoll's data converter."""
+async def connect(
+    address: str, namespace: str = "default", *, api_key: str | None = None, wait_seconds: float = 0.0
+) -> Client:
+    """Connect to the Temporal frontend at `address` (host:port) with noderoll's data converter.
+
+    With `wait_seconds` > 0 a refused connection is retried with backoff until that much time has
+    passed: a worker or bridge started while Temporal restarts waits for it instead of exiting.
+    """
     api_key = api_key or os.environ.get(API_KEY_ENV) or None
     tls: TLSConfig | bool = tls_from_env() or bool(api_key)
-    return await Client.connect(
-        address,
-        namespace=namespace,
-        data_converter=pydantic_data_converter,
-        api_key=api_key,
-        tls=tls,
-    )
+    deadline = time.monotonic() + wait_seconds
+    delay = 0.5
+    while True:
+        try:
+            return await Client.connect(
+                address,
+                namespace=namespace,
+                data_converter=pydantic_data_converter,
+                api_key=api_key,
+                tls=tls,
+            )
+        except RuntimeError as err:
+            # The SDK reports transport failures as RuntimeError("Failed client connect: ...").
+            if time.monotonic() + delay > deadline:
+                raise
+            log.warning("Temporal at %s not reachable (%s); retrying in %.1fs", address, err, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)

@@ -35,3 +35,15 @@ def test_certificate_without_key_is_refused(monkeypatch: pytest.MonkeyPatch, tmp
     monkeypatch.delenv(tc.TLS_KEY_ENV, raising=False)
     with pytest.raises(ValueError, match="must both"):
         tc.tls_from_env()
+
+
+async def test_connect_waits_then_reports_an_unreachable_frontend() -> None:
+    import socket
+
+    from worker.temporal_client import connect
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    with pytest.raises(RuntimeError, match="connect"):
+        await connect(f"127.0.0.1:{port}", wait_seconds=1.0)
