@@ -2,14 +2,16 @@
 
 Concurrency model: one asyncio loop owns every piece of state (cache, dirty sets, reconciler);
 the three watchers (DeploymentPolicy, Package, Node) run the sync `kubernetes` client in threads
-and post events to the loop; blocking writes run via `asyncio.to_thread`. Tasks on the loop:
-* `_lead`: leader election every `retry_seconds` (or always leader with election off); on gaining
+and post events to the loop; blocking writes run via `asyncio.to_thread`. Tasks on the loop, each a
+`crd_bridge.loops.run_forever` loop (any exception, e.g. from an apiserver restart, is logged and
+retried with backoff: a task must never end while the bridge runs):
+* `_lead_once`: leader election every `retry_seconds` (or always leader with election off); on gaining
   the Lease everything is marked dirty, on losing it the reconciler forgets its memory;
-* `_work`: reconciles dirty policies, then dirty Packages, one at a time, then flushes
+* `_work_once`: reconciles dirty policies, then dirty Packages, one at a time, then flushes
   `nodes_changed` and, after a full pass, the runtime-required taints; a failed reconcile is counted
   (`noderoll_bridge_reconcile_errors_total`) and retried after `RETRY_SECONDS`;
-* `_poll`: the status poller every `status_seconds`;
-* `_resync`: every `resync_seconds` marks everything dirty (level-triggered: lost events, Temporal
+* `_poll_once`: the status poller every `status_seconds`;
+* `_resync_once`: every `resync_seconds` marks everything dirty (level-triggered: lost events, Temporal
   outages and closed rollouts all heal) and signals `deleted` to rollouts of this task queue whose
   Package no longer exists.
 Replicas that do not lead keep their caches warm and do nothing else.
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 from api import keys
 from crd_bridge.cache import ObjectCache
 from crd_bridge.leader import LeaderElector, LeaseSettings
+from crd_bridge.loops import Loop, run_forever
 from crd_bridge.nodes import NodeHandler
 from crd_bridge.reconciler import Reconciler
 from crd_bridge.rollouts import Rollouts
@@ -71,6 +74,8 @@ class Bridge:
         self.dirty = Dirty()
         self._wake = asyncio.Event()
         self._passes = 0
+        # Whether the last leader-election round found us leading (transitions are logged and acted on).
+        self._leading = False
 
     def is_leader(self) -> bool:
         """True when this replica may act (always, without leader election)."""
@@ -120,7 +125,14 @@ class Bridge:
         watchers = [Watcher(kind, loop, self.on_event, self.options.label_selector) for kind in KINDS]
         for watcher in watchers:
             watcher.start()
-        tasks = [asyncio.create_task(coro) for coro in (self._lead(), self._work(), self._poll(), self._resync())]
+        loops = [
+            Loop("work", self._work_once, 0.0, sleep_first=False),
+            Loop("status", self._poll_once, self.options.status_seconds),
+            Loop("resync", self._resync_once, self.options.resync_seconds),
+        ]
+        if self.elector is not None:
+            loops.append(Loop("leader", self._lead_once, self.elector.settings.retry_seconds, sleep_first=False))
+        tasks = [asyncio.create_task(run_forever(loop)) for loop in loops]
         try:
             await stop.wait()
         finally:
@@ -132,26 +144,33 @@ class Bridge:
             if self.elector is not None:
                 await asyncio.to_thread(self.elector.release)
 
-    async def _lead(self) -> None:
-        if self.elector is None:
-            return
-        retry = self.elector.settings.retry_seconds
-        leading = False
-        while True:
+    async def _lead_once(self) -> None:
+        """One round of leader election; gaining the Lease marks everything dirty, losing it forgets."""
+        assert self.elector is not None
+        try:
             now_leading = await asyncio.to_thread(self.elector.try_acquire_or_renew)
-            if now_leading and not leading:
-                log.info("leading as %s", self.elector.settings.identity)
-                self._mark_all()
-            elif leading and not now_leading:
-                log.warning("lost the Lease; standing by")
-                self.reconciler.forget_memory()
-            leading = now_leading
-            await asyncio.sleep(retry)
+        except Exception:
+            # Not renewed this round: still leading only while the last renew is young enough.
+            self._note_leadership(self.elector.is_leader())
+            raise
+        self._note_leadership(now_leading)
+
+    def _note_leadership(self, now_leading: bool) -> None:
+        if now_leading and not self._leading:
+            log.info("leading as %s", self.elector.settings.identity if self.elector else "the only replica")
+            self._mark_all()
+        elif self._leading and not now_leading:
+            log.warning("lost the Lease; standing by")
+            self.reconciler.forget_memory()
+        self._leading = now_leading
 
     def _synced(self) -> bool:
         return all(kind in self.cache.synced for kind in KINDS)
 
-    async def _work(self) -> None:
+    async def _work_once(self) -> None:
+        """Wait for something dirty, then one pass (run by `run_forever`: an error backs off and retries)."""
+        if self.dirty.policies or self.dirty.packages or self.dirty.taints:
+            self._wake.set()  # left over from a pass that failed
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -176,6 +195,7 @@ class Bridge:
             if self.dirty.taints:
                 self.dirty.taints = False
                 await self._sync_taints()
+            return
 
     async def _sync_taints(self) -> None:
         try:
@@ -200,22 +220,18 @@ class Bridge:
 
         asyncio.get_running_loop().call_later(RETRY_SECONDS, retry)
 
-    async def _poll(self) -> None:
-        while True:
-            await asyncio.sleep(self.options.status_seconds)
-            if self.is_leader() and self._synced():
-                await self.poller.poll_once()
+    async def _poll_once(self) -> None:
+        if self.is_leader() and self._synced():
+            await self.poller.poll_once()
 
-    async def _resync(self) -> None:
-        while True:
-            await asyncio.sleep(self.options.resync_seconds)
-            if not (self.is_leader() and self._synced()):
-                continue
-            self._mark_all()
-            try:
-                await self._end_orphans()
-            except Exception as err:  # noqa: BLE001 - visibility may be briefly unavailable
-                log.warning("orphaned rollouts not checked: %s", err)
+    async def _resync_once(self) -> None:
+        if not (self.is_leader() and self._synced()):
+            return
+        self._mark_all()
+        try:
+            await self._end_orphans()
+        except Exception as err:  # noqa: BLE001 - visibility may be briefly unavailable
+            log.warning("orphaned rollouts not checked: %s", err)
 
     async def _end_orphans(self) -> None:
         """Rollouts of this task queue whose Package vanished while no bridge watched get `deleted`."""

@@ -58,7 +58,19 @@ class LeaderElector:
         return client.CoordinationV1Api(kube.api_client())
 
     def try_acquire_or_renew(self) -> bool:
-        """One round of the protocol; True when we hold the Lease afterwards."""
+        """One round of the protocol; True when we hold the Lease afterwards. Never raises.
+
+        Any error (an ApiException, or urllib3's MaxRetryError/ProtocolError while the apiserver is
+        down or restarting) counts as "not renewed this round": we stay leader only while the last
+        renew is younger than the lease, and the next round tries again.
+        """
+        try:
+            return self._round()
+        except Exception as err:  # noqa: BLE001 - the apiserver may be unreachable: retry next round
+            log.warning("Lease %s/%s not renewed: %s", self.settings.namespace, self.settings.name, err)
+            return self.is_leader()
+
+    def _round(self) -> bool:
         s, now = self.settings, datetime.now(UTC)
         api = self._api()
         try:
@@ -130,5 +142,5 @@ class LeaderElector:
                 lease.spec.holder_identity = None
                 lease.spec.renew_time = None
                 api.replace_namespaced_lease(s.name, s.namespace or PACKAGE_POD_NAMESPACE, lease)
-        except ApiException as err:
-            log.info("release Lease %s/%s: HTTP %s (it expires on its own)", s.namespace, s.name, err.status)
+        except Exception as err:  # noqa: BLE001 - at shutdown; the Lease expires on its own anyway
+            log.info("release Lease %s/%s: %s (it expires on its own)", s.namespace, s.name, err)
