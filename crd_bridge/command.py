@@ -20,9 +20,9 @@ from activities import kube
 from crd_bridge.bridge import Bridge, BridgeOptions
 from crd_bridge.leader import LEASE_NAME, LeaseSettings
 from crd_bridge.rollouts import Rollouts
-from localstack.state import resolve_connection
 from worker.metrics import start_metrics_server
 from worker.run_worker import WorkerSettings, add_connection_arguments
+from worker.run_worker import settings_from_args as worker_settings_from_args
 from worker.temporal_client import SERVICE_CONNECT_WAIT_SECONDS, connect
 
 log = logging.getLogger("noderoll.bridge")
@@ -55,17 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def settings_from_args(args: argparse.Namespace) -> WorkerSettings:
     """Connection settings exactly as `noderoll worker` resolves them."""
-    connection = resolve_connection(args.temporal_address, args.kubeconfig, args.state_dir)
-    if connection.temporal_address is None:
-        raise SystemExit("noderoll bridge: no Temporal address (use --temporal-address, "
-                         "NODEROLL_TEMPORAL_ADDRESS, or start a stack with `noderoll dev up`)")
-    return WorkerSettings(
-        temporal_address=connection.temporal_address,
-        namespace=args.temporal_namespace,
-        task_queue=args.task_queue,
-        kubeconfig=connection.kubeconfig,
-        metrics_port=args.metrics_port,
-    )
+    return worker_settings_from_args(args, command="bridge")
 
 
 def options_from_args(args: argparse.Namespace) -> BridgeOptions:

@@ -68,11 +68,11 @@ def _env_int(name: str) -> int | None:
     return int(value) if value else None
 
 
-def settings_from_args(args: argparse.Namespace) -> WorkerSettings:
+def settings_from_args(args: argparse.Namespace, command: str = "worker") -> WorkerSettings:
     """Resolve flags, environment and the dev stack into settings; exit with a message when unresolved."""
     connection = resolve_connection(args.temporal_address, args.kubeconfig, args.state_dir)
     if connection.temporal_address is None:
-        raise SystemExit("noderoll worker: no Temporal address (use --temporal-address, "
+        raise SystemExit(f"noderoll {command}: no Temporal address (use --temporal-address, "
                          "NODEROLL_TEMPORAL_ADDRESS, or start a stack with `noderoll dev up`)")
     return WorkerSettings(
         temporal_address=connection.temporal_address,
