@@ -16,13 +16,13 @@ import fnmatch
 import re
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from api import keys
 from api.base import LenientModel, SpecModel
 from api.enums import InterruptType
 from api.names import check_name
-from api.problems import InvalidDocumentError, ValidationProblem, problems_from_error
+from api.problems import InvalidDocumentError, ValidationProblem, validate_object
 from api.quantity import parse_quantity
 from api.selectors import LabelSelector
 from api.versions import VersionError, parse_version
@@ -260,18 +260,8 @@ class Package(LenientModel):
     @classmethod
     def from_k8s(cls, obj: dict[str, Any]) -> Package:
         """Build from a Kubernetes object dict; raise InvalidDocumentError listing every problem."""
-        meta = obj.get("metadata") or {}
-        name = str(meta.get("name") or "")
-        problems: list[ValidationProblem] = []
-        try:
-            check_name(name, "metadata.name")
-        except ValueError as err:
-            problems.append(ValidationProblem(keys.PACKAGE_KIND, name, "metadata.name", str(err)))
-        try:
-            package = cls.model_validate({"metadata": meta, "spec": obj.get("spec")})
-        except ValidationError as err:
-            problems.extend(problems_from_error(keys.PACKAGE_KIND, name, err))
-            raise InvalidDocumentError(problems) from err
+        package, problems = validate_object(cls, keys.PACKAGE_KIND, obj)
+        name = package.metadata.name
         if name in package.spec.depends_on:
             problems.append(
                 ValidationProblem(

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from api import keys
 from api.base import LenientModel, SpecModel
 from api.enums import Promotion, StrategyType
 from api.names import check_name
 from api.package import ObjectMeta
-from api.problems import InvalidDocumentError, ValidationProblem, problems_from_error
+from api.problems import InvalidDocumentError, validate_object
 from api.selectors import LabelSelector
 
 DEFAULT_COMPARTMENT = "default"
@@ -169,18 +169,7 @@ class DeploymentPolicy(LenientModel):
     @classmethod
     def from_k8s(cls, obj: dict[str, Any]) -> DeploymentPolicy:
         """Build from a Kubernetes object dict; raise InvalidDocumentError listing every problem."""
-        meta = obj.get("metadata") or {}
-        name = str(meta.get("name") or "")
-        problems: list[ValidationProblem] = []
-        try:
-            check_name(name, "metadata.name")
-        except ValueError as err:
-            problems.append(ValidationProblem(keys.POLICY_KIND, name, "metadata.name", str(err)))
-        try:
-            policy = cls.model_validate({"metadata": meta, "spec": obj.get("spec")})
-        except ValidationError as err:
-            problems.extend(problems_from_error(keys.POLICY_KIND, name, err))
-            raise InvalidDocumentError(problems) from err
+        policy, problems = validate_object(cls, keys.POLICY_KIND, obj)
         if problems:
             raise InvalidDocumentError(problems)
         return policy

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
+
+from api.names import check_name
 
 
 @dataclass(frozen=True)
@@ -70,3 +73,27 @@ def problems_from_error(
             message = "required field is missing"
         problems.append(ValidationProblem(kind=kind, name=name, field=path, message=message))
     return problems
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def validate_object(model: type[ModelT], kind: str, obj: dict[str, Any]) -> tuple[ModelT, list[ValidationProblem]]:
+    """Validate a Kubernetes object dict (`metadata` + `spec`) as `model`, checking its name too.
+
+    Returns the model and the problems found besides the model's own (the name); raises
+    InvalidDocumentError, listing every problem, when the model itself does not validate.
+    """
+    meta = obj.get("metadata") or {}
+    name = str(meta.get("name") or "")
+    problems: list[ValidationProblem] = []
+    try:
+        check_name(name, "metadata.name")
+    except ValueError as err:
+        problems.append(ValidationProblem(kind, name, "metadata.name", str(err)))
+    try:
+        instance = model.model_validate({"metadata": meta, "spec": obj.get("spec")})
+    except ValidationError as err:
+        problems.extend(problems_from_error(kind, name, err))
+        raise InvalidDocumentError(problems) from err
+    return instance, problems
