@@ -16,14 +16,11 @@ import os
 import signal
 import socket
 
-from activities import kube
 from crd_bridge.bridge import Bridge, BridgeOptions
 from crd_bridge.leader import LEASE_NAME, LeaseSettings
 from crd_bridge.rollouts import Rollouts
-from worker.metrics import start_metrics_server
-from worker.run_worker import WorkerSettings, add_connection_arguments
+from worker.run_worker import WorkerSettings, add_connection_arguments, start_service
 from worker.run_worker import settings_from_args as worker_settings_from_args
-from worker.temporal_client import SERVICE_CONNECT_WAIT_SECONDS, connect
 
 log = logging.getLogger("noderoll.bridge")
 LEASE_NAMESPACE_ENV = "NODEROLL_LEASE_NAMESPACE"
@@ -69,13 +66,7 @@ def options_from_args(args: argparse.Namespace) -> BridgeOptions:
 
 async def serve(settings: WorkerSettings, options: BridgeOptions, stop: asyncio.Event) -> None:
     """Connect, then run the bridge until `stop` is set."""
-    kube.configure(settings.kubeconfig)
-    client = await connect(
-        settings.temporal_address, settings.namespace, wait_seconds=SERVICE_CONNECT_WAIT_SECONDS
-    )
-    if settings.metrics_port is not None:
-        port = start_metrics_server(settings.metrics_port)
-        log.info("metrics on :%d/metrics", port)
+    client = await start_service(settings)
     log.info("bridge on %s namespace=%s task_queue=%s kubeconfig=%s leader-election=%s",
              settings.temporal_address, settings.namespace, settings.task_queue,
              settings.kubeconfig or "in-cluster", "on" if options.lease else "off")

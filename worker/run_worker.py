@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 
+from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities import kube
@@ -83,8 +84,9 @@ def settings_from_args(args: argparse.Namespace, command: str = "worker") -> Wor
     )
 
 
-async def serve(settings: WorkerSettings, stop: asyncio.Event) -> None:
-    """Run the worker until `stop` is set."""
+async def start_service(settings: WorkerSettings) -> Client:
+    """What every long-running process (worker, bridge) does first: Kubernetes client, Temporal
+    (waiting for a frontend that is down or restarting), metrics endpoint."""
     kube.configure(settings.kubeconfig)
     client = await connect(
         settings.temporal_address, settings.namespace, wait_seconds=SERVICE_CONNECT_WAIT_SECONDS
@@ -92,6 +94,12 @@ async def serve(settings: WorkerSettings, stop: asyncio.Event) -> None:
     if settings.metrics_port is not None:
         port = start_metrics_server(settings.metrics_port)
         log.info("metrics on :%d/metrics", port)
+    return client
+
+
+async def serve(settings: WorkerSettings, stop: asyncio.Event) -> None:
+    """Run the worker until `stop` is set."""
+    client = await start_service(settings)
     with ThreadPoolExecutor(max_workers=ACTIVITY_THREADS, thread_name_prefix="activity") as pool:
         worker = Worker(
             client,
