@@ -36,6 +36,8 @@ class ListTargetNodesInput:
     label_selector: str = ""
     # When set, each snapshot's state annotation keeps only this package's entry (smaller history).
     package: str = ""
+    # Entries kept besides `package`'s (its `dependsOn` packages: target selection checks them).
+    also: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -2,13 +2,14 @@
 
 `list_target_nodes` lists Nodes (paged) and returns, per node, only what target selection and
 batch planning read: name, labels, taints, creation time and the raw `noderoll.io/state`
-annotation. The decision (selector, ignore label, taints, done nodes) is pure:
+annotation (reduced to the package's entry and those of its dependencies). The decision (selector, ignore label, taints, done nodes) is pure:
 `planning.targets.select_targets`.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -21,17 +22,17 @@ from api.keys import NODE_STATE_ANNOTATION
 PAGE_SIZE = 500
 
 
-def _only_package(raw: str, package: str) -> str:
-    """The state annotation reduced to `package`'s entry; unparseable text is kept as it is."""
+def _only_packages(raw: str, packages: Sequence[str]) -> str:
+    """The state annotation reduced to the entries of `packages`; unparseable text is kept as it is."""
     try:
         data = json.loads(raw)
-        entry = data["packages"].get(package)
+        entries = {p: data["packages"].get(p) for p in packages}
     except (ValueError, KeyError, TypeError, AttributeError):
         return raw
-    return json.dumps({"packages": {package: entry} if entry is not None else {}}, sort_keys=True)
+    return json.dumps({"packages": {p: e for p, e in entries.items() if e is not None}}, sort_keys=True)
 
 
-def node_snapshot(node: client.V1Node, package: str = "") -> NodeSnapshot:
+def node_snapshot(node: client.V1Node, package: str = "", also: Sequence[str] = ()) -> NodeSnapshot:
     """The parts of a V1Node that target selection needs (also used by the bridge)."""
     meta, spec = node.metadata, node.spec
     taints = [
@@ -43,7 +44,7 @@ def node_snapshot(node: client.V1Node, package: str = "") -> NodeSnapshot:
         labels=dict(meta.labels or {}),
         taints=taints,
         created=meta.creation_timestamp.isoformat() if meta.creation_timestamp else "",
-        state_annotation=_only_package(raw, package) if package and raw else raw,
+        state_annotation=_only_packages(raw, [package, *also]) if package and raw else raw,
     )
 
 
@@ -59,7 +60,7 @@ def list_target_nodes(input: ListTargetNodesInput) -> ListTargetNodesResult:
             )
         except ApiException as err:
             kube.raise_for(err, "list nodes")
-        nodes.extend(node_snapshot(n, input.package) for n in page.items)
+        nodes.extend(node_snapshot(n, input.package, input.also) for n in page.items)
         activity.heartbeat(len(nodes))
         token = page.metadata._continue
         if not token:

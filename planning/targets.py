@@ -9,6 +9,13 @@
   itself) and, for `runtimeRequired` packages, `noderoll.io/runtime-required`;
 * a candidate whose recorded state already satisfies the spec (the per-node plan has no work
   for this package) is `done`, whatever its taints: a restarted or re-planned rollout does not lose work already done;
+* a candidate with a window `in_flight` for this package stays eligible whatever its taints or
+  dependencies: the window itself cordons and reboots it (the not-ready taint of a reboot is ours);
+  its node workflow answers when the window ends, and only then is the node finished;
+* with `check_dependencies`, a candidate with work to do where a `dependsOn` package is not recorded
+  complete at the required version is `waiting` (the reason names the dependency): it is not
+  requested (a request would sit queued on the node and hold its batch) until the dependency is
+  complete there, which the rollout sees at its next listing;
 * for an uninstall, the targets are the nodes where the package is recorded, whatever the selector.
 
 `runtime_required_taint_wanted(node, packages)`: a node carries `noderoll.io/runtime-required`
@@ -23,6 +30,7 @@ from dataclasses import dataclass, field
 from api import keys
 from api.node_state import NodeState, parse_node_state
 from api.package import PackageSpec, Toleration
+from api.versions import VersionError, compare_versions
 from planning.compartments import NodeInfo
 from planning.node_plan import plan_package
 
@@ -49,15 +57,21 @@ class TargetQuery:
     spec: PackageSpec
     nodes: Sequence[NodeView]
     uninstall: bool = False
+    # Nodes with a request of this rollout in flight (see the module rules).
+    in_flight: frozenset[str] = frozenset()
+    check_dependencies: bool = False
 
 
 @dataclass
 class TargetSelection:
-    """Eligible nodes (with labels, for compartments), nodes already done, and blocked nodes."""
+    """Eligible nodes (with labels, for compartments), nodes already done, blocked and waiting nodes."""
 
     eligible: list[NodeInfo] = field(default_factory=list)
     done: list[str] = field(default_factory=list)
+    # node -> why it cannot be targeted now (untolerated taints).
     blocked: dict[str, str] = field(default_factory=dict)
+    # node -> the dependency it waits for (not complete there yet).
+    waiting: dict[str, str] = field(default_factory=dict)
 
 
 def tolerates(toleration: Toleration, taint: Mapping[str, str]) -> bool:
@@ -100,8 +114,23 @@ def needs_work(package: str, spec: PackageSpec, recorded: NodeState, uninstall: 
     return plan.has_work
 
 
+def dependency_blocker(spec: PackageSpec, recorded: NodeState) -> str | None:
+    """Why `spec` cannot run on a node with `recorded` yet: a `dependsOn` entry not complete there."""
+    for dep, version in sorted(spec.depends_on.items()):
+        entry = recorded.packages.get(dep)
+        if entry is None or not entry.is_complete():
+            return f"waits for dependency {dep} {version} (not complete on this node)"
+        try:
+            same = compare_versions(entry.version, version) == 0
+        except VersionError:
+            same = False
+        if not same:
+            return f"waits for dependency {dep} {version} ({entry.version} is installed)"
+    return None
+
+
 def select_targets(query: TargetQuery) -> TargetSelection:
-    """Split the fleet snapshot into eligible, done and blocked nodes (module rules)."""
+    """Split the fleet snapshot into eligible, done, blocked and waiting nodes (module rules)."""
     selection = TargetSelection()
     for node in sorted(query.nodes, key=lambda n: n.name):
         recorded, _problem = parse_node_state(node.state_annotation)
@@ -113,9 +142,16 @@ def select_targets(query: TargetQuery) -> TargetSelection:
         done = not needs_work(query.package, query.spec, recorded, query.uninstall)
         # Done is decided before taints: a node where this package is already complete is not
         # "blocked" because another package is rebooting it (transient not-ready taints).
-        bad = [] if done else untolerated_taints(query.spec, node.taints)
+        ours = done or node.name in query.in_flight
+        bad = [] if ours else untolerated_taints(query.spec, node.taints)
         if bad:
             selection.blocked[node.name] = f"taints not tolerated: {', '.join(bad)}"
+            continue
+        waits = None
+        if query.check_dependencies and not ours and not query.uninstall:
+            waits = dependency_blocker(query.spec, recorded)
+        if waits:
+            selection.waiting[node.name] = waits
             continue
         selection.eligible.append(NodeInfo(node.name, dict(node.labels)))
         if done:

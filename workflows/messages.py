@@ -213,6 +213,10 @@ class RolloutCarry:
     in_flight: dict[str, str] = field(default_factory=dict)
     # node -> why it cannot be targeted (taints), from the latest listing.
     blocked: dict[str, str] = field(default_factory=dict)
+    # node -> the dependency it waits for (not complete there), from the latest listing.
+    waiting: dict[str, str] = field(default_factory=dict)
+    # node -> why a node that was a target is no longer one (relabelled, ignored, deleted): not updated.
+    departed: dict[str, str] = field(default_factory=dict)
     # Nodes whose node workflow must get `retry` after their next request (failed before).
     retry_nodes: list[str] = field(default_factory=list)
     paused: bool = False

@@ -31,15 +31,14 @@ from temporalio.common import SearchAttributeKey
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from activities.io import ListTargetNodesInput, ListTargetNodesResult, RequestNodeWindowsInput
+    from activities.io import RequestNodeWindowsInput
     from api import keys
     from api.enums import CanaryPhase, Promotion, RolloutPhase
     from api.package import PackageSpec
     from api.policy import DEFAULT_COMPARTMENT, DeploymentPolicySpec
     from planning import batches
-    from planning.compartments import DEFAULT_POLICY, package_identity
+    from planning.compartments import DEFAULT_POLICY
     from planning.status import RolloutProgress
-    from planning.targets import NodeView, TargetQuery, TargetSelection, select_targets
     from workflows.messages import (
         ROLLOUT_WORKFLOW_TYPE,
         SIGNAL_NODE_CANCEL,
@@ -58,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         SpecChange,
     )
     from workflows.rollout_state import NodeBook, carry_from_json, carry_to_json
+    from workflows.rollout_targets import ACTIVITY_TIMEOUT, PATCH_WINDOWS_IN_FLIGHT, RolloutTargets
 
 PACKAGE_KEY = SearchAttributeKey.for_keyword(keys.SEARCH_ATTR_PACKAGE)
 PHASE_KEY = SearchAttributeKey.for_keyword(keys.SEARCH_ATTR_PHASE)
@@ -65,7 +65,6 @@ HISTORY_EVENT_LIMIT = 10_000
 HISTORY_BYTES_LIMIT = 8 * 1024 * 1024
 # Requests per `request_node_windows` call: keeps each activity payload well under 2 MB.
 REQUEST_CHUNK = 50
-ACTIVITY_TIMEOUT = timedelta(minutes=5)
 # `nodes_changed` comes at every cordon of every node: re-list at most this often (history size).
 RELIST_MIN_INTERVAL = timedelta(seconds=30)
 # Default payload of `retry` (never mutated).
@@ -73,8 +72,8 @@ EVERY_FAILED_NODE = RetryRequest()
 
 
 @workflow.defn(name=ROLLOUT_WORKFLOW_TYPE)
-class RolloutWorkflow:
-    """One Package's rollout (see the module docstring)."""
+class RolloutWorkflow(RolloutTargets):
+    """One Package's rollout (see the module docstring; target resolution: `workflows.rollout_targets`)."""
 
     def __init__(self) -> None:
         # Messages may arrive before `run` (signal-with-start): handlers only queue them.
@@ -92,6 +91,8 @@ class RolloutWorkflow:
         self._relist = False
         self._listed_at = datetime.min.replace(tzinfo=UTC)
         self._relist_requested = False
+        self._strict = False
+        self._resolved = False
 
     # --- messages ---------------------------------------------------------------------------
 
@@ -153,12 +154,16 @@ class RolloutWorkflow:
     async def run(self, input: RolloutInput) -> None:
         """Roll the Package out until it is deleted (see the module docstring)."""
         self._input = input
+        # Runs started by this code keep windows in flight as targets, wait for them before a batch
+        # or the rollout ends, re-resolve targets before each batch and wait for dependencies;
+        # runs recorded before it replay with the earlier rules.
+        self._strict = workflow.patched(PATCH_WINDOWS_IN_FLIGHT)
         if input.carry:
             self._carry = carry_from_json(input.carry)
         else:
             self._carry.paused = input.paused
             self._replan = True
-        self._book = NodeBook(input.package, self._carry)
+        self._book = NodeBook(input.package, self._carry, self._strict)
         self._set_spec(SpecChange(input.spec, input.generation, input.policy_name, input.policy))
         workflow.upsert_search_attributes([PACKAGE_KEY.value_set(input.package)])
         next_relist = workflow.now() + timedelta(seconds=input.relist_seconds)
@@ -267,8 +272,16 @@ class RolloutWorkflow:
             if carry.paused:
                 self._set_phase(RolloutPhase.PAUSED)
                 await self._wait(None)
+            elif self._strict and not self._resolved:
+                # Nodes may have left the selector, joined or finished a dependency since the last
+                # listing: re-resolve the targets, then plan the batch from them.
+                await self._refresh_nodes()
+            elif batch := batches.next_batch(planner, self._book.startable()):
+                await self._send(batch)
             else:
-                await self._send(batches.next_batch(planner, remaining))
+                await self._wait_unfinished(next_relist)
+        elif self._strict and (carry.in_flight or (carry.waiting and not carry.uninstalling)):
+            await self._wait_unfinished(next_relist)
         elif carry.uninstalling:
             self._set_phase(RolloutPhase.COMPLETE)
             return True
@@ -293,6 +306,7 @@ class RolloutWorkflow:
             await self._wait(None)
             return
         decision = batches.record_batch_result(planner, *results)
+        self._resolved = False
         carry.message = decision.reason
         workflow.logger.info("batch %d of %s: %s", planner.batch_number, self._input.package, decision.reason)
         if planner.canary_phase is CanaryPhase.SOAKING:
@@ -313,6 +327,20 @@ class RolloutWorkflow:
             return
         batches.promote_canary(planner)
         carry.soak_until, carry.promote = "", False
+        self._resolved = False
+
+    async def _wait_unfinished(self, next_relist: datetime) -> None:
+        """Nothing to start now: windows still run, or nodes wait for a dependency (strict rollouts)."""
+        carry = self._carry
+        self._set_working_phase()
+        if not carry.in_flight and carry.waiting:
+            names = sorted(carry.waiting)
+            carry.message = (
+                f"waiting: {len(names)} node(s) wait for a dependency to complete there "
+                f"(first {names[0]}: {carry.waiting[names[0]]}); re-checked when nodes change"
+            )
+        if not await self._wait(max(next_relist - workflow.now(), timedelta(seconds=1))):
+            self._relist = True
 
     # --- acting ------------------------------------------------------------------------------
 
@@ -366,62 +394,6 @@ class RolloutWorkflow:
             await (handle.signal(signal) if payload is None else handle.signal(signal, payload))
         except Exception as err:  # noqa: BLE001 - a node workflow that ended holds nothing of ours
             workflow.logger.info("signal %s to node %s not delivered: %s", signal, node, err)
-
-    # --- observing ----------------------------------------------------------------------------
-
-    async def _select(self) -> TargetSelection:
-        assert self._spec is not None
-        # Cleared before listing: a change reported while the listing runs asks for another one.
-        self._relist_requested = False
-        listing = await workflow.execute_activity(
-            "list_target_nodes",
-            ListTargetNodesInput(package=self._input.package),
-            result_type=ListTargetNodesResult,
-            start_to_close_timeout=ACTIVITY_TIMEOUT,
-            summary="list nodes",
-        )
-        self._listed_at = workflow.now()
-        views = [NodeView(n.name, n.labels, n.taints, n.state_annotation) for n in listing.nodes]
-        return select_targets(TargetQuery(self._input.package, self._spec, views, self._carry.uninstalling))
-
-    async def _plan_from_scratch(self) -> None:
-        """New planner (start, spec change, uninstall); nodes already at the spec count as done."""
-        self._replan, self._relist = False, False
-        carry = self._carry
-        if carry.in_flight and carry.uninstalling:
-            await self._withdraw()
-        selection = await self._select()
-        assert self._spec is not None
-        identity = package_identity(self._input.package, self._spec.version)
-        if carry.uninstalling:
-            identity += "/uninstall"
-        carry.planner = batches.new_planner(batches.PlannerInput(self._policy, selection.eligible, identity))
-        # The reported version changes only with the plan, so `progress` never mixes old counts and new version.
-        self._version = self._spec.version
-        carry.epoch += 1
-        carry.in_flight.clear()
-        carry.eligible = [n.name for n in selection.eligible]
-        carry.outcomes = {node: "complete" for node in selection.done}
-        carry.messages = {}
-        carry.blocked = selection.blocked
-        carry.soak_until = ""
-
-    async def _refresh_nodes(self) -> None:
-        """Pick up joining nodes, forget vanished ones, refresh taint blocks."""
-        self._relist = False
-        carry, planner = self._carry, self._carry.planner
-        assert planner is not None
-        selection = await self._select()
-        known = set(carry.eligible)
-        new = [n for n in selection.eligible if n.name not in known]
-        if new:
-            batches.add_nodes(planner, self._policy, new)
-            workflow.logger.info("%s: %d node(s) joined", self._input.package, len(new))
-        for node in selection.done:
-            if node not in known:
-                carry.outcomes[node] = "complete"
-        carry.eligible = [n.name for n in selection.eligible]
-        carry.blocked = selection.blocked
 
     # --- helpers ------------------------------------------------------------------------------
 

@@ -3,6 +3,11 @@
 `RolloutCarry` (workflows/messages.py) is the rollout's whole memory as plain data, carried through
 continue-as-new. `NodeBook` wraps it with the bookkeeping the
 workflow needs: per-node outcome, requests in flight, blocked nodes, and the counts for `progress`.
+
+With `strict` (rollouts started after the patch `workflows.rollout.PATCH_WINDOWS_IN_FLIGHT`), a
+node whose request is in flight is never finished: a batch is evaluated, and the rollout is done,
+only when every window it handed over has answered; nodes in flight are never handed another
+request (`startable`). Without it the book keeps its earlier rules, so recorded histories replay.
 """
 
 from __future__ import annotations
@@ -39,9 +44,10 @@ def carry_from_json(data: dict[str, Any]) -> RolloutCarry:
 class NodeBook:
     """Bookkeeping over a `RolloutCarry` (the workflow owns both)."""
 
-    def __init__(self, package: str, carry: RolloutCarry) -> None:
+    def __init__(self, package: str, carry: RolloutCarry, strict: bool = False) -> None:
         self.package = package
         self.carry = carry
+        self.strict = strict
 
     def request_id(self, node: str) -> str:
         """A new request id for `node`, unique within the rollout (package, epoch, sequence)."""
@@ -62,8 +68,15 @@ class NodeBook:
         """Eligible nodes that still need the package (no terminal outcome)."""
         return {n for n in self.carry.eligible if self.carry.outcomes.get(n) not in TERMINAL}
 
+    def startable(self) -> set[str]:
+        """Remaining nodes that may get a request now: none is in flight already."""
+        remaining = self.remaining()
+        return remaining - set(self.carry.in_flight) if self.strict else remaining
+
     def batch_results(self, batch: list[str]) -> tuple[list[str], list[str]] | None:
-        """(succeeded, failed) once every node of `batch` has an outcome, else None."""
+        """(succeeded, failed) once every node of `batch` has an outcome (strict: none in flight), else None."""
+        if self.strict and any(n in self.carry.in_flight for n in batch):
+            return None
         if any(n not in self.carry.outcomes and n in self.carry.eligible for n in batch):
             return None
         ok = [n for n in batch if self.carry.outcomes.get(n) == State.COMPLETE.value]
@@ -84,8 +97,8 @@ class NodeBook:
                 counts[State.IN_PROGRESS.value] += 1
             else:
                 counts[State.WAITING.value] += 1
-        counts[State.BLOCKED.value] += len(carry.blocked)
-        blocked = dict(carry.blocked)
+        counts[State.BLOCKED.value] += len(carry.blocked) + len(carry.waiting)
+        blocked = carry.blocked | carry.waiting
         erroring = {}
         for node, state in carry.outcomes.items():
             if state == State.BLOCKED.value:
@@ -96,7 +109,7 @@ class NodeBook:
         return RolloutProgress(
             phase=phase,
             version=version,
-            total_nodes=len(carry.eligible) + len(carry.blocked),
+            total_nodes=len(carry.eligible) + len(carry.blocked) + len(carry.waiting),
             counts={k: v for k, v in counts.items() if v},
             batch_number=planner.batch_number if planner else 0,
             batch_size=len(planner.current_batch) if planner else 0,
@@ -104,5 +117,14 @@ class NodeBook:
             canary_nodes=list(planner.canary_nodes) if planner else [],
             blocked=blocked,
             erroring=erroring,
-            message=carry.message,
+            message=self._message(),
         )
+
+    def _message(self) -> str:
+        message = self.carry.message
+        if self.carry.departed:
+            names = sorted(self.carry.departed)
+            shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+            note = f"{len(names)} node(s) no longer targeted (left the selector, ignored or deleted), not updated: {shown}"
+            message = f"{message}; {note}" if message else note
+        return message

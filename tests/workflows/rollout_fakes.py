@@ -74,3 +74,42 @@ async def answer(client: Client, node: str, request: NodeRequest, state: State) 
 
 async def progress(client: Client, workflow_id: str) -> RolloutProgress:
     return await client.get_workflow_handle(workflow_id).query(QUERY_PROGRESS, result_type=RolloutProgress)
+
+
+NOT_READY_TAINT = {"key": "node.kubernetes.io/not-ready", "value": "", "effect": "NoSchedule"}
+
+
+@dataclass
+class RebootingFleet(FakeFleet):
+    """A fleet whose nodes reboot in their window: a requested node carries the not-ready taint
+    (as the node lifecycle controller sets it) until the test answers its request with `finish`."""
+
+    outstanding: dict[str, NodeRequest] = field(default_factory=dict)
+    listings: int = 0
+
+    def activities(self) -> list[object]:
+        @activity.defn(name="list_target_nodes")
+        async def list_target_nodes(input: ListTargetNodesInput) -> ListTargetNodesResult:
+            self.listings += 1
+            return ListTargetNodesResult(nodes=[self._snapshot(n) for n in self.nodes])
+
+        @activity.defn(name="request_node_windows")
+        async def request_node_windows(input: RequestNodeWindowsInput) -> None:
+            self.calls.append(list(input.nodes))
+            for node, request in zip(input.nodes, input.requests, strict=True):
+                self.requests.append((node, request))
+                self.outstanding[node] = request
+
+        return [list_target_nodes, request_node_windows]
+
+    def _snapshot(self, node: NodeSnapshot) -> NodeSnapshot:
+        if node.name not in self.outstanding:
+            return node
+        return NodeSnapshot(name=node.name, labels=node.labels, taints=[*node.taints, NOT_READY_TAINT])
+
+    async def finish(self, client: Client, state: State = State.COMPLETE) -> list[str]:
+        """Answer every outstanding request (the windows end, the nodes are Ready again)."""
+        done, self.outstanding = self.outstanding, {}
+        for node, request in sorted(done.items()):
+            await answer(client, node, request, state)
+        return sorted(done)
