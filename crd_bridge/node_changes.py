@@ -3,8 +3,10 @@
 A rollout re-lists its nodes every few minutes on its own; the bridge makes joins and relabels
 visible at once by signalling `nodes_changed` to the rollouts whose selector matches the node before
 or after the change. Only changes a rollout's target selection depends on count: a new node, its
-labels, its taints (an untolerated taint blocks a node; its removal unblocks it). Status heartbeats
-and noderoll's own state annotation do not.
+labels, its taints (an untolerated taint blocks a node; its removal unblocks it), and, for a
+Package with `dependsOn`, a change of a dependency's record in the node's state annotation (the
+rollout holds a node back until its dependency is complete there). Status heartbeats and other
+state-annotation changes do not.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from api import keys
+from api.node_state import parse_node_state
 from api.package import PackageSpec
 from planning.targets import (
     UNSCHEDULABLE_TAINT_KEY,
@@ -54,15 +57,30 @@ def _taint_set(node: NodeView) -> set[tuple[str, str, str]]:
     }
 
 
+def changed_records(old: NodeView | None, new: NodeView) -> set[str]:
+    """Packages whose entry in the node's state annotation differs between `old` and `new`."""
+    if old is None or old.state_annotation == new.state_annotation:
+        return set()
+    before = parse_node_state(old.state_annotation)[0].packages
+    after = parse_node_state(new.state_annotation)[0].packages
+    return {name for name in set(before) | set(after) if before.get(name) != after.get(name)}
+
+
 def packages_to_notify(
     old: NodeView | None, new: NodeView, packages: Mapping[str, PackageSpec]
 ) -> list[str]:
-    """Packages whose selector matches the node before or after the change (sorted)."""
-    if not targeting_change(old, new):
+    """Packages whose selector matches the node before or after a change that concerns them (sorted)."""
+    targeting = targeting_change(old, new)
+    dependents = [s for s in packages.values() if s.depends_on]
+    records = changed_records(old, new) if dependents and not targeting else set()
+    if not targeting and not records:
         return []
     views: Iterable[NodeView] = (new,) if old is None else (old, new)
     return sorted(
-        name for name, spec in packages.items() if any(is_candidate(spec, view.labels) for view in views)
+        name
+        for name, spec in packages.items()
+        if (targeting or records.intersection(spec.depends_on))
+        and any(is_candidate(spec, view.labels) for view in views)
     )
 
 

@@ -41,3 +41,14 @@ def test_dependency_not_complete_makes_a_node_wait_with_the_reason() -> None:
 def test_dependency_blocker_accepts_the_required_version_only() -> None:
     assert dependency_blocker(SPEC, parse_node_state(state("2.0.0"))[0]) is None
     assert dependency_blocker(SPEC, parse_node_state("")[0]) is not None
+
+
+def test_bridge_notifies_dependents_when_a_dependency_record_changes() -> None:
+    from crd_bridge.node_changes import packages_to_notify
+
+    dependent = PackageSpec.model_validate({"version": "1.0.0", "image": "example.test/p:1.0.0", "dependsOn": {"base": "2.0.0"}})
+    plain = PackageSpec.model_validate({"version": "1.0.0", "image": "example.test/p:1.0.0"})
+    packages = {"dep": dependent, "plain": plain}
+    before, after = NodeView("n", state_annotation=state("2.0.0", "in_progress")), NodeView("n", state_annotation=state("2.0.0"))
+    assert packages_to_notify(before, after, packages) == ["dep"]
+    assert packages_to_notify(after, after, packages) == []
