@@ -4,15 +4,34 @@ A workflow cannot signal-with-start another workflow, so the rollout hands a who
 this activity: for each node, `start_workflow(NodeWorkflow, start_signal="request")` starts
 `node/<node>` when it does not run, or only signals it when it does. Idempotent: the node workflow
 drops a request whose `request_id` it has seen, so a retried activity sends nothing twice in effect.
+
+The failure policy of node workflows this worker starts can be tuned by environment (defaults:
+`NodeWorkflowInput`): `NODEROLL_NODE_STAGE_ATTEMPTS` (attempts per stage) and
+`NODEROLL_NODE_RETRY_BACKOFF_SECONDS` (backoff before the second attempt, doubling after).
 """
 
 from __future__ import annotations
+
+import os
 
 from temporalio import activity
 
 from activities.io import RequestNodeWindowsInput
 from api.keys import node_workflow_id
 from workflows.messages import NODE_WORKFLOW_TYPE, SIGNAL_NODE_REQUEST, NodeWorkflowInput
+
+STAGE_ATTEMPTS_ENV = "NODEROLL_NODE_STAGE_ATTEMPTS"
+RETRY_BACKOFF_ENV = "NODEROLL_NODE_RETRY_BACKOFF_SECONDS"
+
+
+def node_workflow_input(node: str) -> NodeWorkflowInput:
+    """The input of a new `node/<node>`: the defaults, tuned by the environment (module docstring)."""
+    tuned: dict[str, float] = {}
+    if os.environ.get(STAGE_ATTEMPTS_ENV):
+        tuned["stage_attempts"] = max(1, int(os.environ[STAGE_ATTEMPTS_ENV]))
+    if os.environ.get(RETRY_BACKOFF_ENV):
+        tuned["retry_backoff_seconds"] = max(0.0, float(os.environ[RETRY_BACKOFF_ENV]))
+    return NodeWorkflowInput(node=node, **tuned)  # type: ignore[arg-type]
 
 
 @activity.defn(name="request_node_windows")
@@ -23,7 +42,7 @@ async def request_node_windows(input: RequestNodeWindowsInput) -> None:
     for node, request in zip(input.nodes, input.requests, strict=True):
         await client.start_workflow(
             NODE_WORKFLOW_TYPE,
-            NodeWorkflowInput(node=node),
+            node_workflow_input(node),
             id=node_workflow_id(node),
             task_queue=task_queue,
             start_signal=SIGNAL_NODE_REQUEST,

@@ -41,16 +41,16 @@ class BridgeRun:
         return ["--temporal-address", self.stack.temporal_address, "--kubeconfig", str(self.stack.kubeconfig),
                 "--task-queue", self.task_queue]
 
-    def _start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - owned by the process record
         proc = subprocess.Popen([sys.executable, "-m", "worker.cli", *argv], stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
         self.processes[name] = proc
         return proc
 
-    def start_worker(self) -> None:
-        """`noderoll worker` on this run's task queue."""
-        self._start("worker", ["worker", *self._connection()])
+    def start_worker(self, env: dict[str, str] | None = None) -> None:
+        """`noderoll worker` on this run's task queue (`env`: extra environment variables)."""
+        self._start("worker", ["worker", *self._connection()], env)
 
     def start_bridge(self, name: str = "bridge") -> str:
         """`noderoll bridge` named `name` (also its Lease identity); returns the identity."""
