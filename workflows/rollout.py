@@ -180,7 +180,7 @@ class RolloutWorkflow(RolloutTargets):
                 continue
             if self._replan:
                 await self._plan_from_scratch()
-            elif (self._relist and workflow.now() >= self._listed_at + RELIST_MIN_INTERVAL) or (
+            elif (self._relist_wanted() and workflow.now() >= self._listed_at + RELIST_MIN_INTERVAL) or (
                 workflow.now() >= next_relist
             ):
                 await self._refresh_nodes()
@@ -402,7 +402,7 @@ class RolloutWorkflow(RolloutTargets):
 
         A re-list asked for by `nodes_changed` but not yet due shortens the wait to when it is due.
         """
-        if self._relist:
+        if self._relist_wanted():
             due = max(self._listed_at + RELIST_MIN_INTERVAL - workflow.now(), timedelta(seconds=1))
             if timeout is None or due < timeout:
                 try:
@@ -415,6 +415,18 @@ class RolloutWorkflow(RolloutTargets):
         except TimeoutError:
             return False
         return True
+
+    def _relist_wanted(self) -> bool:
+        """A `nodes_changed` re-list is pending and useful now.
+
+        Strict rollouts re-resolve their targets before every batch, and the nodes of the batch that
+        is out are theirs whatever their taints: while a batch is out, node changes (mostly our own
+        windows' cordons and reboots) wait for that re-resolution instead of costing a listing each.
+        """
+        planner = self._carry.planner
+        if self._strict and planner is not None and planner.current and not self._carry.halted:
+            return False
+        return self._relist
 
     def _set_working_phase(self) -> None:
         planner = self._carry.planner

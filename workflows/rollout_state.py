@@ -63,6 +63,9 @@ class NodeBook:
         self.carry.in_flight.pop(result.node, None)
         self.carry.outcomes[result.node] = result.state
         self.carry.messages[result.node] = result.message
+        if result.state == State.COMPLETE.value:
+            # A node relabelled away while its window ran was still updated: it did not depart untouched.
+            self.carry.departed.pop(result.node, None)
 
     def remaining(self) -> set[str]:
         """Eligible nodes that still need the package (no terminal outcome)."""

@@ -109,7 +109,9 @@ class RebootingFleet(FakeFleet):
 
     async def finish(self, client: Client, state: State = State.COMPLETE) -> list[str]:
         """Answer every outstanding request (the windows end, the nodes are Ready again)."""
-        done, self.outstanding = self.outstanding, {}
-        for node, request in sorted(done.items()):
-            await answer(client, node, request, state)
-        return sorted(done)
+        done = sorted(self.outstanding)
+        for node in done:
+            # Answered first, Ready after: a listing in between still sees the reboot taint.
+            await answer(client, node, self.outstanding[node], state)
+            del self.outstanding[node]
+        return done
