@@ -93,6 +93,7 @@ class RolloutWorkflow(RolloutTargets):
         self._relist_requested = False
         self._strict = False
         self._resolved = False
+        self._keep_in_flight = False
 
     # --- messages ---------------------------------------------------------------------------
 
@@ -208,7 +209,10 @@ class RolloutWorkflow(RolloutTargets):
             elif kind == "retry":
                 self._apply_retry(payload)
             elif kind == "spec":
+                before = self._spec_json
                 self._set_spec(payload)
+                # Requests in flight for the very same package spec stay valid across the re-plan.
+                self._keep_in_flight = self._spec is not None and self._spec_json == before
                 self._replan = True
                 # Never report the previous plan's Complete under the new generation.
                 self._set_phase(RolloutPhase.PENDING)
@@ -272,6 +276,9 @@ class RolloutWorkflow(RolloutTargets):
             if carry.paused:
                 self._set_phase(RolloutPhase.PAUSED)
                 await self._wait(None)
+            elif self._strict and carry.in_flight:
+                # Requests of an earlier plan still run (kept across a re-plan): the next batch waits.
+                await self._wait_unfinished(next_relist)
             elif self._strict and not self._resolved:
                 # Nodes may have left the selector, joined or finished a dependency since the last
                 # listing: re-resolve the targets, then plan the batch from them.

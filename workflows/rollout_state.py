@@ -55,7 +55,9 @@ class NodeBook:
         return f"{self.package}:{self.carry.epoch}:{node}:{self.carry.sequence}"
 
     def is_current(self, result: NodeResult) -> bool:
-        """Whether a result answers a request of the current epoch (older ones are stale)."""
+        """Whether a result answers a request of the current epoch or one still in flight (others are stale)."""
+        if self.strict and self.carry.in_flight.get(result.node) == result.request_id:
+            return True
         return result.request_id.startswith(f"{self.package}:{self.carry.epoch}:")
 
     def record(self, result: NodeResult) -> None:

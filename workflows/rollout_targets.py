@@ -52,6 +52,8 @@ class RolloutTargets:
     _strict: bool
     # Targets were re-resolved since the last batch was handed over (strict rollouts list before each batch).
     _resolved: bool
+    # The spec change being applied left the package spec as it was (only generation or policy changed).
+    _keep_in_flight: bool
 
     async def _withdraw(self) -> None:
         raise NotImplementedError  # RolloutWorkflow._withdraw
@@ -82,10 +84,15 @@ class RolloutTargets:
         carry = self._carry
         if carry.in_flight and carry.uninstalling:
             await self._withdraw()
+        kept: dict[str, str] = {}
         if self._strict:
-            # Requests of the previous plan are superseded by the new plan's (the node workflow keeps
-            # the newest per package): they must not keep nodes out of the new batches.
-            carry.in_flight.clear()
+            # Requests for the same package spec (a policy or generation change, a spec resent by a
+            # bridge) stay in flight: their nodes are neither requested again nor counted done early.
+            # Requests for another spec are superseded by the new plan's (the node keeps the newest).
+            if self._keep_in_flight and not carry.uninstalling:
+                kept = dict(carry.in_flight)
+            carry.in_flight = dict(kept)
+            self._keep_in_flight = False
         selection = await self._select()
         assert self._spec is not None
         identity = package_identity(self._input.package, self._spec.version)
@@ -95,7 +102,7 @@ class RolloutTargets:
         # The reported version changes only with the plan, so `progress` never mixes old counts and new version.
         self._version = self._spec.version
         carry.epoch += 1
-        carry.in_flight.clear()
+        carry.in_flight = kept
         carry.eligible = [n.name for n in selection.eligible]
         carry.outcomes = {node: "complete" for node in selection.done}
         carry.messages = {}

@@ -32,7 +32,13 @@ from tests.helpers import new_task_queue, unique_name
 from tests.workflows.rollout_fakes import RebootingFleet, progress
 from tests.workflows.test_node_workflow import register_search_attributes
 from tests.workflows.test_rollout import SPEC, policy
-from workflows.messages import SIGNAL_NODES_CHANGED, SIGNAL_PACKAGE_DELETED, RolloutInput
+from workflows.messages import (
+    SIGNAL_NODES_CHANGED,
+    SIGNAL_PACKAGE_DELETED,
+    SIGNAL_SPEC_CHANGED,
+    RolloutInput,
+    SpecChange,
+)
 from workflows.rollout import RolloutWorkflow
 
 
@@ -163,3 +169,19 @@ async def test_node_relabelled_out_of_the_selector_before_its_batch(temporal_tes
     assert left[0].name not in fleet.requested(), fleet.requested()
     assert report.phase is RolloutPhase.COMPLETE and report.counts == {State.COMPLETE.value: 2}, report
     assert left[0].name in report.message and "selector" in report.message, report
+
+
+async def test_a_spec_resent_mid_window_asks_no_node_twice(temporal_test_env: WorkflowEnvironment) -> None:
+    env, fleet = temporal_test_env, RebootingFleet.of(4, auto=False)
+    async with rollout(env, fleet, policy({"type": "fixed", "initialBatch": 2}, 2), dict(SPEC)) as (handle, _name):
+        await poll(env, handle, lambda p: bool(fleet.outstanding))
+        first = sorted(fleet.outstanding)
+        # Same package spec, new generation and policy (a policy edit, or a bridge resending the spec).
+        await handle.signal(SIGNAL_SPEC_CHANGED, SpecChange(dict(SPEC), 2, "p", policy({"type": "fixed", "initialBatch": 1}, 1)))
+        report = await poll(env, handle, lambda p: p.phase is not RolloutPhase.PENDING)
+        assert sorted(fleet.outstanding) == first and report.counts.get(State.IN_PROGRESS.value) == 2, report
+        for _ in range(4):
+            await fleet.finish(env.client)
+            report = await poll(env, handle, lambda p: bool(fleet.outstanding) or p.phase is RolloutPhase.COMPLETE)
+    assert report.phase is RolloutPhase.COMPLETE and report.counts == {State.COMPLETE.value: 4}, report
+    assert sorted(fleet.requested()) == ["n00", "n01", "n02", "n03"], fleet.requested()
