@@ -17,8 +17,9 @@ from temporalio.exceptions import ApplicationError
 from activities import errors, kube
 from activities.heartbeats import wait_slice
 from activities.io import RunInterruptInput, RunInterruptResult
-from activities.jobs import check_job, ensure_job, job_name, wait_job, watch_job_pods
+from activities.jobs import check_job, ensure_job, job_name, watch_job_pods
 from activities.nodes import snapshot
+from activities.stage_wait import wait_job
 from api.enums import InterruptType
 from worker import metrics
 
@@ -85,7 +86,7 @@ def run_interrupt(input: RunInterruptInput) -> RunInterruptResult:
         if kind == InterruptType.REBOOT:
             result = _confirm_reboot(input, name)
         else:
-            outcome = wait_job(name, time.monotonic() + input.job.timeout_seconds + 30)
+            outcome = wait_job(name, time.monotonic() + input.job.timeout_seconds + 30, input.job.node)
             boot_id, _ = _node_view(input.job.node)
             result = RunInterruptResult(name, outcome.exit_code, boot_id_after=boot_id, log_tail=outcome.log_tail)
     except ApplicationError:

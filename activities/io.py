@@ -184,7 +184,7 @@ class StageJob:
     package: str
     version: str
     node: str
-    # A stage (`apply`), its check (`apply-check`) or `interrupt`.
+    # A stage (`apply`), its check (`apply-check`, Jobs of older workflow runs) or `interrupt`.
     mode: str
     image: str
     # Stage attempt (1-based) and the window's key: both go into the deterministic Job name.
@@ -197,6 +197,8 @@ class StageJob:
     # For `interrupt`: {"type": ..., "services": [...]} (NODEROLL_INTERRUPT).
     interrupt: dict[str, Any] | None = None
     timeout_seconds: int = 1800
+    # The stage's check (`apply-check`), run in the same pod after the stage succeeded; None: no check.
+    check: str | None = None
 
 
 @dataclass
@@ -208,6 +210,9 @@ class RunStageJobResult:
     log_tail: str = ""
     # True when an existing Job was adopted (a retried activity) instead of created.
     adopted: bool = False
+    # The mode whose container decided the outcome: the stage, or its check when the check failed
+    # (or, on success, the last one that ran). "" from workers before stage+check Jobs.
+    mode: str = ""
 
     @property
     def succeeded(self) -> bool:

@@ -1,34 +1,39 @@
-"""Stage Jobs: create (or adopt) the Job of one stage and wait for its pod to finish. Does I/O.
+"""Stage Jobs: create (or adopt) the Job of one stage and its check and wait for its pod. Does I/O.
 
-The stage pod contract is in docs/architecture.md. Job and ConfigMap names derive from (package,
-version, node, mode, attempt, window), so an activity retried after a worker crash finds and adopts
-the Job its first attempt created instead of running the stage twice. The wait is a pod watch
-(restarted every few seconds to heartbeat), not a tight poll. The result carries the exit code and
-the log tail the kubelet (or fleetsim) put into `state.terminated.message`.
+The stage pod contract is in docs/architecture.md: one pod per stage, the stage as an init container
+and its check as the pod's container (NodeWright does the same), each container named after its
+mode, so a window pays one Job round trip per stage instead of two. Job and ConfigMap names derive
+from (package, version, node, mode, check, attempt, window), so an activity retried after a worker
+crash finds and adopts the Job its first attempt created instead of running the stage twice. The
+wait is one pod watch resumed from its last resourceVersion every few seconds (to heartbeat), not a
+poll. The result carries the exit code, the mode of the container that decided it (the stage or its
+check) and the log tail the kubelet (or fleetsim) put into `state.terminated.message`.
+
+A stage pod that disappears before it finished (deleted by a human, by the pod GC because its node
+was deleted) fails the attempt and its Job is deleted: the Job controller would otherwise run the
+stage again in a replacement pod under the same attempt, unseen by noderoll.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
-from temporalio import activity
 
 from activities import kube
-from activities.heartbeats import wait_slice
-from activities.io import RunStageJobResult, StageJob
+from activities.io import StageJob
 from api.keys import PACKAGE_POD_NAMESPACE
-from worker import metrics
 
-CONTAINER = "agent"
 HOST_ROOT = "/host"
 CONFIG_DIR = "/noderoll-config"
 WATCH_SECONDS = 5
+# While a stage pod runs, its node is looked at this often: a deleted node's pod never finishes
+# (no kubelet) until the pod GC removes it, 40 s or more later.
+NODE_CHECK_SECONDS = 30
 # Finished Jobs stay for inspection (`noderoll logs`, kubectl) and are then garbage-collected
 # where the TTL controller runs (GA in 1.23; ignored by older apiservers).
 TTL_SECONDS_AFTER_FINISHED = 7 * 24 * 3600
@@ -41,10 +46,23 @@ ANNOTATION_VERSION = "noderoll.io/package-version"
 
 def job_name(job: StageJob) -> str:
     """Deterministic, readable Job name of at most 63 characters (prefix + hash of the identity)."""
-    identity = "\0".join([job.package, job.version, job.node, job.mode, str(job.attempt), job.window])
-    digest = hashlib.sha256(identity.encode()).hexdigest()[:10]
+    parts = [job.package, job.version, job.node, job.mode, str(job.attempt), job.window]
+    if job.check:
+        parts.append(job.check)  # a stage+check Job never shares a name with a stage-only one
+    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
     prefix = f"nr-{job.package[:24].rstrip('-')}-{job.mode[:18].rstrip('-')}"
     return f"{prefix}-{digest}"
+
+
+def job_modes(job: StageJob) -> list[str]:
+    """The modes the Job's pod runs, in order: the stage, then its check when it has one (pure)."""
+    return [job.mode] if not job.check else [job.mode, job.check]
+
+
+def jobs_per_window(stages: int, interrupt: bool) -> int:
+    """Stage Jobs one node window creates for a package when every attempt succeeds (pure): one per
+    stage (its check runs in the stage's pod) and one for the interrupt. Tests count Jobs with it."""
+    return stages + int(interrupt)
 
 
 def _labels(job: StageJob) -> dict[str, str]:
@@ -56,12 +74,12 @@ def _labels(job: StageJob) -> dict[str, str]:
     }
 
 
-def _env(job: StageJob) -> list[dict[str, Any]]:
+def _env(job: StageJob, mode: str) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "NODEROLL_PACKAGE", "value": job.package},
         {"name": "NODEROLL_VERSION", "value": job.version},
         {"name": "NODEROLL_NODE", "value": job.node},
-        {"name": "NODEROLL_MODE", "value": job.mode},
+        {"name": "NODEROLL_MODE", "value": mode},
         {"name": "NODEROLL_ROOT", "value": HOST_ROOT},
         {"name": "NODEROLL_CONFIG_DIR", "value": CONFIG_DIR},
     ]
@@ -70,23 +88,45 @@ def _env(job: StageJob) -> list[dict[str, Any]]:
     return env + list(job.env)
 
 
-def job_manifest(job: StageJob, name: str) -> dict[str, Any]:
-    """The Job object of a stage (pure): pinned with nodeName, backoffLimit 0, host root + config mounted."""
-    labels = _labels(job)
+def _container(job: StageJob, mode: str) -> dict[str, Any]:
+    mounts = [{"name": "host", "mountPath": HOST_ROOT}]
+    if job.config:
+        mounts.append({"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
     container: dict[str, Any] = {
-        "name": CONTAINER,
+        "name": mode,  # modes are DNS labels (`apply`, `apply-check`): `kubectl logs -c apply-check`
         "image": job.image,
-        "args": [job.mode],
-        "env": _env(job),
+        "args": [mode],
+        "env": _env(job, mode),
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": {"privileged": True},
-        "volumeMounts": [
-            {"name": "host", "mountPath": HOST_ROOT},
-            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
-        ],
+        "volumeMounts": mounts,
     }
     if job.resources:
         container["resources"] = job.resources
+    return container
+
+
+def job_manifest(job: StageJob, name: str) -> dict[str, Any]:
+    """The Job object of a stage (pure): pinned with nodeName, backoffLimit 0, host root (+ config) mounted.
+
+    The stage runs as an init container and its check as the container, so the check starts only
+    after the stage succeeded, in the same pod; a stage without a check is the only container.
+    """
+    labels = _labels(job)
+    containers = [_container(job, mode) for mode in job_modes(job)]
+    volumes: list[dict[str, Any]] = [{"name": "host", "hostPath": {"path": "/"}}]
+    if job.config:
+        volumes.append({"name": "config", "configMap": {"name": name}})
+    pod_spec: dict[str, Any] = {
+        "nodeName": job.node,
+        "restartPolicy": "Never",
+        "hostPID": True,
+        "tolerations": job.tolerations,
+        "containers": containers[-1:],
+        "volumes": volumes,
+    }
+    if len(containers) > 1:
+        pod_spec["initContainers"] = containers[:-1]
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -103,36 +143,27 @@ def job_manifest(job: StageJob, name: str) -> dict[str, Any]:
             "ttlSecondsAfterFinished": TTL_SECONDS_AFTER_FINISHED,
             "template": {
                 "metadata": {"labels": labels, "annotations": {ANNOTATION_VERSION: job.version}},
-                "spec": {
-                    "nodeName": job.node,
-                    "restartPolicy": "Never",
-                    "hostPID": True,
-                    "tolerations": job.tolerations,
-                    "containers": [container],
-                    "volumes": [
-                        {"name": "host", "hostPath": {"path": "/"}},
-                        {"name": "config", "configMap": {"name": name}},
-                    ],
-                },
+                "spec": pod_spec,
             },
         },
     }
 
 
 def ensure_job(job: StageJob) -> tuple[str, bool]:
-    """Create the ConfigMap and the Job, or adopt them when they exist; return (name, adopted)."""
+    """Create the ConfigMap (only for a package with config) and the Job, or adopt them; return (name, adopted)."""
     name = job_name(job)
-    config_map = {
-        "apiVersion": "v1",
-        "kind": "ConfigMap",
-        "metadata": {"name": name, "namespace": PACKAGE_POD_NAMESPACE, "labels": _labels(job)},
-        "data": dict(job.config),
-    }
-    try:
-        kube.core().create_namespaced_config_map(PACKAGE_POD_NAMESPACE, config_map)
-    except ApiException as err:
-        if not kube.is_conflict(err):
-            kube.raise_for(err, f"create ConfigMap {name}")
+    if job.config:
+        config_map = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": PACKAGE_POD_NAMESPACE, "labels": _labels(job)},
+            "data": dict(job.config),
+        }
+        try:
+            kube.core().create_namespaced_config_map(PACKAGE_POD_NAMESPACE, config_map)
+        except ApiException as err:
+            if not kube.is_conflict(err):
+                kube.raise_for(err, f"create ConfigMap {name}")
     try:
         kube.batch().create_namespaced_job(PACKAGE_POD_NAMESPACE, job_manifest(job, name))
         return name, False
@@ -144,22 +175,47 @@ def ensure_job(job: StageJob) -> tuple[str, bool]:
 
 @dataclass
 class PodOutcome:
-    """A finished stage pod (exit code -1 when the Job failed without a pod result)."""
+    """A finished stage pod (exit code -1 when the Job failed without a pod result).
+
+    `mode` names the container that decided the outcome: the failing one, else the last one.
+    """
 
     exit_code: int
     log_tail: str
+    mode: str = ""
+
+
+def _statuses(pod: client.V1Pod) -> list[client.V1ContainerStatus]:
+    status = pod.status
+    if status is None:
+        return []
+    return [*(status.init_container_statuses or []), *(status.container_statuses or [])]
 
 
 def pod_outcome(pod: client.V1Pod) -> PodOutcome | None:
-    """The outcome of a finished pod, None while it runs (pure)."""
+    """The outcome of a finished pod, None while it runs (pure).
+
+    Containers are looked at in order (init containers first): the first that exited non-zero
+    decides; a pod that ended without such a container (deadline, eviction) fails in the first
+    container that did not finish.
+    """
     status = pod.status
     if status is None or status.phase not in ("Succeeded", "Failed"):
         return None
-    for container in status.container_statuses or []:
+    last: PodOutcome | None = None
+    pending = ""
+    for container in _statuses(pod):
         terminated = container.state.terminated if container.state else None
-        if container.name == CONTAINER and terminated is not None:
-            return PodOutcome(int(terminated.exit_code), terminated.message or "")
-    return PodOutcome(0 if status.phase == "Succeeded" else -1, status.message or status.reason or "")
+        if terminated is None:
+            pending = container.name
+            break
+        last = PodOutcome(int(terminated.exit_code), terminated.message or "", container.name)
+        if last.exit_code != 0:
+            return last
+    if status.phase == "Succeeded" and last is not None:
+        return last
+    message = status.message or status.reason or ""
+    return PodOutcome(0 if status.phase == "Succeeded" else -1, message, pending or (last.mode if last else ""))
 
 
 # Waiting reasons of a stage pod that waiting does not cure: the attempt fails at once and its Job is
@@ -170,16 +226,16 @@ UNSTARTABLE_REASONS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidIma
 
 
 def unstartable(pod: client.V1Pod) -> PodOutcome | None:
-    """A failed outcome for a pod whose agent container cannot start (pure), else None."""
-    statuses = (pod.status.container_statuses if pod.status else None) or []
-    for container in statuses:
+    """A failed outcome for a pod one of whose containers cannot start (pure), else None."""
+    for container in _statuses(pod):
         waiting = container.state.waiting if container.state else None
-        if container.name == CONTAINER and waiting is not None and waiting.reason in UNSTARTABLE_REASONS:
-            return PodOutcome(-1, f"stage pod cannot start: {waiting.reason}: {waiting.message or ''}")
+        if waiting is not None and waiting.reason in UNSTARTABLE_REASONS:
+            return PodOutcome(-1, f"stage pod cannot start: {waiting.reason}: {waiting.message or ''}",
+                              container.name)
     return None
 
 
-def _delete_job(name: str) -> None:
+def delete_job(name: str) -> None:
     try:
         kube.batch().delete_namespaced_job(name, PACKAGE_POD_NAMESPACE, propagation_policy="Background")
     except ApiException as err:
@@ -187,7 +243,7 @@ def _delete_job(name: str) -> None:
             kube.raise_for(err, f"delete Job {name}")
 
 
-def _job_failure(name: str) -> PodOutcome | None:
+def job_failure(name: str) -> PodOutcome | None:
     """A Job that failed without a finished pod (deadline exceeded, pod deleted) as an outcome."""
     try:
         job = kube.batch().read_namespaced_job(name, PACKAGE_POD_NAMESPACE)
@@ -201,6 +257,15 @@ def _job_failure(name: str) -> PodOutcome | None:
     return None
 
 
+def finished_outcome(name: str, pod: client.V1Pod) -> PodOutcome | None:
+    outcome = pod_outcome(pod)
+    if outcome is None:
+        outcome = unstartable(pod)
+        if outcome is not None:
+            delete_job(name)
+    return outcome
+
+
 def check_job(name: str) -> tuple[PodOutcome | None, str]:
     """One look at the Job's pods: (outcome or None, list resourceVersion to watch from)."""
     try:
@@ -208,14 +273,10 @@ def check_job(name: str) -> tuple[PodOutcome | None, str]:
     except ApiException as err:
         kube.raise_for(err, f"list pods of Job {name}")
     for pod in pods.items:
-        outcome = pod_outcome(pod)
+        outcome = finished_outcome(name, pod)
         if outcome is not None:
             return outcome, pods.metadata.resource_version
-        outcome = unstartable(pod)
-        if outcome is not None:
-            _delete_job(name)
-            return outcome, pods.metadata.resource_version
-    return _job_failure(name), pods.metadata.resource_version
+    return job_failure(name), pods.metadata.resource_version
 
 
 def watch_job_pods(name: str, resource_version: str, seconds: int) -> None:
@@ -237,31 +298,3 @@ def watch_job_pods(name: str, resource_version: str, seconds: int) -> None:
         kube.raise_for(err, f"watch pods of Job {name}")
     finally:
         stream.stop()
-
-
-def wait_job(name: str, deadline: float) -> PodOutcome:
-    """Wait for the Job's pod to finish, heartbeating; past `deadline` the stage counts as failed."""
-    while True:
-        outcome, resource_version = check_job(name)
-        if outcome is not None:
-            return outcome
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return PodOutcome(-1, f"Job {name} did not finish in time")
-        activity.heartbeat({"job": name})
-        watch_job_pods(name, resource_version, max(1, int(min(wait_slice(WATCH_SECONDS), remaining))))
-
-
-@activity.defn(name="run_stage_job")
-def run_stage_job(input: StageJob) -> RunStageJobResult:
-    """Run one stage (or check) as a Job pinned to the node; return its exit code and log tail."""
-    started = time.monotonic()
-    name, adopted = ensure_job(input)
-    # A small margin over the Job's own activeDeadlineSeconds, so the Job's verdict normally wins.
-    outcome = wait_job(name, time.monotonic() + input.timeout_seconds + 30)
-    # An adopted Job started before this attempt: its duration is unknown here, so it is not observed.
-    if not adopted:
-        metrics.record_stage_duration(input.package, input.mode, time.monotonic() - started)
-    if outcome.exit_code != 0:
-        metrics.record_stage_failure(input.package, input.mode)
-    return RunStageJobResult(job_name=name, exit_code=outcome.exit_code, log_tail=outcome.log_tail, adopted=adopted)

@@ -1,7 +1,9 @@
 """The Kubernetes client shared by every activity, and API error classification. Does I/O.
 
 One `ApiClient` per worker process (its urllib3 pool is thread-safe, and activities run in the
-worker's thread pool). `configure(kubeconfig)` is called once by `noderoll worker`; without a
+worker's thread pool); the pool keeps as many connections as the worker has activity threads
+(`configure(..., pool_size)`), else threads beyond the client's default of 5 per CPU open and
+throw away a connection per request. `configure(kubeconfig)` is called once by `noderoll worker`; without a
 kubeconfig the in-cluster service account is used. Every `ApiException` is classified here, in one
 place, so activities agree on what is retried (409, 429, 5xx, network), what means "gone" (404) and
 what is a bug in our request (other 4xx, non-retryable).
@@ -21,6 +23,9 @@ from activities import errors
 _lock = threading.Lock()
 _api_client: client.ApiClient | None = None
 _kubeconfig: str | None = None
+_pool_size: int | None = None
+# Connections beyond the activity slots: the worker's own calls outside activities.
+POOL_SPARE = 8
 
 
 class ApiErrorKind(StrEnum):
@@ -33,11 +38,16 @@ class ApiErrorKind(StrEnum):
     CLIENT = "client"
 
 
-def configure(kubeconfig: str | None) -> None:
-    """Use `kubeconfig` (a path) for the shared client; None means in-cluster config. Resets the client."""
-    global _api_client, _kubeconfig
+def configure(kubeconfig: str | None, pool_size: int | None = None) -> None:
+    """Use `kubeconfig` (a path) for the shared client; None means in-cluster config. Resets the client.
+
+    `pool_size`: connections kept open (one per thread that calls the API at once); None keeps the
+    client's default.
+    """
+    global _api_client, _kubeconfig, _pool_size
     with _lock:
         _kubeconfig = kubeconfig
+        _pool_size = pool_size
         _api_client = None
 
 
@@ -51,6 +61,8 @@ def api_client() -> client.ApiClient:
                 config.load_kube_config(config_file=_kubeconfig, client_configuration=configuration)
             else:
                 config.load_incluster_config(client_configuration=configuration)
+            if _pool_size is not None:
+                configuration.connection_pool_maxsize = _pool_size
             _api_client = client.ApiClient(configuration)
         return _api_client
 

@@ -166,13 +166,17 @@ def _condition(kind: str, on: bool, reason: str, message: str) -> dict[str, Any]
 def write_node_state(input: WriteNodeStateInput) -> None:
     """Write one state transition: annotation + status label (one patch), the two conditions, Events."""
 
-    def build(node: client.V1Node) -> dict[str, Any] | None:
-        metadata: dict[str, Any] = {"labels": {NODE_STATUS_LABEL: input.status}}
-        if input.state_annotation is not None:
-            metadata["annotations"] = {NODE_STATE_ANNOTATION: input.state_annotation}
-        return {"metadata": metadata}
-
-    patch_node_with_retry(input.node, build)
+    metadata: dict[str, Any] = {"labels": {NODE_STATUS_LABEL: input.status}}
+    if input.state_annotation is not None:
+        metadata["annotations"] = {NODE_STATE_ANNOTATION: input.state_annotation}
+    # No read first and no resourceVersion: the node workflow is the only writer of these two keys
+    # and the patch does not depend on the node's content (one request instead of two).
+    try:
+        kube.core().patch_node(input.node, {"metadata": metadata}, _content_type="application/merge-patch+json")
+    except ApiException as err:
+        if kube.is_not_found(err):
+            raise errors.fatal(f"node {input.node} does not exist", errors.NODE_NOT_FOUND) from err
+        kube.raise_for(err, f"patch node {input.node}")
     reason = input.status.replace("-", " ").title().replace(" ", "")
     conditions = [
         _condition(CONDITION_UPDATING, input.updating, reason, input.message or input.status),

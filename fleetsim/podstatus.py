@@ -121,6 +121,43 @@ def terminated_status(pod: dict[str, Any], exit_code: int, message: str, times: 
     return status
 
 
+def finished_status(pod: dict[str, Any], results: list[tuple[str, int, str]], times: tuple[str, str]) -> dict[str, Any]:
+    """A pod whose containers ran in order (init containers first) with `results` = [(name, exit code,
+    log tail)]: those that ran are terminated, the others never started; Succeeded only when every
+    container ran and exited 0, as a kubelet reports it."""
+    started, finished = times
+    uid = pod["metadata"]["uid"]
+    ran = {name: (code, message) for name, code, message in results}
+
+    def one(c: dict[str, Any]) -> dict[str, Any]:
+        state: dict[str, Any] = {"waiting": {"reason": "PodInitializing"}}
+        if c["name"] in ran:
+            code, message = ran[c["name"]]
+            state = {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                                    "message": message, "startedAt": started, "finishedAt": finished,
+                                    "containerID": container_id(uid, c["name"], 0)}}
+        return {"name": c["name"], "image": c.get("image", ""), "imageID": _image_id(c.get("image", "")),
+                "containerID": container_id(uid, c["name"], 0), "ready": False, "started": False,
+                "restartCount": 0, "state": state}
+
+    everything = [*_containers(pod, "initContainers"), *_containers(pod)]
+    succeeded = len(results) == len(everything) and all(code == 0 for _, code, _ in results)
+    status = dict(pod.get("status") or {})
+    status.update(
+        phase="Succeeded" if succeeded else "Failed",
+        conditions=[
+            _condition("Initialized", all(c["name"] in ran for c in _containers(pod, "initContainers")), started),
+            _condition("Ready", False, finished, "PodCompleted"),
+            _condition("ContainersReady", False, finished, "PodCompleted"),
+            _condition("PodScheduled", True, started),
+        ],
+        initContainerStatuses=[one(c) for c in _containers(pod, "initContainers")],
+        containerStatuses=[one(c) for c in _containers(pod)],
+    )
+    status.setdefault("startTime", started)
+    return status
+
+
 def waiting_status(pod: dict[str, Any], reason: str, message: str) -> dict[str, Any]:
     """Pending with every container waiting (ErrImagePull, ContainerCreating)."""
     status = dict(pod.get("status") or {})

@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
+from activities.jobs import pod_outcome
 from api import keys
 from api.enums import CanaryPhase, RolloutPhase
 from api.node_state import NodeState, PackageNodeState, parse_node_state
@@ -162,13 +163,13 @@ def node_view(node: k8s.V1Node) -> NodeView:
     )
 
 
-def _pod_exit(pod: k8s.V1Pod) -> tuple[int | None, str]:
-    """(exit code, terminated message) of the pod's container, when it terminated."""
-    for status in (pod.status.container_statuses or []) if pod.status else []:
-        terminated = status.state.terminated if status.state else None
-        if terminated is not None:
-            return terminated.exit_code, terminated.message or ""
-    return None, ""
+def _pod_exit(pod: k8s.V1Pod) -> tuple[int | None, str, str]:
+    """(exit code, terminated message, container) of a finished stage pod: the container that
+    decided it (a failing stage or check), else the last one; (None, "", "") while it runs."""
+    outcome = pod_outcome(pod)
+    if outcome is None:
+        return None, "", ""
+    return outcome.exit_code, outcome.log_tail, outcome.mode
 
 
 class Ops:
@@ -292,12 +293,13 @@ class Ops:
     def stage_log(self, pod: k8s.V1Pod, sandbox_dirs: list[Path]) -> StageLog:
         """The pod's log from the best source available (see the module docstring)."""
         name, labels = pod.metadata.name, pod.metadata.labels or {}
-        exit_code, message = _pod_exit(pod)
-        base = StageLog(name, labels.get(LABEL_MODE, ""), pod.status.phase if pod.status else "",
+        exit_code, message, container = _pod_exit(pod)
+        base = StageLog(name, container or labels.get(LABEL_MODE, ""), pod.status.phase if pod.status else "",
                         exit_code, "", "")
         try:
             base.text = self.core.read_namespaced_pod_log(
-                name, keys.PACKAGE_POD_NAMESPACE, _request_timeout=POD_LOG_TIMEOUT_SECONDS)
+                name, keys.PACKAGE_POD_NAMESPACE, container=container or None,
+                _request_timeout=POD_LOG_TIMEOUT_SECONDS)
             base.source = "pods/log"
             return base
         except ApiException as err:

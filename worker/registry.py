@@ -12,10 +12,10 @@ from typing import Any
 from activities.describe import describe_workflow_runs
 from activities.drain import drain_node, wait_protected_pods
 from activities.interrupts import run_interrupt
-from activities.jobs import run_stage_job
 from activities.leases import acquire_lease
 from activities.node_requests import request_node_windows
 from activities.nodes import cordon_node, read_node, uncordon_node, write_node_state
+from activities.stage_wait import run_stage_job
 from activities.targets import list_target_nodes
 from workflows.budget import BudgetWorkflow
 from workflows.node import NodeWorkflow

@@ -4,6 +4,12 @@ Connection settings come from flags, then environment variables, then a running 
 stack (`localstack.state.resolve_connection`). Activities are synchronous Kubernetes calls, run in
 a thread pool; SIGTERM/SIGINT shut the worker down gracefully (running activities get
 `graceful_shutdown_timeout` to finish, then Temporal retries them elsewhere).
+
+Concurrency: every node window in flight holds one activity slot for the whole wait of each of its
+Jobs or its reboot, so the slots bound how many windows run at once (a 1,000-node rollout with a
+25% budget runs batches of 250). The slots are threads blocked in a watch, cheap in memory; the
+Kubernetes client's connection pool is sized to them (`kube.configure`), so no thread opens and
+drops connections of its own ("Connection pool is full, discarding connection").
 """
 
 from __future__ import annotations
@@ -28,7 +34,8 @@ from worker.registry import ACTIVITIES, WORKFLOWS
 from worker.temporal_client import SERVICE_CONNECT_WAIT_SECONDS, connect
 
 log = logging.getLogger("noderoll.worker")
-ACTIVITY_THREADS = 32
+# Default activity slots (threads); `--max-concurrent-activities` / NODEROLL_MAX_CONCURRENT_ACTIVITIES.
+ACTIVITY_THREADS = 256
 
 
 @dataclass(frozen=True)
@@ -40,12 +47,18 @@ class WorkerSettings:
     task_queue: str
     kubeconfig: str | None
     metrics_port: int | None = None
+    # Activity slots of `noderoll worker` (and the Kubernetes connection pool sized to them).
+    max_concurrent_activities: int = ACTIVITY_THREADS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add `noderoll worker` to the CLI."""
     parser = subparsers.add_parser("worker", help="run the Temporal worker (all workflows and activities)")
     add_connection_arguments(parser)
+    parser.add_argument("--max-concurrent-activities", type=int,
+                        default=_env_int("NODEROLL_MAX_CONCURRENT_ACTIVITIES") or ACTIVITY_THREADS,
+                        help="activity slots, i.e. node windows waiting at once (env "
+                             f"NODEROLL_MAX_CONCURRENT_ACTIVITIES; default {ACTIVITY_THREADS})")
     parser.set_defaults(func=run)
 
 
@@ -81,13 +94,14 @@ def settings_from_args(args: argparse.Namespace, command: str = "worker") -> Wor
         task_queue=args.task_queue,
         kubeconfig=connection.kubeconfig,
         metrics_port=args.metrics_port,
+        max_concurrent_activities=max(1, getattr(args, "max_concurrent_activities", ACTIVITY_THREADS)),
     )
 
 
 async def start_service(settings: WorkerSettings) -> Client:
     """What every long-running process (worker, bridge) does first: Kubernetes client, Temporal
     (waiting for a frontend that is down or restarting), metrics endpoint."""
-    kube.configure(settings.kubeconfig)
+    kube.configure(settings.kubeconfig, pool_size=settings.max_concurrent_activities + kube.POOL_SPARE)
     client = await connect(
         settings.temporal_address, settings.namespace, wait_seconds=SERVICE_CONNECT_WAIT_SECONDS
     )
@@ -100,19 +114,20 @@ async def start_service(settings: WorkerSettings) -> Client:
 async def serve(settings: WorkerSettings, stop: asyncio.Event) -> None:
     """Run the worker until `stop` is set."""
     client = await start_service(settings)
-    with ThreadPoolExecutor(max_workers=ACTIVITY_THREADS, thread_name_prefix="activity") as pool:
+    slots = settings.max_concurrent_activities
+    with ThreadPoolExecutor(max_workers=slots, thread_name_prefix="activity") as pool:
         worker = Worker(
             client,
             task_queue=settings.task_queue,
             workflows=WORKFLOWS,
             activities=ACTIVITIES,
             activity_executor=pool,
-            max_concurrent_activities=ACTIVITY_THREADS,
+            max_concurrent_activities=slots,
             graceful_shutdown_timeout=timedelta(seconds=10),
         )
-        log.info("worker on %s namespace=%s task_queue=%s kubeconfig=%s",
+        log.info("worker on %s namespace=%s task_queue=%s kubeconfig=%s activity slots=%d",
                  settings.temporal_address, settings.namespace, settings.task_queue,
-                 settings.kubeconfig or "in-cluster")
+                 settings.kubeconfig or "in-cluster", slots)
         async with worker:
             await stop.wait()
 

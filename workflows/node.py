@@ -249,7 +249,7 @@ class NodeWorkflow:
         ))
         outcome = await run.execute()
         for name, result in sorted(outcome.results.items()):
-            if result.state == State.ERRORING.value and name not in self._pending:
+            if result.state == State.ERRORING.value and name not in self._pending and not outcome.node_gone:
                 self._held[name] = requests[name]
             await self._answer(requests[name], result)
         self._set_phase("Erroring" if self._held else "Idle")

@@ -7,22 +7,24 @@ The plan comes from `planning.node_plan` (one `NodeWindow`); this module only se
 2. when the window needs a drain: a lease from every budget of its requests (sorted, one at a
    time, so two windows never deadlock holding one budget each), cordon, wait for protected pods,
    drain;
-3. every package's stages before the interrupt, each stage followed by its check; a failed stage
-   or check is retried (new Job) up to `stage_attempts` times with doubling backoff;
+3. every package's stages before the interrupt, each stage and its check in one Job (one pod: the
+   stage, then the check); a failed stage or check is retried (new Job) up to `stage_attempts`
+   times with doubling backoff;
 4. the merged interrupt of the packages still healthy, then their post-interrupt stages;
 5. uncordon (only our cordon, and not when a package failed after the node was drained), write the
    final state, release the leases (also on failure), return one result per package.
+
+A node deleted during the window (`NodeNotFound` from any activity) ends it at once: every package
+errors with "node ... does not exist", nothing is retried and nothing more is written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.io import (
@@ -31,7 +33,6 @@ with workflow.unsafe.imports_passed_through():
         DrainNodeResult,
         NodeEvent,
         NodeInput,
-        ReadNodeResult,
         RunInterruptInput,
         RunInterruptResult,
         RunStageJobResult,
@@ -42,10 +43,9 @@ with workflow.unsafe.imports_passed_through():
         WriteNodeStateInput,
     )
     from api.enums import PlanAction, Stage, State
-    from api.node_state import NodeState, PackageNodeState, config_hashes, dump_node_state
-    from api.package import PackageSpec
+    from api.node_state import PackageNodeState, config_hashes, dump_node_state
     from planning.interrupts import InterruptRequest, merge_interrupts
-    from planning.node_plan import NodePlan, NodeWindow, StageStep
+    from planning.node_plan import NodeWindow, StageStep
     from planning.window import (
         EntryUpdate,
         drain_settings,
@@ -57,11 +57,10 @@ with workflow.unsafe.imports_passed_through():
         updated_entry,
     )
     from workflows.messages import (
-        NodeRequest,
         NodeResult,
-        NodeWorkflowInput,
     )
     from workflows.node_leases import WindowLeases
+    from workflows.node_window_types import Failure, WindowContext, WindowOutcome, cause, node_gone
 
 # Short Kubernetes calls: retried quickly, a handful of times; non-retryable types stop at once.
 API_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
@@ -73,46 +72,8 @@ WAIT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval
 API_TIMEOUT = timedelta(seconds=60)
 DRAIN_STAGE = "drain"
 WINDOW_STAGE = "window"
-
-
-@dataclass
-class WindowContext:
-    """Everything one window needs; `grants` is the workflow's live set of granted lease ids."""
-
-    settings: NodeWorkflowInput
-    key: str
-    snapshot: ReadNodeResult
-    recorded: NodeState
-    plan: NodePlan
-    window: NodeWindow
-    requests: dict[str, NodeRequest]
-    specs: dict[str, PackageSpec]
-    grants: set[str]
-    set_phase: Callable[[str], None]
-
-
-@dataclass
-class Failure:
-    """Why a package ended erroring in this window."""
-
-    stage: str
-    message: str
-    log: str = ""
-
-
-@dataclass
-class WindowOutcome:
-    """What the window did: one result per package, and whether the node was left cordoned."""
-
-    results: dict[str, NodeResult] = field(default_factory=dict)
-    left_cordoned: bool = False
-
-
-def _cause(err: ActivityError) -> str:
-    cause = err.cause
-    if isinstance(cause, ApplicationError):
-        return f"{cause.type}: {cause.message}"
-    return str(cause or err)
+# Runs of node workflows recorded before this patch ran a stage and its check as two Jobs.
+STAGE_AND_CHECK_ONE_JOB = "stage-and-check-one-job"
 
 
 class WindowRun:
@@ -152,11 +113,11 @@ class WindowRun:
         return NodeEvent(reason=reason, message=message, key=f"{self.ctx.key}/{reason}/{message[:40]}",
                          warning=warning)
 
-    def _job(self, name: str, mode: str, attempt: int) -> StageJob:
+    def _job(self, name: str, mode: str, attempt: int, check: str | None = None) -> StageJob:
         spec = self.ctx.specs[name]
         return StageJob(
             package=name, version=spec.version, node=self.node, mode=mode, image=spec.image,
-            attempt=attempt, window=self.ctx.key,
+            attempt=attempt, window=self.ctx.key, check=check,
             env=[{"name": e.name, "value": e.value} for e in spec.env],
             resources=spec.resources.model_dump(by_alias=True) if spec.resources else {},
             tolerations=stage_tolerations(self.ctx.snapshot.taints, spec),
@@ -172,8 +133,10 @@ class WindowRun:
                 summary=f"{job.package} {job.mode} #{job.attempt}",
             )
         except ActivityError as err:
+            if node_gone(err):
+                raise  # ends the window (execute)
             # The Job could not be run or watched at all: counts as a failed attempt.
-            return RunStageJobResult(job_name="", exit_code=-1, log_tail=_cause(err))
+            return RunStageJobResult(job_name="", exit_code=-1, log_tail=cause(err))
 
     # --- the steps --------------------------------------------------------------------------
 
@@ -223,11 +186,16 @@ class WindowRun:
         failed_mode = step.mode
         for attempt in range(1, attempts + 1):
             self._set(name, EntryUpdate(step.stage, State.IN_PROGRESS, attempt))
-            last = await self._run_job(self._job(name, step.mode, attempt))
-            failed_mode = step.mode
-            if last.succeeded and step.check is not None:
-                last = await self._run_job(self._job(name, step.check, attempt))
-                failed_mode = step.check
+            if workflow.patched(STAGE_AND_CHECK_ONE_JOB):
+                last = await self._run_job(self._job(name, step.mode, attempt, step.check))
+                # The check's own exit code and log, reported as the check's failure.
+                failed_mode = step.check if step.check and last.mode == step.check else step.mode
+            else:
+                last = await self._run_job(self._job(name, step.mode, attempt))
+                failed_mode = step.mode
+                if last.succeeded and step.check is not None:
+                    last = await self._run_job(self._job(name, step.check, attempt))
+                    failed_mode = step.check
             if last.succeeded:
                 return True
             if attempt < attempts:
@@ -273,7 +241,9 @@ class WindowRun:
                     heartbeat_timeout=self._heartbeat(), retry_policy=WAIT_RETRY,
                     summary=f"interrupt {merged.type.value} for {', '.join(names)}")
             except ActivityError as err:
-                result = RunInterruptResult(job_name="", exit_code=-1, log_tail=_cause(err))
+                if node_gone(err):
+                    raise
+                result = RunInterruptResult(job_name="", exit_code=-1, log_tail=cause(err))
             self.interrupted = True
             if result.exit_code == 0:
                 self.notes.append(self._event("Interrupted", f"{merged.type.value} for {', '.join(names)}" + (
@@ -317,7 +287,7 @@ class WindowRun:
         names = ", ".join(f"{n} {self.ctx.specs[n].version}" for n in window.packages)
         self._start_entries()
         leases = WindowLeases(self.node, self.ctx.key, self.ctx.grants)
-        left_cordoned = False
+        left_cordoned = gone = False
         try:
             try:
                 if window.needs_drain:
@@ -328,13 +298,15 @@ class WindowRun:
             except ActivityError as err:
                 # A Kubernetes call failed beyond its retries (API down, node deleted): the window
                 # ends erroring instead of failing the workflow and losing the queue.
-                self._fail_all(WINDOW_STAGE, _cause(err))
+                gone = node_gone(err)
+                self._fail_all(WINDOW_STAGE, f"node {self.node} does not exist" if gone else cause(err))
             self._finish_entries()
             left_cordoned = self.cordoned and bool(self.failures) and (self.drained or self.interrupted)
-            await self._close(left_cordoned)
+            if not gone:  # a deleted node has no cordon to lift and no state to write
+                await self._close(left_cordoned)
         finally:
             await leases.release()
-        return WindowOutcome(results=self._results(), left_cordoned=left_cordoned)
+        return WindowOutcome(results=self._results(), left_cordoned=left_cordoned and not gone, node_gone=gone)
 
     async def _close(self, left_cordoned: bool) -> None:
         """Uncordon (unless left cordoned) and write the final state; failures here are only logged."""
@@ -345,7 +317,7 @@ class WindowRun:
                     start_to_close_timeout=API_TIMEOUT, retry_policy=API_RETRY, summary="uncordon")
             await self._write(False, self._final_events(left_cordoned))
         except ActivityError as err:
-            workflow.logger.warning("closing window %s on %s failed: %s", self.ctx.key, self.node, _cause(err))
+            workflow.logger.warning("closing window %s on %s failed: %s", self.ctx.key, self.node, cause(err))
 
     async def _stages(self, window: NodeWindow) -> None:
         if window.needs_drain:
@@ -353,7 +325,7 @@ class WindowRun:
                 await self._prepare_node()
             except ActivityError as err:
                 # The host was not touched: fail the window, uncordon (left_cordoned needs a drain).
-                self._fail_all(DRAIN_STAGE, _cause(err))
+                self._fail_all(DRAIN_STAGE, cause(err))
                 return
         for name in window.packages:
             await self._run_steps(name, self.ctx.plan.packages[name].steps_before_interrupt())

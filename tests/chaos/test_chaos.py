@@ -3,7 +3,7 @@ kube-apiserver and a killed bridge, with nothing lost: it completes, no node sta
 (node, package, version, stage) Job is created twice, no stage runs twice on a host, no
 PodDisruptionBudget goes under its minimum, and the Package status is right.
 
-Sizes fit the README test command (see docs/reliability.md): `NODEROLL_CHAOS_NODES` (default 16)
+Sizes fit the README test command (see docs/reliability.md): `NODEROLL_CHAOS_NODES` (default 8)
 and `NODEROLL_CHAOS_KILLS` (default 3) scale test (a) (the issue's size: 30 and 10);
 `NODEROLL_CHAOS_SEED` replays its kill points; `NODEROLL_CHAOS_SMALL_NODES` (default 6) sizes (b)-(d).
 """
@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
+from activities.jobs import jobs_per_window
 from api.keys import GROUP, PACKAGE_PLURAL, POLICY_PLURAL, VERSION
 from bench.scenario import (
     PACKAGES_DIR,
@@ -35,9 +36,9 @@ from tests.helpers import unique_name
 from tests.helpers.chaos import ChaosStack, JobAudit, Noderoll, PdbWatcher, package_status, wait_for
 from tests.helpers.fleet import running_fleet
 
-# Stages of a fresh install of bench-sleep with a reboot: apply, config, post-interrupt with their
-# checks, plus the interrupt.
-JOBS_PER_NODE = 7
+# A fresh install of bench-sleep with a reboot: apply, config, post-interrupt (each with its check
+# in the same Job), plus the interrupt.
+JOBS_PER_NODE = jobs_per_window(stages=3, interrupt=True)
 SMALL = int(os.environ.get("NODEROLL_CHAOS_SMALL_NODES", "6"))
 ROLLOUT_TIMEOUT = 900.0
 # A restarted component or a killed worker stalls a rollout for up to a minute: more than the default.
@@ -142,7 +143,7 @@ def _kill_points(total_jobs: int, kills: int, seed: int) -> list[int]:
 
 
 def test_worker_sigkilled_at_random_points(chaos_stack: ChaosStack, tmp_path: Path) -> None:
-    nodes = int(os.environ.get("NODEROLL_CHAOS_NODES", "16"))
+    nodes = int(os.environ.get("NODEROLL_CHAOS_NODES", "8"))
     kills = int(os.environ.get("NODEROLL_CHAOS_KILLS", "3"))
     seed = int(os.environ.get("NODEROLL_CHAOS_SEED", str(random.randrange(1_000_000))))
     print(f"chaos (a): {nodes} nodes, {kills} worker kills, NODEROLL_CHAOS_SEED={seed}")

@@ -106,7 +106,13 @@ class Window:
             PACKAGE_POD_NAMESPACE, label_selector=f"noderoll.io/node={self.node}").items
 
     def modes_run(self) -> list[str]:
-        """Modes of this node's stage Jobs, sorted by name (creation timestamps have 1 s resolution)."""
+        """Modes run in this node's stage Jobs (a stage and its check share a Job: its init container
+        and its container, each named after its mode), sorted (creation timestamps have 1 s resolution)."""
+        return sorted(c.name for j in self.stage_jobs()
+                      for c in [*(j.spec.template.spec.init_containers or []), *j.spec.template.spec.containers])
+
+    def job_modes(self) -> list[str]:
+        """The stage (`noderoll.io/mode` label) of each of this node's Jobs, sorted."""
         return sorted(j.metadata.labels["noderoll.io/mode"] for j in self.stage_jobs())
 
     def condition(self, kind: str) -> str | None:

@@ -28,8 +28,9 @@ from activities.io import (
     WaitProtectedPodsInput,
     WriteNodeStateInput,
 )
-from activities.jobs import job_name, run_stage_job
+from activities.jobs import job_name
 from activities.nodes import cordon_node, patch_node_with_retry, read_node, uncordon_node, write_node_state
+from activities.stage_wait import run_stage_job
 from api.keys import CORDONED_BY_ANNOTATION, NODE_STATE_ANNOTATION, NODE_STATUS_LABEL, PACKAGE_POD_NAMESPACE
 from localstack.state import StackInfo
 from tests.helpers import unique_name

@@ -17,6 +17,7 @@ from temporalio.client import Client
 
 from activities import kube
 from activities.io import DrainNodeResult
+from activities.jobs import jobs_per_window
 from api.keys import CONDITION_ERRORING, CONDITION_UPDATING, CORDONED_BY_ANNOTATION, NODE_STATUS_LABEL
 from fleetsim.context import RUN_SECONDS_ANNOTATION
 from fleetsim.faults import Fault
@@ -184,7 +185,7 @@ async def test_failing_stage_is_retried_then_erroring_then_retry_signal_complete
         assert window.condition(CONDITION_ERRORING) == "True"
         # No interrupt: never cordoned, so nothing to leave cordoned.
         assert not node.spec.unschedulable
-        assert window.modes_run() == ["apply", "apply"]
+        assert window.job_modes() == ["apply", "apply"]  # one Job per attempt (its check never ran)
         handle = window.temporal.get_workflow_handle(f"node/{window.node}")
         await handle.signal(SIGNAL_NODE_RETRY)
         results = await wait_results(window, 2)
@@ -218,6 +219,7 @@ async def test_reboot_package_reboots_checks_and_uncordons(
     assert not node.spec.unschedulable
     assert window.modes_run() == sorted(["apply", "apply-check", "config", "config-check", "interrupt",
                                          "post-interrupt", "post-interrupt-check"])
+    assert len(window.stage_jobs()) == jobs_per_window(stages=3, interrupt=True)
     entry = window.state().packages["script-config"]
     assert (entry.stage, entry.state) == ("post-interrupt", "complete")
     await record_history(window.temporal, window.node, "node-window-reboot")
@@ -260,6 +262,7 @@ async def test_one_package_without_interrupt_needs_no_cordon_and_few_events(
         [result] = await wait_results(window, 1)
     assert (result.state, result.disrupted) == ("complete", False)
     assert window.modes_run() == sorted(["apply", "apply-check", "config", "config-check"])
+    assert len(window.stage_jobs()) == jobs_per_window(stages=2, interrupt=False)
     events = await history_events(window.temporal, window.node)
     print(f"history events of one package without interrupt: {events}")
     assert events < 100

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetsim import podstatus
+from fleetsim import podstatus, stagepods
 from fleetsim.command import parse_labels
 from fleetsim.faults import Fault, Faults, load_faults_file, parse_flag
 from fleetsim.images import ImageStore, split_reference
@@ -75,6 +75,30 @@ def test_terminated_status_reports_exit_code() -> None:
     assert failed["phase"] == "Failed"
     assert failed["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 3
     assert podstatus.terminated_status(pod, 0, "", ("t0", "t1"))["phase"] == "Succeeded"
+
+
+def test_finished_status_of_a_stage_and_its_check() -> None:
+    pod = {"metadata": {"uid": "u1"}, "status": {}, "spec": {
+        "initContainers": [{"name": "apply", "image": "i:1"}], "containers": [{"name": "apply-check", "image": "i:1"}]}}
+    stage_failed = podstatus.finished_status(pod, [("apply", 5, "stage broke")], ("t0", "t1"))
+    assert stage_failed["phase"] == "Failed"
+    [init], [check] = stage_failed["initContainerStatuses"], stage_failed["containerStatuses"]
+    assert init["state"]["terminated"]["exitCode"] == 5 and init["state"]["terminated"]["message"] == "stage broke"
+    assert check["state"] == {"waiting": {"reason": "PodInitializing"}}  # never started
+    check_failed = podstatus.finished_status(pod, [("apply", 0, ""), ("apply-check", 4, "no")], ("t0", "t1"))
+    assert check_failed["phase"] == "Failed"
+    assert check_failed["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 4
+    both = podstatus.finished_status(pod, [("apply", 0, ""), ("apply-check", 0, "")], ("t0", "t1"))
+    assert both["phase"] == "Succeeded"
+
+
+def test_stage_pod_steps_run_init_containers_first() -> None:
+    pod = {"metadata": {"name": "p", "namespace": "n", "labels": {}}, "spec": {
+        "initContainers": [{"name": "apply", "args": ["apply"], "env": [{"name": "NODEROLL_MODE", "value": "apply"}]}],
+        "containers": [{"name": "apply-check", "args": ["apply-check"]}]}}
+    steps = stagepods.pod_steps(pod)
+    assert [stagepods.pod_mode(pod, c) for c in steps] == ["apply", "apply-check"]
+    assert stagepods.pod_env(pod, steps[0]) == {"NODEROLL_MODE": "apply"}
 
 
 def test_node_names_and_labels() -> None:

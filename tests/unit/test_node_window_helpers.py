@@ -100,8 +100,9 @@ def test_job_name_is_deterministic_bounded_and_distinct_per_attempt_and_window()
     assert len(job_name(long)) <= 63
     assert job_name(a_job()) == job_name(a_job())
     names = {job_name(a_job()), job_name(a_job(attempt=2)), job_name(a_job(window="other-1")),
-             job_name(a_job(mode="apply-check")), job_name(a_job(version="550.2.0"))}
-    assert len(names) == 5
+             job_name(a_job(mode="apply-check")), job_name(a_job(version="550.2.0")),
+             job_name(a_job(check="apply-check"))}
+    assert len(names) == 6
     assert job_name(a_job()).startswith("nr-nvidia-driver-apply-")
 
 
@@ -114,13 +115,47 @@ def test_job_manifest_follows_the_stage_pod_contract() -> None:
     [container] = pod["containers"]
     env = {e["name"]: e["value"] for e in container["env"]}
     assert spec["backoffLimit"] == 0 and pod["nodeName"] == "gpu-node-0001" and pod["restartPolicy"] == "Never"
-    assert container["name"] == "agent" and container["args"] == ["interrupt"]
+    assert container["name"] == "interrupt" and container["args"] == ["interrupt"] and "initContainers" not in pod
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert env["NODEROLL_INTERRUPT"] == '{"services": [], "type": "reboot"}'
     assert env["NODEROLL_ROOT"] == "/host" and env["NODEROLL_CONFIG_DIR"] == "/noderoll-config"
     assert env["EXTRA"] == "1" and env["NODEROLL_MODE"] == "interrupt"
     assert {"name": "config", "configMap": {"name": "nr-x"}} in pod["volumes"]
     assert spec["template"]["metadata"]["labels"]["noderoll.io/component"] == "stage"
+
+
+def test_a_stage_and_its_check_run_in_one_pod() -> None:
+    manifest = job_manifest(a_job(check="apply-check"), "nr-x")
+    pod = manifest["spec"]["template"]["spec"]
+    [stage], [check] = pod["initContainers"], pod["containers"]
+    assert (stage["name"], stage["args"], check["name"], check["args"]) == (
+        "apply", ["apply"], "apply-check", ["apply-check"])
+    assert {e["name"]: e["value"] for e in check["env"]}["NODEROLL_MODE"] == "apply-check"
+    # No config: no ConfigMap volume (and ensure_job creates no ConfigMap).
+    assert [v["name"] for v in pod["volumes"]] == ["host"]
+    assert manifest["metadata"]["labels"]["noderoll.io/mode"] == "apply"
+
+
+def _status(name: str, exit_code: int | None, message: str = "") -> client.V1ContainerStatus:
+    state = client.V1ContainerState(
+        terminated=client.V1ContainerStateTerminated(exit_code=exit_code, message=message) if exit_code is not None
+        else None,
+        waiting=client.V1ContainerStateWaiting(reason="PodInitializing") if exit_code is None else None)
+    return client.V1ContainerStatus(name=name, image="i", image_id="", ready=False, restart_count=0, state=state)
+
+
+@pytest.mark.parametrize(("phase", "init", "main", "expected"), [
+    pytest.param("Failed", (0, "staged"), (4, "check says no"), (4, "check says no", "apply-check"), id="check-fails"),
+    pytest.param("Failed", (3, "stage broke"), None, (3, "stage broke", "apply"), id="stage-fails"),
+    pytest.param("Succeeded", (0, "staged"), (0, "checked"), (0, "checked", "apply-check"), id="both-succeed"),
+])
+def test_pod_outcome_names_the_container_that_decided(
+        phase: str, init: tuple[int, str], main: tuple[int, str] | None, expected: tuple[int, str, str]) -> None:
+    pod = client.V1Pod(status=client.V1PodStatus(
+        phase=phase, init_container_statuses=[_status("apply", *init)],
+        container_statuses=[_status("apply-check", *(main or (None,)))]))
+    outcome = pod_outcome(pod)
+    assert outcome is not None and (outcome.exit_code, outcome.log_tail, outcome.mode) == expected
 
 
 def test_pod_outcome_reads_exit_code_and_termination_message() -> None:

@@ -49,15 +49,18 @@ class FakeNode:
     writes: list[WriteNodeStateInput] = field(default_factory=list)
     # When set, drain_node fails with this non-retryable error type (e.g. errors.DRAIN_TIMEOUT).
     drain_error: str = ""
+    # When set, the stage Job of this mode finds the node deleted (NodeNotFound).
+    deleted_at: str = ""
+    ran: list[str] = field(default_factory=list)
 
     def names(self) -> list[str]:
         """The activity names called, in order."""
         return [name for name, _ in self.calls]
 
     def modes(self) -> list[str]:
-        """The modes of stage Jobs and interrupts, in order."""
-        return [arg.mode if isinstance(arg, StageJob) else f"interrupt:{arg.job.interrupt['type']}"
-                for name, arg in self.calls if name in ("run_stage_job", "run_interrupt")]
+        """The modes that ran (a stage, then its check in the same Job when the stage succeeded) and
+        interrupts, in order."""
+        return list(self.ran)
 
     def _exit(self, mode: str) -> int:
         script = self.exits.get(mode)
@@ -111,12 +114,19 @@ class FakeNode:
         self.calls.append(("run_stage_job", input))
         name = job_name(input)
         self.jobs.append(name)
-        code = self._exit(input.mode)
-        return RunStageJobResult(name, code, log_tail=f"{input.mode} exited {code}\nlast line")
+        if input.mode == self.deleted_at:
+            raise errors.fatal(f"node {self.name} does not exist (deleted during the window)", errors.NODE_NOT_FOUND)
+        mode, code = input.mode, self._exit(input.mode)
+        self.ran.append(mode)
+        if code == 0 and input.check:
+            mode, code = input.check, self._exit(input.check)
+            self.ran.append(mode)
+        return RunStageJobResult(name, code, log_tail=f"{mode} exited {code}\nlast line", mode=mode)
 
     @activity.defn(name="run_interrupt")
     def run_interrupt(self, input: RunInterruptInput) -> RunInterruptResult:
         self.calls.append(("run_interrupt", input))
+        self.ran.append(f"interrupt:{input.job.interrupt['type'] if input.job.interrupt else ''}")
         code = self._exit("interrupt")
         if code == 0 and input.job.interrupt and input.job.interrupt["type"] == "reboot":
             self.boot_id = f"boot-{uuid.uuid4().hex[:6]}"

@@ -165,6 +165,38 @@ async def test_one_package_without_interrupt_runs_stages_and_checks_only(
         assert events < 100
 
 
+async def test_a_stage_and_its_check_are_one_job_and_a_failing_check_is_reported_as_the_check(
+    temporal_test_env: WorkflowEnvironment,
+) -> None:
+    node = FakeNode(name=f"node-{uuid.uuid4().hex[:8]}", exits={"apply-check": [4, 4, 4]})
+    async with harness(temporal_test_env, node) as h:
+        await h.request("sysctl", a_spec())
+        [result] = await h.results(1)
+        assert (result.state, result.stage) == ("erroring", "apply")
+        assert result.message.startswith("apply-check failed after 3 attempts (exit code 4)")
+        assert "apply-check exited 4" in result.log_tail
+        # One Job per attempt, each running the stage then its check.
+        assert h.node.modes() == ["apply", "apply-check"] * 3
+        assert len(set(h.node.jobs)) == 3
+        state, _ = parse_node_state(h.node.state_annotation)
+        assert "apply-check failed" in (state.packages["sysctl"].last_error or "")
+
+
+async def test_a_node_deleted_during_its_window_ends_it_without_retries(
+    temporal_test_env: WorkflowEnvironment,
+) -> None:
+    node = FakeNode(name=f"node-{uuid.uuid4().hex[:8]}", deleted_at="config")
+    async with harness(temporal_test_env, node) as h:
+        await h.request("kernel", a_spec(interrupt={"type": "reboot"}))
+        [result] = await h.results(1)
+        assert result.state == "erroring" and "does not exist" in result.message
+        assert h.node.modes() == ["apply", "apply-check"]  # config was not retried
+        # Nothing written to (or uncordoned on) the deleted node after its deletion.
+        assert h.node.names()[-1] == "run_stage_job"
+        # Nothing held for a retry: the workflow completes.
+        assert await h.closed() == WorkflowExecutionStatus.COMPLETED
+
+
 async def test_reboot_package_cordons_drains_interrupts_and_uncordons(
     temporal_test_env: WorkflowEnvironment,
 ) -> None:
