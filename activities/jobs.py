@@ -10,8 +10,8 @@ poll. The result carries the exit code, the mode of the container that decided i
 check) and the log tail the kubelet (or fleetsim) put into `state.terminated.message`.
 
 A stage pod that disappears before it finished (deleted by a human, by the pod GC because its node
-was deleted) fails the attempt and its Job is deleted: the Job controller would otherwise run the
-stage again in a replacement pod under the same attempt, unseen by noderoll.
+was deleted) fails the attempt and its Job is ended (`end_job`): the Job controller would otherwise
+run the stage again in a replacement pod under the same attempt, unseen by noderoll.
 """
 
 from __future__ import annotations
@@ -241,6 +241,17 @@ def delete_job(name: str) -> None:
     except ApiException as err:
         if not kube.is_not_found(err):
             kube.raise_for(err, f"delete Job {name}")
+
+
+def end_job(name: str) -> None:
+    """End a Job as failed without deleting it: `activeDeadlineSeconds: 1` makes the Job controller
+    mark it Failed (DeadlineExceeded) and remove its pods, so no replacement pod runs the stage again
+    while the Job stays for inspection (and as the record of the failed attempt)."""
+    try:
+        kube.batch().patch_namespaced_job(name, PACKAGE_POD_NAMESPACE, {"spec": {"activeDeadlineSeconds": 1}})
+    except ApiException as err:
+        if not kube.is_not_found(err):
+            kube.raise_for(err, f"end Job {name}")
 
 
 def job_failure(name: str) -> PodOutcome | None:

@@ -4,11 +4,13 @@ One list, then one watch of the Job's pods resumed from the last resourceVersion
 few seconds at a time, to heartbeat), so a 5 s stage costs one list and one or two watches. The
 attempt's pod is remembered (also in the heartbeat details, for an activity retried after a worker
 crash): when it is deleted before it finished, or replaced by the Job controller, the attempt fails
-and the Job is deleted, and when the node itself is gone the activity fails with `NodeNotFound`.
+and the Job is ended (failed, kept), and when the node itself is gone the activity fails with
+`NodeNotFound`.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -23,13 +25,15 @@ from activities.jobs import (
     NODE_CHECK_SECONDS,
     WATCH_SECONDS,
     PodOutcome,
-    delete_job,
+    end_job,
     ensure_job,
     finished_outcome,
     job_failure,
 )
 from api.keys import PACKAGE_POD_NAMESPACE
 from worker import metrics
+
+log = logging.getLogger(__name__)
 
 
 def _previous_pod() -> str:
@@ -54,11 +58,12 @@ class JobWait:
         self.node_checked = time.monotonic()
 
     def _gone(self) -> PodOutcome:
-        """Our pod vanished (or was replaced) before it finished: fail the attempt, delete the Job."""
-        delete_job(self.name)
+        """Our pod vanished (or was replaced) before it finished: fail the attempt, end the Job."""
+        log.info("stage pod %s of Job %s deleted before it finished", self.pod_name or self.pod_uid, self.name)
+        end_job(self.name)
         self.check_node()
         return PodOutcome(-1, f"stage pod {self.pod_name or self.pod_uid} was deleted before it finished "
-                              f"(Job {self.name} deleted; the stage runs again as the next attempt)")
+                              f"(Job {self.name} ended; the stage runs again as the next attempt)")
 
     def check_node(self) -> None:
         """Raise NodeNotFound (non-retryable) when the Job's node no longer exists."""
@@ -69,7 +74,7 @@ class JobWait:
             kube.core().read_node(self.node)
         except ApiException as err:
             if kube.is_not_found(err):
-                delete_job(self.name)
+                end_job(self.name)
                 raise errors.fatal(f"node {self.node} does not exist (deleted during the window)",
                                    errors.NODE_NOT_FOUND) from err
             kube.raise_for(err, f"read node {self.node}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -32,8 +33,9 @@ from activities.jobs import job_name
 from activities.nodes import cordon_node, patch_node_with_retry, read_node, uncordon_node, write_node_state
 from activities.stage_wait import run_stage_job
 from api.keys import CORDONED_BY_ANNOTATION, NODE_STATE_ANNOTATION, NODE_STATUS_LABEL, PACKAGE_POD_NAMESPACE
+from fleetsim.faults import Fault
 from localstack.state import StackInfo
-from tests.helpers import unique_name
+from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.integration.node_window_support import SYSCTL_IMAGE, cordon, wait_pods_running
 
@@ -216,3 +218,53 @@ def test_reboot_is_confirmed_by_a_new_boot_id_and_never_repeated(node: str, kube
     with pytest.raises(ApiException) as missing:
         client.BatchV1Api(kube_api_client).read_namespaced_job(job_name(again), PACKAGE_POD_NAMESPACE)
     assert missing.value.status == 404
+
+
+def _stage_and_check(node: str) -> StageJob:
+    return StageJob(package="sysctl-tuning", version="1.0.0", node=node, mode="apply", check="apply-check",
+                    image=SYSCTL_IMAGE, window=unique_name("w"), tolerations=[{"operator": "Exists"}],
+                    timeout_seconds=60)
+
+
+def test_a_failing_check_in_the_stage_pod_is_reported_as_the_check(
+        local_stack: StackInfo, kube_api_client: ApiClient) -> None:
+    kube.configure(local_stack.kubeconfig)
+    with running_fleet(local_stack, nodes=1) as fleet:
+        node = fleet.node_names[0]
+        fleet.options.faults.add(Fault("fail-stage", nodes=node, mode="apply-check", exit_code=4))
+        result = ActivityEnvironment().run(run_stage_job, _stage_and_check(node))
+    assert (result.exit_code, result.mode) == (4, "apply-check") and "injected fault" in result.log_tail
+    [pod] = client.CoreV1Api(kube_api_client).list_namespaced_pod(
+        PACKAGE_POD_NAMESPACE, label_selector=f"job-name={result.job_name}").items
+    [stage] = pod.status.init_container_statuses
+    assert stage.name == "apply" and stage.state.terminated.exit_code == 0
+
+
+def test_a_stage_pod_deleted_before_it_finished_fails_the_attempt_and_ends_its_job(
+        local_stack: StackInfo, kube_api_client: ApiClient) -> None:
+    kube.configure(local_stack.kubeconfig)
+    core, batch = client.CoreV1Api(kube_api_client), client.BatchV1Api(kube_api_client)
+    with running_fleet(local_stack, nodes=1) as fleet:
+        node = fleet.node_names[0]
+        fleet.options.faults.add(Fault("hang", nodes=node, mode="apply"))
+        job = _stage_and_check(node)
+        name = job_name(job)
+
+        def running_pod() -> str:
+            pods = core.list_namespaced_pod(PACKAGE_POD_NAMESPACE, label_selector=f"job-name={name}").items
+            assert pods and pods[0].status.phase == "Running"
+            return str(pods[0].metadata.name)
+
+        with ThreadPoolExecutor(1) as pool:
+            deleting = pool.submit(lambda: core.delete_namespaced_pod(
+                assert_eventually(running_pod, timeout=30), PACKAGE_POD_NAMESPACE))
+            result = ActivityEnvironment().run(run_stage_job, job)
+            deleting.result()
+    assert result.exit_code == -1 and "deleted before it finished" in result.log_tail
+
+    def job_failed() -> None:
+        conditions = batch.read_namespaced_job(name, PACKAGE_POD_NAMESPACE).status.conditions or []
+        assert any(c.type == "Failed" and c.status == "True" for c in conditions), conditions
+
+    # The Job stays (the record of the failed attempt) but runs nothing more.
+    assert_eventually(job_failed, timeout=30)
