@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
@@ -61,16 +62,25 @@ class ChaosStack:
 
 
 class Noderoll:
-    """`noderoll worker` and `noderoll bridge` of one test, on their own task queue."""
+    """`noderoll worker` and `noderoll bridge` of one test, on their own task queue.
 
-    def __init__(self, info: StackInfo, workdir: Path) -> None:
+    `env`: extra environment variables of every process started (e.g. the worker's node-window
+    retry tuning, `activities.node_requests`); the processes inherit this process's environment.
+    """
+
+    def __init__(self, info: StackInfo, workdir: Path, env: dict[str, str] | None = None) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.procs = ProcessSet(workdir)
         self.conn = Connection(info.temporal_address, info.kubeconfig, f"tq-{uuid.uuid4()}")
+        self.env = dict(env or {})
         self.kills = 0
 
     def start(self, name: str) -> None:
-        self.procs.start_noderoll(name, [name], self.conn)
+        # ProcessSet passes os.environ to the child: set the extras only around the start.
+        with pytest.MonkeyPatch.context() as patch:
+            for key, value in self.env.items():
+                patch.setenv(key, value)
+            self.procs.start_noderoll(name, [name], self.conn)
 
     def kill(self, name: str) -> None:
         """SIGKILL the process (no graceful shutdown), then start a fresh one."""

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
+from activities.node_requests import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
 from api import keys
 from fleetsim.nodes import node_name
 from localstack.state import StackInfo
@@ -76,7 +77,12 @@ def rollout(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) ->
                               objects.policy["metadata"]["name"], launch.task_queue)
     api = k8s_config.new_client_from_config(config_file=local_stack.kubeconfig)
     try:
-        procs.start_processes(launch, record)
+        # The worker inherits the environment: the failing node's 3 attempts 1 s and 2 s apart
+        # instead of the default 30 s and 60 s (what `retry` shows does not depend on the wait).
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv(STAGE_ATTEMPTS_ENV, "3")
+            env.setenv(RETRY_BACKOFF_ENV, "1")
+            procs.start_processes(launch, record)
         nodes = procs.wait_for_fleet(k8s.CoreV1Api(api), launch, record)
         procs.apply_objects(k8s.CustomObjectsApi(api), objects)
         flags = ["--temporal-address", local_stack.temporal_address, "--kubeconfig", local_stack.kubeconfig]
