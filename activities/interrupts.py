@@ -1,7 +1,8 @@
 """The merged interrupt of a node window: run it and confirm it took effect. Does I/O.
 
 Services (and noop) are confirmed by the interrupt Job succeeding. A reboot is confirmed by the
-node itself: a new `bootID` and `Ready=True` again within `reboot_timeout_seconds`. The pod of a
+node itself: a new `bootID` and `Ready=True` again within `reboot_timeout_seconds`, seen through a
+watch of that one node (a few events per reboot, not a read every 2 s). The pod of a
 reboot may be killed by the very reboot it triggers, so its exit code only matters when the node
 never rebooted.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -17,23 +19,45 @@ from temporalio.exceptions import ApplicationError
 from activities import errors, kube
 from activities.heartbeats import wait_slice
 from activities.io import RunInterruptInput, RunInterruptResult
-from activities.jobs import check_job, ensure_job, job_name, watch_job_pods
+from activities.jobs import WATCH_SECONDS, PodOutcome, check_job, ensure_job, job_name, watch_job_pods
 from activities.nodes import snapshot
 from activities.stage_wait import wait_job
 from api.enums import InterruptType
 from worker import metrics
 
-POLL_SECONDS = 2
 
-
-def _node_view(name: str) -> tuple[str, bool]:
+def _read_node(name: str) -> client.V1Node:
     try:
-        view = snapshot(kube.core().read_node(name))
+        return kube.core().read_node(name)
     except ApiException as err:
         if kube.is_not_found(err):
             raise errors.fatal(f"node {name} disappeared during its reboot", errors.NODE_NOT_FOUND) from err
         kube.raise_for(err, f"read node {name}")
+
+
+def _node_view(name: str) -> tuple[str, bool]:
+    view = snapshot(_read_node(name))
     return view.boot_id, view.ready
+
+
+def _next_node(current: client.V1Node, seconds: int) -> client.V1Node:
+    """The node after its next change, or as it was after `seconds` (a watch of this one node from
+    its resourceVersion: a reboot costs a few watch events instead of a read every 2 s)."""
+    name = current.metadata.name
+    stream = watch.Watch()
+    try:
+        for event in stream.stream(kube.core().list_node, field_selector=f"metadata.name={name}",
+                                   resource_version=current.metadata.resource_version, timeout_seconds=seconds):
+            if event["type"] == "DELETED":
+                raise errors.fatal(f"node {name} disappeared during its reboot", errors.NODE_NOT_FOUND)
+            return event["object"]
+    except ApiException as err:
+        if err.status != 410:
+            kube.raise_for(err, f"watch node {name}")
+        return _read_node(name)  # resourceVersion too old: read it again
+    finally:
+        stream.stop()
+    return current
 
 
 def _rebooted_since(input: RunInterruptInput) -> bool:
@@ -44,19 +68,22 @@ def _rebooted_since(input: RunInterruptInput) -> bool:
 def _confirm_reboot(input: RunInterruptInput, name: str) -> RunInterruptResult:
     node = input.job.node
     deadline = time.monotonic() + input.reboot_timeout_seconds
-    exit_code, log_tail = 0, ""
+    current = _read_node(node)
+    outcome: PodOutcome | None = None
     while True:
-        boot_id, ready = _node_view(node)
+        view = snapshot(current)
+        boot_id, ready = view.boot_id, view.ready
         rebooted = bool(boot_id) and boot_id != input.boot_id_before
         if rebooted and ready:
-            return RunInterruptResult(name, 0, boot_id_after=boot_id, log_tail=log_tail)
-        # Once rebooted, the Job no longer matters (and may not exist: see run_interrupt).
-        outcome, resource_version = (None, "") if rebooted else check_job(name)
-        if outcome is not None:
-            exit_code, log_tail = outcome.exit_code, outcome.log_tail
-            if exit_code != 0 and not rebooted:
+            return RunInterruptResult(name, 0, boot_id_after=boot_id, log_tail=outcome.log_tail if outcome else "")
+        resource_version = ""
+        # Until the interrupt pod finished (once rebooted the Job no longer matters, and may not exist:
+        # see run_interrupt); its outcome is looked up once, not on every turn.
+        if outcome is None and not rebooted:
+            outcome, resource_version = check_job(name)
+            if outcome is not None and outcome.exit_code != 0:
                 # The interrupt pod failed before the node went down: nothing rebooted.
-                return RunInterruptResult(name, exit_code, boot_id_after=boot_id, log_tail=log_tail)
+                return RunInterruptResult(name, outcome.exit_code, boot_id_after=boot_id, log_tail=outcome.log_tail)
         if time.monotonic() > deadline:
             state = "rebooted but not Ready" if rebooted else f"boot id still {boot_id or 'unknown'}"
             raise errors.fatal(
@@ -64,10 +91,12 @@ def _confirm_reboot(input: RunInterruptInput, name: str) -> RunInterruptResult:
                 errors.INTERRUPT_TIMEOUT,
             )
         activity.heartbeat({"job": name, "boot_id": boot_id, "ready": ready})
+        seconds = max(1, int(wait_slice(WATCH_SECONDS)))
         if outcome is None and not rebooted:
-            watch_job_pods(name, resource_version, max(1, int(wait_slice(POLL_SECONDS))))
+            watch_job_pods(name, resource_version, seconds)
+            current = _read_node(node)
         else:
-            time.sleep(wait_slice(POLL_SECONDS))
+            current = _next_node(current, seconds)
 
 
 @activity.defn(name="run_interrupt")
