@@ -49,9 +49,12 @@ def _previous_pod() -> str:
 class JobWait:
     """The wait for one Job's pod: the pod's uid once seen, and the resourceVersion to watch from."""
 
-    def __init__(self, name: str, node: str) -> None:
+    def __init__(self, name: str, node: str, created: bool = False) -> None:
         self.name = name
         self.node = node
+        # Just created by this attempt: a first look without pods is the Job controller not having
+        # created the pod yet, not a Job that failed without one (no `get jobs` for it).
+        self.created = created
         self.pod_uid = _previous_pod()
         self.pod_name = ""
         self.resource_version = ""
@@ -104,6 +107,9 @@ class JobWait:
         if ours:
             # Without a remembered pod, the oldest is the attempt's (a Job of backoffLimit 0 has one).
             return self._see(min(ours, key=lambda p: p.metadata.creation_timestamp))
+        if self.created:
+            self.created = False
+            return None
         return job_failure(self.name)
 
     def watch(self, seconds: int) -> PodOutcome | None:
@@ -129,9 +135,10 @@ class JobWait:
         return None
 
 
-def wait_job(name: str, deadline: float, node: str = "") -> PodOutcome:
-    """Wait for the Job's pod to finish, heartbeating; past `deadline` the stage counts as failed."""
-    wait = JobWait(name, node)
+def wait_job(name: str, deadline: float, node: str = "", created: bool = False) -> PodOutcome:
+    """Wait for the Job's pod to finish, heartbeating; past `deadline` the stage counts as failed.
+    `created`: the caller has just created the Job."""
+    wait = JobWait(name, node, created)
     outcome = wait.look()
     while outcome is None:
         remaining = deadline - time.monotonic()
@@ -153,7 +160,7 @@ def run_stage_job(input: StageJob) -> RunStageJobResult:
     started = time.monotonic()
     name, adopted = ensure_job(input)
     # A small margin over the Job's own activeDeadlineSeconds, so the Job's verdict normally wins.
-    outcome = wait_job(name, time.monotonic() + input.timeout_seconds + 30, input.node)
+    outcome = wait_job(name, time.monotonic() + input.timeout_seconds + 30, input.node, created=not adopted)
     mode = outcome.mode if outcome.mode in (input.mode, input.check) else input.mode
     # An adopted Job started before this attempt: its duration is unknown here, so it is not observed.
     if not adopted:
