@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from activities import kube
 from worker.cli import build_parser
-from worker.run_worker import settings_from_args
+from worker.run_worker import ACTIVITY_THREADS, settings_from_args
 
 
 def test_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -35,3 +36,28 @@ def test_no_address_anywhere_exits_with_a_hint(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setenv("NODEROLL_STATE_DIR", str(tmp_path))  # no stack.json there
     with pytest.raises(SystemExit, match="noderoll dev up"):
         settings_from_args(build_parser().parse_args(["worker"]))
+
+
+def test_activity_slots_default_flag_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NODEROLL_TEMPORAL_ADDRESS", "env:7233")
+    monkeypatch.delenv("NODEROLL_MAX_CONCURRENT_ACTIVITIES", raising=False)
+    assert settings_from_args(build_parser().parse_args(["worker"])).max_concurrent_activities == ACTIVITY_THREADS
+    flagged = build_parser().parse_args(["worker", "--max-concurrent-activities", "64"])
+    assert settings_from_args(flagged).max_concurrent_activities == 64
+    monkeypatch.setenv("NODEROLL_MAX_CONCURRENT_ACTIVITIES", "500")
+    assert settings_from_args(build_parser().parse_args(["worker"])).max_concurrent_activities == 500
+
+
+def test_the_kubernetes_pool_is_sized_to_the_activity_slots(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: k, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: k, user: u}}]\n")
+    try:
+        kube.configure(str(kubeconfig), pool_size=ACTIVITY_THREADS + kube.POOL_SPARE)
+        assert kube.api_client().configuration.connection_pool_maxsize == ACTIVITY_THREADS + kube.POOL_SPARE
+        assert kube.api_client().rest_client.pool_manager.connection_pool_kw["maxsize"] == 264
+    finally:
+        kube.configure(None)
