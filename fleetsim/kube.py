@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -136,23 +136,31 @@ def pod_path(pod: dict[str, Any]) -> str:
 
 # Like the kubelet's status manager, a pod status the apiserver could not take (restarting, 5xx,
 # 429) is written again until it lands; otherwise a stage pod that finished during an apiserver
-# restart would stay Running forever and its stage would wait for its whole timeout.
+# restart would stay Running forever and its stage would wait for its whole timeout. The final
+# grace-0 delete of a terminated pod is retried the same way (a lost one leaves the pod Terminating
+# for good, and a drain waiting for it never ends).
 STATUS_RETRY_SECONDS = 120.0
 
 
-def patch_status(kube: Kube, pod: dict[str, Any], status: dict[str, Any]) -> None:
-    """Write a pod's status through the pods/status subresource; a vanished pod is fine."""
+def until_landed(call: Callable[[], Any], done: tuple[int, ...] = (404,)) -> None:
+    """Run `call` until the apiserver takes it: no answer, 429 and 5xx are retried with backoff for
+    STATUS_RETRY_SECONDS; a KubeError whose status is in `done` counts as landed; others raise."""
     deadline = time.monotonic() + STATUS_RETRY_SECONDS
     delay = 0.5
     while True:
         try:
-            kube.request("PATCH", pod_path(pod) + "/status", {"status": status}, content_type=MERGE_PATCH)
+            call()
             return
         except KubeError as err:
-            if err.status == 404:
+            if err.status in done:
                 return
             transient = err.status in (0, 429) or err.status >= 500
             if not transient or time.monotonic() > deadline:
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 5.0)
+
+
+def patch_status(kube: Kube, pod: dict[str, Any], status: dict[str, Any]) -> None:
+    """Write a pod's status through the pods/status subresource; a vanished pod is fine."""
+    until_landed(lambda: kube.request("PATCH", pod_path(pod) + "/status", {"status": status}, content_type=MERGE_PATCH))

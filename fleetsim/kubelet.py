@@ -22,7 +22,7 @@ from fleetsim.context import (
     SimContext,
     SimNode,
 )
-from fleetsim.kube import KubeError, patch_status, pod_path
+from fleetsim.kube import KubeError, patch_status, pod_path, until_landed
 from fleetsim.nodes import node_ip, now_rfc3339
 
 log = logging.getLogger(__name__)
@@ -115,13 +115,16 @@ def _terminate(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
 def _remove(ctx: SimContext, pod: dict[str, Any], proc: subprocess.Popen[bytes] | None) -> None:
     if proc is not None and proc.poll() is None:
         proc.kill()  # grace period over: SIGKILL, like the kubelet
-    body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0,
-            "preconditions": {"uid": pod["metadata"]["uid"]}}
+    uid = pod["metadata"]["uid"]
+    body = {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0, "preconditions": {"uid": uid}}
     try:
-        ctx.kube.request("DELETE", pod_path(pod), body)
-    except KubeError as err:
-        if err.status not in (404, 409):
-            raise
+        # 404: gone already; 409: the uid precondition failed (a new pod under the same name).
+        until_landed(lambda: ctx.kube.request("DELETE", pod_path(pod), body), done=(404, 409))
+    except KubeError:
+        # Not removed: forget it, so the next listing or event of the pod terminates it again.
+        with ctx.lock:
+            ctx.terminating.discard(uid)
+        raise
 
 
 def watch_pods(ctx: SimContext) -> None:
