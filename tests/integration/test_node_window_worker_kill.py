@@ -22,11 +22,12 @@ from temporalio.worker import Worker
 
 from activities.io import RunStageJobResult
 from api.keys import CORDONED_BY_ANNOTATION, PACKAGE_POD_NAMESPACE
+from bench.scenario import IMAGE as BENCH_IMAGE
+from bench.scenario import PACKAGES_DIR
 from localstack.state import StackInfo
 from tests.helpers import assert_eventually, assert_eventually_async, new_task_queue
 from tests.helpers.fleet import running_fleet
 from tests.integration.node_window_support import (
-    SYSCTL_IMAGE,
     Window,
     activity_results,
     close_workflows,
@@ -68,7 +69,9 @@ class WorkerProcess:
 
 @pytest.fixture
 def fleet(local_stack: StackInfo) -> Iterator[Any]:
-    with running_fleet(local_stack, nodes=1) as running:
+    # bench-sleep's stages take BENCH_STAGE_SECONDS: the kill lands while a stage Job runs (the
+    # examples' stages are instant, and a stage with its check in one Job can end before the kill).
+    with running_fleet(local_stack, nodes=1, image_stores=[PACKAGES_DIR]) as running:
         yield running
 
 
@@ -84,8 +87,9 @@ async def test_sigkill_mid_window_then_restart_completes_without_rerunning_jobs(
             window.collector = await temporal_client.start_workflow(
                 ResultCollector.run, id=f"collector-{window.node}", task_queue=collector_queue)
             worker.start()
-            await window.request("sysctl-tuning", package_spec(
-                SYSCTL_IMAGE, interrupt={"type": "service", "services": ["systemd-sysctl"]}))
+            await window.request("bench-sleep", package_spec(
+                BENCH_IMAGE, interrupt={"type": "service", "services": ["systemd-sysctl"]},
+                env=[{"name": "BENCH_STAGE_SECONDS", "value": "2"}]))
 
             # Kill as soon as the first stage Job exists: the node is cordoned and drained, the
             # run_stage_job activity is running in the worker that dies.
@@ -115,4 +119,4 @@ async def test_sigkill_mid_window_then_restart_completes_without_rerunning_jobs(
     node = window.node_object()
     assert not node.spec.unschedulable
     assert CORDONED_BY_ANNOTATION not in (node.metadata.annotations or {})
-    assert window.state().packages["sysctl-tuning"].state == "complete"
+    assert window.state().packages["bench-sleep"].state == "complete"
