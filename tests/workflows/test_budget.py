@@ -83,7 +83,7 @@ async def _status(client: Client, budget_id: str) -> BudgetStatus:
 
 
 async def _settled_status(env: WorkflowEnvironment, budget_id: str, in_use: int) -> BudgetStatus:
-    """Poll (in virtual time) until the budget shows `in_use` leases: grants are sent one by one."""
+    """Poll (in virtual time) until the budget shows `in_use` leases: grants take a task round trip."""
     status = await _status(env.client, budget_id)
     for _ in range(20):
         if status.in_use == in_use:
@@ -225,3 +225,29 @@ async def test_continue_as_new_keeps_leases_and_queue(temporal_test_env: Workflo
         assert (status.holders, status.waiting) == ({"first": "n1"}, 1)
         await handle.signal(SIGNAL_BUDGET_RELEASE, LeaseRelease("first"))
         assert await _grants(temporal_test_env, holders[1], ["second"]) == ["second"]
+
+
+async def test_grants_of_one_round_are_sent_together_in_fifo_order(temporal_test_env: WorkflowEnvironment) -> None:
+    client, task_queue = temporal_test_env.client, str(uuid.uuid4())
+    budget_id = f"budget/p-{uuid.uuid4().hex[:8]}/default"
+    async with _worker(temporal_test_env, task_queue, budget_id):
+        holders = [await _holder(client, task_queue) for _ in range(6)]
+        # Limit 0 queues every request; raising the limit to 5 frees five at once: one round.
+        for index, holder in enumerate(holders):
+            await _acquire(client, task_queue, budget_id, LeaseRequest(holder, f"lease-{index}", f"n{index}", 0))
+        assert (await _status(client, budget_id)).waiting == 6
+        await _acquire(client, task_queue, budget_id, LeaseRequest(holders[0], "lease-0", "n0", 5))
+        status = await _settled_status(temporal_test_env, budget_id, 5)
+        assert (status.in_use, status.waiting) == (5, 1)
+        for index, holder in enumerate(holders[:5]):
+            assert await _grants(temporal_test_env, holder, [f"lease-{index}"]) == [f"lease-{index}"]
+
+        events = [event async for event in client.get_workflow_handle(budget_id).fetch_history_events()]
+        initiated = [e for e in events if e.HasField("signal_external_workflow_execution_initiated_event_attributes")]
+        completed = [e.event_id for e in events if e.HasField("external_workflow_execution_signaled_event_attributes")]
+        # Sent without waiting on each other: every signal of the round is commanded by the same
+        # workflow task, before the first one is acknowledged, in FIFO order.
+        attributes = [e.signal_external_workflow_execution_initiated_event_attributes for e in initiated]
+        assert [a.workflow_execution.workflow_id for a in attributes] == holders[:5]
+        assert len({a.workflow_task_completed_event_id for a in attributes}) == 1
+        assert max(e.event_id for e in initiated) < min(completed)
