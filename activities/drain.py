@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
 from activities import errors, kube
-from activities.heartbeats import wait_slice
+from activities.heartbeats import beat, keep_alive, wait_slice
 from activities.io import (
     DrainNodeInput,
     DrainNodeResult,
@@ -88,6 +88,7 @@ def _has_local_data(pod: client.V1Pod) -> bool:
 
 
 @activity.defn(name="wait_protected_pods")
+@keep_alive
 def wait_protected_pods(input: WaitProtectedPodsInput) -> WaitProtectedPodsResult:
     """Wait until no Running/Pending pod on the node matches the selectors; bounded by timeout_seconds."""
     selectors = [LabelSelector.model_validate(s) for s in input.selectors if s]
@@ -120,7 +121,7 @@ def wait_protected_pods(input: WaitProtectedPodsInput) -> WaitProtectedPodsResul
                 key=f"{info.workflow_run_id}/{info.activity_id}",
             ))
             announced = True
-        activity.heartbeat({"waiting_for": protected, "elapsed_seconds": round(elapsed)})
+        beat({"waiting_for": protected, "elapsed_seconds": round(elapsed)})
         time.sleep(wait_slice(input.poll_seconds))
 
 
@@ -175,6 +176,7 @@ def blocking_pdbs(pods: list[client.V1Pod]) -> list[str]:
 
 
 @activity.defn(name="drain_node")
+@keep_alive
 def drain_node(input: DrainNodeInput) -> DrainNodeResult:
     """Evict every evictable pod of the node and wait until they are gone; bounded by timeout_seconds."""
     started = time.monotonic()
@@ -218,7 +220,7 @@ def drain_node(input: DrainNodeInput) -> DrainNodeResult:
                 errors.DRAIN_TIMEOUT,
                 {"pods": remaining, "pdbs": pdbs},
             )
-        activity.heartbeat({"remaining": sorted(_ref(pod) for pod in pods), "refused": result.refused})
+        beat({"remaining": sorted(_ref(pod) for pod in pods), "refused": result.refused})
         # 429s back off exponentially (the PDB needs a replacement pod to become ready first);
         # pods merely terminating are polled at the base interval.
         backoff = min(backoff * 2, MAX_BACKOFF_SECONDS) if refused_now else input.poll_seconds

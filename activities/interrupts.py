@@ -17,7 +17,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import errors, kube
-from activities.heartbeats import wait_slice
+from activities.heartbeats import beat, keep_alive, wait_slice
 from activities.io import RunInterruptInput, RunInterruptResult
 from activities.jobs import WATCH_SECONDS, PodOutcome, check_job, ensure_job, job_name, watch_job_pods
 from activities.nodes import snapshot
@@ -90,7 +90,7 @@ def _confirm_reboot(input: RunInterruptInput, name: str) -> RunInterruptResult:
                 f"reboot of {node} not confirmed within {input.reboot_timeout_seconds}s: {state}",
                 errors.INTERRUPT_TIMEOUT,
             )
-        activity.heartbeat({"job": name, "boot_id": boot_id, "ready": ready})
+        beat({"job": name, "boot_id": boot_id, "ready": ready})
         seconds = max(1, int(wait_slice(WATCH_SECONDS)))
         if outcome is None and not rebooted:
             watch_job_pods(name, resource_version, seconds)
@@ -100,6 +100,7 @@ def _confirm_reboot(input: RunInterruptInput, name: str) -> RunInterruptResult:
 
 
 @activity.defn(name="run_interrupt")
+@keep_alive
 def run_interrupt(input: RunInterruptInput) -> RunInterruptResult:
     """Run the interrupt Job; a reboot waits for a new boot id and Ready, others for Job success."""
     kind = (input.job.interrupt or {}).get("type", "")

@@ -26,6 +26,22 @@ _kubeconfig: str | None = None
 _pool_size: int | None = None
 # Connections beyond the activity slots: the worker's own calls outside activities.
 POOL_SPARE = 8
+# (connect, read) seconds for every request without its own `_request_timeout`. The client's default
+# is none at all: a connection that hangs would block its activity until start-to-close, since long
+# activities heartbeat from a background thread (activities.heartbeats.keep_alive). The read timeout
+# is per socket read and above every watch's server-side `timeout_seconds` (the bridge's 60 s is the
+# longest), so a quiet watch is ended by the server, not cut here.
+REQUEST_TIMEOUT = (10.0, 120.0)
+
+
+class _TimedApiClient(client.ApiClient):
+    """An ApiClient whose requests default to `REQUEST_TIMEOUT`."""
+
+    def call_api(self, *args: Any, **kwargs: Any) -> Any:
+        # Typed methods pass (method, url, headers, body, post_params) and `_request_timeout=`.
+        if len(args) < 6 and not kwargs.get("_request_timeout"):
+            kwargs["_request_timeout"] = REQUEST_TIMEOUT
+        return super().call_api(*args, **kwargs)
 
 
 class ApiErrorKind(StrEnum):
@@ -63,7 +79,7 @@ def api_client() -> client.ApiClient:
                 config.load_incluster_config(client_configuration=configuration)
             if _pool_size is not None:
                 configuration.connection_pool_maxsize = _pool_size
-            _api_client = client.ApiClient(configuration)
+            _api_client = _TimedApiClient(configuration)
         return _api_client
 
 

@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
 from activities import errors, kube
-from activities.heartbeats import wait_slice
+from activities.heartbeats import beat, keep_alive, wait_slice
 from activities.io import RunStageJobResult, StageJob
 from activities.jobs import (
     NODE_CHECK_SECONDS,
@@ -144,7 +144,7 @@ def wait_job(name: str, deadline: float, node: str = "", created: bool = False) 
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return PodOutcome(-1, f"Job {name} did not finish in time")
-        activity.heartbeat({"job": name, "pod": wait.pod_uid})
+        beat({"job": name, "pod": wait.pod_uid})
         if time.monotonic() - wait.node_checked >= NODE_CHECK_SECONDS:
             wait.check_node()
         if not wait.resource_version:
@@ -155,6 +155,7 @@ def wait_job(name: str, deadline: float, node: str = "", created: bool = False) 
 
 
 @activity.defn(name="run_stage_job")
+@keep_alive
 def run_stage_job(input: StageJob) -> RunStageJobResult:
     """Run one stage (and its check, in the same pod) as a Job pinned to the node."""
     started = time.monotonic()
