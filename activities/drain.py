@@ -87,13 +87,26 @@ def _has_local_data(pod: client.V1Pod) -> bool:
     return any(volume.empty_dir is not None for volume in (pod.spec.volumes or []))
 
 
+def _spent_in_earlier_attempts() -> float:
+    """Seconds this activity already waited in earlier attempts (worker lost, API down).
+
+    A wait's bound (`timeoutSeconds`) is one budget for the whole activity, not per attempt: without
+    this, an apiserver outage that fails attempts could stretch a 600 s drain to five times that.
+    `scheduled_time` is when the activity was first scheduled; attempt 1 has spent nothing.
+    """
+    info = activity.info()
+    if info.attempt <= 1:
+        return 0.0
+    return max(0.0, (info.current_attempt_scheduled_time - info.scheduled_time).total_seconds())
+
+
 @activity.defn(name="wait_protected_pods")
 @keep_alive
 def wait_protected_pods(input: WaitProtectedPodsInput) -> WaitProtectedPodsResult:
     """Wait until no Running/Pending pod on the node matches the selectors; bounded by timeout_seconds."""
     selectors = [LabelSelector.model_validate(s) for s in input.selectors if s]
     selectors = [s for s in selectors if not s.is_empty()]
-    started = time.monotonic()
+    started = time.monotonic() - _spent_in_earlier_attempts()
     waited_for: set[str] = set()
     announced = False
     while True:
@@ -179,7 +192,7 @@ def blocking_pdbs(pods: list[client.V1Pod]) -> list[str]:
 @keep_alive
 def drain_node(input: DrainNodeInput) -> DrainNodeResult:
     """Evict every evictable pod of the node and wait until they are gone; bounded by timeout_seconds."""
-    started = time.monotonic()
+    started = time.monotonic() - _spent_in_earlier_attempts()
     result = DrainNodeResult()
     backoff = input.poll_seconds
     while True:

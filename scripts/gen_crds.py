@@ -232,7 +232,8 @@ def package_spec() -> Schema:
                 "How nodes are drained before a disruptive interrupt (Eviction API, PDBs respected).",
                 {
                     "timeoutSeconds": integer(
-                        "Give up draining after this long and report the blocking pods.",
+                        "Give up draining after this long and report the blocking pods. One bound for the whole"
+                        " drain: time spent in failed attempts (worker lost, API down) counts against it.",
                         minimum=1,
                         default=600,
                     ),
