@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
 from temporalio.testing import ActivityEnvironment
 
 from activities import kube as activity_kube
@@ -100,7 +101,17 @@ class _Setup:
 
     def namespace(self, name: str) -> None:
         self.core.create_namespace({"metadata": {"name": name}})
-        self.wait("service account token", lambda: bool(self.core.read_namespaced_service_account("default", name).secrets))
+        self.wait("service account token", lambda: self._has_token(name))
+
+    def _has_token(self, namespace: str) -> bool:
+        # The controller manager creates the namespace's `default` ServiceAccount, then its token,
+        # a moment after the namespace: on a fresh stack a 404 here means "not yet".
+        try:
+            return bool(self.core.read_namespaced_service_account("default", namespace).secrets)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
 
 
 def _noderoll_drain(node: str) -> float:
