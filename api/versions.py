@@ -82,3 +82,11 @@ def compare_versions(left: str, right: str) -> int:
     """-1, 0 or 1 as `left` is older than, equal to or newer than `right` (both must be valid)."""
     a, b = parse_version(left), parse_version(right)
     return a.parsed.compare(b.parsed)
+
+
+def same_version(left: str, right: str) -> bool:
+    """True when both versions are valid and equal; an unparseable version is never the same."""
+    try:
+        return compare_versions(left, right) == 0
+    except VersionError:
+        return False

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from api.enums import PlanAction, Stage, State
 from api.node_state import NodeState, PackageNodeState, changed_config_keys
 from api.package import Interrupt, PackageSpec
-from api.versions import VersionError, compare_versions
+from api.versions import VersionError, compare_versions, same_version
 from planning.dependencies import DependencyCycleError, topological_order
 from planning.interrupts import InterruptRequest, merge_interrupts
 
@@ -290,16 +290,18 @@ def _dependency_blocker(
             if compare_versions(dep_plan.version, version) != 0:
                 return f"needs {dep} {version}, but {dep_plan.version} is being installed"
             continue
-        rec = recorded.packages.get(dep)
-        if rec is None or not rec.is_complete():
+        installed = complete_version(recorded, dep)
+        if installed is None:
             return f"needs {dep} {version}, which is not installed on this node"
-        try:
-            same = compare_versions(rec.version, version) == 0
-        except VersionError:
-            same = False
-        if not same:
-            return f"needs {dep} {version}, but {rec.version} is installed"
+        if not same_version(installed, version):
+            return f"needs {dep} {version}, but {installed} is installed"
     return None
+
+
+def complete_version(recorded: NodeState, package: str) -> str | None:
+    """The version of `package` recorded complete on the node; None when it is absent or unfinished."""
+    entry = recorded.packages.get(package)
+    return entry.version if entry is not None and entry.is_complete() else None
 
 
 def plan_node(data: NodePlanInput) -> NodePlan:

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 from api import keys
 from api.node_state import NodeState, parse_node_state
 from api.package import PackageSpec, Toleration
-from api.versions import VersionError, compare_versions
+from api.versions import same_version
 from planning.compartments import NodeInfo
-from planning.node_plan import plan_package
+from planning.node_plan import complete_version, plan_package
 
 UNSCHEDULABLE_TAINT_KEY = "node.kubernetes.io/unschedulable"
 _BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
@@ -117,15 +117,11 @@ def needs_work(package: str, spec: PackageSpec, recorded: NodeState, uninstall: 
 def dependency_blocker(spec: PackageSpec, recorded: NodeState) -> str | None:
     """Why `spec` cannot run on a node with `recorded` yet: a `dependsOn` entry not complete there."""
     for dep, version in sorted(spec.depends_on.items()):
-        entry = recorded.packages.get(dep)
-        if entry is None or not entry.is_complete():
+        installed = complete_version(recorded, dep)
+        if installed is None:
             return f"waits for dependency {dep} {version} (not complete on this node)"
-        try:
-            same = compare_versions(entry.version, version) == 0
-        except VersionError:
-            same = False
-        if not same:
-            return f"waits for dependency {dep} {version} ({entry.version} is installed)"
+        if not same_version(installed, version):
+            return f"waits for dependency {dep} {version} ({installed} is installed)"
     return None
 
 
