@@ -122,6 +122,21 @@ def delete_package(api: client.ApiClient, name: str) -> None:
             raise
 
 
+def create_policy(api: client.ApiClient, run: BridgeRun, name: str, spec: dict[str, Any]) -> None:
+    """Create a DeploymentPolicy labelled with the run (so the run's cleanup finds it)."""
+    body = {"apiVersion": keys.API_VERSION, "kind": keys.POLICY_KIND,
+            "metadata": {"name": name, "labels": {"noderoll-test": run.run_id}}, "spec": spec}
+    custom(api).create_cluster_custom_object(keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, body)
+
+
+def delete_policy(api: client.ApiClient, name: str) -> None:
+    """Delete a DeploymentPolicy; gone already is fine."""
+    try:
+        custom(api).delete_cluster_custom_object(keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, name)
+    except client.exceptions.ApiException as err:
+        if err.status != 404:
+            raise
+
 def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
     """The status condition of type `kind` (AssertionError when absent, for assert_eventually)."""
     for cond in (obj.get("status") or {}).get("conditions") or []:

@@ -36,8 +36,9 @@ from tests.integration.bridge_support import (
     SYSCTL_IMAGE,
     BridgeRun,
     create_package,
-    custom,
+    create_policy,
     delete_package,
+    delete_policy,
     patch_package,
     read_package,
     wait_leading,
@@ -92,20 +93,6 @@ def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Ite
         yield bridge_run
     finally:
         bridge_run.stop_all()
-
-
-def create_policy(api: ApiClient, run: BridgeRun, name: str, spec: dict[str, Any]) -> None:
-    body = {"apiVersion": keys.API_VERSION, "kind": keys.POLICY_KIND,
-            "metadata": {"name": name, "labels": {"noderoll-test": run.run_id}}, "spec": spec}
-    custom(api).create_cluster_custom_object(keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, body)
-
-
-def delete_policy(api: ApiClient, name: str) -> None:
-    try:
-        custom(api).delete_cluster_custom_object(keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, name)
-    except client.exceptions.ApiException as err:
-        if err.status != 404:
-            raise
 
 
 def kubectl_wait_ready(stack: StackInfo, name: str, timeout: float = ROLLOUT_TIMEOUT) -> None:

@@ -33,8 +33,9 @@ from tests.integration.bridge_support import (
     BridgeRun,
     condition,
     create_package,
-    custom,
+    create_policy,
     delete_package,
+    delete_policy,
     read_package,
     wait_leading,
 )
@@ -55,21 +56,6 @@ def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Ite
         yield bridge_run
     finally:
         bridge_run.stop_all()
-
-
-def create_policy(api: ApiClient, run: BridgeRun, name: str, strategy: dict[str, Any], budget: int) -> None:
-    body = {"apiVersion": keys.API_VERSION, "kind": keys.POLICY_KIND,
-            "metadata": {"name": name, "labels": {"noderoll-test": run.run_id}},
-            "spec": {"default": {"budget": {"count": budget}, "strategy": strategy}}}
-    custom(api).create_cluster_custom_object(keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, body)
-
-
-def delete_policy(api: ApiClient, name: str) -> None:
-    try:
-        custom(api).delete_cluster_custom_object(keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, name)
-    except client.exceptions.ApiException as err:
-        if err.status != 404:
-            raise
 
 
 def sleep_spec(policy: str, fleet_label: str, stage_seconds: int = 1) -> dict[str, Any]:
@@ -101,7 +87,7 @@ async def test_failure_threshold_halts_and_retry_completes(
     with running_fleet(local_stack, nodes=NODES, labels={"faults-fleet": fleet_label},
                        image_stores=[PACKAGES_DIR], faults=faults) as fleet:
         try:
-            create_policy(kube_api_client, run, policy, strategy, budget=2)
+            create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 2}, "strategy": strategy}})
             create_package(kube_api_client, run.package(name, sleep_spec(policy, fleet_label)))
 
             def halted() -> dict[str, Any]:
@@ -141,7 +127,8 @@ async def test_bridge_killed_mid_rollout_starts_nothing_twice(
     audit = JobAudit(str(local_stack.kubeconfig)).start()
     with running_fleet(local_stack, nodes=NODES, labels={"faults-fleet": fleet_label}, image_stores=[PACKAGES_DIR]):
         try:
-            create_policy(kube_api_client, run, policy, {"type": "fixed", "initialBatch": 2}, budget=2)
+            create_policy(kube_api_client, run, policy,
+                          {"default": {"budget": {"count": 2}, "strategy": {"type": "fixed", "initialBatch": 2}}})
             create_package(kube_api_client, run.package(name, sleep_spec(policy, fleet_label, stage_seconds=2)))
 
             def mid_rollout() -> None:
