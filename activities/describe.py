@@ -1,8 +1,8 @@
 """Liveness of workflow runs, asked of the Temporal server. Does I/O (Temporal frontend).
 
-The budget workflow uses `describe_workflow_runs` to reclaim leases whose holder is gone: a node
-workflow that was terminated, failed or timed out can no longer return its lease, so the budget
-returns it itself. Async activity: it uses the worker's own client (`activity.client()`).
+The fleet uses `describe_workflow_runs` to notice node workflows that closed without answering its
+request (terminated or reset from the Temporal UI, timed out), and the legacy budget workflow to
+reclaim leases whose holder is gone. Async activity: it uses the worker's own client (`activity.client()`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ async def describe_workflow_runs(input: DescribeWorkflowRunsInput) -> DescribeWo
     """Return which of the given workflow ids have no running latest run (closed or unknown)."""
     client = activity.client()
     closed: list[str] = []
+    statuses: dict[str, str] = {}
     for workflow_id in input.workflow_ids:
         try:
             description = await client.get_workflow_handle(workflow_id).describe()
@@ -26,9 +27,11 @@ async def describe_workflow_runs(input: DescribeWorkflowRunsInput) -> DescribeWo
             # NOT_FOUND means the holder never existed or its history was deleted: it holds nothing.
             if err.status == RPCStatusCode.NOT_FOUND:
                 closed.append(workflow_id)
+                statuses[workflow_id] = "NOT_FOUND"
                 continue
             raise
         if description.status != WorkflowExecutionStatus.RUNNING:
             closed.append(workflow_id)
+            statuses[workflow_id] = description.status.name if description.status else "UNKNOWN"
         activity.heartbeat(workflow_id)
-    return DescribeWorkflowRunsResult(closed=closed)
+    return DescribeWorkflowRunsResult(closed=closed, statuses=statuses)

@@ -27,6 +27,8 @@ class DescribeWorkflowRunsResult:
     """The ids (of the input) whose latest run is closed or that do not exist."""
 
     closed: list[str] = field(default_factory=list)
+    # Closed id -> how it closed (`COMPLETED`, `TERMINATED`, `TIMED_OUT`, ..., `NOT_FOUND`).
+    statuses: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -48,21 +48,24 @@ def node_snapshot(node: client.V1Node, package: str = "", also: Sequence[str] = 
     )
 
 
-@activity.defn(name="list_target_nodes")
-def list_target_nodes(input: ListTargetNodesInput) -> ListTargetNodesResult:
-    """Every Node (narrowed by `input.label_selector` when given), sorted by name."""
+def list_node_snapshots(label_selector: str = "", package: str = "", also: Sequence[str] = ()) -> list[NodeSnapshot]:
+    """Every Node (narrowed by `label_selector` when given) as snapshots, sorted by name; heartbeats per page."""
     nodes: list[NodeSnapshot] = []
     token: str | None = None
     while True:
         try:
-            page = kube.core().list_node(
-                label_selector=input.label_selector or None, limit=PAGE_SIZE, _continue=token
-            )
+            page = kube.core().list_node(label_selector=label_selector or None, limit=PAGE_SIZE, _continue=token)
         except ApiException as err:
             kube.raise_for(err, "list nodes")
-        nodes.extend(node_snapshot(n, input.package, input.also) for n in page.items)
+        nodes.extend(node_snapshot(n, package, also) for n in page.items)
         activity.heartbeat(len(nodes))
         token = page.metadata._continue
         if not token:
             break
-    return ListTargetNodesResult(nodes=sorted(nodes, key=lambda n: n.name))
+    return sorted(nodes, key=lambda n: n.name)
+
+
+@activity.defn(name="list_target_nodes")
+def list_target_nodes(input: ListTargetNodesInput) -> ListTargetNodesResult:
+    """Every Node (narrowed by `input.label_selector` when given), sorted by name."""
+    return ListTargetNodesResult(nodes=list_node_snapshots(input.label_selector, input.package, input.also))

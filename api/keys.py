@@ -28,38 +28,30 @@ RUNTIME_REQUIRED_TAINT_EFFECT = "NoSchedule"
 FINALIZER = "noderoll.io/uninstall"
 CORDONED_BY_VALUE = "noderoll"
 
-# Temporal workflow ids (contract).
-ROLLOUT_WORKFLOW_PREFIX = "package/"
-NODE_WORKFLOW_PREFIX = "node/"
-BUDGET_WORKFLOW_PREFIX = "budget/"
+# Temporal names (workflow ids, signals, queries, search attributes) are defined once, in the wire
+# protocol's leaf module; re-exported here for the code that reads every contract name from here.
+from protocol.names import (  # noqa: E402, F401 - re-exported
+    DEFAULT_NAMESPACE,
+    DEFAULT_TASK_QUEUE,
+    FLEET_WORKFLOW_PREFIX,
+    NODE_WORKFLOW_PREFIX,
+    QUERY_PROGRESS,
+    SEARCH_ATTR_NODE,
+    SEARCH_ATTR_PACKAGE,
+    SEARCH_ATTR_PHASE,
+    SEARCH_ATTRIBUTE_TYPES,
+    SEARCH_ATTRIBUTES,
+    SIGNAL_HALT,
+    SIGNAL_PAUSE,
+    SIGNAL_RESUME,
+    SIGNAL_RETRY,
+    budget_workflow_id,
+    fleet_workflow_id,
+    node_workflow_id,
+)
+from protocol.names import LEGACY_BUDGET_WORKFLOW_PREFIX as BUDGET_WORKFLOW_PREFIX  # noqa: E402, F401 - re-exported
+from protocol.names import LEGACY_ROLLOUT_WORKFLOW_PREFIX as ROLLOUT_WORKFLOW_PREFIX  # noqa: E402, F401 - re-exported
+from protocol.names import legacy_rollout_workflow_id as rollout_workflow_id  # noqa: E402, F401 - re-exported
 
-SIGNAL_PAUSE = "pause"
-SIGNAL_RESUME = "resume"
-SIGNAL_HALT = "halt"
-SIGNAL_RETRY = "retry"
-QUERY_PROGRESS = "progress"
-
-SEARCH_ATTR_PACKAGE = "NoderollPackage"
-SEARCH_ATTR_NODE = "NoderollNode"
-SEARCH_ATTR_PHASE = "NoderollPhase"
-SEARCH_ATTRIBUTES = (SEARCH_ATTR_PACKAGE, SEARCH_ATTR_NODE, SEARCH_ATTR_PHASE)
-
-DEFAULT_TASK_QUEUE = "noderoll"
-DEFAULT_NAMESPACE = "default"
 # Namespace where stage Jobs and interrupt pods run.
 PACKAGE_POD_NAMESPACE = "noderoll-system"
-
-
-def rollout_workflow_id(package: str) -> str:
-    """Workflow id of a Package's rollout (contract)."""
-    return f"{ROLLOUT_WORKFLOW_PREFIX}{package}"
-
-
-def node_workflow_id(node: str) -> str:
-    """Workflow id of a node's workflow, the single writer of that node's state (contract)."""
-    return f"{NODE_WORKFLOW_PREFIX}{node}"
-
-
-def budget_workflow_id(policy: str, compartment: str) -> str:
-    """Workflow id of a compartment's disruption budget (contract)."""
-    return f"{BUDGET_WORKFLOW_PREFIX}{policy}/{compartment}"

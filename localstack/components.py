@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from api.keys import SEARCH_ATTRIBUTES
 from localstack.pki import SERVICE_CLUSTER_IP_RANGE, Pki
 from localstack.processes import http_ok, https_ok
+from protocol.names import SEARCH_ATTRIBUTE_TYPES
 
 ETCD = "etcd"
 APISERVER = "kube-apiserver"
@@ -182,8 +182,8 @@ def _temporal(layout: StackLayout) -> list[str]:
         "--ui-disable-news-fetch",
         "--log-level=warn",
     ]
-    for name in SEARCH_ATTRIBUTES:
-        argv.append(f"--search-attribute={name}=Keyword")
+    for name, kind in SEARCH_ATTRIBUTE_TYPES.items():
+        argv.append(f"--search-attribute={name}={kind}")
     return argv
 
 
@@ -197,25 +197,44 @@ def _temporal_cli(layout: StackLayout, *args: str) -> subprocess.CompletedProces
     )
 
 
-def temporal_search_attributes(layout: StackLayout) -> set[str]:
-    """Names of the custom search attributes the dev server knows."""
+# The CLI's JSON names indexed value types by enum name.
+_CLI_TYPE_NAMES = {"Keyword": "INDEXED_VALUE_TYPE_KEYWORD", "KeywordList": "INDEXED_VALUE_TYPE_KEYWORD_LIST"}
+
+
+class SearchAttributeTypeError(RuntimeError):
+    """A search attribute exists with another type than noderoll needs (an older dev server db)."""
+
+
+def temporal_search_attributes(layout: StackLayout) -> dict[str, str]:
+    """Custom search attributes the dev server knows: name -> indexed value type (as the CLI prints it)."""
     result = _temporal_cli(layout, "operator", "search-attribute", "list", "--output=json")
     if result.returncode != 0:
-        return set()
+        return {}
     try:
         data = json.loads(result.stdout)
     except ValueError:
-        return set()
-    return set((data.get("customAttributes") or {}).keys())
+        return {}
+    return {str(k): str(v) for k, v in (data.get("customAttributes") or {}).items()}
 
 
 def register_search_attributes(layout: StackLayout) -> None:
-    """Add any of noderoll's search attributes the server lacks (a reused older db, say)."""
-    missing = [n for n in SEARCH_ATTRIBUTES if n not in temporal_search_attributes(layout)]
+    """Add any of noderoll's search attributes the server lacks (a reused older db, say).
+
+    Raises `SearchAttributeTypeError` when one exists with another type: `NoderollPackage` became a
+    keyword list with fleet rollouts, and a type cannot be changed in place.
+    """
+    known = temporal_search_attributes(layout)
+    for name, kind in SEARCH_ATTRIBUTE_TYPES.items():
+        found = known.get(name)
+        if found is not None and found not in (kind, _CLI_TYPE_NAMES[kind]):
+            raise SearchAttributeTypeError(
+                f"search attribute {name} is {found} in {layout.state_dir / 'data' / 'temporal.db'}, noderoll needs "
+                f"{kind}; start over with `noderoll dev down --purge` (drops the dev server's database)")
+    missing = [n for n in SEARCH_ATTRIBUTE_TYPES if n not in known]
     if missing:
         args = ["operator", "search-attribute", "create", "--yes"]
         for name in missing:
-            args += [f"--name={name}", "--type=Keyword"]
+            args += [f"--name={name}", f"--type={SEARCH_ATTRIBUTE_TYPES[name]}"]
         _temporal_cli(layout, *args)
 
 

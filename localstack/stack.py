@@ -29,6 +29,7 @@ from localstack.components import (
     TEMPORAL,
     Binaries,
     Component,
+    SearchAttributeTypeError,
     StackLayout,
     register_search_attributes,
 )
@@ -181,7 +182,10 @@ def up(state_dir: Path, progress: Progress = _quiet, *, die_with_parent: bool = 
                 if name != TEMPORAL:
                     _wait_ready(comps[name], info.components[name], layout)
         _wait_ready(comps[TEMPORAL], info.components[TEMPORAL], layout)
-        register_search_attributes(layout)
+        try:
+            register_search_attributes(layout)
+        except SearchAttributeTypeError as err:
+            raise StackError(str(err)) from err
         try:
             crds = setup_cluster(SetupRequest(kubeconfig, deadline=time.monotonic() + 90.0))
         except ClusterSetupError as err:

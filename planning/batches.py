@@ -8,7 +8,8 @@ place (the workflow owns it) and are deterministic. `planner_phase` says what to
 
 Rules:
 * Canary: with `canary.count` set, the first batch is the canary: the first nodes in stable order
-  across all compartments, each compartment giving at most its budget. Any failed canary node
+  across all compartments, each compartment giving at most its budget, plus (a fleet's wave) one
+  node of each `cover` group the first nodes miss, within the budgets. Any failed canary node
   halts the rollout; a canary where no node finished (all blocked) is picked again. Then the rollout soaks for `soakSeconds`, and with `promotion: manual`
   waits for promotion (`promote_canary`). Canary nodes count towards their compartment's
   progress but not as a compartment batch.
@@ -133,7 +134,9 @@ def planner_phase(state: BatchPlannerState, remaining: Collection[str]) -> Plann
     return PlannerPhase.READY if any(n in known for n in remaining) else PlannerPhase.DONE
 
 
-def _take_canary(state: BatchPlannerState, remaining: Collection[str]) -> dict[str, list[str]]:
+def _take_canary(
+    state: BatchPlannerState, remaining: Collection[str], cover: Sequence[Collection[str]] = ()
+) -> dict[str, list[str]]:
     pool = sorted(
         (order_key(n, state.identity), n, c.name)
         for c in state.compartments.values()
@@ -141,16 +144,34 @@ def _take_canary(state: BatchPlannerState, remaining: Collection[str]) -> dict[s
         if n in remaining
     )
     taken: dict[str, list[str]] = {}
+
+    def fits(comp: str) -> bool:
+        return len(taken.get(comp, [])) < state.compartments[comp].budget
+
     for _, node, comp in pool:
         if sum(len(v) for v in taken.values()) >= state.canary_count:
             break
-        if len(taken.get(comp, [])) < state.compartments[comp].budget:
+        if fits(comp):
             taken.setdefault(comp, []).append(node)
+    # Every group in `cover` (e.g. the nodes carrying one changed Package) gets a canary node,
+    # within the budgets, even when that makes the canary larger than `canary.count`.
+    for group in cover:
+        if any(n in group for nodes in taken.values() for n in nodes):
+            continue
+        for _, node, comp in pool:
+            if node in group and fits(comp):
+                taken.setdefault(comp, []).append(node)
+                break
     return taken
 
 
-def next_batch(state: BatchPlannerState, remaining: Collection[str]) -> list[str]:
+def next_batch(
+    state: BatchPlannerState, remaining: Collection[str], cover: Sequence[Collection[str]] = ()
+) -> list[str]:
     """The next nodes to start, from `remaining` (nodes that still need the package).
+
+    `cover`: groups of nodes of which the canary must take at least one each (a fleet passes,
+    per Package its wave changes, the nodes that would carry it).
 
     Returns the batch that is out again when one is (idempotent), and [] when the planner is
     halted, holding a canary, or has nothing left. Nodes not known to the planner are ignored:
@@ -161,7 +182,7 @@ def next_batch(state: BatchPlannerState, remaining: Collection[str]) -> list[str
     if state.current:
         return state.current_batch
     if state.canary_count and state.canary_phase is CanaryPhase.NONE:
-        batch = _take_canary(state, remaining)
+        batch = _take_canary(state, remaining, cover)
         if batch:
             state.canary_phase = CanaryPhase.RUNNING
             state.canary_nodes = sorted(n for v in batch.values() for n in v)

@@ -31,7 +31,11 @@ before the interrupt, then ONE merged interrupt (`planning.interrupts`), then ev
 post-interrupt stage. Uninstalls go first, into window 0. A package joins the window after the
 latest window of its pending dependencies; when such a dependency itself has an interrupt the
 dependent moves to the next window (it must see the dependency finished, post-interrupt
-included). A window needs a drain when its merged interrupt is disruptive (not `noop`).
+included), except with `one_window` (fleet windows, ADR 0007): then every package shares window 0,
+in dependency order, so a change set costs one drain and one merged interrupt; a dependent's
+stages before the interrupt then see its dependency's stages before the interrupt complete (its
+post-interrupt stages run after the merged interrupt, before the dependent's).
+A window needs a drain when its merged interrupt is disruptive (not `noop`).
 
 A dependency is satisfied on this node when it has work in this plan at the required version, or
 is recorded complete there at that version with no work left; otherwise the dependent is
@@ -62,6 +66,9 @@ class NodePlanInput:
     desired: Mapping[str, PackageSpec]
     # Names whose uninstall is requested besides `spec.uninstall.apply` (e.g. a deleted Package).
     uninstall: frozenset[str] = field(default_factory=frozenset)
+    # Fleet windows: every package with work shares ONE window (one drain, one merged interrupt),
+    # dependents after their dependencies, also when a dependency has an interrupt.
+    one_window: bool = False
 
 
 @dataclass(frozen=True)
@@ -347,7 +354,7 @@ def _windows(data: NodePlanInput, plans: Mapping[str, PackagePlan]) -> tuple[Nod
     for name in order:
         slot[name] = 0
         for dep in deps[name]:
-            bump = 1 if plans[dep].needs_interrupt else 0
+            bump = 1 if plans[dep].needs_interrupt and not data.one_window else 0
             slot[name] = max(slot[name], slot[dep] + bump)
     if not slot:
         return ()

@@ -54,6 +54,10 @@ class RolloutProgress:
     message: str = ""
     # RFC 3339 time of this report (workflow.now()).
     updated_at: str = ""
+    # Fleets: the Package generation this report is about (the one the fleet was handed).
+    generation: int = 0
+    # Fleets: the Package was deleted with uninstall enabled and is uninstalled everywhere.
+    uninstalled: bool = False
 
 
 def _count(progress: RolloutProgress, state: State) -> int:

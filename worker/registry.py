@@ -11,6 +11,7 @@ from typing import Any
 
 from activities.describe import describe_workflow_runs
 from activities.drain import drain_node, wait_protected_pods
+from activities.fleet import list_fleet_nodes, request_windows
 from activities.interrupts import run_interrupt
 from activities.leases import acquire_lease
 from activities.node_requests import request_node_windows
@@ -18,11 +19,14 @@ from activities.nodes import cordon_node, read_node, uncordon_node, write_node_s
 from activities.stage_wait import run_stage_job
 from activities.targets import list_target_nodes
 from workflows.budget import BudgetWorkflow
+from workflows.fleet import FleetWorkflow
 from workflows.node import NodeWorkflow
 from workflows.rollout import RolloutWorkflow
 
 WORKFLOWS: list[type] = [
+    FleetWorkflow,
     NodeWorkflow,
+    # Legacy (ADR 0007): per-Package rollouts and budgets started before fleets finish or are retired.
     BudgetWorkflow,
     RolloutWorkflow,
 ]
@@ -40,7 +44,10 @@ ACTIVITIES: list[Callable[..., Any]] = [
     acquire_lease,
     # budget
     describe_workflow_runs,
-    # rollout (activities/targets.py, node_requests.py)
+    # fleet (activities/fleet.py)
+    list_fleet_nodes,
+    request_windows,
+    # legacy rollout (activities/targets.py, node_requests.py)
     list_target_nodes,
     request_node_windows,
 ]

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planning.batches import BatchPlannerState
+from protocol.fleet import WindowRequest
 
 SIGNAL_NODE_REQUEST = "request"
 SIGNAL_NODE_CANCEL = "cancel"
@@ -177,6 +178,8 @@ class NodeWorkflowInput:
     # Carried across continue-as-new only: queued requests and erroring ones waiting for `retry`.
     pending: list[NodeRequest] = field(default_factory=list)
     held: list[NodeRequest] = field(default_factory=list)
+    # Carried across continue-as-new only: queued fleet window requests, in arrival order.
+    windows: list[WindowRequest] = field(default_factory=list)
 
 
 @dataclass

@@ -1,9 +1,16 @@
 """The per-node workflow `node/<node>`: the single writer of one node's noderoll state. Deterministic.
 
-Rollouts hand it requests by signal-with-start (`request`, a `NodeRequest`); it queues them (one per
-package: a newer request replaces a queued one, whose sender is told `skipped`), and runs node
-windows (`workflows/node_window.py`) until nothing is queued, then completes, so every window's
-history stays small and the next request starts a fresh run. See docs/adr/0004-node-workflow.md.
+Fleets (`fleet/<policy>`) hand it window requests by signal-with-start (`window`, a
+`WindowRequest` carrying every Package of the fleet pending on this node); it queues them (one
+per fleet: a newer request replaces a queued one, which is answered `withdrawn`), runs ONE window
+per request (`workflows/node_fleet.py`: one drain, one merged interrupt) in arrival order, answers
+each request once (`window_result`), and completes when nothing is queued, so every window's
+history stays small and the next request starts a fresh run. `window_cancel` withdraws a request
+that has not started (answered `withdrawn`). See docs/adr/0004-node-workflow.md and 0007.
+
+Legacy: per-Package rollouts (`package/<name>`, before fleets) sent `request` (a `NodeRequest`,
+one per package); those are still served as before, so runs started before an upgrade finish.
+A fleet request supersedes a queued legacy request for one of its Packages (answered `skipped`).
 
 Per window: read the node once, plan with `planning.node_plan` (dependency order, merged
 interrupt), answer packages with nothing to do, run the first planned window, answer its
@@ -32,6 +39,8 @@ with workflow.unsafe.imports_passed_through():
     from api.node_state import parse_node_state
     from api.package import PackageSpec
     from planning.node_plan import NodePlanInput, plan_node
+    from protocol import names
+    from protocol.fleet import PackageOutcome, WindowCancel, WindowRequest, WindowResult
     from workflows.messages import (
         NODE_WORKFLOW_TYPE,
         QUERY_NODE_STATUS,
@@ -46,10 +55,12 @@ with workflow.unsafe.imports_passed_through():
         NodeResult,
         NodeWorkflowInput,
     )
+    from workflows.node_fleet import FleetWindowCall, run_fleet_window
     from workflows.node_window import API_RETRY, API_TIMEOUT, WindowContext, WindowRun
 
 NODE_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTR_NODE)
 PHASE_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTR_PHASE)
+PACKAGE_KEY = SearchAttributeKey.for_keyword_list(names.SEARCH_ATTR_PACKAGE)
 # A node workflow that stays open (a held erroring package) continues as new well before this.
 HISTORY_EVENT_LIMIT = 2_000
 READ_RETRY_DELAY = timedelta(minutes=1)
@@ -70,6 +81,11 @@ class NodeWorkflow:
         self._phase = ""
         self._windows = 0
         self._last_results: dict[str, NodeResult] = {}
+        # Fleet requests by fleet workflow id, in arrival order (one per fleet).
+        self._fleet_queue: dict[str, WindowRequest] = {}
+        # Packages this run carried for fleets (search attribute NoderollPackage).
+        self._carried: list[str] = []
+        self._node_missing = False
 
     @workflow.run
     async def run(self, input: NodeWorkflowInput) -> None:
@@ -78,34 +94,70 @@ class NodeWorkflow:
             self._pending.setdefault(request.package, request)
         for request in input.held:
             self._held.setdefault(request.package, request)
+        for window in input.windows:
+            self._fleet_queue.setdefault(window.fleet_workflow_id, window)
         workflow.upsert_search_attributes([NODE_KEY.value_set(input.node)])
         while True:
             if self._retry:
                 self._retry = False
                 self._pending.update({n: r for n, r in self._held.items() if n not in self._pending})
                 self._held.clear()
+            if self._fleet_queue:
+                if self._should_continue_as_new():
+                    await self._continue_as_new(input)
+                await self._fleet_window(input, self._fleet_queue.pop(next(iter(self._fleet_queue))))
+                continue
             if not self._pending:
                 if not self._held:
                     # Complete only when no handler runs and, right before returning, nothing is queued.
                     await workflow.wait_condition(workflow.all_handlers_finished)
-                    if not self._pending and not self._held and not self._retry:
+                    if not self._pending and not self._held and not self._retry and not self._fleet_queue:
                         self._set_phase("Idle")
                         return
                     continue
                 self._set_phase("Erroring")
-                await workflow.wait_condition(lambda: self._retry or bool(self._pending))
+                await workflow.wait_condition(lambda: self._retry or bool(self._pending) or bool(self._fleet_queue))
                 continue
             if self._should_continue_as_new():
-                await workflow.wait_condition(workflow.all_handlers_finished)
-                workflow.continue_as_new(dataclasses.replace(
-                    input, pending=list(self._pending.values()), held=list(self._held.values())))
+                await self._continue_as_new(input)
             self._changed = False
             if not await self._window(input):
                 # Everything queued waits for a dependency: wait for news (a request, retry, cancel).
                 self._set_phase("Waiting")
                 await workflow.wait_condition(lambda: self._changed or self._retry)
 
+    async def _continue_as_new(self, input: NodeWorkflowInput) -> None:
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        workflow.continue_as_new(dataclasses.replace(
+            input, pending=list(self._pending.values()), held=list(self._held.values()),
+            windows=list(self._fleet_queue.values())))
+
     # --- messages ---------------------------------------------------------------------------
+
+    @workflow.signal(name=names.SIGNAL_WINDOW)
+    async def window(self, request: WindowRequest) -> None:
+        """Queue a fleet's request; a duplicate is dropped, a newer one from the same fleet replaces it."""
+        if request.request_id in self._seen:
+            return
+        self._seen.add(request.request_id)
+        self._changed = True
+        replaced = self._fleet_queue.pop(request.fleet_workflow_id, None)
+        self._fleet_queue[request.fleet_workflow_id] = request
+        if replaced is not None:
+            await self._answer_fleet(replaced.fleet_workflow_id, WindowResult(
+                node=self._node(), request_id=replaced.request_id, withdrawn=True,
+                message=f"superseded by request {request.request_id}"))
+
+    @workflow.signal(name=names.SIGNAL_WINDOW_CANCEL)
+    async def window_cancel(self, cancel: WindowCancel) -> None:
+        """Withdraw a fleet's request that has not started (a running window finishes and answers)."""
+        queued = self._fleet_queue.get(cancel.fleet_workflow_id)
+        if queued is None or queued.request_id != cancel.request_id:
+            return
+        del self._fleet_queue[cancel.fleet_workflow_id]
+        self._changed = True
+        await self._answer_fleet(cancel.fleet_workflow_id, WindowResult(
+            node=self._node(), request_id=cancel.request_id, withdrawn=True, message="withdrawn by the fleet"))
 
     @workflow.signal(name=SIGNAL_NODE_REQUEST)
     async def request(self, request: NodeRequest) -> None:
@@ -156,6 +208,7 @@ class NodeWorkflow:
         return {
             "phase": self._phase,
             "pending": sorted(self._pending),
+            "fleets": list(self._fleet_queue),
             "held": sorted(self._held),
             "windows": self._windows,
             "results": {n: r.state for n, r in sorted(self._last_results.items())},
@@ -178,6 +231,47 @@ class NodeWorkflow:
         info = workflow.info()
         return info.is_continue_as_new_suggested() or info.get_current_history_length() > HISTORY_EVENT_LIMIT
 
+    async def _answer_fleet(self, fleet_workflow_id: str, result: WindowResult) -> None:
+        try:
+            await workflow.get_external_workflow_handle(fleet_workflow_id).signal(
+                names.SIGNAL_WINDOW_RESULT, result)
+        except Exception as err:  # noqa: BLE001 - a fleet that ended no longer needs the answer
+            workflow.logger.info("window result not delivered to %s: %s", fleet_workflow_id, err)
+
+    async def _fleet_window(self, input: NodeWorkflowInput, request: WindowRequest) -> None:
+        """One window for every Package of a fleet's request; answered exactly once."""
+        carried = sorted({*self._carried, *(o.name for o in request.packages)})
+        if carried != self._carried:
+            self._carried = carried
+            workflow.upsert_search_attributes([PACKAGE_KEY.value_set(carried)])
+        for order in request.packages:
+            # A legacy per-Package request for the same Package is superseded by the fleet's.
+            for queue in (self._pending, self._held):
+                old = queue.pop(order.name, None)
+                if old is not None:
+                    await self._answer(old, NodeResult(
+                        node=input.node, package=old.package, version=str(old.spec.get("version", "")),
+                        request_id=old.request_id, state=State.SKIPPED.value,
+                        message=f"superseded by {request.fleet_workflow_id}"))
+        snapshot = await self._read_node(input.node)
+        if snapshot is None and self._node_missing:
+            result = WindowResult(input.node, request.request_id, message=f"node {input.node} does not exist")
+            for order in request.packages:
+                result.outcomes[order.name] = PackageOutcome(
+                    State.BLOCKED.value, str(order.spec.get("version", "")), message=result.message)
+        elif snapshot is None:
+            # The API was unreachable: keep the request queued (first in line) and try again.
+            self._fleet_queue = {request.fleet_workflow_id: request, **self._fleet_queue}
+            return
+        else:
+            self._windows += 1
+            self._set_phase("Running")
+            result = await run_fleet_window(FleetWindowCall(
+                input, request, snapshot, f"{workflow.info().run_id[:8]}-{self._windows}", self._grants,
+                self._set_phase))
+        self._set_phase("Idle")
+        await self._answer_fleet(request.fleet_workflow_id, result)
+
     async def _answer(self, request: NodeRequest, result: NodeResult) -> None:
         self._last_results[request.package] = result
         try:
@@ -195,6 +289,7 @@ class NodeWorkflow:
             state=state.value, message=message))
 
     async def _read_node(self, node: str) -> ReadNodeResult | None:
+        self._node_missing = False
         try:
             return await workflow.execute_activity(
                 "read_node", NodeInput(node), result_type=ReadNodeResult,
@@ -202,6 +297,7 @@ class NodeWorkflow:
         except ActivityError as err:
             cause = err.cause
             if isinstance(cause, ApplicationError) and cause.type == errors.NODE_NOT_FOUND:
+                self._node_missing = True
                 for request in list(self._pending.values()):
                     await self._answer_now(request, State.BLOCKED, f"node {node} does not exist")
                 self._held.clear()

@@ -74,6 +74,9 @@ DRAIN_STAGE = "drain"
 WINDOW_STAGE = "window"
 # Runs of node workflows recorded before this patch ran a stage and its check as two Jobs.
 STAGE_AND_CHECK_ONE_JOB = "stage-and-check-one-job"
+# Runs recorded before this patch ran a dependent's stages even when its dependency had failed
+# earlier in the same window.
+SKIP_DEPENDENTS_OF_FAILED = "skip-dependents-of-failed"
 
 
 class WindowRun:
@@ -84,6 +87,8 @@ class WindowRun:
         self.node = ctx.settings.node
         self.state = ctx.recorded.model_copy(deep=True)
         self.failures: dict[str, Failure] = {}
+        # Packages not run because a dependency failed earlier in this window -> why.
+        self.skipped: dict[str, str] = {}
         self.cordoned = False
         self.drained = False
         self.interrupted = False
@@ -261,7 +266,7 @@ class WindowRun:
 
     def _finish_entries(self) -> None:
         for name in self.ctx.window.packages:
-            if name in self.failures:
+            if name in self.failures or name in self.skipped:
                 continue
             plan = self.ctx.plan.packages[name]
             if plan.action is PlanAction.UNINSTALL:
@@ -274,7 +279,7 @@ class WindowRun:
 
     def _fail_all(self, stage: str, message: str) -> None:
         for name in self.ctx.window.packages:
-            if name not in self.failures:
+            if name not in self.failures and name not in self.skipped:
                 self.failures[name] = Failure(stage, message)
                 entry = self.state.packages[name]
                 self._set(name, EntryUpdate(entry.stage, State.ERRORING, entry.attempts, f"{stage}: {message}"[-2000:]))
@@ -328,19 +333,37 @@ class WindowRun:
                 self._fail_all(DRAIN_STAGE, cause(err))
                 return
         for name in window.packages:
+            if self._dependency_failed(name):
+                continue
             await self._run_steps(name, self.ctx.plan.packages[name].steps_before_interrupt())
-        healthy = [n for n in window.packages if n not in self.failures]
+        healthy = [n for n in window.packages if n not in self.failures and n not in self.skipped]
         with_interrupt = [n for n in healthy if self.ctx.plan.packages[n].needs_interrupt]
         await self._interrupt(with_interrupt)
         for name in with_interrupt:
             if name not in self.failures:
                 await self._run_steps(name, self.ctx.plan.packages[name].steps_after_interrupt())
 
+    def _dependency_failed(self, name: str) -> bool:
+        """True (and `name` skipped) when a `dependsOn` package failed or was skipped earlier in this window."""
+        failed = sorted(d for d in self.ctx.specs[name].depends_on if d in self.failures or d in self.skipped)
+        if not failed or not workflow.patched(SKIP_DEPENDENTS_OF_FAILED):
+            return False
+        self.skipped[name] = f"not run: dependency {', '.join(failed)} failed on this node in this window"
+        # Nothing ran: the package's record stays what it was before the window.
+        previous = self.ctx.recorded.packages.get(name)
+        if previous is None:
+            self.state.packages.pop(name, None)
+        else:
+            self.state.packages[name] = previous.model_copy(deep=True)
+        return True
+
     def _final_events(self, left_cordoned: bool) -> list[NodeEvent]:
         events = list(self.notes)
         for name in self.ctx.window.packages:
             failure = self.failures.get(name)
-            if failure is None:
+            if name in self.skipped:
+                events.append(self._event("PackageSkipped", f"{name}: {self.skipped[name]}", True))
+            elif failure is None:
                 events.append(self._event("PackageComplete", f"{name} {self.ctx.specs[name].version} complete"))
             else:
                 events.append(self._event("PackageErroring", f"{name}: {failure.stage}: {failure.message}", True))
@@ -354,6 +377,12 @@ class WindowRun:
         for name, request in self.ctx.requests.items():
             failure = self.failures.get(name)
             entry = self.state.packages.get(name)
+            if name in self.skipped:
+                results[name] = NodeResult(
+                    node=self.node, package=name, version=self.ctx.specs[name].version,
+                    request_id=request.request_id, state=State.BLOCKED.value, message=self.skipped[name],
+                    disrupted=disrupted)
+                continue
             results[name] = NodeResult(
                 node=self.node, package=name, version=self.ctx.specs[name].version,
                 request_id=request.request_id,

@@ -59,7 +59,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.rollout_state import NodeBook, carry_from_json, carry_to_json
     from workflows.rollout_targets import ACTIVITY_TIMEOUT, PATCH_WINDOWS_IN_FLIGHT, RolloutTargets
 
-PACKAGE_KEY = SearchAttributeKey.for_keyword(keys.SEARCH_ATTR_PACKAGE)
+# A keyword list since fleets (one value here); the command is the same, so recorded runs replay.
+PACKAGE_KEY = SearchAttributeKey.for_keyword_list(keys.SEARCH_ATTR_PACKAGE)
 PHASE_KEY = SearchAttributeKey.for_keyword(keys.SEARCH_ATTR_PHASE)
 HISTORY_EVENT_LIMIT = 10_000
 HISTORY_BYTES_LIMIT = 8 * 1024 * 1024
@@ -166,7 +167,7 @@ class RolloutWorkflow(RolloutTargets):
             self._replan = True
         self._book = NodeBook(input.package, self._carry, self._strict)
         self._set_spec(SpecChange(input.spec, input.generation, input.policy_name, input.policy))
-        workflow.upsert_search_attributes([PACKAGE_KEY.value_set(input.package)])
+        workflow.upsert_search_attributes([PACKAGE_KEY.value_set([input.package])])
         next_relist = workflow.now() + timedelta(seconds=input.relist_seconds)
         while True:
             self._apply_inbox()

@@ -61,10 +61,10 @@ def test_services_temporal_ui_persistence_worker_bridge(compose: dict[str, Any])
 
 
 def test_search_attributes_registered_are_the_contract_ones(compose: dict[str, Any]) -> None:
-    from api.keys import SEARCH_ATTRIBUTES
+    from protocol.names import SEARCH_ATTRIBUTE_TYPES
 
     script = " ".join(compose["services"]["temporal-setup"]["command"])
-    assert set(re.findall(r"Noderoll\w+", script)) == set(SEARCH_ATTRIBUTES)
+    assert dict(re.findall(r"(Noderoll\w+):(\w+)", script)) == SEARCH_ATTRIBUTE_TYPES
 
 
 @pytest.mark.parametrize("service", ["worker", "bridge"])

@@ -129,8 +129,8 @@ def test_control_plane_flags(tmp_path: Path) -> None:
     assert any(a.startswith("--service-account-private-key-file=") for a in cm)
     assert any(a.startswith("--root-ca-file=") for a in cm)
     temporal = argv["temporal"]
-    for name in ("NoderollPackage", "NoderollNode", "NoderollPhase"):
-        assert f"--search-attribute={name}=Keyword" in temporal
+    for name, kind in (("NoderollPackage", "KeywordList"), ("NoderollNode", "Keyword"), ("NoderollPhase", "Keyword")):
+        assert f"--search-attribute={name}={kind}" in temporal
     assert f"--db-filename={tmp_path / 'data' / 'temporal.db'}" in temporal
 
 

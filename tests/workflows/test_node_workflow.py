@@ -20,8 +20,9 @@ from temporalio.worker import Worker
 
 from activities import errors
 from activities.leases import acquire_lease
-from api.keys import SEARCH_ATTRIBUTES, node_workflow_id
+from api.keys import node_workflow_id
 from api.node_state import parse_node_state
+from protocol.names import SEARCH_ATTRIBUTE_TYPES
 from tests.workflows.node_collector import ResultCollector
 from tests.workflows.node_fakes import FakeNode
 from workflows.budget import BudgetWorkflow
@@ -99,11 +100,15 @@ class Harness:
         return len(history.events)
 
 
+_SNAKE = {"Keyword": "KEYWORD", "KeywordList": "KEYWORD_LIST"}
+
+
 async def register_search_attributes(client: Client) -> None:
     """Register noderoll's search attributes on the time-skipping server (the tooling does it elsewhere)."""
     request = AddSearchAttributesRequest(
         namespace=client.namespace,
-        search_attributes={name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for name in SEARCH_ATTRIBUTES},
+        search_attributes={name: IndexedValueType.Value(f"INDEXED_VALUE_TYPE_{_SNAKE[kind]}")
+                           for name, kind in SEARCH_ATTRIBUTE_TYPES.items()},
     )
     try:
         await client.operator_service.add_search_attributes(request)

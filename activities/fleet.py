@@ -1,0 +1,56 @@
+"""The fleet's side effects: classify the Nodes for its Packages, hand windows to node workflows. Does I/O.
+
+* `list_fleet_nodes` lists Nodes (paged, read only) and runs the pure target selection
+  (`planning.fleet_targets.select_fleet`) here, in the activity, so the fleet's history records a
+  compact per-node summary (pending, done, blocked, waiting Packages; compartment labels; a
+  fingerprint) instead of every Node's labels and state annotation.
+* `request_windows` does what a workflow cannot: signal-with-start `node/<node>` with signal
+  `window`. Idempotent: the node workflow drops a request id it has seen.
+"""
+
+from __future__ import annotations
+
+from pydantic import TypeAdapter
+from temporalio import activity
+
+from activities.node_requests import node_workflow_input
+from activities.targets import list_node_snapshots
+from api.package import PackageSpec
+from planning.fleet_targets import FleetPackage, FleetQuery, FleetSelection, select_fleet
+from planning.targets import NodeView
+from protocol.activities import ListFleetNodesInput, ListFleetNodesResult, RequestWindowsInput
+from protocol.names import NODE_WORKFLOW_TYPE, SIGNAL_WINDOW, node_workflow_id
+
+_SELECTION = TypeAdapter(FleetSelection)
+
+
+@activity.defn(name="list_fleet_nodes")
+def list_fleet_nodes(input: ListFleetNodesInput) -> ListFleetNodesResult:
+    """Every Node that a Package of the fleet targets, classified per Package (module docstring)."""
+    packages = {
+        e.name: FleetPackage(PackageSpec.model_validate(e.spec), uninstall=e.uninstall, paused=e.paused)
+        for e in input.packages
+    }
+    snapshots = list_node_snapshots(input.label_selector)
+    views = [NodeView(n.name, n.labels, n.taints, n.state_annotation) for n in snapshots]
+    in_flight = {node: frozenset(names) for node, names in input.in_flight.items()}
+    selection = select_fleet(FleetQuery(packages, views, in_flight, frozenset(input.label_keys)))
+    return ListFleetNodesResult(selection=_SELECTION.dump_python(selection, mode="json"), listed=len(views))
+
+
+@activity.defn(name="request_windows")
+async def request_windows(input: RequestWindowsInput) -> None:
+    """Signal-with-start `node/<node>` with each request (heartbeats per node)."""
+    client = activity.client()
+    task_queue = input.task_queue or activity.info().task_queue
+    for node, request in zip(input.nodes, input.requests, strict=True):
+        await client.start_workflow(
+            NODE_WORKFLOW_TYPE,
+            node_workflow_input(node),
+            id=node_workflow_id(node),
+            task_queue=task_queue,
+            start_signal=SIGNAL_WINDOW,
+            start_signal_args=[request],
+            static_summary=f"node {node}",
+        )
+        activity.heartbeat(node)

@@ -1,0 +1,170 @@
+"""A fleet's progress (its `progress` query): per Package, per node, and for the fleet. Pure.
+
+`fleet_progress(state, phase, now)` derives everything from a `planning.fleet_state.FleetState`:
+* per node and Package: `in_progress` (its window is out and carries the Package), the outcome
+  recorded in this wave (`complete`, `erroring`, `blocked`), else what the latest listing says
+  (`complete` when nothing is left to do, `blocked` for untolerated taints, unreadable state or a
+  dependency not there, `waiting` for pending or paused work);
+* per Package a `planning.status.RolloutProgress` (what the bridge renders into the Package's
+  status): counts over the nodes it targets, its blocked and erroring nodes, and its own phase:
+  `Pending` until a wave rolls out its current spec, `Paused` while it is paused (spec, annotation
+  or signal) with work left, `Halted` while the fleet is, `Canary` while the fleet's canary runs,
+  `Progressing`, `Uninstalling`, then `Failed` (erroring nodes) or `Complete`;
+* per node its state, each Package's state, the reason when blocked or erroring, and the
+  disruptions the fleet's windows caused there (windows, cordons, drains, interrupts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from api.enums import CanaryPhase, RolloutPhase, State
+from planning.fleet_state import FleetState, entries, package_revision
+from planning.status import RolloutProgress
+
+# A node's state from its Packages' states: the first that any Package has, in this order.
+_NODE_STATE_ORDER = (State.ERRORING, State.IN_PROGRESS, State.WAITING, State.BLOCKED, State.COMPLETE)
+
+
+@dataclass
+class NodeProgress:
+    """One node of the fleet."""
+
+    state: str = State.WAITING.value
+    # Package -> api.enums.State value.
+    packages: dict[str, str] = field(default_factory=dict)
+    reason: str = ""
+    windows: int = 0
+    cordons: int = 0
+    drains: int = 0
+    interrupts: int = 0
+
+
+@dataclass
+class FleetProgress:
+    """What a fleet reports (its `progress` query); plain data, serializable."""
+
+    policy: str = ""
+    phase: RolloutPhase = RolloutPhase.PENDING
+    wave: int = 0
+    batch_number: int = 0
+    batch_size: int = 0
+    canary_phase: CanaryPhase = CanaryPhase.NONE
+    canary_nodes: list[str] = field(default_factory=list)
+    message: str = ""
+    total_nodes: int = 0
+    # api.enums.State value -> nodes in that state.
+    counts: dict[str, int] = field(default_factory=dict)
+    packages: dict[str, RolloutProgress] = field(default_factory=dict)
+    nodes: dict[str, NodeProgress] = field(default_factory=dict)
+    # RFC 3339 time of this report (workflow.now()).
+    updated_at: str = ""
+
+
+def _package_state(state: FleetState, node: str, package: str) -> tuple[str, str]:
+    """(api.enums.State value, reason) of `package` on `node`."""
+    flight = state.in_flight.get(node)
+    if flight is not None and package in flight.packages:
+        return State.IN_PROGRESS.value, ""
+    record = state.records.get(node)
+    if record is not None and package in record.outcomes:
+        return record.outcomes[package], record.messages.get(package, "")
+    targets = state.targets[node]
+    if package in targets.done:
+        return State.COMPLETE.value, ""
+    if package in targets.blocked:
+        return State.BLOCKED.value, targets.blocked[package]
+    if package in targets.waiting:
+        return State.BLOCKED.value, targets.waiting[package]
+    if node in state.departed:
+        return State.SKIPPED.value, state.departed[node]
+    return State.WAITING.value, ""
+
+
+def _node_progress(state: FleetState, node: str) -> NodeProgress:
+    targets = state.targets[node]
+    packages, reasons = {}, []
+    for package in targets.packages():
+        value, reason = _package_state(state, node, package)
+        packages[package] = value
+        if reason and value in (State.BLOCKED.value, State.ERRORING.value, State.SKIPPED.value):
+            reasons.append(f"{package}: {reason}")
+    present = set(packages.values())
+    node_state = next((s.value for s in _NODE_STATE_ORDER if s.value in present), State.COMPLETE.value)
+    tally = state.disruptions.get(node)
+    return NodeProgress(
+        state=node_state, packages=packages, reason="; ".join(reasons),
+        windows=tally.windows if tally else 0, cordons=tally.cordons if tally else 0,
+        drains=tally.drains if tally else 0, interrupts=tally.interrupts if tally else 0,
+    )
+
+
+def _package_phase(
+    state: FleetState, name: str, counts: Mapping[str, int], fleet_phase: RolloutPhase, paused: bool
+) -> RolloutPhase:
+    entry = entries(state)[name]
+    if state.revisions.get(name) != package_revision(entry):
+        return RolloutPhase.PENDING
+    left = counts.get(State.WAITING.value, 0) + counts.get(State.IN_PROGRESS.value, 0)
+    if entry.uninstall:
+        return RolloutPhase.UNINSTALLING if left or counts.get(State.ERRORING.value) else RolloutPhase.COMPLETE
+    if left:
+        if paused and not counts.get(State.IN_PROGRESS.value):
+            return RolloutPhase.PAUSED
+        if fleet_phase in (RolloutPhase.HALTED, RolloutPhase.PAUSED, RolloutPhase.CANARY):
+            return fleet_phase
+        return RolloutPhase.PROGRESSING
+    if counts.get(State.ERRORING.value):
+        return RolloutPhase.FAILED
+    return RolloutPhase.COMPLETE
+
+
+def _package_message(name: str, phase: RolloutPhase, fleet: str, state: FleetState) -> str:
+    if phase is RolloutPhase.PENDING:
+        return f"waiting for {fleet} to start a wave with this spec"
+    if phase is RolloutPhase.PAUSED:
+        return "paused: kept out of new windows (spec.paused, noderoll.io/pause or the pause signal)"
+    if phase in (RolloutPhase.HALTED, RolloutPhase.CANARY, RolloutPhase.PROGRESSING) or state.departed:
+        return f"{fleet}: {state.message}" if state.message else ""
+    return ""
+
+
+def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str) -> FleetProgress:
+    """The `progress` query's answer for `state` (module rules)."""
+    planner = state.planner
+    fleet = f"fleet/{state.spec.policy_name if state.spec else ''}"
+    nodes = {node: _node_progress(state, node) for node in sorted(state.targets)}
+    report = FleetProgress(
+        policy=state.spec.policy_name if state.spec else "",
+        phase=fleet_phase, wave=state.wave,
+        batch_number=planner.batch_number if planner else 0,
+        batch_size=len(planner.current_batch) if planner else 0,
+        canary_phase=planner.canary_phase if planner else CanaryPhase.NONE,
+        canary_nodes=list(planner.canary_nodes) if planner else [],
+        message=state.message, total_nodes=len(nodes), nodes=nodes, updated_at=now,
+    )
+    for progress in nodes.values():
+        report.counts[progress.state] = report.counts.get(progress.state, 0) + 1
+    for name, entry in sorted(entries(state).items()):
+        counts: dict[str, int] = {}
+        blocked, erroring = {}, {}
+        for node in sorted(state.targets):
+            value = nodes[node].packages.get(name)
+            if value is None:
+                continue
+            counts[value] = counts.get(value, 0) + 1
+            if value in (State.BLOCKED.value, State.ERRORING.value):
+                _value, reason = _package_state(state, node, name)
+                (blocked if value == State.BLOCKED.value else erroring)[node] = reason
+        paused = entry.paused or name in state.paused_packages or state.paused
+        phase = _package_phase(state, name, counts, fleet_phase, paused)
+        report.packages[name] = RolloutProgress(
+            phase=phase, version=str(entry.spec.get("version", "")), total_nodes=sum(counts.values()),
+            counts=counts, batch_number=report.batch_number, batch_size=report.batch_size,
+            canary_phase=report.canary_phase, canary_nodes=report.canary_nodes,
+            blocked=blocked, erroring=erroring, message=_package_message(name, phase, fleet, state),
+            updated_at=now, generation=entry.generation,
+            uninstalled=entry.uninstall and phase is RolloutPhase.COMPLETE,
+        )
+    return report

@@ -1,0 +1,189 @@
+"""Target selection of a fleet: per node, which of the fleet's Packages its next window carries. Pure.
+
+`select_fleet(FleetQuery)` classifies every (node, Package) pair of a snapshot of the Nodes. Per
+Package the rules of `planning.targets` hold:
+* candidate: the Package's `nodeSelector` matches (no selector: every node) and the node is not
+  labelled `noderoll.io/ignore=true`; for an uninstall: the Package is recorded on the node;
+* `done`: the per-node plan has no work for it (recorded at the desired version and config),
+  decided before taints, so a node rebooted by another window is not "blocked";
+* a Package carried by the node's window in flight is the fleet's own whatever the node's taints
+  (its own reboot makes the node NotReady);
+* `blocked`: an untolerated `NoSchedule`/`NoExecute` taint (reason: the taints), or a
+  `noderoll.io/state` annotation that cannot be read (the node is held for an operator:
+  nothing is re-run over state noderoll cannot read);
+* `paused`: work to do, but the Package is paused (kept out of new windows);
+* `waiting`: work to do, but a `dependsOn` Package is neither recorded complete on the node at the
+  required version nor `pending` there at that version in this fleet (a dependency in the same
+  fleet travels in the same window, before its dependent); a dependency that is paused, blocked or
+  waiting itself makes its dependents wait (a fixpoint);
+* `pending`: everything else with work: it goes into the node's next window.
+A node with at least one Package pending or done is `eligible` (the batch planner's nodes; budgets
+are percentages of them); a node whose Packages are all blocked, waiting or paused is not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from api import keys
+from api.node_state import NodeState, parse_node_state
+from api.package import PackageSpec
+from api.versions import same_version
+from planning.compartments import NodeInfo
+from planning.node_plan import complete_version
+from planning.targets import NodeView, is_candidate, needs_work, untolerated_taints
+
+MALFORMED_STATE = "noderoll.io/state cannot be read"
+
+
+@dataclass(frozen=True)
+class FleetPackage:
+    """One Package of the fleet as target selection needs it."""
+
+    spec: PackageSpec
+    uninstall: bool = False
+    paused: bool = False
+
+
+@dataclass(frozen=True)
+class FleetQuery:
+    """A snapshot of the Nodes and the fleet's Packages."""
+
+    packages: Mapping[str, FleetPackage]
+    nodes: Sequence[NodeView]
+    # node -> Packages its window in flight carries.
+    in_flight: Mapping[str, Collection[str]] = field(default_factory=dict)
+    # Label keys the policy's compartment selectors read (the only labels the planner keeps).
+    label_keys: Collection[str] = ()
+
+
+@dataclass
+class NodeTargets:
+    """What each Package targeting one node needs there."""
+
+    pending: list[str] = field(default_factory=list)
+    done: list[str] = field(default_factory=list)
+    paused: list[str] = field(default_factory=list)
+    # Package -> reason.
+    blocked: dict[str, str] = field(default_factory=dict)
+    waiting: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+    # Digest of the node's labels, taints and state annotation: changes when the node does.
+    fingerprint: str = ""
+
+    @property
+    def eligible(self) -> bool:
+        """The node belongs to the batch planner: some Package is pending or done there."""
+        return bool(self.pending or self.done)
+
+    def packages(self) -> list[str]:
+        """Every Package of the fleet that targets this node."""
+        return sorted({*self.pending, *self.done, *self.paused, *self.blocked, *self.waiting})
+
+
+@dataclass
+class FleetSelection:
+    """Node name -> its targets, for every node at least one Package of the fleet targets."""
+
+    nodes: dict[str, NodeTargets] = field(default_factory=dict)
+
+    def eligible(self) -> list[NodeInfo]:
+        """The planner's nodes (sorted by name) with the labels its compartments read."""
+        return [NodeInfo(name, t.labels) for name, t in sorted(self.nodes.items()) if t.eligible]
+
+
+def fingerprint(node: NodeView) -> str:
+    """A short digest of what target selection reads of `node`."""
+    taints = sorted(f"{t.get('key')}={t.get('value')}:{t.get('effect')}" for t in node.taints)
+    text = "\n".join([*(f"{k}={v}" for k, v in sorted(node.labels.items())), *taints, node.state_annotation])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _targets(name: str, package: FleetPackage, labels: Mapping[str, str], recorded: NodeState) -> bool:
+    if package.uninstall:
+        return name in recorded.packages
+    return is_candidate(package.spec, labels)
+
+
+def _dependency_reason(
+    spec: PackageSpec, targets: NodeTargets, packages: Mapping[str, FleetPackage], recorded: NodeState
+) -> str | None:
+    for dep, version in sorted(spec.depends_on.items()):
+        if dep in targets.pending:
+            if same_version(packages[dep].spec.version, version):
+                continue
+            return f"waits for dependency {dep} {version} ({packages[dep].spec.version} is being rolled out)"
+        if dep in targets.paused:
+            return f"waits for dependency {dep} {version} (paused)"
+        if dep in targets.blocked or dep in targets.waiting:
+            return f"waits for dependency {dep} {version} (not updatable on this node)"
+        installed = complete_version(recorded, dep)
+        if installed is None:
+            return f"waits for dependency {dep} {version} (not complete on this node)"
+        if not same_version(installed, version):
+            return f"waits for dependency {dep} {version} ({installed} is installed)"
+    return None
+
+
+def _classify(node: NodeView, query: FleetQuery) -> NodeTargets | None:
+    recorded, problem = parse_node_state(node.state_annotation)
+    ours = set(query.in_flight.get(node.name, ()))
+    targets = NodeTargets(
+        labels={k: v for k, v in node.labels.items() if k in query.label_keys},
+        fingerprint=fingerprint(node),
+    )
+    ignored = node.labels.get(keys.NODE_IGNORE_LABEL) == "true"
+    for name, package in sorted(query.packages.items()):
+        if ignored and not package.uninstall:
+            continue
+        if problem is not None:
+            # Garbage in the annotation: nothing can be known about this node, so nothing runs there.
+            if is_candidate(package.spec, node.labels):
+                targets.blocked[name] = f"{MALFORMED_STATE}: {problem}"
+            continue
+        if not _targets(name, package, node.labels, recorded):
+            continue
+        if not needs_work(name, package.spec, recorded, package.uninstall):
+            targets.done.append(name)
+            continue
+        bad = [] if name in ours else untolerated_taints(package.spec, node.taints)
+        if bad:
+            targets.blocked[name] = f"taints not tolerated: {', '.join(bad)}"
+        elif package.paused and name not in ours:
+            targets.paused.append(name)
+        else:
+            targets.pending.append(name)
+    # Dependencies: a fixpoint, because a dependent of a waiting dependency waits too.
+    changed = True
+    while changed:
+        changed = False
+        for name in list(targets.pending):
+            package = query.packages[name]
+            if package.uninstall or name in ours:
+                continue
+            reason = _dependency_reason(package.spec, targets, query.packages, recorded)
+            if reason:
+                targets.pending.remove(name)
+                targets.waiting[name] = reason
+                changed = True
+    return targets if targets.packages() else None
+
+
+def select_fleet(query: FleetQuery) -> FleetSelection:
+    """Classify every (node, Package) pair of the snapshot (module rules)."""
+    selection = FleetSelection()
+    for node in sorted(query.nodes, key=lambda n: n.name):
+        targets = _classify(node, query)
+        if targets is not None:
+            selection.nodes[node.name] = targets
+    return selection
+
+
+def dependency_packages(packages: Mapping[str, FleetPackage]) -> list[str]:
+    """Packages whose records a listing must keep: the fleet's and every `dependsOn` target."""
+    names = set(packages)
+    for package in packages.values():
+        names |= set(package.spec.depends_on)
+    return sorted(names)

@@ -1,0 +1,43 @@
+"""Inputs and results of the fleet's activities, as plain dataclasses (no Kubernetes import). Pure data.
+
+Workflows call activities by name with these, so the workflow sandbox never loads a client. (The
+node window's activities still take `activities/io.py`; both move here with the protocol.)
+"""
+
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from protocol.fleet import PackageEntry, WindowRequest
+
+
+@dataclass
+class ListFleetNodesInput:
+    """List the Nodes and classify them for the fleet's Packages (`planning.fleet_targets`)."""
+
+    packages: list[PackageEntry]
+    # node -> Packages its window in flight carries (those stay the fleet's whatever the taints).
+    in_flight: dict[str, list[str]] = field(default_factory=dict)
+    # Label keys the policy's compartment selectors read (the only labels returned).
+    label_keys: list[str] = field(default_factory=list)
+    # Server-side label selector narrowing the list ("" = every node).
+    label_selector: str = ""
+
+
+@dataclass
+class ListFleetNodesResult:
+    """`planning.fleet_targets.FleetSelection` as JSON (the workflow converts it)."""
+
+    selection: dict[str, Any] = field(default_factory=dict)
+    listed: int = 0
+
+
+@dataclass
+class RequestWindowsInput:
+    """Hand each request to `node/<node>` by signal-with-start `window` (one activity per chunk)."""
+
+    requests: list[WindowRequest]
+    # Node of each request, in the same order.
+    nodes: list[str]
+    # Task queue of the node workflows ("" = the calling activity's own queue).
+    task_queue: str = ""

@@ -1,0 +1,138 @@
+"""Messages of fleet rollouts: bridge -> fleet, fleet -> node workflow, node workflow -> fleet. Pure data.
+
+The protocol (docs/architecture.md, ADR 0007):
+
+* The bridge hands each fleet (`fleet/<policy>`, one per DeploymentPolicy, `fleet/default` for
+  Packages naming none) its whole desired state, a `FleetSpec`, with signal-with-start `desired`
+  whenever a Package of the fleet or the policy changes. The fleet compares it with what it has;
+  the same spec twice changes nothing.
+* Operators send `pause`, `resume`, `halt` and `retry`, each with an optional `Filter`.
+* The fleet hands a node ONE `WindowRequest` carrying every Package of the fleet pending there
+  (signal-with-start `window` on `node/<node>`); the node workflow answers every request exactly
+  once with a `WindowResult` (signal `window_result`), also when it withdraws a queued request on
+  `window_cancel`.
+
+Specs travel as the JSON of `api.package.PackageSpec` / `api.policy.DeploymentPolicySpec`
+(dumped by alias): this module stays a leaf and the receiver validates.
+"""
+
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class PackageEntry:
+    """One Package of a fleet, as the bridge observed it."""
+
+    name: str
+    # The PackageSpec as validated JSON (by alias).
+    spec: dict[str, Any]
+    generation: int
+    uid: str = ""
+    # `spec.paused` or the `noderoll.io/pause` annotation: kept out of new windows.
+    paused: bool = False
+    # The Package is being deleted with `uninstall.enabled`: uninstall it wherever it is recorded.
+    uninstall: bool = False
+
+
+@dataclass
+class FleetSpec:
+    """The desired state of one fleet: its policy and every Package that names it."""
+
+    policy_name: str
+    # The DeploymentPolicySpec as validated JSON; None for the built-in `default` policy.
+    policy: dict[str, Any] | None = None
+    policy_generation: int = 0
+    packages: list[PackageEntry] = field(default_factory=list)
+
+
+@dataclass
+class FleetInput:
+    """Input of `fleet/<policy>` (started by the bridge with signal-with-start `desired`)."""
+
+    policy_name: str
+    # Task queue of the node workflows ("" = the fleet's own).
+    node_task_queue: str = ""
+    # How often the fleet re-lists its nodes on its own (joiners, lifted taints) besides `nodes_changed`.
+    relist_seconds: int = 300
+    # How often, while windows are out, the fleet checks that their node workflows still run.
+    watchdog_seconds: int = 60
+    # History length that triggers continue-as-new (0: the fleet's default; tests set it low).
+    history_limit: int = 0
+    # Carried across continue-as-new: the fleet's state as JSON (workflows.fleet_state converts).
+    carry: dict[str, Any] | None = None
+
+
+@dataclass
+class Filter:
+    """Optional payload of `pause`, `resume`, `halt`, `retry`: only these Packages and/or nodes.
+
+    Empty lists mean every Package and every node. With both set, the signal applies to those
+    Packages on those nodes where that distinction exists (`retry`), else to each list.
+    """
+
+    packages: list[str] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)
+
+    def is_empty(self) -> bool:
+        """True when the signal applies to the whole fleet."""
+        return not self.packages and not self.nodes
+
+
+@dataclass
+class PackageOrder:
+    """One Package a window must bring to its spec (or uninstall)."""
+
+    name: str
+    spec: dict[str, Any]
+    generation: int
+    uninstall: bool = False
+
+
+@dataclass
+class WindowRequest:
+    """A fleet asks a node for one window covering `packages` (one drain, one merged interrupt)."""
+
+    fleet_workflow_id: str
+    # Unique within the fleet; the node workflow drops a request id it has seen.
+    request_id: str
+    packages: list[PackageOrder] = field(default_factory=list)
+    wave: int = 0
+
+
+@dataclass
+class WindowCancel:
+    """A fleet withdraws its request (halt, filter): dropped only when its window has not started."""
+
+    fleet_workflow_id: str
+    request_id: str
+
+
+@dataclass
+class PackageOutcome:
+    """The outcome of one Package in one window."""
+
+    # api.enums.State value: complete, erroring, blocked or skipped.
+    state: str
+    version: str = ""
+    stage: str | None = None
+    message: str = ""
+    log_tail: str = ""
+
+
+@dataclass
+class WindowResult:
+    """A node workflow's answer to one `WindowRequest` (exactly one per request)."""
+
+    node: str
+    request_id: str
+    outcomes: dict[str, PackageOutcome] = field(default_factory=dict)
+    # The request was withdrawn (`window_cancel`) or superseded before its window started.
+    withdrawn: bool = False
+    # What the window did to the node (disruption accounting).
+    cordoned: bool = False
+    drained: bool = False
+    # Type of the merged interrupt that ran ("" when none).
+    interrupt: str = ""
+    message: str = ""

@@ -1,0 +1,97 @@
+"""Temporal names: workflow types, workflow ids, signals, queries, search attributes. Pure constants.
+
+The contract names (DESIGN.md "API (contract)": ids `fleet/<policy>` and `node/<node>`, signals
+`pause`, `resume`, `halt`, `retry`, query `progress`, the `Noderoll*` search attributes) and the
+internal ones (signals between the bridge, fleets and node workflows) are defined here once.
+"""
+
+from __future__ import annotations
+
+# --- workflow types (what a starter passes to start_workflow by name) -----------------------
+FLEET_WORKFLOW_TYPE = "FleetWorkflow"
+NODE_WORKFLOW_TYPE = "NodeWorkflow"
+# Per-Package rollouts and budget workflows of releases before fleets (ADR 0007): still registered
+# so that runs started before an upgrade can be retired and their node windows finish.
+LEGACY_ROLLOUT_WORKFLOW_TYPE = "RolloutWorkflow"
+LEGACY_BUDGET_WORKFLOW_TYPE = "BudgetWorkflow"
+
+# --- workflow ids (contract) ----------------------------------------------------------------
+FLEET_WORKFLOW_PREFIX = "fleet/"
+NODE_WORKFLOW_PREFIX = "node/"
+LEGACY_ROLLOUT_WORKFLOW_PREFIX = "package/"
+LEGACY_BUDGET_WORKFLOW_PREFIX = "budget/"
+# The fleet of Packages that name no DeploymentPolicy (a reserved policy name: one node at a time).
+DEFAULT_FLEET = "default"
+
+# --- contract signals and query (fleets) -----------------------------------------------------
+# Each signal takes an optional `protocol.fleet.Filter` payload: {"packages": [...], "nodes": [...]}.
+SIGNAL_PAUSE = "pause"
+SIGNAL_RESUME = "resume"
+SIGNAL_HALT = "halt"
+SIGNAL_RETRY = "retry"
+QUERY_PROGRESS = "progress"
+
+# --- internal signals and queries -------------------------------------------------------------
+# bridge -> fleet: the fleet's desired state (`protocol.fleet.FleetSpec`), also the start signal.
+SIGNAL_FLEET_SPEC = "desired"
+# bridge -> fleet: Nodes joined, left or changed in a way that concerns the fleet (no payload).
+SIGNAL_NODES_CHANGED = "nodes_changed"
+# fleet -> node: one window for a set of Packages (`protocol.fleet.WindowRequest`, signal-with-start).
+SIGNAL_WINDOW = "window"
+# fleet -> node: withdraw a request that has not started (`protocol.fleet.WindowCancel`).
+SIGNAL_WINDOW_CANCEL = "window_cancel"
+# node -> fleet: the outcome of one window request (`protocol.fleet.WindowResult`).
+SIGNAL_WINDOW_RESULT = "window_result"
+QUERY_NODE_STATUS = "node_status"
+# Legacy (per-Package rollouts): node request/cancel/result, budget leases.
+SIGNAL_NODE_REQUEST = "request"
+SIGNAL_NODE_CANCEL = "cancel"
+SIGNAL_NODE_RESULT = "node_result"
+SIGNAL_NODE_RETRY = "retry"
+SIGNAL_BUDGET_ACQUIRE = "acquire"
+SIGNAL_BUDGET_RELEASE = "release"
+SIGNAL_LEASE_GRANTED = "lease_granted"
+QUERY_BUDGET_STATUS = "budget_status"
+SIGNAL_SPEC_CHANGED = "spec_changed"
+SIGNAL_PACKAGE_DELETED = "deleted"
+
+# --- search attributes (registered by the tooling: `noderoll dev up`, the Helm chart) -------
+# Keyword list: every Package a fleet or node workflow carries (`NoderollPackage = 'x'` finds them).
+SEARCH_ATTR_PACKAGE = "NoderollPackage"
+SEARCH_ATTR_NODE = "NoderollNode"
+SEARCH_ATTR_PHASE = "NoderollPhase"
+# Name -> Temporal indexed value type, as `temporal operator search-attribute create --type` takes it.
+SEARCH_ATTRIBUTE_TYPES = {
+    SEARCH_ATTR_PACKAGE: "KeywordList",
+    SEARCH_ATTR_NODE: "Keyword",
+    SEARCH_ATTR_PHASE: "Keyword",
+}
+SEARCH_ATTRIBUTES = tuple(SEARCH_ATTRIBUTE_TYPES)
+
+DEFAULT_TASK_QUEUE = "noderoll"
+DEFAULT_NAMESPACE = "default"
+
+
+def fleet_name(policy: str | None) -> str:
+    """The fleet of Packages naming `policy` (`default` for none)."""
+    return policy or DEFAULT_FLEET
+
+
+def fleet_workflow_id(policy: str | None) -> str:
+    """Workflow id of the fleet rollout of a DeploymentPolicy (contract; `fleet/default` for none)."""
+    return f"{FLEET_WORKFLOW_PREFIX}{fleet_name(policy)}"
+
+
+def node_workflow_id(node: str) -> str:
+    """Workflow id of a node's workflow, the single writer of that node's state (contract)."""
+    return f"{NODE_WORKFLOW_PREFIX}{node}"
+
+
+def legacy_rollout_workflow_id(package: str) -> str:
+    """Workflow id of a Package's rollout before fleets (`package/<name>`)."""
+    return f"{LEGACY_ROLLOUT_WORKFLOW_PREFIX}{package}"
+
+
+def budget_workflow_id(policy: str, compartment: str) -> str:
+    """Workflow id of a compartment's disruption budget before fleets (`budget/<policy>/<compartment>`)."""
+    return f"{LEGACY_BUDGET_WORKFLOW_PREFIX}{policy}/{compartment}"

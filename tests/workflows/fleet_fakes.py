@@ -1,0 +1,127 @@
+"""Fake activities for fleet workflow tests, registered under the real names.
+
+`FakeNodes` plays the Kubernetes listing and the node workflows: `list_fleet_nodes` runs the real
+target selection (`planning.fleet_targets.select_fleet`) over fake Nodes whose state annotation
+the fake keeps; `request_windows` records every request and, for nodes in `auto`, answers at once
+as a node workflow would: every Package complete (recorded on the fake node at its version and
+config), or erroring for nodes in `fail`; the test answers other nodes itself with `finish`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from pydantic import TypeAdapter
+from temporalio import activity
+from temporalio.client import Client
+
+from activities.io import DescribeWorkflowRunsInput, DescribeWorkflowRunsResult
+from api.node_state import config_hashes
+from api.package import PackageSpec
+from planning.fleet_targets import FleetPackage, FleetQuery, FleetSelection, select_fleet
+from planning.targets import NodeView
+from protocol.activities import ListFleetNodesInput, ListFleetNodesResult, RequestWindowsInput
+from protocol.fleet import PackageOutcome, WindowRequest, WindowResult
+from protocol.names import SIGNAL_WINDOW_RESULT
+
+_SELECTION = TypeAdapter(FleetSelection)
+
+
+@dataclass
+class FakeNode:
+    """A Node: labels, taints and the packages recorded complete on it (name -> (version, config))."""
+
+    name: str
+    labels: dict[str, str] = field(default_factory=lambda: {"pool": "gpu"})
+    taints: list[dict[str, str]] = field(default_factory=list)
+    recorded: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
+    garbage: str = ""
+
+    def view(self) -> NodeView:
+        if self.garbage:
+            return NodeView(self.name, self.labels, self.taints, self.garbage)
+        packages = {name: {"version": version, "state": "complete", "stage": "config", "config": config}
+                    for name, (version, config) in self.recorded.items()}
+        return NodeView(self.name, self.labels, self.taints, json.dumps({"packages": packages}))
+
+
+@dataclass
+class FakeNodes:
+    """Nodes to list and the behaviour of their (fake) node workflows."""
+
+    nodes: dict[str, FakeNode] = field(default_factory=dict)
+    auto: bool = True
+    fail: set[str] = field(default_factory=set)
+    # Packages that ask for a reboot: a window carrying one counts an interrupt and a drain.
+    reboot: set[str] = field(default_factory=set)
+    requests: list[tuple[str, WindowRequest]] = field(default_factory=list)
+    outstanding: dict[str, WindowRequest] = field(default_factory=dict)
+    # Node workflows that are "closed" (for the watchdog's describe).
+    closed: set[str] = field(default_factory=set)
+    listings: int = 0
+
+    @classmethod
+    def of(cls, count: int, prefix: str = "n", **kwargs: object) -> FakeNodes:
+        nodes = {f"{prefix}{i:02d}": FakeNode(f"{prefix}{i:02d}") for i in range(count)}
+        return cls(nodes=nodes, **kwargs)  # type: ignore[arg-type]
+
+    def activities(self) -> list[object]:
+        @activity.defn(name="list_fleet_nodes")
+        async def list_fleet_nodes(input: ListFleetNodesInput) -> ListFleetNodesResult:
+            self.listings += 1
+            packages = {e.name: FleetPackage(PackageSpec.model_validate(e.spec), e.uninstall, e.paused)
+                        for e in input.packages}
+            views = [n.view() for n in self.nodes.values()]
+            in_flight = {n: frozenset(p) for n, p in input.in_flight.items()}
+            selection = select_fleet(FleetQuery(packages, views, in_flight, frozenset(input.label_keys)))
+            return ListFleetNodesResult(_SELECTION.dump_python(selection, mode="json"), len(views))
+
+        @activity.defn(name="request_windows")
+        async def request_windows(input: RequestWindowsInput) -> None:
+            for node, request in zip(input.nodes, input.requests, strict=True):
+                self.requests.append((node, request))
+                self.outstanding[node] = request
+                if self.auto:
+                    await self.finish_one(activity.client(), node)
+
+        @activity.defn(name="describe_workflow_runs")
+        async def describe_workflow_runs(input: DescribeWorkflowRunsInput) -> DescribeWorkflowRunsResult:
+            closed = [w for w in input.workflow_ids if w.removeprefix("node/") in self.closed]
+            return DescribeWorkflowRunsResult(closed=closed, statuses=dict.fromkeys(closed, "TERMINATED"))
+
+        return [list_fleet_nodes, request_windows, describe_workflow_runs]
+
+    def requested(self) -> list[str]:
+        return [node for node, _ in self.requests]
+
+    def carried(self, node: str) -> list[list[str]]:
+        """The Packages of each request `node` got, in order."""
+        return [sorted(o.name for o in r.packages) for n, r in self.requests if n == node]
+
+    async def finish_one(self, client: Client, node: str) -> None:
+        """Answer `node`'s outstanding request as its node workflow would."""
+        request = self.outstanding.pop(node)
+        failed = node in self.fail
+        outcomes = {}
+        for order in request.packages:
+            version = str(order.spec.get("version", ""))
+            if failed:
+                outcomes[order.name] = PackageOutcome("erroring", version, "apply", "apply failed: exit 7")
+                continue
+            if order.uninstall:
+                self.nodes[node].recorded.pop(order.name, None)
+            else:
+                self.nodes[node].recorded[order.name] = (version, config_hashes(order.spec.get("config") or {}))
+            outcomes[order.name] = PackageOutcome("complete", version, "config", "complete")
+        reboot = any(o.name in self.reboot for o in request.packages) and not failed
+        result = WindowResult(node, request.request_id, outcomes, cordoned=reboot, drained=reboot,
+                              interrupt="reboot" if reboot else "")
+        await client.get_workflow_handle(request.fleet_workflow_id).signal(SIGNAL_WINDOW_RESULT, result)
+
+    async def finish(self, client: Client) -> list[str]:
+        """Answer every outstanding request."""
+        done = sorted(self.outstanding)
+        for node in done:
+            await self.finish_one(client, node)
+        return done

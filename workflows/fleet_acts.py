@@ -1,0 +1,225 @@
+"""What a fleet does outside its own state: list nodes, hand out and withdraw windows, watch node workflows.
+
+Deterministic, no I/O (every side effect is an activity called by name or a signal). `FleetActs` is
+mixed into `workflows.fleet.FleetWorkflow`, which owns the attributes declared here.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from activities.io import DescribeWorkflowRunsInput, DescribeWorkflowRunsResult
+    from api.enums import RolloutPhase
+    from api.policy import DeploymentPolicySpec
+    from planning import fleet_state as fs
+    from planning.fleet_targets import FleetSelection
+    from protocol import names
+    from protocol.activities import ListFleetNodesInput, ListFleetNodesResult, RequestWindowsInput
+    from protocol.fleet import FleetInput, PackageOrder, WindowCancel, WindowRequest
+    from workflows.fleet_codec import selection_from_json
+
+ACTIVITY_TIMEOUT = timedelta(minutes=5)
+# Requests per `request_windows` call: keeps each activity payload well under 2 MB.
+REQUEST_CHUNK = 50
+
+
+def selector_label_keys(policy: DeploymentPolicySpec) -> list[str]:
+    """Label keys the policy's compartment selectors read."""
+    found: set[str] = set()
+    for compartment in policy.compartments:
+        found |= set(compartment.selector.match_labels)
+        found |= {r.key for r in compartment.selector.match_expressions}
+    return sorted(found)
+
+
+class FleetActs:
+    """Listing, requests, withdrawals and the watchdog of a fleet (attributes owned by the workflow)."""
+
+    _input: FleetInput
+    _state: fs.FleetState
+    _policy: DeploymentPolicySpec
+    _policy_name: str
+    _relist: bool
+    _relist_requested: bool
+    _relist_now: bool
+    _listed_at: datetime
+    _resolved: bool
+    _inbox: list[Any]
+    # Nodes whose request must be withdrawn (halt), and those whose withdrawal was sent.
+    _to_withdraw: set[str]
+    _withdrawing: set[str]
+    _next_watchdog: datetime
+
+    def _apply_inbox(self) -> None:
+        raise NotImplementedError  # FleetWorkflow._apply_inbox
+
+    def _set_phase(self, phase: RolloutPhase) -> None:
+        raise NotImplementedError  # FleetWorkflow._set_phase
+
+    def _fleet_id(self) -> str:
+        return names.fleet_workflow_id(self._policy_name)
+
+    # --- listing -------------------------------------------------------------------------------
+
+    async def _list(self) -> FleetSelection:
+        state = self._state
+        assert state.spec is not None
+        # Cleared before listing: a change reported while the listing runs asks for another one.
+        self._relist_requested, self._relist, self._relist_now = False, False, False
+        result = await workflow.execute_activity(
+            "list_fleet_nodes",
+            ListFleetNodesInput(
+                packages=list(state.spec.packages),
+                in_flight={n: list(f.packages) for n, f in state.in_flight.items()},
+                label_keys=selector_label_keys(self._policy),
+            ),
+            result_type=ListFleetNodesResult,
+            start_to_close_timeout=ACTIVITY_TIMEOUT,
+            heartbeat_timeout=timedelta(seconds=60),
+            summary="list and classify nodes",
+        )
+        self._listed_at = workflow.now()
+        self._resolved = True
+        return selection_from_json(result.selection)
+
+    async def _start_wave(self) -> None:
+        """A new wave over the nodes not at the desired state (nothing is in flight)."""
+        selection = await self._list()
+        state = self._state
+        fs.start_wave(state, selection, self._policy, self._fleet_id())
+        state.message = (f"wave {state.wave}: {len(fs.startable(state))} node(s) to update"
+                         + (f" (changes {', '.join(state.changed)})" if state.changed else " (policy changed)"))
+        workflow.logger.info("%s: %s", self._fleet_id(), state.message)
+
+    async def _refresh(self) -> None:
+        """Pick up joining nodes, departures, lifted taints and dependencies within the wave."""
+        selection = await self._list()
+        joined = fs.refresh_targets(self._state, selection, self._policy)
+        if joined:
+            workflow.logger.info("%s: %d node(s) joined", self._fleet_id(), len(joined))
+
+    # --- requests ------------------------------------------------------------------------------
+
+    async def _send(self, nodes: list[str]) -> None:
+        """Hand each node one request for every Package it wants now (signal-with-start)."""
+        state = self._state
+        entries = fs.entries(state)
+        fleet_id = self._fleet_id()
+        now = workflow.now().isoformat()
+        requests: list[WindowRequest] = []
+        targets: list[str] = []
+        for node in sorted(nodes):
+            packages = fs.wanted(state, node)
+            if not packages or node in state.in_flight:
+                continue
+            orders = [PackageOrder(p, entries[p].spec, entries[p].generation, entries[p].uninstall)
+                      for p in packages]
+            request_id = fs.request_id(state, fleet_id, node)
+            state.in_flight[node] = fs.InFlight(request_id, packages, now)
+            requests.append(WindowRequest(fleet_id, request_id, orders, state.wave))
+            targets.append(node)
+        await self._hand_over(requests, targets)
+
+    async def _hand_over(self, requests: list[WindowRequest], nodes: list[str]) -> None:
+        for start in range(0, len(nodes), REQUEST_CHUNK):
+            chunk = nodes[start:start + REQUEST_CHUNK]
+            await workflow.execute_activity(
+                "request_windows",
+                RequestWindowsInput(requests=requests[start:start + REQUEST_CHUNK], nodes=chunk,
+                                    task_queue=self._input.node_task_queue),
+                start_to_close_timeout=ACTIVITY_TIMEOUT,
+                heartbeat_timeout=timedelta(seconds=60),
+                summary=f"request {len(chunk)} node window(s)",
+            )
+
+    async def _withdraw(self) -> None:
+        """Ask node workflows to drop requests that have not started (they answer `withdrawn`)."""
+        pending = sorted(n for n in self._to_withdraw if n in self._state.in_flight and n not in self._withdrawing)
+        self._to_withdraw.clear()
+        for node in pending:
+            flight = self._state.in_flight[node]
+            self._withdrawing.add(node)
+            handle = workflow.get_external_workflow_handle(names.node_workflow_id(node))
+            try:
+                await handle.signal(names.SIGNAL_WINDOW_CANCEL, WindowCancel(self._fleet_id(), flight.request_id))
+            except Exception as err:  # noqa: BLE001 - a node workflow that ended is caught by the watchdog
+                workflow.logger.info("withdrawal from node %s not delivered: %s", node, err)
+
+    # --- watchdog --------------------------------------------------------------------------------
+
+    async def _watchdog(self) -> None:
+        """Every `watchdog_seconds` while windows are out: are their node workflows still running?"""
+        state = self._state
+        every = timedelta(seconds=self._input.watchdog_seconds)
+        if not state.in_flight or workflow.now() < self._next_watchdog:
+            return
+        self._next_watchdog = workflow.now() + every
+        suspects = fs.overdue(state, workflow.now(), every)
+        if not suspects:
+            return
+        result = await workflow.execute_activity(
+            "describe_workflow_runs",
+            DescribeWorkflowRunsInput([names.node_workflow_id(n) for n in suspects]),
+            result_type=DescribeWorkflowRunsResult,
+            start_to_close_timeout=ACTIVITY_TIMEOUT,
+            summary=f"check {len(suspects)} node workflow(s)",
+        )
+        # Answers that arrived meanwhile come first: a node workflow answers before it closes.
+        self._apply_inbox()
+        again: list[str] = []
+        for workflow_id in result.closed:
+            node = workflow_id.removeprefix(names.NODE_WORKFLOW_PREFIX)
+            how = result.statuses.get(workflow_id, "closed")
+            if node in state.in_flight and fs.lost(state, node, how):
+                again.append(node)
+            workflow.logger.warning("%s: node workflow %s closed (%s) without answering", self._fleet_id(),
+                                    workflow_id, how)
+        if again:
+            await self._resend(again)
+
+    async def _resend(self, nodes: list[str]) -> None:
+        """Ask again, with a new request id, nodes whose node workflow closed without answering."""
+        state = self._state
+        entries = fs.entries(state)
+        requests, targets = [], []
+        now = workflow.now().isoformat()
+        for node in nodes:
+            flight = state.in_flight[node]
+            packages = [p for p in flight.packages if p in entries]
+            request_id = fs.request_id(state, self._fleet_id(), node)
+            state.in_flight[node] = fs.InFlight(request_id, packages, now, flight.resent + 1)
+            orders = [PackageOrder(p, entries[p].spec, entries[p].generation, entries[p].uninstall)
+                      for p in packages]
+            requests.append(WindowRequest(self._fleet_id(), request_id, orders, state.wave))
+            targets.append(node)
+        await self._hand_over(requests, targets)
+
+    async def _wait(self, timeout: timedelta | None) -> bool:
+        """Wait for a message (or the timeout); False when the timeout passed.
+
+        Shortened to when a pending re-list is due, and to the next watchdog round while windows are out.
+        """
+        due: list[timedelta] = [] if timeout is None else [timeout]
+        if self._relist_wanted():
+            due.append(max(self._listed_at + timedelta(seconds=30) - workflow.now(), timedelta(seconds=1)))
+        if self._state.in_flight:
+            due.append(max(self._next_watchdog - workflow.now(), timedelta(seconds=1)))
+        wait_for = min(due) if due else None
+        try:
+            await workflow.wait_condition(lambda: bool(self._inbox), timeout=wait_for)
+        except TimeoutError:
+            # Not the caller's timeout when a re-list or the watchdog cut it short.
+            return timeout is None or wait_for != timeout
+        return True
+
+    def _relist_wanted(self) -> bool:
+        raise NotImplementedError  # FleetWorkflow._relist_wanted
+
+
+def never() -> datetime:
+    """The earliest time (a watchdog that has not run yet)."""
+    return datetime.min.replace(tzinfo=UTC)

@@ -1,0 +1,41 @@
+"""JSON conversion of the fleet's state and of its listings. Deterministic, no I/O.
+
+The fleet carries its `FleetState` through continue-as-new, and receives its listings, as JSON:
+a typed payload would make the workflow sandbox resolve planning's (string) annotations, which it
+cannot. The adapters are built when this module is first imported, by the worker outside the
+sandbox; the sandbox reuses them (the module is passed through).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import TypeAdapter
+
+from planning.fleet_state import FleetState
+from planning.fleet_status import FleetProgress
+from planning.fleet_targets import FleetSelection
+
+_STATE = TypeAdapter(FleetState)
+_SELECTION = TypeAdapter(FleetSelection)
+_PROGRESS = TypeAdapter(FleetProgress)
+
+
+def state_to_json(state: FleetState) -> dict[str, Any]:
+    """`state` as JSON-able data (for continue-as-new)."""
+    return _STATE.dump_python(state, mode="json")
+
+
+def state_from_json(data: dict[str, Any]) -> FleetState:
+    """The `FleetState` stored by `state_to_json`."""
+    return _STATE.validate_python(data)
+
+
+def selection_from_json(data: dict[str, Any]) -> FleetSelection:
+    """The `FleetSelection` a `list_fleet_nodes` activity returned."""
+    return _SELECTION.validate_python(data)
+
+
+def progress_from_json(data: Any) -> FleetProgress:
+    """A `progress` query answer as a `FleetProgress` (for clients: the bridge, the CLI, the demo)."""
+    return _PROGRESS.validate_python(data)
