@@ -1,12 +1,15 @@
-"""`noderoll demo`: the whole system on this machine, one rollout watched live, then a summary. Does I/O.
+"""`noderoll demo`: the whole system on this machine, one fleet rollout watched live, then a summary. Does I/O.
 
 Steps: bring up the local stack (`localstack`, reused when it already runs), start `noderoll worker`,
 `noderoll bridge` and `noderoll sim` (a fleet of `--nodes` simulated GPU nodes in 3 zones, with
 training pods, protected pods and Deployments under PDBs), apply the example DeploymentPolicy
-(canary, then exponential batches) and two example Packages (one needs a reboot), show the rollout
-live until every Package is Complete, print a summary and where to look. Without `--keep` it stops
-what it started (the stack only when it started it). Exit codes: 0 rollout complete, 1 rollout
-failed or halted, 2 set-up failed, 3 timeout, 130 interrupted.
+(canary, then exponential batches) and two example Packages (one needs a reboot and depends on the
+other): both roll out as one fleet, `fleet/<policy>`, one window per node (one drain, one reboot).
+It shows the fleet live (`worker.demo_view`) until every Package is Complete, prints a summary
+(`worker.demo_summary`: each Package, the fleet, disruptions per node from the fleet and from the
+nodes themselves) and where to look. Without `--keep` it stops what it started (the stack only when
+it started it). Exit codes: 0 every Package Complete, 1 a Package failed or halted, 2 set-up
+failed, 3 timeout, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -16,14 +19,12 @@ import asyncio
 import sys
 import time
 import urllib.parse
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.live import Live
-from rich.table import Table
 
 from api import keys
 from api.enums import RolloutPhase, State
@@ -31,30 +32,20 @@ from fleetsim.nodes import node_name
 from localstack.provision import ProvisionError
 from localstack.state import StackInfo, default_state_dir, load_stack_info
 from planning.status import RolloutProgress
+from protocol import names
 from worker import demo_processes as procs
-from worker.demo_resources import DemoNames, DemoObjects, DemoTuning, demo_objects
+from worker.demo_resources import DemoNames, DemoObjects, DemoTuning, demo_objects, interrupt_word
+from worker.demo_summary import NodeEvidence, Outcome, fleet_summary, packages_summary
+from worker.demo_view import LiveSnapshot, change_lines, observe, render_live
 from worker.ops_client import Ops, OpsTarget, is_finished
-from worker.progress_view import LiveSnapshot, change_lines, record_batches, render_live
+from worker.ops_fleets import fleet_view
 
-# Two rollouts queried every poll: fast enough to watch, light on a busy workflow's query buffer.
+# One fleet queried every poll: fast enough to watch, light on a busy workflow's query buffer.
 POLL_SECONDS = 1.5
 # A snapshot that takes longer (a workflow failing its tasks answers no query) is skipped.
 SNAPSHOT_TIMEOUT = 20.0
 BAD_PHASES = {RolloutPhase.FAILED, RolloutPhase.HALTED, RolloutPhase.INVALID}
 EXIT_FAILED, EXIT_SETUP, EXIT_TIMEOUT = 1, 2, 3
-
-
-@dataclass
-class Outcome:
-    """How the watched rollout ended."""
-
-    code: int
-    message: str
-    snapshot: LiveSnapshot = field(default_factory=LiveSnapshot)
-    # package -> seconds from apply to settled
-    durations: dict[str, float] = field(default_factory=dict)
-    # package -> its progress when it settled (what the summary reports)
-    settled: dict[str, RolloutProgress] = field(default_factory=dict)
 
 
 def register(subparsers: Any) -> None:
@@ -131,7 +122,9 @@ def _run_demo(console: Console, args: argparse.Namespace, record: procs.DemoReco
         outcome = Outcome(EXIT_SETUP, f"{type(err).__name__}: {err}")
     finally:
         if outcome.snapshot.packages:
-            console.print(summary_table(outcome, _job_counts(stack, outcome)))
+            evidence = _evidence(stack, outcome)
+            console.print(packages_summary(outcome, evidence))
+            console.print(fleet_summary(outcome, evidence))
         _where_to_look(console, stack, record)
     return outcome
 
@@ -146,9 +139,17 @@ async def _drive(console: Console, args: argparse.Namespace, launch: procs.DemoL
         nodes = await asyncio.to_thread(procs.wait_for_fleet, ops.core, launch, record)
         created = await asyncio.to_thread(procs.start_workloads, ops.core, launch, nodes)
         _say(console, f"fleet Ready: {len(nodes)} nodes {nodes[0]}..{nodes[-1]}; workloads {created}")
+        # Boot ids before anything is applied: every later one is a reboot.
+        first = LiveSnapshot(record.policy, nodes=await asyncio.to_thread(ops.list_nodes, _node_selector(record)),
+                             interrupt=interrupt_word(objects))
+        observe(first)
+        started = datetime.now(UTC)
         await asyncio.to_thread(procs.apply_objects, ops.custom, objects)
-        _say(console, f"applied DeploymentPolicy {record.policy} and Packages {', '.join(record.packages)}")
-        return await _watch(console, args, ops, record)
+        _say(console, f"applied DeploymentPolicy {record.policy} and Packages {', '.join(record.packages)}: "
+                      f"one rollout, {names.fleet_workflow_id(record.policy)}")
+        outcome = await _watch(console, args, ops, record, first)
+        outcome.started = started
+        return outcome
     finally:
         ops.close()
 
@@ -158,19 +159,22 @@ def state_logs(record: procs.DemoRecord) -> str:
     return record.run_dir
 
 
+def _node_selector(record: procs.DemoRecord) -> str:
+    return f"fleetsim.noderoll.io/prefix={DemoNames(record.names_suffix).node_prefix}"
+
+
 async def _snapshot(ops: Ops, record: procs.DemoRecord, snapshot: LiveSnapshot) -> LiveSnapshot:
-    prefix = DemoNames(record.names_suffix).node_prefix
-    progress: dict[str, RolloutProgress] = {}
-    for package in record.packages:
-        progress[package] = (await ops.package_view(package)).progress
-    nodes = await asyncio.to_thread(ops.list_nodes, f"fleetsim.noderoll.io/prefix={prefix}")
-    fresh = LiveSnapshot(progress, nodes, snapshot.elapsed, snapshot.batches)
-    record_batches(fresh)
+    view = await fleet_view(ops, record.policy, record.packages)
+    nodes = await asyncio.to_thread(ops.list_nodes, _node_selector(record))
+    fresh = LiveSnapshot(record.policy, view.progress, {v.name: v.progress for v in view.packages}, nodes,
+                         snapshot.elapsed, snapshot.interrupt, snapshot.batches, snapshot.boot_ids)
+    observe(fresh)
     return fresh
 
 
-async def _watch(console: Console, args: argparse.Namespace, ops: Ops, record: procs.DemoRecord) -> Outcome:
-    """Poll progress and nodes until every rollout settles, one fails, a process dies, or time runs out."""
+async def _watch(console: Console, args: argparse.Namespace, ops: Ops, record: procs.DemoRecord,
+                 first: LiveSnapshot) -> Outcome:
+    """Poll the fleet and the nodes until every Package settles, one fails, a process dies, or time runs out."""
     began = time.monotonic()
     live_mode = console.is_terminal and not args.plain
     snapshot: LiveSnapshot | None = None
@@ -182,7 +186,7 @@ async def _watch(console: Console, args: argparse.Namespace, ops: Ops, record: p
         while True:
             procs.check_alive(record)
             try:
-                current = await asyncio.wait_for(_snapshot(ops, record, snapshot or LiveSnapshot()), SNAPSHOT_TIMEOUT)
+                current = await asyncio.wait_for(_snapshot(ops, record, snapshot or first), SNAPSHOT_TIMEOUT)
             except TimeoutError:
                 if time.monotonic() - began > args.timeout:
                     break
@@ -196,6 +200,7 @@ async def _watch(console: Console, args: argparse.Namespace, ops: Ops, record: p
                 for line in change_lines(snapshot, current):
                     console.print(line, highlight=False, soft_wrap=True)
             snapshot = current
+            outcome.fleet = current.progress or outcome.fleet
             for package, progress in current.packages.items():
                 if _settled(package, progress, current) and package not in outcome.durations:
                     outcome.durations[package] = current.elapsed
@@ -214,7 +219,7 @@ async def _watch(console: Console, args: argparse.Namespace, ops: Ops, record: p
     finally:
         if live is not None:
             live.stop()
-    outcome.snapshot = snapshot or LiveSnapshot()
+    outcome.snapshot = snapshot or first
     return outcome
 
 
@@ -225,50 +230,27 @@ def _settled(package: str, progress: RolloutProgress, snapshot: LiveSnapshot) ->
     return is_finished(progress) and not working
 
 
-def _job_counts(stack: StackInfo, outcome: Outcome) -> dict[str, dict[str, int]]:
+def _evidence(stack: StackInfo, outcome: Outcome) -> NodeEvidence | None:
+    """Cordon Events and stage Jobs on the demo's nodes (independent of the fleet's accounting)."""
     from kubernetes import client as k8s
     from kubernetes import config as k8s_config
 
     nodes = {n.name for n in outcome.snapshot.nodes}
     api = k8s_config.new_client_from_config(config_file=stack.kubeconfig)
     try:
-        batch = k8s.BatchV1Api(api)
-        return {p: procs.count_jobs(batch, nodes, {p}) for p in outcome.snapshot.packages}
+        jobs = procs.count_jobs(k8s.BatchV1Api(api), nodes, set(outcome.snapshot.packages))
+        events = (procs.count_cordon_events(k8s.CoreV1Api(api), nodes, outcome.started)
+                  if outcome.started is not None else {})
+        return NodeEvidence(events, jobs.interrupts, jobs.failed)
     except Exception as err:  # noqa: BLE001 - the summary must print even when the API is gone
-        print(f"demo: could not count stage Jobs: {err}", file=sys.stderr)
-        return {}
+        print(f"demo: could not count Events and stage Jobs: {err}", file=sys.stderr)
+        return None
     finally:
         api.close()
 
 
-def summary_table(outcome: Outcome, jobs: dict[str, dict[str, int]]) -> Table:
-    """The closing summary, one column per package (fits 80 columns): nodes, batches, duration, ..."""
-    # A rollout is reported as it was when it settled; one still running, as last seen.
-    packages = sorted({**outcome.snapshot.packages, **outcome.settled}.items())
-    table = Table(title="noderoll demo summary", title_justify="left")
-    table.add_column("")
-    for package, _ in packages:
-        table.add_column(package, overflow="fold")
-
-    def row(label: str, value: Callable[[str, RolloutProgress], object]) -> None:
-        table.add_row(label, *(str(value(name, p)) for name, p in packages))
-
-    def duration(name: str, _: RolloutProgress) -> str:
-        seconds = outcome.durations.get(name)
-        return f"{seconds:.0f}s" if seconds is not None else "-"
-
-    row("phase", lambda _, p: p.phase.value)
-    row("nodes complete", lambda _, p: f"{int(p.counts.get(State.COMPLETE.value, 0))}/{p.total_nodes}")
-    row("batches", lambda _, p: p.batch_number)
-    row("duration", duration)
-    row("interrupts", lambda name, _: jobs.get(name, {}).get("interrupts", "-"))
-    row("erroring nodes", lambda _, p: int(p.counts.get(State.ERRORING.value, 0)))
-    row("failed stage Jobs", lambda name, _: jobs.get(name, {}).get("failed", "-"))
-    return table
-
-
 def _where_to_look(console: Console, stack: StackInfo, record: procs.DemoRecord) -> None:
-    query = urllib.parse.quote(f'WorkflowId STARTS_WITH "{keys.ROLLOUT_WORKFLOW_PREFIX}"')
+    query = urllib.parse.quote(f'WorkflowId = "{names.fleet_workflow_id(record.policy)}"')
     console.print("[bold]where to look[/]")
     console.print(f"  Temporal UI : {stack.temporal_ui}/namespaces/{keys.DEFAULT_NAMESPACE}/workflows?query={query}",
                   highlight=False, soft_wrap=True)
@@ -277,8 +259,9 @@ def _where_to_look(console: Console, stack: StackInfo, record: procs.DemoRecord)
     for name, url in sorted(record.metrics.items()):
         console.print(f"  metrics     : {url}  ({name})", highlight=False)
     console.print(f"  logs        : {state_logs(record)}/{{worker,bridge,fleet}}.log", highlight=False)
-    console.print(f"  CLI         : noderoll status --state-dir {stack.state_dir}; noderoll nodes; "
-                  f"noderoll logs {record.packages[-1]} --node <node>", highlight=False, soft_wrap=True)
+    console.print(f"  CLI         : noderoll status --state-dir {stack.state_dir}; noderoll nodes --fleet "
+                  f"{record.policy}; noderoll logs {record.packages[-1]} --node <node>", highlight=False,
+                  soft_wrap=True)
 
 
 def _cleanup(console: Console, record: procs.DemoRecord) -> None:

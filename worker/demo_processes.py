@@ -14,6 +14,7 @@ import socket
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +23,14 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from activities.nodes import EVENT_NAMESPACE
 from api import keys
 from fleetsim.context import PREFIX_LABEL
 from fleetsim.kube import Kube
 from fleetsim.workloads import WorkloadSpec, create_workloads
 from localstack import processes
 from localstack.state import ComponentInfo, StackInfo
+from protocol import names
 from worker.demo_resources import GPU_LABEL, DemoNames, DemoObjects
 
 RECORD = "demo.json"
@@ -221,8 +224,8 @@ def delete_objects(api: k8s.ApiClient, record: DemoRecord) -> None:
 
 
 async def terminate_workflows(temporal: Client, record: DemoRecord, nodes: list[str]) -> int:
-    """Terminate the demo's rollout and node workflows (nothing would ever run them again)."""
-    ids = [keys.rollout_workflow_id(p) for p in record.packages] + [keys.node_workflow_id(n) for n in nodes]
+    """Terminate the demo's fleet and node workflows (nothing would ever run them again)."""
+    ids = [names.fleet_workflow_id(record.policy)] + [names.node_workflow_id(n) for n in nodes]
     ended = 0
     for workflow_id in ids:
         try:
@@ -233,16 +236,37 @@ async def terminate_workflows(temporal: Client, record: DemoRecord, nodes: list[
     return ended
 
 
-def count_jobs(batch: k8s.BatchV1Api, nodes: set[str], packages: set[str]) -> dict[str, int]:
-    """Stage Jobs of the demo on its nodes: interrupts that ran and stage Jobs that failed."""
+@dataclass
+class JobCounts:
+    """The demo's stage Jobs: interrupts that ran per node, failed Jobs per package."""
+
+    interrupts: dict[str, int] = field(default_factory=dict)
+    failed: dict[str, int] = field(default_factory=dict)
+
+
+def count_jobs(batch: k8s.BatchV1Api, nodes: set[str], packages: set[str]) -> JobCounts:
+    """Stage Jobs of the demo's Packages on its nodes: interrupts that ran and stage Jobs that failed."""
     jobs = batch.list_namespaced_job(keys.PACKAGE_POD_NAMESPACE, label_selector="noderoll.io/component=stage").items
-    counts = {"interrupts": 0, "failed": 0}
+    counts = JobCounts()
     for job in jobs:
         labels: dict[str, Any] = job.metadata.labels or {}
-        if labels.get("noderoll.io/node") not in nodes or labels.get("noderoll.io/package") not in packages:
+        node, package = labels.get("noderoll.io/node"), labels.get("noderoll.io/package")
+        if node not in nodes or package not in packages:
             continue
         if labels.get("noderoll.io/mode") == "interrupt" and (job.status.succeeded or 0) > 0:
-            counts["interrupts"] += 1
+            counts.interrupts[node] = counts.interrupts.get(node, 0) + 1
         if (job.status.failed or 0) > 0:
-            counts["failed"] += 1
+            counts.failed[package] = counts.failed.get(package, 0) + 1
+    return counts
+
+
+def count_cordon_events(core: k8s.CoreV1Api, nodes: set[str], since: datetime) -> dict[str, int]:
+    """`Cordoned` Events noderoll recorded on the demo's nodes since `since` (one per cordon it made)."""
+    events = core.list_namespaced_event(EVENT_NAMESPACE, field_selector="involvedObject.kind=Node,reason=Cordoned")
+    counts: dict[str, int] = {}
+    for event in events.items:
+        node = event.involved_object.name
+        at = event.first_timestamp or event.event_time or (event.metadata.creation_timestamp if event.metadata else None)
+        if node in nodes and at is not None and at >= since:
+            counts[node] = counts.get(node, 0) + 1
     return counts

@@ -109,6 +109,13 @@ def fit_package(example: dict[str, Any], names: DemoNames, policy: str) -> dict[
     return package
 
 
+def interrupt_word(objects: DemoObjects) -> str:
+    """How the demo names its Packages' merged interrupt: `reboot` when one of them reboots (a reboot wins
+    the merge), else `interrupt`. Pure."""
+    types = {(p["spec"].get("interrupt") or {}).get("type") for p in objects.packages}
+    return "reboot" if "reboot" in types else "interrupt"
+
+
 def demo_objects(names: DemoNames, tuning: DemoTuning) -> DemoObjects:
     """The demo's policy and Packages, read from deploy/examples and fitted."""
     policy = fit_policy(_load(POLICY_FILE), names, tuning)

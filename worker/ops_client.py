@@ -1,12 +1,15 @@
 """Shared Temporal and Kubernetes access of the ops commands and the demo. Does I/O.
 
 The commands talk to the cluster the way the bridge does: the `progress` query and the contract
-signals (`pause`, `resume`, `halt`, `retry`) on `package/<name>`, the Package objects, the
-`noderoll.io/state` annotation of every Node, and the stage Jobs' pods in `noderoll-system`.
+signals (`pause`, `resume`, `halt`, `retry`, each with an optional `protocol.fleet.Filter`) on the
+fleet rollouts `fleet/<policy>` (`fleet/default` for Packages naming no policy), the Package
+objects, the `noderoll.io/state` annotation of every Node, and the stage Jobs' pods in
+`noderoll-system`. How Packages map to fleets, and the views built from both: `worker.ops_fleets`.
 
 Where a value comes from is always reported (`source` fields), because there are fallbacks:
-* progress: the rollout's `progress` query; when the workflow cannot answer (no worker running,
-  no rollout yet) the Package's status subresource that the bridge wrote from that same query;
+* progress: the fleet's `progress` query (per Package: `.packages[name]`); when the fleet cannot
+  answer (no worker running, not started yet) the Package's status subresource that the bridge
+  wrote from that same query;
 * a stage log: the pod log (`pods/log`, needs a kubelet); else the last lines the kubelet (or
   fleetsim) kept in `state.terminated.message`; and, on a fleetsim node whose sandbox is on this
   machine, fleetsim's full copy of the log.
@@ -25,7 +28,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client, WorkflowHandle
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.jobs import pod_outcome
 from api import keys
@@ -33,8 +36,12 @@ from api.enums import CanaryPhase, RolloutPhase
 from api.node_state import NodeState, PackageNodeState, parse_node_state
 from api.status import PackageStatus
 from localstack.state import resolve_connection
+from planning.fleet_status import FleetProgress, NodeProgress
 from planning.status import RolloutProgress
+from protocol import names
+from protocol.fleet import Filter
 from worker.temporal_client import connect
+from workflows.fleet_codec import progress_from_json
 
 QUERY_TIMEOUT = timedelta(seconds=5)
 # pods/log goes through the kubelet; a node without one (fleetsim) must not stall the command.
@@ -95,6 +102,8 @@ class PackageView:
     # "temporal query" or "Package status" (the bridge's copy of the query).
     source: str
     exists: bool = True
+    # The fleet that rolls it out: its DeploymentPolicy, or `default`.
+    fleet: str = names.DEFAULT_FLEET
 
 
 @dataclass
@@ -110,6 +119,10 @@ class NodeView:
     # Set when the state annotation is unreadable (then `packages` is empty).
     state_problem: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    # `status.nodeInfo.bootID`: a new one after every reboot (the kubelet's, or fleetsim's).
+    boot_id: str = ""
+    # Fleet name -> what that fleet reports for this node (state, disruptions), when it answered.
+    fleets: dict[str, NodeProgress] = field(default_factory=dict)
 
 
 @dataclass
@@ -151,6 +164,7 @@ def node_view(node: k8s.V1Node) -> NodeView:
     state, problem = parse_node_state(annotations.get(keys.NODE_STATE_ANNOTATION))
     conditions = (node.status.conditions or []) if node.status else []
     ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+    info = node.status.node_info if node.status else None
     return NodeView(
         name=meta.name,
         status=labels.get(keys.NODE_STATUS_LABEL, ""),
@@ -160,6 +174,7 @@ def node_view(node: k8s.V1Node) -> NodeView:
         packages=dict((state or NodeState()).packages),
         state_problem=problem,
         labels=dict(labels),
+        boot_id=(info.boot_id if info else "") or "",
     )
 
 
@@ -207,44 +222,43 @@ class Ops:
 
     # --- Temporal --------------------------------------------------------------------------
 
-    def rollout(self, package: str) -> WorkflowHandle[Any, Any]:
-        """The handle of `package/<name>` (latest run)."""
-        return self.temporal.get_workflow_handle(keys.rollout_workflow_id(package))
+    def fleet(self, fleet: str) -> WorkflowHandle[Any, Any]:
+        """The handle of `fleet/<fleet>` (latest run)."""
+        return self.temporal.get_workflow_handle(names.fleet_workflow_id(fleet))
 
-    async def query_progress(self, package: str) -> RolloutProgress:
-        """The rollout's `progress` query; raises RPCError when the workflow cannot answer."""
-        return await self.rollout(package).query(
-            keys.QUERY_PROGRESS, result_type=RolloutProgress, rpc_timeout=QUERY_TIMEOUT
-        )
+    async def query_fleet(self, fleet: str) -> FleetProgress:
+        """The fleet's `progress` query; raises RPCError when the workflow cannot answer."""
+        answer = await self.fleet(fleet).query(names.QUERY_PROGRESS, rpc_timeout=QUERY_TIMEOUT)
+        return progress_from_json(answer)
 
-    async def package_view(self, package: str) -> PackageView:
-        """Progress from the query, else from the Package status; OpsError when neither exists."""
-        try:
-            return PackageView(package, await self.query_progress(package), "temporal query")
-        except RPCError as err:
-            query_error = err
-        obj = self.read_package(package)
-        if obj is None:
-            raise OpsError(f"no rollout {keys.rollout_workflow_id(package)} ({query_error.message}) "
-                           f"and no Package {package}")
-        progress = progress_from_status(obj.get("status") or {})
-        return PackageView(package, progress, f"Package status (query failed: {query_error.message})")
+    async def running_fleets(self, package: str | None = None) -> list[str]:
+        """Fleets with a running workflow (those carrying `package` when given), from Temporal's visibility.
 
-    async def signal(self, package: str, name: str, payload: dict[str, Any] | None = None) -> None:
-        """Send a contract signal to the rollout; OpsError naming the workflow when it is not running.
-
-        `payload` is JSON: the rollout's handler decodes it into its own type (for `retry`,
-        `workflows.messages.RetryRequest`: `{"nodes": [...]}`), so this client needs no workflow import.
+        Visibility is eventually consistent and may be unavailable: an error gives an empty list,
+        the callers also know the fleets of the Package objects.
         """
-        handle = self.rollout(package)
+        query = f"WorkflowType = '{names.FLEET_WORKFLOW_TYPE}' AND ExecutionStatus = 'Running'"
+        if package:
+            query += f" AND {names.SEARCH_ATTR_PACKAGE} = '{package}'"
+        found: set[str] = set()
         try:
-            if payload is None:
-                await handle.signal(name)
-            else:
-                await handle.signal(name, payload)
+            async for execution in self.temporal.list_workflows(query, rpc_timeout=QUERY_TIMEOUT):
+                if execution.id.startswith(names.FLEET_WORKFLOW_PREFIX):
+                    found.add(execution.id.removeprefix(names.FLEET_WORKFLOW_PREFIX))
+        except RPCError:
+            return []
+        return sorted(found)
+
+    async def signal_fleet(self, fleet: str, name: str, scope: Filter) -> None:
+        """Send a contract signal with its filter to `fleet/<fleet>`; OpsError when it is not running."""
+        handle = self.fleet(fleet)
+        try:
+            await handle.signal(name, scope)
         except RPCError as err:
-            raise OpsError(f"cannot signal {name} to {handle.id}: {err.message} "
-                           "(is the Package applied and `noderoll bridge` running?)") from err
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise OpsError(f"{handle.id} is not running: no valid Package names DeploymentPolicy "
+                               f"{fleet}, or `noderoll bridge` has not started it") from err
+            raise OpsError(f"cannot signal {name} to {handle.id}: {err.message}") from err
 
     # --- Kubernetes ------------------------------------------------------------------------
 
@@ -252,6 +266,17 @@ class Ops:
         """Every Package object, sorted by name."""
         result = self.custom.list_cluster_custom_object(keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL)
         return sorted(result.get("items") or [], key=lambda o: o["metadata"]["name"])
+
+    def read_policy(self, name: str) -> dict[str, Any] | None:
+        """One DeploymentPolicy object, or None when it does not exist."""
+        try:
+            obj: dict[str, Any] = self.custom.get_cluster_custom_object(
+                keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, name)
+            return obj
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
 
     def set_pause_annotation(self, name: str, paused: bool) -> dict[str, Any] | None:
         """Set or remove `noderoll.io/pause` on the Package (the lasting switch the bridge maps to pause).

@@ -1,9 +1,12 @@
-"""`noderoll status|pause|resume|halt|retry|nodes|logs`: drive rollouts without the Temporal CLI. Does I/O.
+"""`noderoll status|pause|resume|halt|retry|nodes|logs`: drive fleet rollouts without the Temporal CLI. Does I/O.
 
-Contract names (issue 7): `status [PACKAGE]` (table, or `-o json`), `pause PACKAGE`, `resume PACKAGE`,
-`halt PACKAGE`, `retry PACKAGE [--node N]`, `nodes`, `logs PACKAGE --node N`. The commands signal and
-query `package/<name>` and read Packages, Nodes and stage pods, like the bridge (see
-`worker.ops_client`). Exit codes: 0 done, 1 refused or not configured (the message says which), 2 usage.
+Contract names (issues 7 and 13): `status [PACKAGE | --fleet POLICY]` (table, or `--json`),
+`pause|resume|halt|retry (PACKAGE | --fleet POLICY) [--node N]...`, `nodes`, `logs PACKAGE --node N`.
+A Package is rolled out by the fleet `fleet/<its deploymentPolicy>` (`fleet/default` without one):
+the commands query that fleet's `progress` and send it the contract signals with a
+`protocol.fleet.Filter` ({"packages": [PACKAGE], "nodes": [N, ...]}; `--fleet` alone: the whole
+fleet), and read Packages, Nodes and stage pods like the bridge (see `worker.ops_client`,
+`worker.ops_fleets`). Exit codes: 0 done, 1 refused or not configured (the message says which), 2 usage.
 """
 
 from __future__ import annotations
@@ -19,20 +22,30 @@ from typing import Any
 from rich.console import Console
 
 from api import keys
+from api.enums import CanaryPhase, RolloutPhase
+from protocol import names
 from worker import progress_view
-from worker.ops_client import Ops, OpsError, PackageView, target_from_args
+from worker.ops_client import Ops, OpsError, target_from_args
+from worker.ops_fleets import SignalTarget, attach_fleet_nodes, fleet_views, package_view, signal_target
 
+EXIT_USAGE = 2
 SIGNAL_HELP = {
-    keys.SIGNAL_PAUSE: "pause a rollout: no new batch starts; nodes already handed over finish "
-                       "(also sets the Package's noderoll.io/pause annotation)",
-    keys.SIGNAL_RESUME: "resume a paused or halted rollout, promote a canary awaiting manual promotion "
-                        "(also removes the noderoll.io/pause annotation)",
-    keys.SIGNAL_HALT: "halt a rollout: requests not yet started on their node are withdrawn",
+    names.SIGNAL_PAUSE: "keep a Package out of new windows while its fleet rolls the others (also sets its "
+                        "noderoll.io/pause annotation), or with --fleet pause the whole fleet; windows in "
+                        "flight finish",
+    names.SIGNAL_RESUME: "undo pause or halt for a Package (also removes its noderoll.io/pause annotation), "
+                         "or with --fleet for the whole fleet: also clears a failure-threshold halt and "
+                         "promotes a canary awaiting manual promotion",
+    names.SIGNAL_HALT: "halt: requests not yet started on their node are withdrawn (of the whole fleet with "
+                       "--fleet, else those carrying the Package, which is then kept out of new windows)",
+    names.SIGNAL_RETRY: "erroring or blocked nodes get another window (every one, or the given --node ones; "
+                        "for the Package, or every Package of the fleet with --fleet)",
 }
 SIGNAL_DONE = {
-    keys.SIGNAL_PAUSE: "no new batch will start; `noderoll resume {p}` continues",
-    keys.SIGNAL_RESUME: "the rollout continues",
-    keys.SIGNAL_HALT: "requests not yet started are withdrawn; `noderoll resume {p}` or `retry` continues",
+    names.SIGNAL_PAUSE: "no new windows for it; windows in flight finish; `noderoll resume {t}` continues",
+    names.SIGNAL_RESUME: "it takes part in new windows again",
+    names.SIGNAL_HALT: "requests not yet started are withdrawn; `noderoll resume {t}` continues",
+    names.SIGNAL_RETRY: "erroring and blocked nodes are asked again",
 }
 
 
@@ -58,56 +71,91 @@ def _run(args: argparse.Namespace, body: Callable[[Ops], Awaitable[int]]) -> int
         return 1
 
 
-async def _views(ops: Ops, package: str | None) -> list[PackageView]:
-    if package:
-        return [await ops.package_view(package)]
-    names = [obj["metadata"]["name"] for obj in await asyncio.to_thread(ops.list_packages)]
-    return [await ops.package_view(name) for name in names]
+def _json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True))
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """`status [PACKAGE]`."""
+    """`status [PACKAGE | --fleet POLICY]`."""
+    if args.package and args.fleet:
+        print("noderoll status: give a PACKAGE or --fleet, not both", file=sys.stderr)
+        return EXIT_USAGE
 
     async def body(ops: Ops) -> int:
-        views = await _views(ops, args.package)
+        if args.package:
+            view = await package_view(ops, args.package)
+            if args.output == "json":
+                _json(progress_view.progress_json(view))
+            else:
+                _console().print(progress_view.package_detail(view))
+            return 0
+        fleets = await fleet_views(ops, args.fleet)
         if args.output == "json":
-            data: Any = progress_view.progress_json(views[0]) if args.package else [
-                progress_view.progress_json(v) for v in views]
-            print(json.dumps(data, indent=2, sort_keys=True))
-        elif args.package:
-            _console().print(progress_view.package_detail(views[0]))
-        elif views:
-            _console().print(progress_view.status_table(views))
+            _json({"fleets": [progress_view.fleet_json(f) for f in fleets]})
+        elif fleets:
+            _console().print(progress_view.fleets_status(fleets))
         else:
-            print("no Packages in the cluster (kubectl apply -f deploy/examples/package-sysctl-tuning.yaml)")
+            print("no Packages in the cluster and no fleet running "
+                  "(kubectl apply -f deploy/examples/package-sysctl-tuning.yaml)")
         return 0
 
     return _run(args, body)
 
 
 async def _pause_switch(ops: Ops, package: str, name: str) -> None:
-    """Pause and resume also set the Package's pause annotation, so the bridge agrees with the signal.
+    """Pause and resume of a Package also set its pause annotation, so the bridge agrees with the signal.
 
-    The bridge maps `spec.paused` and the annotation to pause/resume whenever it reconciles; a bare
-    signal would be undone by its next reconcile, the annotation is not.
+    The bridge hands the fleet `spec.paused` or the annotation with every desired state; a bare signal
+    lasts in the fleet, the annotation is visible in `kubectl get` and survives a fleet's restart.
     """
-    if name not in (keys.SIGNAL_PAUSE, keys.SIGNAL_RESUME):
+    if name not in (names.SIGNAL_PAUSE, names.SIGNAL_RESUME):
         return
-    obj = await asyncio.to_thread(ops.set_pause_annotation, package, name == keys.SIGNAL_PAUSE)
+    obj = await asyncio.to_thread(ops.set_pause_annotation, package, name == names.SIGNAL_PAUSE)
     if obj is None:
         print(f"note: no Package {package}; only the signal was sent", file=sys.stderr)
-    elif name == keys.SIGNAL_RESUME and (obj.get("spec") or {}).get("paused"):
-        print(f"warning: Package {package} has spec.paused: true, so the bridge pauses it again; "
+    elif name == names.SIGNAL_RESUME and (obj.get("spec") or {}).get("paused"):
+        print(f"warning: Package {package} has spec.paused: true, so it stays out of new windows; "
               "set spec.paused to false to resume for good", file=sys.stderr)
+
+
+def _whole_fleet_hints(target: SignalTarget, name: str) -> list[str]:
+    """What a Package-scoped resume does not do (a filter never clears the fleet's halt or promotes)."""
+    progress = target.progress
+    if name != names.SIGNAL_RESUME or not target.scope.packages or progress is None:
+        return []
+    fix = f"`noderoll resume --fleet {target.fleet}`"
+    if progress.phase is RolloutPhase.HALTED:
+        return [f"{names.fleet_workflow_id(target.fleet)} is Halted ({progress.message}); {fix} clears the halt"]
+    if progress.canary_phase is CanaryPhase.AWAITING_PROMOTION:
+        return [f"{names.fleet_workflow_id(target.fleet)}'s canary awaits manual promotion; {fix} promotes it"]
+    return []
+
+
+def _describe(target: SignalTarget) -> str:
+    parts = []
+    if target.scope.packages:
+        parts.append("Package " + ", ".join(target.scope.packages))
+    if target.scope.nodes:
+        parts.append("node(s) " + ", ".join(target.scope.nodes))
+    return " and ".join(parts) or "the whole fleet"
 
 
 def _signal_command(name: str) -> Callable[[argparse.Namespace], int]:
     def command(args: argparse.Namespace) -> int:
+        if bool(args.package) == bool(args.fleet):
+            print(f"noderoll {name}: give a PACKAGE or --fleet POLICY (one of them)", file=sys.stderr)
+            return EXIT_USAGE
+
         async def body(ops: Ops) -> int:
-            await ops.signal(args.package, name)
-            await _pause_switch(ops, args.package, name)
-            print(f"{name} sent to {keys.rollout_workflow_id(args.package)}: "
-                  + SIGNAL_DONE[name].format(p=args.package))
+            target = await signal_target(ops, args.package, args.fleet, list(args.node))
+            await ops.signal_fleet(target.fleet, name, target.scope)
+            if args.package:
+                await _pause_switch(ops, args.package, name)
+            for note in (*target.notes, *_whole_fleet_hints(target, name)):
+                print(f"note: {note}", file=sys.stderr)
+            again = args.package or f"--fleet {target.fleet}"
+            print(f"{name} sent to {names.fleet_workflow_id(target.fleet)} for {_describe(target)}: "
+                  + SIGNAL_DONE[name].format(t=again))
             return 0
 
         return _run(args, body)
@@ -115,30 +163,21 @@ def _signal_command(name: str) -> Callable[[argparse.Namespace], int]:
     return command
 
 
-def cmd_retry(args: argparse.Namespace) -> int:
-    """`retry PACKAGE [--node N]...`."""
-
-    async def body(ops: Ops) -> int:
-        # The shape of workflows.messages.RetryRequest; empty means every failed node.
-        await ops.signal(args.package, keys.SIGNAL_RETRY, {"nodes": list(args.node)})
-        which = ", ".join(args.node) if args.node else "every failed node"
-        print(f"retry sent to {keys.rollout_workflow_id(args.package)} for {which}")
-        return 0
-
-    return _run(args, body)
-
-
 def cmd_nodes(args: argparse.Namespace) -> int:
-    """`nodes [--selector S] [--package P]`."""
+    """`nodes [--selector S] [--package P] [--fleet F]`."""
 
     async def body(ops: Ops) -> int:
         nodes = await asyncio.to_thread(ops.list_nodes, args.selector)
+        fleets = await fleet_views(ops, args.fleet)
+        attach_fleet_nodes(nodes, fleets)
+        if args.fleet:
+            nodes = [n for n in nodes if args.fleet in n.fleets]
         if args.package:
             nodes = [n for n in nodes if args.package in n.packages]
             for node in nodes:
                 node.packages = {args.package: node.packages[args.package]}
         if args.output == "json":
-            print(json.dumps(progress_view.nodes_json(nodes), indent=2, sort_keys=True))
+            _json(progress_view.nodes_json(nodes))
         else:
             _console().print(progress_view.nodes_table(nodes))
         return 0
@@ -171,6 +210,11 @@ def cmd_logs(args: argparse.Namespace) -> int:
     return _run(args, body)
 
 
+def _add_output(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    parser.add_argument("--json", dest="output", action="store_const", const="json", help="same as -o json")
+
+
 def register(subparsers: Any) -> None:
     """Add the ops commands to the `noderoll` parser."""
     from worker.ops_client import add_connection_flags
@@ -180,22 +224,22 @@ def register(subparsers: Any) -> None:
         add_connection_flags(parser)
         return parser
 
-    status = add("status", "rollout progress: phase, counts per state, batch, blocked and erroring nodes")
-    status.add_argument("package", nargs="?", help="one Package (default: every Package, one row each)")
-    status.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    status = add("status", "fleets and their Packages: phase, wave, batch, nodes per state; or one Package")
+    status.add_argument("package", nargs="?", help="one Package (default: every fleet and its Packages)")
+    status.add_argument("--fleet", metavar="POLICY", help="only this fleet (a DeploymentPolicy, or `default`)")
+    _add_output(status)
     status.set_defaults(func=cmd_status)
     for name, help_text in SIGNAL_HELP.items():
         parser = add(name, help_text)
-        parser.add_argument("package", help="the Package whose rollout to signal")
+        parser.add_argument("package", nargs="?", help="the Package (its fleet gets the signal, filtered to it)")
+        parser.add_argument("--fleet", metavar="POLICY", help="the whole fleet of this DeploymentPolicy (or `default`)")
+        parser.add_argument("--node", action="append", default=[], help="only this node (repeatable)")
         parser.set_defaults(func=_signal_command(name))
-    retry = add("retry", "retry failed nodes of a rollout (every failed node, or the given ones)")
-    retry.add_argument("package")
-    retry.add_argument("--node", action="append", default=[], help="only this node (repeatable)")
-    retry.set_defaults(func=cmd_retry)
-    nodes = add("nodes", "per node: packages, versions, stage, state (the noderoll.io/state annotation)")
+    nodes = add("nodes", "per node: its fleets' node state and disruptions, and per package version, stage, state")
     nodes.add_argument("-l", "--selector", help="label selector of the nodes to show")
     nodes.add_argument("--package", help="only nodes that recorded this package")
-    nodes.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    nodes.add_argument("--fleet", metavar="POLICY", help="only nodes of this fleet")
+    _add_output(nodes)
     nodes.set_defaults(func=cmd_nodes)
     logs = add("logs", "the log of a package's stage Job on a node (latest stage unless --all)")
     logs.add_argument("package")

@@ -1,14 +1,18 @@
-"""Rendering of rollouts and nodes for the terminal (rich) and as JSON, plus change lines. Pure.
+"""Rendering of fleets, Packages and nodes for the terminal (rich) and as JSON. Pure.
 
-Every function here takes views already read by `worker.ops_client` and returns a rich renderable,
-a JSON-ready dict or lines of text; nothing reads the cluster or the clock. The demo's live display
-is `render_live(snapshot)`; without a terminal, `change_lines(before, after)` gives one line per
-change instead, so CI logs stay readable.
+Every function here takes views already read by `worker.ops_client` / `worker.ops_fleets` and
+returns a rich renderable, a JSON-ready dict or text; nothing reads the cluster or the clock.
+`noderoll status` is `fleets_status` (a table per fleet: phase, wave, batch, canary, nodes per
+state; under it a table of its Packages), `noderoll status PKG` is `package_detail`, `noderoll
+nodes` is `nodes_table` (with each fleet's node state and disruptions). The demo's live view is
+`worker.demo_view`.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 from rich.console import Group, RenderableType
@@ -17,8 +21,10 @@ from rich.text import Text
 
 from api.enums import RolloutPhase, State
 from api.node_state import PackageNodeState
-from planning.status import RolloutProgress
+from planning.fleet_status import NodeProgress
+from protocol import names
 from worker.ops_client import NodeView, PackageView
+from worker.ops_fleets import QUERY_SOURCE, FleetView
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 STATE_STYLE = {
@@ -30,38 +36,80 @@ PHASE_STYLE = {
     RolloutPhase.INVALID: "bold red", RolloutPhase.PAUSED: "bold yellow", RolloutPhase.CANARY: "bold cyan",
 }
 COUNT_ORDER = (State.WAITING, State.IN_PROGRESS, State.COMPLETE, State.ERRORING, State.BLOCKED, State.SKIPPED)
+COUNT_COLUMNS = (State.WAITING, State.IN_PROGRESS, State.ERRORING, State.BLOCKED)
 
 
-def _count(progress: RolloutProgress, state: State) -> int:
-    return int(progress.counts.get(state.value, 0))
+def count(counts: Mapping[str, int], state: State) -> int:
+    """Nodes in `state` in a counts map (api.enums.State value -> nodes)."""
+    return int(counts.get(state.value, 0))
 
 
-def _batch(progress: RolloutProgress) -> str:
-    return f"#{progress.batch_number} ({progress.batch_size} node(s))" if progress.batch_number else "-"
+def phase_text(phase: RolloutPhase) -> Text:
+    """The phase, coloured by how it stands."""
+    return Text(phase.value, style=PHASE_STYLE.get(phase, ""))
+
+
+def batch_text(number: int, size: int) -> str:
+    """`#3 (4 node(s))`, or `-` before the first batch."""
+    return f"#{number} ({size} node(s))" if number else "-"
+
+
+def plural(n: int, word: str) -> str:
+    """`1 drain`, `2 drains`."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def disruptions_text(nodes: Mapping[str, NodeProgress], interrupt: str = "interrupt") -> str:
+    """What the fleet's windows did to its nodes, grouped: `24 nodes, 1 drain and 1 reboot each`.
+
+    `interrupt` names the interrupt (the demo says `reboot` when that is what its Packages merge to).
+    """
+    if not nodes:
+        return "no nodes"
+    groups = Counter((p.drains, p.interrupts) for p in nodes.values())
+    parts = []
+    for (drains, interrupts), n in sorted(groups.items(), key=lambda kv: (-kv[1], kv[0])):
+        if not drains and not interrupts:
+            parts.append(f"{plural(n, 'node')} not disrupted")
+            continue
+        each = " and ".join(x for x in (drains and plural(drains, "drain"), interrupts and plural(interrupts, interrupt))
+                            if x)
+        parts.append(f"{plural(n, 'node')}, {each}" + (" each" if n > 1 else ""))
+    return "; ".join(parts)
+
+
+def disruption_totals(nodes: Mapping[str, NodeProgress]) -> dict[str, int]:
+    """Windows, cordons, drains and interrupts summed over the nodes."""
+    return {key: sum(getattr(p, key) for p in nodes.values()) for key in ("windows", "cordons", "drains", "interrupts")}
+
+
+# --- packages ---------------------------------------------------------------------------------
 
 
 def progress_json(view: PackageView) -> dict[str, Any]:
-    """The JSON of `noderoll status -o json` for one package."""
+    """The JSON of `noderoll status PKG --json` (and of each Package under a fleet)."""
     data = asdict(view.progress)
     data["phase"] = view.progress.phase.value
     data["canary_phase"] = str(view.progress.canary_phase)
-    return {"package": view.name, "source": view.source, **data}
+    return {"package": view.name, "fleet": view.fleet, "source": view.source, **data}
 
 
-def status_table(views: list[PackageView]) -> Table:
-    """One row per package: phase, counts per state, batch, canary and message."""
-    table = Table(title="noderoll rollouts", title_justify="left")
-    for column in ("PACKAGE", "VERSION", "PHASE", "DONE", "WAITING", "IN PROGRESS", "ERRORING", "BLOCKED",
-                   "BATCH", "CANARY", "MESSAGE"):
+def _package_message(view: PackageView) -> str:
+    if view.source == QUERY_SOURCE:
+        return view.progress.message or ""
+    return f"[{view.source}] {view.progress.message or ''}".strip()
+
+
+def packages_table(views: list[PackageView], title: str | None = None) -> Table:
+    """One row per Package: phase, nodes done, counts per state, message (batch and canary are the fleet's)."""
+    table = Table(title=title, title_justify="left", show_edge=title is not None)
+    for column in ("PACKAGE", "VERSION", "PHASE", "DONE", *(s.value.replace("_", " ").upper() for s in COUNT_COLUMNS),
+                   "MESSAGE"):
         table.add_column(column, overflow="fold")
     for view in views:
         p = view.progress
-        table.add_row(
-            view.name, p.version or "-", Text(p.phase.value, style=PHASE_STYLE.get(p.phase, "")),
-            f"{_count(p, State.COMPLETE)}/{p.total_nodes}", str(_count(p, State.WAITING)),
-            str(_count(p, State.IN_PROGRESS)), str(_count(p, State.ERRORING)), str(_count(p, State.BLOCKED)),
-            _batch(p), str(p.canary_phase), p.message or "",
-        )
+        table.add_row(view.name, p.version or "-", phase_text(p.phase), f"{count(p.counts, State.COMPLETE)}/{p.total_nodes}",
+                      *(str(count(p.counts, s)) for s in COUNT_COLUMNS), _package_message(view))
     return table
 
 
@@ -71,12 +119,13 @@ def package_detail(view: PackageView) -> Group:
     head = Table.grid(padding=(0, 2))
     head.add_column(style="bold")
     head.add_column()
-    head.add_row("package", view.name)
+    head.add_row("package", view.name + ("" if view.exists else " (deleted)"))
+    head.add_row("fleet", names.fleet_workflow_id(view.fleet))
     head.add_row("version", p.version or "-")
-    head.add_row("phase", Text(p.phase.value, style=PHASE_STYLE.get(p.phase, "")))
-    head.add_row("nodes", f"{_count(p, State.COMPLETE)}/{p.total_nodes} complete; " + ", ".join(
-        f"{s.value} {_count(p, s)}" for s in COUNT_ORDER if _count(p, s)))
-    head.add_row("batch", _batch(p))
+    head.add_row("phase", phase_text(p.phase))
+    head.add_row("nodes", f"{count(p.counts, State.COMPLETE)}/{p.total_nodes} complete; " + ", ".join(
+        f"{s.value} {count(p.counts, s)}" for s in COUNT_ORDER if count(p.counts, s)))
+    head.add_row("batch", batch_text(p.batch_number, p.batch_size) + " (the fleet's)")
     head.add_row("canary", f"{p.canary_phase} {', '.join(p.canary_nodes)}".strip())
     if p.message:
         head.add_row("message", p.message)
@@ -93,6 +142,59 @@ def package_detail(view: PackageView) -> Group:
     return Group(*parts)
 
 
+# --- fleets -------------------------------------------------------------------------------------
+
+
+def fleet_json(view: FleetView) -> dict[str, Any]:
+    """The JSON of one fleet in `noderoll status --json` (per-node detail: `noderoll nodes --json`)."""
+    data: dict[str, Any] = {"fleet": view.name, "workflow_id": view.workflow_id, "source": view.source,
+                            "packages": [progress_json(p) for p in view.packages]}
+    p = view.progress
+    if p is not None:
+        data.update(
+            phase=p.phase.value, wave=p.wave, batch_number=p.batch_number, batch_size=p.batch_size,
+            canary_phase=str(p.canary_phase), canary_nodes=list(p.canary_nodes), message=p.message,
+            total_nodes=p.total_nodes, counts=dict(p.counts), updated_at=p.updated_at,
+            disruptions=disruption_totals(p.nodes),
+        )
+    return data
+
+
+def fleet_table(view: FleetView) -> Table:
+    """One fleet in one row: phase, wave, batch, canary, nodes per state, message."""
+    table = Table(title=view.workflow_id, title_justify="left", title_style="bold")
+    for column in ("PHASE", "WAVE", "BATCH", "CANARY", "NODES", *(s.value.replace("_", " ").upper() for s in COUNT_COLUMNS),
+                   "MESSAGE"):
+        table.add_column(column, overflow="fold")
+    p = view.progress
+    if p is None:
+        table.add_row("-", "-", "-", "-", "-", *("-" for _ in COUNT_COLUMNS), Text(view.source, style="yellow"))
+        return table
+    canary = f"{p.canary_phase} {', '.join(p.canary_nodes)}".strip()
+    table.add_row(phase_text(p.phase), str(p.wave), batch_text(p.batch_number, p.batch_size), canary,
+                  f"{count(p.counts, State.COMPLETE)}/{p.total_nodes} complete",
+                  *(str(count(p.counts, s)) for s in COUNT_COLUMNS), p.message or "")
+    return table
+
+
+def fleets_status(views: list[FleetView]) -> Group:
+    """`noderoll status`: per fleet its table, its disruptions, and under it its Packages."""
+    parts: list[RenderableType] = []
+    for view in views:
+        parts.append(fleet_table(view))
+        if view.progress is not None and view.progress.nodes:
+            parts.append(Text(f"  disruptions: {disruptions_text(view.progress.nodes)}", style="dim"))
+        if view.packages:
+            parts.append(packages_table(view.packages))
+        else:
+            parts.append(Text("  no Packages", style="dim"))
+        parts.append(Text(""))
+    return Group(*parts)
+
+
+# --- nodes ----------------------------------------------------------------------------------------
+
+
 def _cell(entry: PackageNodeState | None) -> Text:
     if entry is None:
         return Text("-", style="dim")
@@ -100,25 +202,46 @@ def _cell(entry: PackageNodeState | None) -> Text:
     return Text(f"{entry.state.value}{stage}", style=STATE_STYLE.get(entry.state, ""))
 
 
-def _node_flags(node: NodeView) -> str:
+def node_flags(node: NodeView) -> str:
+    """`Ready`, `NotReady, cordoned (noderoll)`, ..."""
     flags = ["Ready" if node.ready else "NotReady"]
     if node.cordoned:
         flags.append("cordoned" + (" (noderoll)" if node.cordoned_by_noderoll else ""))
     return ", ".join(flags)
 
 
+def node_disruptions(progress: NodeProgress) -> str:
+    """`1 window, 1 cordon, 1 drain, 1 interrupt` (what one fleet's windows did to the node)."""
+    if not progress.windows:
+        return "none"
+    return ", ".join(plural(getattr(progress, k), k[:-1]) for k in ("windows", "cordons", "drains", "interrupts"))
+
+
+def _fleet_cells(node: NodeView) -> tuple[Text, str]:
+    state = Text()
+    for index, (fleet, p) in enumerate(sorted(node.fleets.items())):
+        state.append(("\n" if index else "") + f"{fleet}: ")
+        state.append(p.state, style=STATE_STYLE.get(p.state, ""))  # StrEnum keys match values
+        if p.reason:
+            state.append(f" ({p.reason})")
+    disruptions = "\n".join(f"{fleet}: {node_disruptions(p)}" for fleet, p in sorted(node.fleets.items()))
+    return state, disruptions or "-"
+
+
 def nodes_table(nodes: list[NodeView]) -> Table:
-    """`noderoll nodes`: per node and package: version, stage, state, attempts, last error."""
+    """`noderoll nodes`: per node its fleets' state and disruptions, then per package version, stage, state."""
     table = Table(title="nodes", title_justify="left")
-    for column in ("NODE", "STATUS", "NODE STATE", "PACKAGE", "VERSION", "STAGE", "STATE", "ATTEMPTS", "LAST ERROR"):
+    for column in ("NODE", "STATUS", "NODE STATE", "FLEET STATE", "DISRUPTIONS", "PACKAGE", "VERSION", "STAGE",
+                   "STATE", "ATTEMPTS", "LAST ERROR"):
         table.add_column(column, overflow="fold")
     for node in nodes:
         entries = sorted(node.packages.items()) or [("-", None)]
+        fleet_state, disruptions = _fleet_cells(node)
         for index, (name, entry) in enumerate(entries):
             first = index == 0
             table.add_row(
                 node.name if first else "", (node.status or "-") if first else "",
-                _node_flags(node) if first else "", name,
+                node_flags(node) if first else "", fleet_state if first else "", disruptions if first else "", name,
                 entry.version if entry else "", entry.stage.value if entry and entry.stage else "",
                 _cell(entry) if entry else Text(node.state_problem or "", style="red"),
                 str(entry.attempts) if entry else "", (entry.last_error or "") if entry else "",
@@ -127,105 +250,14 @@ def nodes_table(nodes: list[NodeView]) -> Table:
 
 
 def nodes_json(nodes: list[NodeView]) -> list[dict[str, Any]]:
-    """The JSON of `noderoll nodes -o json`."""
+    """The JSON of `noderoll nodes --json`."""
     return [
         {
             "node": n.name, "status": n.status, "ready": n.ready, "cordoned": n.cordoned,
-            "cordonedByNoderoll": n.cordoned_by_noderoll, "stateProblem": n.state_problem,
+            "cordonedByNoderoll": n.cordoned_by_noderoll, "stateProblem": n.state_problem, "bootID": n.boot_id,
             "packages": {name: e.model_dump(mode="json", by_alias=True, exclude_none=True)
                          for name, e in sorted(n.packages.items())},
+            "fleets": {name: asdict(p) for name, p in sorted(n.fleets.items())},
         }
         for n in nodes
     ]
-
-
-@dataclass
-class LiveSnapshot:
-    """What the demo shows at one moment: each rollout's progress and the fleet's nodes."""
-
-    packages: dict[str, RolloutProgress] = field(default_factory=dict)
-    nodes: list[NodeView] = field(default_factory=list)
-    elapsed: float = 0.0
-    # package -> node -> batch number in which the node was first seen working (see BatchLog).
-    batches: dict[str, dict[str, int]] = field(default_factory=dict)
-
-
-def record_batches(snapshot: LiveSnapshot) -> None:
-    """Assign each node that started a package to that rollout's current batch (first sight wins)."""
-    for package, progress in snapshot.packages.items():
-        seen = snapshot.batches.setdefault(package, {})
-        for node in snapshot.nodes:
-            entry = node.packages.get(package)
-            if entry is not None and entry.state is not State.WAITING and node.name not in seen:
-                seen[node.name] = max(progress.batch_number, 1)
-
-
-def _batch_lines(package: str, snapshot: LiveSnapshot) -> list[Text]:
-    states = {n.name: n.packages.get(package) for n in snapshot.nodes}
-    by_batch: dict[int, list[str]] = {}
-    for node, number in sorted(snapshot.batches.get(package, {}).items()):
-        by_batch.setdefault(number, []).append(node)
-    lines = []
-    for number, members in sorted(by_batch.items()):
-        line = Text(f"    batch {number}: ")
-        for node in members:
-            entry = states.get(node)
-            state = entry.state if entry else State.WAITING
-            line.append(f"{node} ", style=STATE_STYLE.get(state, ""))
-        lines.append(line)
-    return lines
-
-
-def render_live(snapshot: LiveSnapshot) -> Group:
-    """The demo's live display: per rollout its phase and batches, then a node-by-package grid."""
-    parts: list[RenderableType] = [Text(f"noderoll demo — {snapshot.elapsed:.0f}s", style="bold")]
-    for package, p in sorted(snapshot.packages.items()):
-        header = Text(f"  {package} {p.version}: ")
-        header.append(p.phase.value, style=PHASE_STYLE.get(p.phase, ""))
-        header.append(f"  {_count(p, State.COMPLETE)}/{p.total_nodes} complete, batch {_batch(p)}, "
-                      f"canary {p.canary_phase}")
-        if p.erroring:
-            header.append(f", {len(p.erroring)} erroring", style="red")
-        parts.append(header)
-        parts.extend(_batch_lines(package, snapshot))
-    grid = Table(box=None, padding=(0, 1), show_edge=False)
-    grid.add_column("NODE")
-    grid.add_column("ZONE")
-    grid.add_column("NODE STATE")
-    names = sorted(snapshot.packages)
-    for name in names:
-        grid.add_column(name)
-    for node in snapshot.nodes:
-        grid.add_row(node.name, node.labels.get(ZONE_LABEL, "-"), _node_flags(node),
-                     *(_cell(node.packages.get(name)) for name in names))
-    parts.append(grid)
-    return Group(*parts)
-
-
-def _entry_text(entry: PackageNodeState | None) -> str:
-    if entry is None:
-        return "-"
-    return f"{entry.state.value}" + (f" ({entry.stage.value})" if entry.stage is not None else "")
-
-
-def change_lines(before: LiveSnapshot | None, after: LiveSnapshot) -> list[str]:
-    """One line per change between two snapshots (the display without a terminal)."""
-    lines: list[str] = []
-    stamp = f"[{after.elapsed:6.1f}s]"
-    old_packages = before.packages if before else {}
-    for package, p in sorted(after.packages.items()):
-        old = old_packages.get(package)
-        if old is None or (old.phase, old.batch_number, old.canary_phase) != (p.phase, p.batch_number, p.canary_phase):
-            lines.append(f"{stamp} {package}: phase {p.phase.value}, batch {_batch(p)}, canary {p.canary_phase}, "
-                         f"{_count(p, State.COMPLETE)}/{p.total_nodes} complete")
-    old_nodes = {n.name: n for n in before.nodes} if before else {}
-    for node in after.nodes:
-        old_node = old_nodes.get(node.name)
-        if old_node is not None and _node_flags(old_node) != _node_flags(node):
-            lines.append(f"{stamp} {node.name}: {_node_flags(node)}")
-        for package in sorted(after.packages):
-            entry = node.packages.get(package)
-            old_entry = old_node.packages.get(package) if old_node else None
-            if _entry_text(entry) != _entry_text(old_entry) and entry is not None:
-                lines.append(f"{stamp} {node.name} {package}: {_entry_text(entry)}")
-    return lines

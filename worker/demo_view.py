@@ -1,0 +1,187 @@
+"""The demo's live display of one fleet rollout, and its line-per-change form without a terminal. Pure.
+
+A `LiveSnapshot` is what one poll saw: the fleet's progress (phase, wave, batch, canary, per node its
+state and disruptions), each Package's progress, and the Nodes (flags, per-package state, boot id).
+`observe(snapshot)` carries forward what only a sequence of snapshots shows: the batch in which each
+node was first seen in a window, and every boot id each node had (a new one per reboot: an count of
+reboots independent of noderoll's own accounting). `render_live` draws a snapshot; `change_lines`
+gives one line per change between two, so CI logs stay readable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from api.enums import State
+from api.node_state import PackageNodeState
+from planning.fleet_status import FleetProgress, NodeProgress
+from planning.status import RolloutProgress
+from protocol import names
+from worker.ops_client import NodeView
+from worker.progress_view import (
+    STATE_STYLE,
+    ZONE_LABEL,
+    batch_text,
+    count,
+    disruptions_text,
+    node_flags,
+    phase_text,
+    plural,
+)
+
+# Node states in the fleet's progress that mean "not reached by a window yet".
+_NOT_REACHED = {State.WAITING.value, State.BLOCKED.value}
+
+
+@dataclass
+class LiveSnapshot:
+    """What the demo shows at one moment."""
+
+    fleet: str = ""
+    # The fleet's answer; None when it did not answer this time.
+    progress: FleetProgress | None = None
+    packages: dict[str, RolloutProgress] = field(default_factory=dict)
+    nodes: list[NodeView] = field(default_factory=list)
+    elapsed: float = 0.0
+    # Word for the merged interrupt in the disruption lines ("reboot" in the demo).
+    interrupt: str = "interrupt"
+    # node -> (wave, batch) in which the node was first seen in a window.
+    batches: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # node -> every boot id seen, in order.
+    boot_ids: dict[str, list[str]] = field(default_factory=dict)
+
+    def reboots_seen(self) -> dict[str, int]:
+        """node -> boot id changes seen while the demo watched."""
+        return {node: len(ids) - 1 for node, ids in self.boot_ids.items()}
+
+
+def observe(snapshot: LiveSnapshot) -> None:
+    """Record each newly reached node under the fleet's current (wave, batch), and new boot ids."""
+    progress = snapshot.progress
+    for node in snapshot.nodes:
+        ids = snapshot.boot_ids.setdefault(node.name, [])
+        if node.boot_id and (not ids or ids[-1] != node.boot_id):
+            ids.append(node.boot_id)
+        if progress is None or node.name in snapshot.batches:
+            continue
+        reported = progress.nodes.get(node.name)
+        if reported is not None and (reported.state not in _NOT_REACHED or reported.windows):
+            snapshot.batches[node.name] = (progress.wave, max(progress.batch_number, 1))
+
+
+def _batch_lines(snapshot: LiveSnapshot) -> list[Text]:
+    states = {n: p.state for n, p in (snapshot.progress.nodes.items() if snapshot.progress else ())}
+    waves = {wave for wave, _ in snapshot.batches.values()}
+    grouped: dict[tuple[int, int], list[str]] = {}
+    for node, key in sorted(snapshot.batches.items()):
+        grouped.setdefault(key, []).append(node)
+    lines = []
+    for (wave, number), members in sorted(grouped.items()):
+        prefix = f"wave {wave} " if len(waves) > 1 else ""
+        line = Text(f"    {prefix}batch {number}: ")
+        for node in members:
+            line.append(f"{node} ", style=STATE_STYLE.get(states.get(node, State.WAITING.value), ""))
+        lines.append(line)
+    return lines
+
+
+def fleet_line(snapshot: LiveSnapshot) -> str:
+    """`fleet/x: phase Progressing, wave 1, batch #3 (4 node(s)), canary Passed, 10/24 nodes complete`."""
+    p = snapshot.progress
+    head = names.fleet_workflow_id(snapshot.fleet)
+    if p is None:
+        return f"{head}: no answer"
+    return (f"{head}: phase {p.phase.value}, wave {p.wave}, batch {batch_text(p.batch_number, p.batch_size)}, "
+            f"canary {p.canary_phase}, {count(p.counts, State.COMPLETE)}/{p.total_nodes} nodes complete")
+
+
+def _node_disruption(progress: NodeProgress | None, interrupt: str) -> str:
+    if progress is None or not progress.windows:
+        return "-"
+    return f"{plural(progress.drains, 'drain')}, {plural(progress.interrupts, interrupt)}"
+
+
+def _cell(entry: PackageNodeState | None) -> Text:
+    if entry is None:
+        return Text("-", style="dim")
+    stage = f" {entry.stage.value}" if entry.stage is not None and entry.state is not State.COMPLETE else ""
+    return Text(f"{entry.state.value}{stage}", style=STATE_STYLE.get(entry.state, ""))
+
+
+def render_live(snapshot: LiveSnapshot) -> Group:
+    """The live display: the fleet and its batches, each Package, disruptions, a node-by-package grid."""
+    p = snapshot.progress
+    parts: list[RenderableType] = [Text(f"noderoll demo — {snapshot.elapsed:.0f}s", style="bold")]
+    header = Text(f"  {names.fleet_workflow_id(snapshot.fleet)}: ")
+    if p is None:
+        header.append("no answer", style="yellow")
+    else:
+        header.append_text(phase_text(p.phase))
+        header.append(f"  wave {p.wave}, batch {batch_text(p.batch_number, p.batch_size)}, canary {p.canary_phase}, "
+                      f"{count(p.counts, State.COMPLETE)}/{p.total_nodes} nodes complete")
+    parts.append(header)
+    parts.extend(_batch_lines(snapshot))
+    for package, progress in sorted(snapshot.packages.items()):
+        line = Text(f"  {package} {progress.version}: ")
+        line.append_text(phase_text(progress.phase))
+        line.append(f"  {count(progress.counts, State.COMPLETE)}/{progress.total_nodes} complete")
+        if progress.erroring:
+            line.append(f", {len(progress.erroring)} erroring", style="red")
+        parts.append(line)
+    if p is not None:
+        parts.append(Text(f"  disruptions: {disruptions_text(p.nodes, snapshot.interrupt)}"))
+    grid = Table(box=None, padding=(0, 1), show_edge=False)
+    for column in ("NODE", "ZONE", "NODE STATE", *sorted(snapshot.packages), "DISRUPTIONS"):
+        grid.add_column(column)
+    for node in snapshot.nodes:
+        reported = p.nodes.get(node.name) if p else None
+        grid.add_row(node.name, node.labels.get(ZONE_LABEL, "-"), node_flags(node),
+                     *(_cell(node.packages.get(name)) for name in sorted(snapshot.packages)),
+                     _node_disruption(reported, snapshot.interrupt))
+    parts.append(grid)
+    return Group(*parts)
+
+
+def _entry_text(entry: PackageNodeState | None) -> str:
+    if entry is None:
+        return "-"
+    return f"{entry.state.value}" + (f" ({entry.stage.value})" if entry.stage is not None else "")
+
+
+def _fleet_key(p: FleetProgress | None) -> tuple[object, ...]:
+    return () if p is None else (p.phase, p.wave, p.batch_number, p.canary_phase)
+
+
+def change_lines(before: LiveSnapshot | None, after: LiveSnapshot) -> list[str]:
+    """One line per change between two snapshots (the display without a terminal)."""
+    lines: list[str] = []
+    stamp = f"[{after.elapsed:6.1f}s]"
+    if before is None or _fleet_key(before.progress) != _fleet_key(after.progress):
+        lines.append(f"{stamp} {fleet_line(after)}")
+    old_packages = before.packages if before else {}
+    for package, p in sorted(after.packages.items()):
+        old = old_packages.get(package)
+        if old is None or old.phase != p.phase:
+            lines.append(f"{stamp} {package}: phase {p.phase.value}, "
+                         f"{count(p.counts, State.COMPLETE)}/{p.total_nodes} complete")
+    old_nodes = {n.name: n for n in before.nodes} if before else {}
+    old_reports = before.progress.nodes if before and before.progress else {}
+    reports = after.progress.nodes if after.progress else {}
+    for node in after.nodes:
+        old_node = old_nodes.get(node.name)
+        if old_node is not None and node_flags(old_node) != node_flags(node):
+            lines.append(f"{stamp} {node.name}: {node_flags(node)}")
+        for package in sorted(after.packages):
+            entry = node.packages.get(package)
+            old_entry = old_node.packages.get(package) if old_node else None
+            if _entry_text(entry) != _entry_text(old_entry) and entry is not None:
+                lines.append(f"{stamp} {node.name} {package}: {_entry_text(entry)}")
+        now, then = reports.get(node.name), old_reports.get(node.name)
+        if now is not None and now.windows and (then is None or then.windows != now.windows):
+            lines.append(f"{stamp} {node.name}: window {now.windows} done, "
+                         f"{_node_disruption(now, after.interrupt)} so far")
+    return lines
