@@ -9,6 +9,7 @@ record), so "never" below means "at no change the apiserver sent", not "when we 
   a version bump does not taint them again.
 * The opt-in label `noderoll.io/runtime-required-gate=true` gates a node that existed before the
   Package, on the bump too; its unlabelled neighbour is never tainted.
+* The taint write acts only on the Node version its decision was made on.
 "Later bridge action": a sentinel node joins for a paused runtimeRequired Package (so the bridge
 taints it); the pass that does so covers every Node the bridge saw before, since Node events
 arrive in order and the sentinels' names sort after the test nodes'.
@@ -27,7 +28,9 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client import ApiClient
 
+from activities import kube
 from activities.node_requests import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
+from activities.taints import SetTaintInput, set_runtime_required_taint
 from api import keys
 from fleetsim.faults import Fault
 from localstack.state import StackInfo
@@ -276,3 +279,21 @@ async def test_opt_in_label_gates_an_existing_node_and_its_updates(module: Modul
             assert not any(s.tainted for s in watcher.of(plain)), watcher.of(plain)
         finally:
             delete_package(api, name)
+
+
+def test_taint_write_acts_only_on_the_decided_version(local_stack: StackInfo, kube_api_client: ApiClient) -> None:
+    kube.configure(local_stack.kubeconfig)
+    core = client.CoreV1Api(kube_api_client)
+    with running_fleet(local_stack, nodes=1, name_prefix=unique_name(TEST_PREFIX)) as fleet:
+        node = fleet.node_names[0]
+        decided_on = core.read_node(node).metadata.resource_version
+        core.patch_node(node, {"metadata": {"labels": {"other-writer": "was-here"}}})
+        # Decided on a view that is no longer current: nothing written (the newer view is decided again).
+        assert not set_runtime_required_taint(SetTaintInput(node, True, resource_version=decided_on))
+        assert not tainted(kube_api_client, node)
+        current = core.read_node(node).metadata.resource_version
+        assert set_runtime_required_taint(SetTaintInput(node, True, resource_version=current))
+        assert tainted(kube_api_client, node)
+        assert not set_runtime_required_taint(SetTaintInput(node, True))  # already there: no write
+        assert set_runtime_required_taint(SetTaintInput(node, False))
+        assert not tainted(kube_api_client, node)

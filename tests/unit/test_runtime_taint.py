@@ -200,27 +200,29 @@ class Case:
 
 @st.composite
 def cases(draw: st.DrawFn) -> Case:
+    # Weighted towards nodes that runtimeRequired Packages target, so every outcome is common.
     count = draw(st.integers(0, 3))
     packages = []
     for i in range(count):
         extra: dict[str, Any] = {}
-        if draw(st.booleans()) and draw(st.booleans()):
+        if draw(st.integers(0, 5)) == 0:
             extra["uninstall"] = {"enabled": True, "apply": draw(st.booleans())}
         packages.append(package(
             f"p{i}", draw(st.sampled_from(["1.0.0", "1.1.0"])), T0 + timedelta(seconds=draw(st.integers(-5, 5))),
-            runtime=draw(st.booleans()), config=draw(st.sampled_from([{}, {"a.conf": "x"}])), **extra))
-    labels = {"pool": draw(st.sampled_from(["gpu", "cpu"]))}
+            runtime=draw(st.integers(0, 4)) > 0, config=draw(st.sampled_from([{}, {"a.conf": "x"}])), **extra))
+    labels = {"pool": draw(st.sampled_from(["gpu", "gpu", "gpu", "cpu"]))}
     if draw(st.booleans()):
         labels[RUNTIME_REQUIRED_GATE_LABEL] = draw(st.sampled_from(["true", "false"]))
-    if draw(st.integers(0, 4)) == 0:
+    if draw(st.integers(0, 9)) == 0:
         labels[NODE_IGNORE_LABEL] = "true"
+    kinds = st.sampled_from([*RECORDS, "complete", "complete", "absent"])
     return Case(
         packages=packages,
         labels=labels,
         tainted=draw(st.booleans()),
         created=T0 + timedelta(seconds=draw(st.integers(-5, 5))),
-        records={p.name: draw(st.sampled_from(RECORDS)) for p in packages},
-        garbage=draw(st.integers(0, 9)) == 0,
+        records={p.name: draw(kinds) for p in packages},
+        garbage=draw(st.integers(0, 19)) == 0,
     )
 
 
