@@ -235,6 +235,8 @@ class ObjectMeta(LenientModel):
     generation: int = 0
     uid: str = ""
     resource_version: str = ""
+    # RFC 3339, as the apiserver writes it (the runtime-required taint compares it with the Node's).
+    creation_timestamp: str | None = None
     annotations: dict[str, str] = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict)
     deletion_timestamp: str | None = None

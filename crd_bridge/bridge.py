@@ -7,8 +7,8 @@ and post events to the loop; blocking writes run via `asyncio.to_thread`. Tasks 
 retried with backoff: a task must never end while the bridge runs):
 * `_lead_once`: leader election every `retry_seconds` (or always leader with election off); on gaining
   the Lease everything is marked dirty, on losing it the reconciler forgets its memory;
-* `_work_once`: reconciles dirty policies, then dirty Packages, one at a time, then flushes
-  `nodes_changed` and, after a full pass, the runtime-required taints; a failed reconcile is counted
+* `_work_once`: reconciles dirty policies, then dirty Packages, one at a time, then, after a full
+  pass, syncs the runtime-required taints and flushes `nodes_changed`; a failed reconcile is counted
   (`noderoll_bridge_reconcile_errors_total`) and retried after `RETRY_SECONDS`;
 * `_poll_once`: the status poller every `status_seconds`;
 * `_resync_once`: every `resync_seconds` marks everything dirty (level-triggered: lost events, Temporal
@@ -191,10 +191,11 @@ class Bridge:
             if not self.is_leader():
                 continue
             self._passes += 1
-            await self.nodes.flush()
+            # Taints before `nodes_changed`: a joining node is tainted before its rollout hears of it.
             if self.dirty.taints:
                 self.dirty.taints = False
                 await self._sync_taints()
+            await self.nodes.flush()
             return
 
     async def _sync_taints(self) -> None:

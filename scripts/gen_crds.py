@@ -211,7 +211,10 @@ def package_spec() -> Schema:
             ),
             "additionalTolerations": array("Tolerations added to the stage pods.", toleration),
             "runtimeRequired": boolean(
-                "Nodes keep the taint noderoll.io/runtime-required=true:NoSchedule until this package is complete.",
+                "Gate nodes with the taint noderoll.io/runtime-required=true:NoSchedule until this package is "
+                "complete there: nodes joining while it exists and nodes labelled "
+                "noderoll.io/runtime-required-gate=true get the taint; it goes once every runtimeRequired "
+                "Package targeting the node is complete there (see The runtime-required taint).",
                 default=False,
             ),
             "deploymentPolicy": name_field(
