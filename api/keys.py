@@ -34,6 +34,7 @@ CORDONED_BY_VALUE = "noderoll"
 # Temporal names (workflow ids, signals, queries, search attributes) are defined once, in the wire
 # protocol's leaf module; re-exported here for the code that reads every contract name from here.
 from protocol.names import (  # noqa: E402, F401 - re-exported
+    DEFAULT_FLEET,
     DEFAULT_NAMESPACE,
     DEFAULT_TASK_QUEUE,
     FLEET_WORKFLOW_PREFIX,

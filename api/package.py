@@ -207,6 +207,10 @@ class PackageSpec(SpecModel):
     @field_validator("deployment_policy")
     @classmethod
     def _policy_name(cls, value: str | None) -> str | None:
+        if value == keys.DEFAULT_FLEET:
+            raise ValueError(
+                f"{keys.DEFAULT_FLEET!r} is the built-in one-node-at-a-time policy; leave deploymentPolicy unset to use it"
+            )
         return None if value is None else check_name(value, "deploymentPolicy")
 
     @model_validator(mode="after")

@@ -1,8 +1,8 @@
-"""Node events -> `nodes_changed` to the rollouts concerned, and the runtime-required taint. Does I/O.
+"""Node events -> `nodes_changed` to the fleets concerned, and the runtime-required taint. Does I/O.
 
 Decisions are pure (`crd_bridge.node_changes`); this module applies them. `nodes_changed` is
-debounced: the Packages to notify are collected and signalled once per flush (a fleet of new nodes
-joining at once costs one signal per rollout, not one per node). The runtime-required taint is
+debounced: the fleets of the Packages concerned are collected and signalled once per flush (many
+nodes joining at once cost one signal per fleet, not one per node). The runtime-required taint is
 decided per Node by `planning.runtime_taint` on the cached object and written with
 `activities.taints.set_runtime_required_taint`, guarded by that object's resourceVersion: a Node
 that changed since is left alone, and its newer version (the watch event marks the taints dirty)
@@ -21,7 +21,7 @@ from api.package import PackageSpec
 from crd_bridge.node_changes import node_view, packages_to_notify, runtime_package, runtime_taint_input
 from crd_bridge.reconciler import Reconciler
 from planning.runtime_taint import RuntimePackage, TaintChange, decide_runtime_taint
-from workflows.messages import SIGNAL_NODES_CHANGED
+from protocol.names import SIGNAL_NODES_CHANGED, fleet_name
 
 log = logging.getLogger("noderoll.bridge.nodes")
 
@@ -38,20 +38,22 @@ class NodeHandler:
         return {n: c.package.spec for n, c in self.reconciler.valid.items() if c.package is not None}
 
     def note_change(self, previous: Mapping[str, Any] | None, current: Mapping[str, Any]) -> None:
-        """Remember which rollouts must hear about this Node change (DELETED: `current` is the old object)."""
+        """Remember which fleets must hear about this Node change (DELETED: `current` is the old object)."""
         old = node_view(previous) if previous is not None else None
-        self.to_notify.update(packages_to_notify(old, node_view(current), self.specs()))
+        specs = self.specs()
+        for package in packages_to_notify(old, node_view(current), specs):
+            self.to_notify.add(fleet_name(specs[package].deployment_policy))
 
     async def flush(self) -> None:
-        """Signal `nodes_changed` to each noted Package whose rollout runs."""
-        names, self.to_notify = sorted(self.to_notify), set()
-        for name in names:
-            if name not in self.reconciler.active:
+        """Signal `nodes_changed` to each noted fleet whose workflow runs."""
+        fleets, self.to_notify = sorted(self.to_notify), set()
+        for fleet in fleets:
+            if fleet not in self.reconciler.active:
                 continue
             try:
-                await self.reconciler.rollouts.signal(name, SIGNAL_NODES_CHANGED)
-            except Exception as err:  # noqa: BLE001 - the rollout re-lists on its own timer anyway
-                log.info("nodes_changed to %s not delivered: %s", name, err)
+                await self.reconciler.fleets.signal(fleet, SIGNAL_NODES_CHANGED)
+            except Exception as err:  # noqa: BLE001 - the fleet re-lists on its own timer anyway
+                log.info("nodes_changed to fleet %s not delivered: %s", fleet, err)
 
     def runtime_packages(self) -> list[RuntimePackage]:
         """The valid, not-deleting runtimeRequired Packages (the only ones the taint rule looks at)."""
