@@ -1,9 +1,12 @@
 """The runtime-required taint on Nodes: add or remove `noderoll.io/runtime-required`. Does I/O.
 
-Used by the bridge, which decides per node with `planning.targets.runtime_required_taint_wanted`.
+Used by the bridge, which decides per node with `planning.runtime_taint.decide_runtime_taint`.
 Idempotent: adding a taint that is there, or removing one that is not, writes nothing. The write is
-a JSON patch guarded by `test` on the node's resourceVersion, so a concurrent
-edit of the taints (kubelet, another controller) makes it fail with 409 and it is rebuilt.
+a JSON patch guarded by `test` on the node's resourceVersion, so a concurrent edit of the node
+(kubelet, another controller) makes it fail. Given `resource_version` (the version the decision
+was made on), a node that is no longer at that version is left alone and False returned: the
+decision was made on a stale view and is made again on the newer one. Without it a conflict is
+read again and rebuilt.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ class SetTaintInput:
 
     node: str
     present: bool
+    # The Node's resourceVersion the decision was made on; None: act on whatever is current.
+    resource_version: str | None = None
 
 
 def set_runtime_required_taint(input: SetTaintInput) -> bool:
@@ -35,6 +40,8 @@ def set_runtime_required_taint(input: SetTaintInput) -> bool:
             if kube.is_not_found(err):
                 return False
             kube.raise_for(err, f"read node {input.node}")
+        if input.resource_version is not None and node.metadata.resource_version != input.resource_version:
+            return False
         # sanitize_for_serialization gives the API (camelCase) form of each taint.
         taints = [kube.api_client().sanitize_for_serialization(t) for t in (node.spec.taints or [])]
         has = any(t.get("key") == RUNTIME_REQUIRED_TAINT_KEY for t in taints)
@@ -55,6 +62,8 @@ def set_runtime_required_taint(input: SetTaintInput) -> bool:
         except ApiException as err:
             # 409/422 from the `test` op: someone changed the node in between; read again.
             if err.status in (409, 422) or kube.is_conflict(err):
+                if input.resource_version is not None:
+                    return False
                 continue
             if kube.is_not_found(err):
                 return False

@@ -25,12 +25,16 @@ CONDITION_ERRORING = "noderoll.io/Erroring"
 RUNTIME_REQUIRED_TAINT_KEY = "noderoll.io/runtime-required"
 RUNTIME_REQUIRED_TAINT_VALUE = "true"
 RUNTIME_REQUIRED_TAINT_EFFECT = "NoSchedule"
+# Node label (value "true"): gate the node with the runtime-required taint on every change of a
+# runtimeRequired Package, not only when it joins (planning/runtime_taint.py).
+RUNTIME_REQUIRED_GATE_LABEL = "noderoll.io/runtime-required-gate"
 FINALIZER = "noderoll.io/uninstall"
 CORDONED_BY_VALUE = "noderoll"
 
 # Temporal names (workflow ids, signals, queries, search attributes) are defined once, in the wire
 # protocol's leaf module; re-exported here for the code that reads every contract name from here.
 from protocol.names import (  # noqa: E402, F401 - re-exported
+    DEFAULT_FLEET,
     DEFAULT_NAMESPACE,
     DEFAULT_TASK_QUEUE,
     FLEET_WORKFLOW_PREFIX,

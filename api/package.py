@@ -207,6 +207,10 @@ class PackageSpec(SpecModel):
     @field_validator("deployment_policy")
     @classmethod
     def _policy_name(cls, value: str | None) -> str | None:
+        if value == keys.DEFAULT_FLEET:
+            raise ValueError(
+                f"{keys.DEFAULT_FLEET!r} is the built-in one-node-at-a-time policy; leave deploymentPolicy unset to use it"
+            )
         return None if value is None else check_name(value, "deploymentPolicy")
 
     @model_validator(mode="after")
@@ -235,6 +239,8 @@ class ObjectMeta(LenientModel):
     generation: int = 0
     uid: str = ""
     resource_version: str = ""
+    # RFC 3339, as the apiserver writes it (the runtime-required taint compares it with the Node's).
+    creation_timestamp: str | None = None
     annotations: dict[str, str] = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict)
     deletion_timestamp: str | None = None

@@ -86,8 +86,14 @@ class PackageStatus(StatusModel):
 
 
 class PolicyStatus(StatusModel):
-    """`status` of a DeploymentPolicy (validity only; budgets are reported by the budget workflows)."""
+    """`status` of a DeploymentPolicy: its validity and its fleet rollout's progress."""
 
     observed_generation: int | None = None
     message: str = ""
+    phase: RolloutPhase | None = None
+    fleet: str | None = None
+    wave: int | None = None
+    current_batch: BatchStatus | None = None
+    nodes: NodeCounts | None = None
+    packages: list[str] | None = None
     conditions: list[Condition] = Field(default_factory=list)

@@ -7,13 +7,15 @@ and post events to the loop; blocking writes run via `asyncio.to_thread`. Tasks 
 retried with backoff: a task must never end while the bridge runs):
 * `_lead_once`: leader election every `retry_seconds` (or always leader with election off); on gaining
   the Lease everything is marked dirty, on losing it the reconciler forgets its memory;
-* `_work_once`: reconciles dirty policies, then dirty Packages, one at a time, then flushes
-  `nodes_changed` and, after a full pass, the runtime-required taints; a failed reconcile is counted
+* `_work_once`: reconciles dirty policies, then dirty Packages, then dirty fleets (each hands its
+  fleet the desired state when it changed), one at a time, then, after a full pass, syncs the
+  runtime-required taints and flushes `nodes_changed`; a failed reconcile is counted
   (`noderoll_bridge_reconcile_errors_total`) and retried after `RETRY_SECONDS`;
 * `_poll_once`: the status poller every `status_seconds`;
 * `_resync_once`: every `resync_seconds` marks everything dirty (level-triggered: lost events, Temporal
-  outages and closed rollouts all heal) and signals `deleted` to rollouts of this task queue whose
-  Package no longer exists.
+  outages and closed fleets all heal), hands an empty desired state to running fleets of this task
+  queue that no Package names any more (they end), and retires per-Package rollouts of releases
+  before fleets (`package/<name>`: halted, then terminated; ADR 0007).
 Replicas that do not lead keep their caches warm and do nothing else.
 """
 
@@ -25,18 +27,21 @@ from dataclasses import dataclass, field
 
 from api import keys
 from crd_bridge.cache import ObjectCache
+from crd_bridge.fleet_client import Fleets
+from crd_bridge.fleets import raw_fleet
 from crd_bridge.leader import LeaderElector, LeaseSettings
 from crd_bridge.loops import Loop, run_forever
 from crd_bridge.nodes import NodeHandler
 from crd_bridge.reconciler import Reconciler
-from crd_bridge.rollouts import Rollouts
 from crd_bridge.status_poller import StatusPoller
 from crd_bridge.watcher import NODE_KIND, SYNC, Watcher, WatchEvent
+from protocol.names import DEFAULT_FLEET
 from worker.metrics import record_reconcile_error
-from workflows.messages import SIGNAL_PACKAGE_DELETED
 
 log = logging.getLogger("noderoll.bridge")
 KINDS = (keys.POLICY_KIND, keys.PACKAGE_KIND, NODE_KIND)
+# Reconcile-error metric label of fleet reconciles.
+FLEET = "Fleet"
 RETRY_SECONDS = 5.0
 
 
@@ -58,16 +63,17 @@ class Dirty:
 
     packages: set[str] = field(default_factory=set)
     policies: set[str] = field(default_factory=set)
+    fleets: set[str] = field(default_factory=set)
     taints: bool = False
 
 
 class Bridge:
     """Runs until `stop` is set (see the module docstring)."""
 
-    def __init__(self, rollouts: Rollouts, options: BridgeOptions) -> None:
+    def __init__(self, fleets: Fleets, options: BridgeOptions) -> None:
         self.options = options
         self.cache = ObjectCache()
-        self.reconciler = Reconciler(self.cache, rollouts)
+        self.reconciler = Reconciler(self.cache, fleets)
         self.nodes = NodeHandler(self.reconciler)
         self.poller = StatusPoller(self.reconciler, self._mark_package)
         self.elector = LeaderElector(options.lease) if options.lease is not None else None
@@ -90,6 +96,8 @@ class Bridge:
     def _mark_all(self) -> None:
         self.dirty.packages |= set(self.cache.of(keys.PACKAGE_KIND))
         self.dirty.policies |= set(self.cache.of(keys.POLICY_KIND))
+        self.dirty.fleets |= {raw_fleet(o) for o in self.cache.of(keys.PACKAGE_KIND).values()}
+        self.dirty.fleets |= set(self.reconciler.sent)
         self.dirty.taints = True
         self._wake.set()
 
@@ -169,7 +177,7 @@ class Bridge:
 
     async def _work_once(self) -> None:
         """Wait for something dirty, then one pass (run by `run_forever`: an error backs off and retries)."""
-        if self.dirty.policies or self.dirty.packages or self.dirty.taints:
+        if self.dirty.policies or self.dirty.packages or self.dirty.fleets or self.dirty.taints:
             self._wake.set()  # left over from a pass that failed
         while True:
             await self._wake.wait()
@@ -185,16 +193,23 @@ class Bridge:
             while self.dirty.packages and self.is_leader():
                 name = self.dirty.packages.pop()
                 try:
-                    await self.reconciler.reconcile_package(name)
+                    self.dirty.fleets.update(await self.reconciler.reconcile_package(name))
                 except Exception:  # noqa: BLE001 - counted, logged, retried
                     self._failed(keys.PACKAGE_KIND, name)
+            while self.dirty.fleets and self.is_leader():
+                fleet = self.dirty.fleets.pop()
+                try:
+                    await self.reconciler.reconcile_fleet(fleet)
+                except Exception:  # noqa: BLE001 - counted, logged, retried
+                    self._failed(FLEET, fleet)
             if not self.is_leader():
                 continue
             self._passes += 1
-            await self.nodes.flush()
+            # Taints before `nodes_changed`: a joining node is tainted before its rollout hears of it.
             if self.dirty.taints:
                 self.dirty.taints = False
                 await self._sync_taints()
+            await self.nodes.flush()
             return
 
     async def _sync_taints(self) -> None:
@@ -212,7 +227,7 @@ class Bridge:
     def _failed(self, kind: str, name: str) -> None:
         log.exception("reconcile of %s/%s failed; retrying in %.0fs", kind, name, RETRY_SECONDS)
         record_reconcile_error(kind)
-        target = self.dirty.policies if kind == keys.POLICY_KIND else self.dirty.packages
+        target = {keys.POLICY_KIND: self.dirty.policies, FLEET: self.dirty.fleets}.get(kind, self.dirty.packages)
 
         def retry() -> None:
             target.add(name)
@@ -230,13 +245,24 @@ class Bridge:
         self._mark_all()
         try:
             await self._end_orphans()
+            await self._retire_legacy()
         except Exception as err:  # noqa: BLE001 - visibility may be briefly unavailable
-            log.warning("orphaned rollouts not checked: %s", err)
+            log.warning("orphaned fleets and legacy rollouts not checked: %s", err)
 
     async def _end_orphans(self) -> None:
-        """Rollouts of this task queue whose Package vanished while no bridge watched get `deleted`."""
-        rollouts = self.reconciler.rollouts
-        for name in await rollouts.running_packages():
-            if self.cache.get(keys.PACKAGE_KIND, name) is None:
-                log.info("rollout of vanished Package %s: signalling %s", name, SIGNAL_PACKAGE_DELETED)
-                await rollouts.signal(name, SIGNAL_PACKAGE_DELETED)
+        """Running fleets of this task queue that no Package names (any more) are reconciled: they end."""
+        named = {raw_fleet(o) for o in self.cache.of(keys.PACKAGE_KIND).values()}
+        for fleet in await self.reconciler.fleets.running():
+            if fleet not in named:
+                self.reconciler.active.add(fleet)
+                self.dirty.fleets.add(fleet)
+        self._wake.set()
+
+    async def _retire_legacy(self) -> None:
+        """Per-Package rollouts of releases before fleets (`package/<name>`): halt, then terminate (ADR 0007)."""
+        fleets = self.reconciler.fleets
+        for package in await fleets.running_legacy():
+            obj = self.cache.get(keys.PACKAGE_KIND, package)
+            fleet = raw_fleet(obj) if obj is not None else DEFAULT_FLEET
+            done = await fleets.retire_legacy(package, fleet)
+            log.info("legacy rollout package/%s: %s (its Package rolls out in fleet/%s)", package, done, fleet)

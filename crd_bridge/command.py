@@ -17,8 +17,8 @@ import signal
 import socket
 
 from crd_bridge.bridge import Bridge, BridgeOptions
+from crd_bridge.fleet_client import Fleets
 from crd_bridge.leader import LEASE_NAME, LeaseSettings
-from crd_bridge.rollouts import Rollouts
 from worker.run_worker import WorkerSettings, add_connection_arguments, start_service
 from worker.run_worker import settings_from_args as worker_settings_from_args
 
@@ -36,7 +36,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         default=float(os.environ.get("NODEROLL_RESYNC_SECONDS", "30")),
                         help="reconcile every object this often besides events (env NODEROLL_RESYNC_SECONDS)")
     parser.add_argument("--status-seconds", type=float, default=3.0,
-                        help="how often running rollouts' progress is written to their Package status")
+                        help="how often running fleets' progress is written to their Packages' and policy's status")
     parser.add_argument("--label-selector", default=os.environ.get("NODEROLL_BRIDGE_LABEL_SELECTOR", ""),
                         help="only Packages and DeploymentPolicies with these labels, e.g. shard=a "
                              "(env NODEROLL_BRIDGE_LABEL_SELECTOR; default: all)")
@@ -70,7 +70,7 @@ async def serve(settings: WorkerSettings, options: BridgeOptions, stop: asyncio.
     log.info("bridge on %s namespace=%s task_queue=%s kubeconfig=%s leader-election=%s",
              settings.temporal_address, settings.namespace, settings.task_queue,
              settings.kubeconfig or "in-cluster", "on" if options.lease else "off")
-    await Bridge(Rollouts(client, settings.task_queue), options).run(stop)
+    await Bridge(Fleets(client, settings.task_queue), options).run(stop)
 
 
 def run(args: argparse.Namespace) -> int:

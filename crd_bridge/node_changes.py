@@ -1,4 +1,4 @@
-"""Which Node changes concern which rollouts, and the runtime-required taint decision. Pure (no I/O).
+"""Which Node changes concern which rollouts, and the inputs of the runtime-required taint rule. Pure.
 
 A rollout re-lists its nodes every few minutes on its own; the bridge makes joins and relabels
 visible at once by signalling `nodes_changed` to the rollouts whose selector matches the node before
@@ -7,22 +7,22 @@ labels, its taints (an untolerated taint blocks a node; its removal unblocks it)
 Package with `dependsOn`, a change of a dependency's record in the node's state annotation (the
 rollout holds a node back until its dependency is complete there). Status heartbeats and other
 state-annotation changes do not.
+
+The runtime-required taint rule itself is `planning.runtime_taint`; here a Node object (API JSON)
+and the bridge's valid Packages are turned into its input.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from api import keys
 from api.node_state import parse_node_state
-from api.package import PackageSpec
-from planning.targets import (
-    UNSCHEDULABLE_TAINT_KEY,
-    NodeView,
-    is_candidate,
-    runtime_required_taint_wanted,
-)
+from api.package import Package, PackageSpec
+from planning.runtime_taint import RuntimePackage, RuntimeTaintInput
+from planning.targets import UNSCHEDULABLE_TAINT_KEY, NodeView, is_candidate
 
 
 def node_view(obj: Mapping[str, Any]) -> NodeView:
@@ -84,14 +84,23 @@ def packages_to_notify(
     )
 
 
-def has_runtime_required_taint(node: NodeView) -> bool:
-    """True when the node carries `noderoll.io/runtime-required`."""
-    return any(t.get("key") == keys.RUNTIME_REQUIRED_TAINT_KEY for t in node.taints)
-
-
-def taint_change(node: NodeView, packages: Mapping[str, PackageSpec]) -> bool | None:
-    """True: add the runtime-required taint; False: remove it; None: leave the node as it is."""
-    wanted = runtime_required_taint_wanted(node, packages)
-    if wanted == has_runtime_required_taint(node):
+def parse_time(text: str | None) -> datetime | None:
+    """An API timestamp (RFC 3339, e.g. `2024-07-01T12:00:00Z`) as an aware datetime; None when absent or bad."""
+    if not text:
         return None
-    return wanted
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
+def runtime_package(package: Package) -> RuntimePackage:
+    """A Package model as the runtime-required taint rule sees it."""
+    return RuntimePackage(package.name, package.spec, parse_time(package.metadata.creation_timestamp))
+
+
+def runtime_taint_input(obj: Mapping[str, Any], packages: Sequence[RuntimePackage]) -> RuntimeTaintInput:
+    """The taint rule's input for a Node object (API JSON)."""
+    created = parse_time(str((obj.get("metadata") or {}).get("creationTimestamp") or ""))
+    return RuntimeTaintInput(node_view(obj), created, packages)

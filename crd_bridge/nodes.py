@@ -1,9 +1,12 @@
-"""Node events -> `nodes_changed` to the rollouts concerned, and the runtime-required taint. Does I/O.
+"""Node events -> `nodes_changed` to the fleets concerned, and the runtime-required taint. Does I/O.
 
 Decisions are pure (`crd_bridge.node_changes`); this module applies them. `nodes_changed` is
-debounced: the Packages to notify are collected and signalled once per flush (a fleet of new nodes
-joining at once costs one signal per rollout, not one per node). The taint is written with
-`activities.taints.set_runtime_required_taint` (shared with the worker; idempotent, conflict-safe).
+debounced: the fleets of the Packages concerned are collected and signalled once per flush (many
+nodes joining at once cost one signal per fleet, not one per node). The runtime-required taint is
+decided per Node by `planning.runtime_taint` on the cached object and written with
+`activities.taints.set_runtime_required_taint`, guarded by that object's resourceVersion: a Node
+that changed since is left alone, and its newer version (the watch event marks the taints dirty)
+is decided again.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from typing import Any
 
 from activities.taints import SetTaintInput, set_runtime_required_taint
 from api.package import PackageSpec
-from crd_bridge.node_changes import node_view, packages_to_notify, taint_change
+from crd_bridge.node_changes import node_view, packages_to_notify, runtime_package, runtime_taint_input
 from crd_bridge.reconciler import Reconciler
-from workflows.messages import SIGNAL_NODES_CHANGED
+from planning.runtime_taint import RuntimePackage, TaintChange, decide_runtime_taint
+from protocol.names import SIGNAL_NODES_CHANGED, fleet_name
 
 log = logging.getLogger("noderoll.bridge.nodes")
 
@@ -34,31 +38,45 @@ class NodeHandler:
         return {n: c.package.spec for n, c in self.reconciler.valid.items() if c.package is not None}
 
     def note_change(self, previous: Mapping[str, Any] | None, current: Mapping[str, Any]) -> None:
-        """Remember which rollouts must hear about this Node change (DELETED: `current` is the old object)."""
+        """Remember which fleets must hear about this Node change (DELETED: `current` is the old object)."""
         old = node_view(previous) if previous is not None else None
-        self.to_notify.update(packages_to_notify(old, node_view(current), self.specs()))
+        specs = self.specs()
+        for package in packages_to_notify(old, node_view(current), specs):
+            self.to_notify.add(fleet_name(specs[package].deployment_policy))
 
     async def flush(self) -> None:
-        """Signal `nodes_changed` to each noted Package whose rollout runs."""
-        names, self.to_notify = sorted(self.to_notify), set()
-        for name in names:
-            if name not in self.reconciler.active:
+        """Signal `nodes_changed` to each noted fleet whose workflow runs."""
+        fleets, self.to_notify = sorted(self.to_notify), set()
+        for fleet in fleets:
+            if fleet not in self.reconciler.active:
                 continue
             try:
-                await self.reconciler.rollouts.signal(name, SIGNAL_NODES_CHANGED)
-            except Exception as err:  # noqa: BLE001 - the rollout re-lists on its own timer anyway
-                log.info("nodes_changed to %s not delivered: %s", name, err)
+                await self.reconciler.fleets.signal(fleet, SIGNAL_NODES_CHANGED)
+            except Exception as err:  # noqa: BLE001 - the fleet re-lists on its own timer anyway
+                log.info("nodes_changed to fleet %s not delivered: %s", fleet, err)
+
+    def runtime_packages(self) -> list[RuntimePackage]:
+        """The valid, not-deleting runtimeRequired Packages (the only ones the taint rule looks at)."""
+        return [
+            runtime_package(c.package) for c in self.reconciler.valid.values()
+            if c.package is not None and c.package.spec.runtime_required
+        ]
 
     async def sync_taints(self, nodes: Iterable[Mapping[str, Any]]) -> int:
-        """Add or remove the runtime-required taint where needed; returns how many Nodes changed."""
-        specs = {n: s for n, s in self.specs().items() if s.runtime_required}
+        """Add or remove the runtime-required taint where the rule says so; returns how many Nodes changed."""
+        packages = self.runtime_packages()
+        if not packages:
+            return 0  # no runtimeRequired Package gates any node: nothing is added or removed
         changed = 0
         for obj in nodes:
-            view = node_view(obj)
-            wanted = taint_change(view, specs)
-            if wanted is None:
+            result = decide_runtime_taint(runtime_taint_input(obj, packages))
+            if result.change is None:
                 continue
-            if await asyncio.to_thread(set_runtime_required_taint, SetTaintInput(view.name, wanted)):
-                log.info("node %s: runtime-required taint %s", view.name, "added" if wanted else "removed")
+            meta = obj.get("metadata") or {}
+            name, version = str(meta.get("name", "")), str(meta.get("resourceVersion") or "")
+            request = SetTaintInput(name, result.change is TaintChange.ADD, resource_version=version or None)
+            if await asyncio.to_thread(set_runtime_required_taint, request):
+                verb = "added" if request.present else "removed"
+                log.info("node %s: runtime-required taint %s (%s)", name, verb, result.reason)
                 changed += 1
         return changed

@@ -1,9 +1,9 @@
-"""Metadata writes on Packages: the uninstall finalizer and the last-handled record. Does I/O (Kubernetes).
+"""Metadata writes on Packages: the uninstall finalizer. Does I/O (Kubernetes).
 
 Finalizer edits are JSON patches guarded by a `test` of the resourceVersion, so another
 controller's finalizer added at the same time is never lost (a merge patch would replace the whole
-list); on a conflict the object is read again. The last-handled annotation is a merge patch of one
-key. Neither write touches `spec`, so neither bumps `metadata.generation`.
+list); on a conflict the object is read again. The write does not touch `spec`, so it does not bump
+`metadata.generation`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from kubernetes.client.exceptions import ApiException
 
 from activities import kube
 from api import keys
-from crd_bridge.handled import LAST_HANDLED_ANNOTATION, LastHandled
 
 CONFLICT_RETRIES = 5
 JSON_PATCH = "application/json-patch+json"
@@ -57,15 +56,3 @@ def set_finalizer(name: str, present: bool) -> bool:
                 continue
             raise RuntimeError(f"patch finalizers of Package {name}: HTTP {err.status} {err.reason}") from err
     raise RuntimeError(f"finalizers of Package {name}: too many concurrent changes")
-
-
-def record_handled(name: str, record: LastHandled) -> bool:
-    """Store what the rollout was last given on Package `name`; False when the Package is gone."""
-    body = {"metadata": {"annotations": {LAST_HANDLED_ANNOTATION: record.dump()}}}
-    try:
-        _api().patch_cluster_custom_object(keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL, name, body)
-    except ApiException as err:
-        if kube.is_not_found(err):
-            return False
-        raise RuntimeError(f"annotate Package {name}: HTTP {err.status} {err.reason}") from err
-    return True

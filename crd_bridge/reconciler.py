@@ -1,12 +1,15 @@
-"""One level-triggered reconcile of a Package or a DeploymentPolicy. Does I/O (Kubernetes, Temporal).
+"""Level-triggered reconciles: a Package object, a fleet, a DeploymentPolicy. Does I/O (Kubernetes, Temporal).
 
-`reconcile_package(name)` observes (the cached object, its check against the cached Packages and
-policies, the rollout's state, the last-handled record), asks `decisions.decide_package` what to do,
-and does it: finalizer edits, start or signals, the invalid status and its Warning Event, then
-stores the new record. `reconcile_policy(name)` writes the policy's `Valid` condition and returns
-the Packages that use the policy (their reconcile sends the new policy as `spec_changed`).
-Blocking Kubernetes calls run in threads (`asyncio.to_thread`); the reconciler itself only runs on
-the event loop, one object at a time.
+* `reconcile_package(name)`: validates the Package against the cached Packages and policies, edits
+  its finalizer, writes an invalid status (`decisions.decide_package`), and returns the fleets whose
+  desired state may have changed;
+* `reconcile_fleet(name)`: assembles the fleet's desired state (`fleets.desired_fleet`) and hands it
+  over (signal-with-start `desired`) when it differs from what was last handed over, with an Event
+  on each Package whose entry changed. What was handed over is remembered; after a restart it is
+  read back from the running fleet (query), so nothing is resent blind;
+* `reconcile_policy(name)`: writes the policy's status (validity, and the fleet's progress when the
+  status poller has it) and returns the Packages naming it (their validity depends on it).
+Blocking Kubernetes calls run in threads; the reconciler itself runs on the event loop only.
 """
 
 from __future__ import annotations
@@ -16,20 +19,33 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+from temporalio.service import RPCError
+
 from api import keys
 from crd_bridge import events
 from crd_bridge.cache import ObjectCache
 from crd_bridge.decisions import Action, PackageFacts, RolloutState, decide_package
-from crd_bridge.handled import LAST_HANDLED_ANNOTATION, LastHandled, parse_last_handled
-from crd_bridge.package_meta import record_handled, set_finalizer
-from crd_bridge.rollouts import Rollouts
+from crd_bridge.fleet_client import Fleets
+from crd_bridge.fleets import Change, FleetFacts, desired_fleet, package_changes, raw_fleet, spec_digest
+from crd_bridge.fleets import PackageFacts as FleetPackageFacts
+from crd_bridge.package_meta import set_finalizer
 from crd_bridge.status_writer import StatusWrite, write_status
 from crd_bridge.validation import PackageCheck, check_package, parse_policy
+from planning.fleet_status import FleetProgress
 from planning.status import render_invalid_package_status, render_policy_status
+from protocol.fleet import FleetSpec
+from protocol.names import DEFAULT_FLEET, fleet_workflow_id
 from worker.metrics import forget_package, set_rollout_phase
-from workflows.messages import SIGNAL_PACKAGE_DELETED, SIGNAL_SPEC_CHANGED, RolloutInput, SpecChange
 
 log = logging.getLogger("noderoll.bridge.reconcile")
+
+_CHANGE_EVENTS = {
+    Change.ADDED: (events.ROLLOUT_STARTED, "handed to {fleet} (generation {generation})"),
+    Change.SPEC: (events.SPEC_CHANGED, "generation {generation} handed to {fleet}"),
+    Change.PAUSED: (events.PAUSED, "kept out of new windows of {fleet} (spec.paused or noderoll.io/pause)"),
+    Change.RESUMED: (events.RESUMED, "back in the windows of {fleet}"),
+    Change.UNINSTALL: (events.DELETING, "Package deleted: {fleet} uninstalls it first"),
+}
 
 
 def now_rfc3339() -> str:
@@ -38,39 +54,44 @@ def now_rfc3339() -> str:
 
 
 class Reconciler:
-    """Reconciles Packages and DeploymentPolicies from the cache (see the module docstring)."""
+    """Reconciles Packages, fleets and DeploymentPolicies from the cache (see the module docstring)."""
 
-    def __init__(self, cache: ObjectCache, rollouts: Rollouts) -> None:
+    def __init__(self, cache: ObjectCache, fleets: Fleets) -> None:
         self.cache = cache
-        self.rollouts = rollouts
-        # Records written by this process (newer than the cached annotation until the watch catches up).
-        self.handled: dict[str, LastHandled] = {}
-        # Packages whose rollout runs (the status poller's list).
+        self.fleets = fleets
+        # Desired state last handed to each fleet, and its digest.
+        self.sent: dict[str, FleetSpec] = {}
+        self._sent_digest: dict[str, str] = {}
+        # Fleets whose workflow runs (the status poller's list).
         self.active: set[str] = set()
         # Valid, not-deleting Package checks by name (Node handling and taints read their specs).
         self.valid: dict[str, PackageCheck] = {}
-        self._deleting_noted: set[str] = set()
+        # The latest progress of each fleet (the status poller fills it; the policy status shows it).
+        self.progress: dict[str, FleetProgress] = {}
 
     def forget_memory(self) -> None:
         """Drop what this process remembers (leadership lost: another bridge may have acted since)."""
-        self.handled.clear()
+        self.sent.clear()
+        self._sent_digest.clear()
 
-    def last_handled(self, name: str, obj: dict[str, Any]) -> LastHandled | None:
-        """The newest record for the Package's current uid: ours from memory, else the annotation."""
-        uid = str(obj["metadata"].get("uid", ""))
-        mine = self.handled.get(name)
-        if mine is not None and mine.uid == uid:
-            return mine
-        return parse_last_handled((obj["metadata"].get("annotations") or {}).get(LAST_HANDLED_ANNOTATION))
+    def forget_fleet(self, fleet: str) -> FleetSpec | None:
+        """A fleet that ended: forget what it was handed (its next reconcile starts it again if needed)."""
+        self._sent_digest.pop(fleet, None)
+        return self.sent.pop(fleet, None)
+
+    def fleets_carrying(self, package: str) -> set[str]:
+        """Fleets whose last handed-over desired state carries `package`."""
+        return {f for f, spec in self.sent.items() if any(e.name == package for e in spec.packages)}
 
     # --- Packages --------------------------------------------------------------------------------
 
-    async def reconcile_package(self, name: str) -> None:
-        """Bring `package/<name>` in line with the Package object (or its absence)."""
+    async def reconcile_package(self, name: str) -> set[str]:
+        """Bring the Package object in line (finalizer, invalid status); return the fleets to reconcile."""
         obj = self.cache.get(keys.PACKAGE_KIND, name)
         if obj is None:
-            await self._package_gone(name)
-            return
+            self.valid.pop(name, None)
+            forget_package(name)
+            return self.fleets_carrying(name)
         meta = obj["metadata"]
         check = check_package(obj, self.cache.of(keys.PACKAGE_KIND), self.cache.of(keys.POLICY_KIND))
         deleting = bool(meta.get("deletionTimestamp"))
@@ -78,38 +99,20 @@ class Reconciler:
             self.valid[name] = check
         else:
             self.valid.pop(name, None)
+        fleet = raw_fleet(obj)
         spec = check.package.spec if check.package is not None else None
+        carried = False
+        if deleting:
+            wanted = desired_fleet(fleet, self._fleet_facts(fleet), await self._previous(fleet))
+            carried = any(e.name == name for e in wanted.packages)
         facts = PackageFacts(
-            name=name,
-            uid=str(meta.get("uid", "")),
-            generation=int(meta.get("generation") or 0),
-            valid=check.package is not None,
-            deleting=deleting,
+            name=name, valid=check.package is not None, deleting=deleting,
             has_finalizer=keys.FINALIZER in (meta.get("finalizers") or []),
-            uninstall_enabled=bool(spec and spec.uninstall.enabled),
-            paused=bool(check.package and check.package.paused),
-            policy=check.policy_revision,
+            uninstall_enabled=bool(spec and spec.uninstall.enabled), carried=carried,
         )
-        state = await self.rollouts.state(name)
-        decision = decide_package(facts, state, self.last_handled(name, obj))
-        for action in decision.actions:
+        for action in decide_package(facts):
             await self._act(action, obj, check, facts)
-        if decision.record is not None and await asyncio.to_thread(record_handled, name, decision.record):
-            self.handled[name] = decision.record
-        if state is RolloutState.RUNNING or Action.START in decision.actions:
-            self.active.add(name)
-        elif deleting or not facts.valid:
-            self.active.discard(name)
-
-    async def _package_gone(self, name: str) -> None:
-        """The Package object is gone (deleted without finalizer): end a rollout still running."""
-        self.valid.pop(name, None)
-        self.handled.pop(name, None)
-        if await self.rollouts.state(name) is RolloutState.RUNNING:
-            log.info("Package %s is gone; signalling %s", name, SIGNAL_PACKAGE_DELETED)
-            await self.rollouts.signal(name, SIGNAL_PACKAGE_DELETED)
-        self.active.discard(name)
-        forget_package(name)
+        return {fleet} | self.fleets_carrying(name)
 
     async def _act(self, action: Action, obj: dict[str, Any], check: PackageCheck, facts: PackageFacts) -> None:
         name = facts.name
@@ -119,44 +122,11 @@ class Reconciler:
             await asyncio.to_thread(set_finalizer, name, True)
         elif action is Action.REMOVE_FINALIZER:
             if await asyncio.to_thread(set_finalizer, name, False) and facts.deleting:
-                self._event(obj, events.NORMAL, events.FINALIZER_REMOVED, "rollout ended; finalizer removed")
+                self._event(obj, events.NORMAL, events.FINALIZER_REMOVED, "uninstalled; finalizer removed")
             if facts.deleting:
                 forget_package(name)
         elif action is Action.WRITE_INVALID_STATUS:
-            await self._write_invalid(obj, check, facts.generation)
-        elif action is Action.START:
-            await self.rollouts.start(self._rollout_input(check, facts))
-            self._event(obj, events.NORMAL, events.ROLLOUT_STARTED,
-                        f"started {keys.rollout_workflow_id(name)} for generation {facts.generation}")
-        elif action is Action.SIGNAL_SPEC:
-            change = self._rollout_input(check, facts)
-            await self.rollouts.signal(name, SIGNAL_SPEC_CHANGED,
-                                       SpecChange(change.spec, change.generation, change.policy_name, change.policy))
-            self._event(obj, events.NORMAL, events.SPEC_CHANGED,
-                        f"sent generation {facts.generation} (policy {facts.policy or 'default'}) to the rollout")
-        elif action is Action.SIGNAL_PAUSE:
-            await self.rollouts.signal(name, keys.SIGNAL_PAUSE)
-            self._event(obj, events.NORMAL, events.PAUSED, "rollout paused (spec.paused or noderoll.io/pause)")
-        elif action is Action.SIGNAL_RESUME:
-            await self.rollouts.signal(name, keys.SIGNAL_RESUME)
-            self._event(obj, events.NORMAL, events.RESUMED, "rollout resumed")
-        elif action is Action.SIGNAL_DELETED:
-            await self.rollouts.signal(name, SIGNAL_PACKAGE_DELETED)
-            if name not in self._deleting_noted:
-                self._deleting_noted.add(name)
-                how = "uninstalling first" if facts.has_finalizer else "ending the rollout"
-                self._event(obj, events.NORMAL, events.DELETING, f"Package deleted: {how}")
-
-    def _rollout_input(self, check: PackageCheck, facts: PackageFacts) -> RolloutInput:
-        assert check.package is not None
-        return RolloutInput(
-            package=facts.name,
-            spec=check.package.spec.dump(),
-            generation=facts.generation,
-            policy_name=check.policy.name if check.policy else None,
-            policy=check.policy.spec.dump() if check.policy else None,
-            paused=facts.paused,
-        )
+            await self._write_invalid(obj, check, int(obj["metadata"].get("generation") or 0))
 
     async def _write_invalid(self, obj: dict[str, Any], check: PackageCheck, generation: int) -> None:
         name = obj["metadata"]["name"]
@@ -169,29 +139,97 @@ class Reconciler:
             self._event(obj, events.WARNING, events.INVALID_SPEC, message)
             set_rollout_phase(name, str(status.get("phase", "Invalid")))
 
-    def _event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        note = events.EventNote(keys.PACKAGE_KIND, obj, type_, reason, message)
+    def _event(self, obj: dict[str, Any], type_: str, reason: str, message: str, kind: str = keys.PACKAGE_KIND) -> None:
+        note = events.EventNote(kind, obj, type_, reason, message)
         # Fire and forget in a thread: Events are advisory and must not slow the reconcile.
         asyncio.get_running_loop().run_in_executor(None, events.emit, note)
 
-    # --- DeploymentPolicies ------------------------------------------------------------------------
+    # --- fleets -------------------------------------------------------------------------------------
+
+    def _fleet_facts(self, fleet: str) -> FleetFacts:
+        carried = {e.name for e in (self.sent[fleet].packages if fleet in self.sent else [])}
+        facts = FleetFacts()
+        for name, obj in sorted(self.cache.of(keys.PACKAGE_KIND).items()):
+            named = raw_fleet(obj)
+            if named != fleet and name not in carried:
+                continue
+            meta = obj.get("metadata") or {}
+            check = self.valid.get(name)
+            deleting = bool(meta.get("deletionTimestamp"))
+            package = check.package if check is not None else None
+            if deleting and package is None:
+                package = check_package(obj, self.cache.of(keys.PACKAGE_KIND), self.cache.of(keys.POLICY_KIND)).package
+            facts.packages.append(FleetPackageFacts(
+                name=name, fleet=named, package=package, deleting=deleting,
+                has_finalizer=keys.FINALIZER in (meta.get("finalizers") or []),
+            ))
+        if fleet != DEFAULT_FLEET:
+            raw = self.cache.get(keys.POLICY_KIND, fleet)
+            if raw is not None:
+                facts.policy, _problems = parse_policy(raw)
+        return facts
+
+    async def _previous(self, fleet: str) -> FleetSpec | None:
+        """What was last handed to `fleet`: remembered, else read back from the running fleet."""
+        if fleet in self.sent:
+            return self.sent[fleet]
+        if await self.fleets.state(fleet) is not RolloutState.RUNNING:
+            return None
+        try:
+            spec = await self.fleets.desired(fleet)
+        except RPCError as err:
+            log.info("fleet %s did not answer its desired state (%s); assembling it from the cluster", fleet, err)
+            return None
+        if spec is not None:
+            self.sent[fleet] = spec
+            self._sent_digest[fleet] = spec_digest(spec)
+            self.active.add(fleet)
+        return spec
+
+    async def reconcile_fleet(self, fleet: str) -> None:
+        """Hand `fleet/<fleet>` its desired state when it changed since it was last handed over."""
+        previous = await self._previous(fleet)
+        spec = desired_fleet(fleet, self._fleet_facts(fleet), previous)
+        digest = spec_digest(spec)
+        if digest == self._sent_digest.get(fleet):
+            return
+        if not spec.packages and (previous is None or not previous.packages):
+            # Nothing to roll out and nothing handed over: no fleet to start.
+            return
+        await self.fleets.send(spec)
+        log.info("%s: desired state handed over (%d Package(s))", fleet_workflow_id(fleet), len(spec.packages))
+        self.sent[fleet], self._sent_digest[fleet] = spec, digest
+        self.active.add(fleet)
+        for name, changes in package_changes(previous, spec).items():
+            obj = self.cache.get(keys.PACKAGE_KIND, name)
+            entry = next((e for e in spec.packages if e.name == name), None)
+            if obj is None or entry is None:
+                continue
+            for change in changes:
+                reason, text = _CHANGE_EVENTS[change]
+                self._event(obj, events.NORMAL, reason,
+                            text.format(fleet=fleet_workflow_id(fleet), generation=entry.generation))
+
+    # --- DeploymentPolicies ----------------------------------------------------------------------
 
     async def reconcile_policy(self, name: str) -> list[str]:
-        """Write the policy's status; return the Packages naming this policy (to reconcile next)."""
-        users = sorted(
-            pkg for pkg, obj in self.cache.of(keys.PACKAGE_KIND).items()
-            if (obj.get("spec") or {}).get("deploymentPolicy") == name
-        )
+        """Write the policy's status; return the Packages naming it (their validity depends on it)."""
+        if self.cache.get(keys.POLICY_KIND, name) is not None:
+            await self.write_policy_status(name)
+        return sorted(p for p, o in self.cache.of(keys.PACKAGE_KIND).items() if raw_fleet(o) == name)
+
+    async def write_policy_status(self, name: str) -> None:
+        """The DeploymentPolicy's status: `Valid`, and its fleet's phase, wave, batch and nodes."""
         obj = self.cache.get(keys.POLICY_KIND, name)
         if obj is None:
-            return users
+            return
         _policy, problems = parse_policy(obj)
         previous = obj.get("status") or {}
         generation = int(obj["metadata"].get("generation") or 0)
-        status = render_policy_status(problems, generation, now_rfc3339(), previous)
+        status = render_policy_status(problems, generation, now_rfc3339(), previous, self.progress.get(name))
         changed = await asyncio.to_thread(write_status, StatusWrite(keys.POLICY_KIND, name, status, previous))
         if changed and problems:
-            note = events.EventNote(keys.POLICY_KIND, obj, events.WARNING, events.INVALID_SPEC,
-                                    "; ".join(f"{p.field}: {p.message}" for p in problems))
-            asyncio.get_running_loop().run_in_executor(None, events.emit, note)
-        return users
+            self._event(obj, events.WARNING, events.INVALID_SPEC,
+                        "; ".join(f"{p.field}: {p.message}" for p in problems), kind=keys.POLICY_KIND)
+        if changed:
+            obj["status"] = status

@@ -35,6 +35,18 @@ def parse_labels(text: str) -> dict[str, str]:
     return labels
 
 
+def parse_taints(text: str) -> list[dict[str, str]]:
+    """kubelet's `--register-with-taints` form, `key=value:Effect,key2:Effect`, into API taints. Pure."""
+    taints = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        head, sep, effect = item.rpartition(":")
+        key, _, value = head.partition("=")
+        if not sep or not key or effect not in ("NoSchedule", "PreferNoSchedule", "NoExecute"):
+            raise argparse.ArgumentTypeError(f"taint {item!r} is not key[=value]:NoSchedule|PreferNoSchedule|NoExecute")
+        taints.append({"key": key, "value": value, "effect": effect} if value else {"key": key, "effect": effect})
+    return taints
+
+
 def register(subparsers: Any) -> None:
     """Add `noderoll sim`."""
     p = subparsers.add_parser("sim", help="simulate N GPU nodes (kubelets, reboots, package pods) against an API server")
@@ -42,6 +54,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--kubeconfig", help="kubeconfig (default $KUBECONFIG, else the dev stack)")
     p.add_argument("--state-dir", help="dev stack state dir to take the kubeconfig from")
     p.add_argument("--labels", type=parse_labels, default={}, help="extra node labels k=v,k2=v2")
+    p.add_argument("--register-with-taints", type=parse_taints, default=[], metavar="KEY=VALUE:EFFECT,...",
+                   help="taints every node has when it is created (as kubelet's flag)")
     p.add_argument("--faults", type=Path, help="faults file (YAML/JSON), reloaded when it changes")
     p.add_argument("--name-prefix", default="sim", help="node names are <prefix>-000... (default sim)")
     p.add_argument("--sandbox-dir", type=Path, help="per-node host roots (default /tmp/noderoll-fleetsim/<prefix>)")
@@ -100,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
         kubeconfig=connection.kubeconfig,
         name_prefix=args.name_prefix,
         labels=args.labels,
+        register_taints=args.register_with_taints,
         sandbox_dir=args.sandbox_dir or Path("/tmp/noderoll-fleetsim") / args.name_prefix,
         image_stores=args.image_store,
         faults=_faults(args),

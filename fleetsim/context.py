@@ -31,6 +31,8 @@ class FleetOptions:
     kubeconfig: str | None = None
     name_prefix: str = "sim"
     labels: dict[str, str] = field(default_factory=dict)
+    # Taints (API form) every Node is created with, like kubelet's --register-with-taints.
+    register_taints: list[dict[str, str]] = field(default_factory=list)
     sandbox_dir: Path = Path("/tmp/noderoll-fleetsim")
     image_stores: list[Path] = field(default_factory=list)
     faults: Faults = field(default_factory=Faults)

@@ -111,7 +111,11 @@ def node_status(node: SimNode) -> dict[str, Any]:
 
 def register_node(ctx: SimContext, node: SimNode) -> None:
     """Create (or adopt) the Node, post its status, and create its Lease."""
-    body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node.name, "labels": node_labels(ctx, node)}}
+    body: dict[str, Any] = {"apiVersion": "v1", "kind": "Node",
+                            "metadata": {"name": node.name, "labels": node_labels(ctx, node)}}
+    if ctx.options.register_taints:
+        # In the create request, as kubelet's --register-with-taints: no moment without them.
+        body["spec"] = {"taints": [dict(t) for t in ctx.options.register_taints]}
     try:
         created = ctx.kube.request("POST", "/api/v1/nodes", body)
     except KubeError as err:

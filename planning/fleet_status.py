@@ -42,6 +42,14 @@ class NodeProgress:
 
 
 @dataclass
+class BudgetUse:
+    """One compartment's budget and the fleet's windows out in it now."""
+
+    limit: int = 0
+    in_use: int = 0
+
+
+@dataclass
 class FleetProgress:
     """What a fleet reports (its `progress` query); plain data, serializable."""
 
@@ -58,6 +66,8 @@ class FleetProgress:
     counts: dict[str, int] = field(default_factory=dict)
     packages: dict[str, RolloutProgress] = field(default_factory=dict)
     nodes: dict[str, NodeProgress] = field(default_factory=dict)
+    # Compartment -> its budget and the windows out in it (never more than the budget).
+    budgets: dict[str, BudgetUse] = field(default_factory=dict)
     # RFC 3339 time of this report (workflow.now()).
     updated_at: str = ""
 
@@ -146,6 +156,10 @@ def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str) -> Fl
     )
     for progress in nodes.values():
         report.counts[progress.state] = report.counts.get(progress.state, 0) + 1
+    if planner is not None:
+        for comp in planner.compartments.values():
+            out = sum(1 for n in comp.nodes if n in state.in_flight)
+            report.budgets[comp.name] = BudgetUse(limit=comp.budget, in_use=out)
     for name, entry in sorted(entries(state).items()):
         counts: dict[str, int] = {}
         blocked, erroring = {}, {}

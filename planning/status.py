@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from api.enums import CanaryPhase, ConditionType, RolloutPhase, State
 from api.problems import ValidationProblem
@@ -171,8 +171,10 @@ def render_policy_status(
     generation: int,
     now: str,
     previous: Mapping[str, Any] | None = None,
+    fleet: FleetReport | None = None,
 ) -> dict[str, Any]:
-    """The status of a DeploymentPolicy: condition `Valid` True, or False with the problems."""
+    """The status of a DeploymentPolicy: condition `Valid` True, or False with the problems, and
+    (when `fleet` is given) its fleet's phase, wave, current batch, nodes per state and Packages."""
     valid = not problems
     message = "" if valid else _problem_text(problems)
     condition = Condition(
@@ -184,4 +186,34 @@ def render_policy_status(
         observed_generation=generation,
     )
     conditions = _keep_transition_times([condition], (previous or {}).get("conditions") or [])
-    return PolicyStatus(observed_generation=generation, message=message, conditions=conditions).dump()
+    status = PolicyStatus(observed_generation=generation, message=message, conditions=conditions)
+    if fleet is not None:
+        counts = fleet.counts
+        status = status.model_copy(update={
+            "phase": fleet.phase, "fleet": f"fleet/{fleet.policy}", "wave": fleet.wave,
+            "current_batch": BatchStatus(number=fleet.batch_number, size=fleet.batch_size),
+            "nodes": NodeCounts(
+                total=fleet.total_nodes, waiting=counts.get(State.WAITING.value, 0),
+                in_progress=counts.get(State.IN_PROGRESS.value, 0), complete=counts.get(State.COMPLETE.value, 0),
+                erroring=counts.get(State.ERRORING.value, 0), blocked=counts.get(State.BLOCKED.value, 0),
+                skipped=counts.get(State.SKIPPED.value, 0)),
+            "packages": sorted(fleet.packages),
+            "message": message or fleet.message,
+        })
+    return status.dump()
+
+
+class FleetReport(Protocol):
+    """What the policy status reads of a fleet's progress (`planning.fleet_status.FleetProgress`)."""
+
+    policy: str
+    phase: RolloutPhase
+    wave: int
+    batch_number: int
+    batch_size: int
+    total_nodes: int
+    counts: dict[str, int]
+    message: str
+
+    @property
+    def packages(self) -> Mapping[str, Any]: ...

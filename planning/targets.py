@@ -1,4 +1,4 @@
-"""Target selection of a Package rollout, and the runtime-required taint decision. Pure (no I/O).
+"""Target selection of a Package rollout. Pure (no I/O).
 
 `select_targets(TargetQuery)` turns a snapshot of the fleet's Nodes into the rollout's targets:
 * a node is a candidate when the Package's `nodeSelector` matches its labels (no selector: every
@@ -18,8 +18,7 @@
   complete there, which the rollout sees at its next listing;
 * for an uninstall, the targets are the nodes where the package is recorded, whatever the selector.
 
-`runtime_required_taint_wanted(node, packages)`: a node carries `noderoll.io/runtime-required`
-while at least one `runtimeRequired` Package targets it and is not complete there.
+Which nodes carry the runtime-required taint is `planning.runtime_taint`'s decision.
 """
 
 from __future__ import annotations
@@ -154,16 +153,3 @@ def select_targets(query: TargetQuery) -> TargetSelection:
             selection.done.append(node.name)
     return selection
 
-
-def runtime_required_taint_wanted(node: NodeView, packages: Mapping[str, PackageSpec]) -> bool:
-    """True while a runtimeRequired package targets `node` and is not complete there."""
-    recorded, _problem = parse_node_state(node.state_annotation)
-    for name, spec in sorted(packages.items()):
-        if not spec.runtime_required or not is_candidate(spec, node.labels):
-            continue
-        if needs_work(name, spec, recorded, uninstall=False):
-            return True
-        entry = recorded.packages.get(name)
-        if entry is None or not entry.is_complete():
-            return True
-    return False

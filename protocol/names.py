@@ -43,6 +43,8 @@ SIGNAL_WINDOW_CANCEL = "window_cancel"
 # node -> fleet: the outcome of one window request (`protocol.fleet.WindowResult`).
 SIGNAL_WINDOW_RESULT = "window_result"
 QUERY_NODE_STATUS = "node_status"
+# bridge -> fleet: the FleetSpec the fleet holds (after a bridge restart: what was handed over).
+QUERY_FLEET_SPEC = "desired_state"
 # Legacy (per-Package rollouts): node request/cancel/result, budget leases.
 SIGNAL_NODE_REQUEST = "request"
 SIGNAL_NODE_CANCEL = "cancel"

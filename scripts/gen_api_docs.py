@@ -18,6 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 import api.package  # noqa: E402
 import api.policy  # noqa: E402
+import planning.runtime_taint  # noqa: E402
 
 CRDS = [("packages", api.package), ("deploymentpolicies", api.policy)]
 
@@ -120,6 +121,9 @@ def render() -> str:
     ]
     for plural, module in CRDS:
         lines.extend(_section(plural, module))
+    lines += ["## The runtime-required taint", ""]
+    lines += [line.rstrip() for line in (planning.runtime_taint.__doc__ or "").strip().splitlines()[2:]]
+    lines += ["", "The rule is `planning/runtime_taint.py`; the bridge applies it to every Node.", ""]
     return "\n".join(lines).rstrip() + "\n"
 
 

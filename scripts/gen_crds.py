@@ -211,7 +211,10 @@ def package_spec() -> Schema:
             ),
             "additionalTolerations": array("Tolerations added to the stage pods.", toleration),
             "runtimeRequired": boolean(
-                "Nodes keep the taint noderoll.io/runtime-required=true:NoSchedule until this package is complete.",
+                "Gate nodes with the taint noderoll.io/runtime-required=true:NoSchedule until this package is "
+                "complete there: nodes joining while it exists and nodes labelled "
+                "noderoll.io/runtime-required-gate=true get the taint; it goes once every runtimeRequired "
+                "Package targeting the node is complete there (see The runtime-required taint).",
                 default=False,
             ),
             "deploymentPolicy": name_field(
@@ -249,9 +252,9 @@ def package_spec() -> Schema:
     )
 
 
-def package_status() -> Schema:
-    counts = {
-        name: integer(f"Target nodes {text}.", minimum=0)
+def node_counts(what: str) -> Schema:
+    return obj(what, {
+        name: integer(f"Nodes {text}.", minimum=0)
         for name, text in (
             ("total", "in total"),
             ("waiting", "waiting"),
@@ -261,7 +264,10 @@ def package_status() -> Schema:
             ("blocked", "blocked"),
             ("skipped", "skipped"),
         )
-    }
+    })
+
+
+def package_status() -> Schema:
     return obj(
         "Observed state of the rollout, written by the noderoll bridge.",
         {
@@ -270,7 +276,7 @@ def package_status() -> Schema:
             "version": string("The version being rolled out."),
             "message": string("Human-readable summary."),
             "progress": string("Complete nodes / target nodes, e.g. 3/10."),
-            "nodes": obj("Target nodes per state.", counts),
+            "nodes": node_counts("Target nodes per state."),
             "currentBatch": obj(
                 "The batch in flight.",
                 {
@@ -463,10 +469,22 @@ def package_crd() -> Schema:
 
 def policy_crd() -> Schema:
     status = obj(
-        "Validity of the policy, written by the noderoll bridge.",
+        "Validity of the policy and the progress of its fleet rollout (fleet/<name>), written by the noderoll bridge.",
         {
             "observedGeneration": integer("The metadata.generation this status describes.", format="int64"),
             "message": string("Human-readable summary (the validation problems when invalid)."),
+            "phase": string("Phase of the fleet rollout.", enum=[p.value for p in RolloutPhase]),
+            "fleet": string("The fleet's Temporal workflow id (fleet/<name>)."),
+            "wave": integer("Wave number: a new wave starts when a Package or the policy changes.", minimum=0),
+            "currentBatch": obj(
+                "The batch in flight.",
+                {
+                    "number": integer("Batch number within the wave (1-based).", minimum=0),
+                    "size": integer("Nodes in the batch.", minimum=0),
+                },
+            ),
+            "nodes": node_counts("The fleet's nodes per state."),
+            "packages": array("Packages the fleet rolls out.", {"type": "string"}),
             "conditions": conditions(),
         },
     )
@@ -482,6 +500,8 @@ def policy_crd() -> Schema:
             ),
             column("Canary", ".spec.canary.count", "integer", description="Canary nodes"),
             column("Valid", '.status.conditions[?(@.type=="Valid")].status', description="Valid condition"),
+            column("Phase", ".status.phase", description="Fleet rollout phase"),
+            column("Wave", ".status.wave", "integer", description="Wave of the fleet rollout"),
             column("Age", ".metadata.creationTimestamp", "date"),
         ],
     )

@@ -24,6 +24,7 @@ from prometheus_client.metrics import MetricWrapperBase
 
 from api.enums import RolloutPhase
 from api.node_state import parse_node_state
+from planning.fleet_status import FleetProgress as FleetReport
 from planning.status import RolloutProgress
 from workflows.messages import BudgetStatus
 
@@ -217,8 +218,14 @@ def publish_progress(package: str, progress: RolloutProgress) -> None:
 
 
 def publish_budget(policy: str, compartment: str, status: BudgetStatus) -> None:
-    """Publish what a budget workflow's `budget_status` query answered."""
+    """Publish what a (legacy) budget workflow's `budget_status` query answered."""
     set_budget(policy, compartment, status.in_use, status.limit)
+
+
+def publish_fleet(fleet: str, progress: FleetReport) -> None:
+    """Publish a fleet's budget use: per compartment, windows out now and the budget."""
+    for compartment, use in sorted(progress.budgets.items()):
+        set_budget(fleet, compartment, use.in_use, use.limit)
 
 
 def set_batch(package: str, number: int, size: int) -> None:

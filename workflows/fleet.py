@@ -154,6 +154,11 @@ class FleetWorkflow(FleetActs):
         """Per Package, per node and for the fleet (planning.fleet_status)."""
         return fleet_progress(self._state, self._phase, workflow.now().isoformat())
 
+    @workflow.query(name=names.QUERY_FLEET_SPEC)
+    def desired_state(self) -> FleetSpec | None:
+        """The desired state the fleet holds (what the bridge last handed over)."""
+        return self._state.spec
+
     # --- main loop --------------------------------------------------------------------------
 
     @workflow.run

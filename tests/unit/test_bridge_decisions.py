@@ -1,84 +1,104 @@
-"""The bridge's pure decisions: what one reconcile does for (observed Package, rollout, last record)."""
+"""The bridge's pure decisions: per Package object (`decisions`) and per fleet (`fleets`)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from typing import Any
 
 import pytest
 
-from crd_bridge.decisions import Action, PackageFacts, RolloutState, decide_package
-from crd_bridge.handled import LastHandled, parse_last_handled
-
-A = Action
-FACTS = PackageFacts(name="p", uid="u1", generation=3, valid=True)
-SEEN = FACTS.handled()
-
-
-def facts(**changes: object) -> PackageFacts:
-    return replace(FACTS, **changes)  # type: ignore[arg-type]
+from api.package import Package
+from api.policy import DeploymentPolicy
+from crd_bridge.decisions import Action, PackageFacts, decide_package
+from crd_bridge.fleets import Change, FleetFacts, desired_fleet, package_changes, raw_fleet, spec_digest
+from crd_bridge.fleets import PackageFacts as Facts
+from protocol.fleet import FleetSpec, PackageEntry
 
 
 @pytest.mark.parametrize(
-    ("observed", "rollout", "last", "actions"),
+    ("facts", "actions"),
     [
-        pytest.param(FACTS, RolloutState.ABSENT, None, [A.START], id="new-package-starts"),
-        pytest.param(FACTS, RolloutState.CLOSED, SEEN, [A.START], id="closed-rollout-restarts"),
-        pytest.param(FACTS, RolloutState.RUNNING, SEEN, [], id="nothing-changed-nothing-sent"),
-        pytest.param(facts(generation=4), RolloutState.RUNNING, SEEN, [A.SIGNAL_SPEC], id="generation-bump"),
-        pytest.param(facts(policy="pol@2"), RolloutState.RUNNING, SEEN, [A.SIGNAL_SPEC], id="policy-changed"),
-        pytest.param(facts(paused=True), RolloutState.RUNNING, SEEN, [A.SIGNAL_PAUSE], id="pause"),
-        pytest.param(FACTS, RolloutState.RUNNING, replace(SEEN, paused=True), [A.SIGNAL_RESUME], id="resume"),
-        pytest.param(facts(paused=True), RolloutState.RUNNING, replace(SEEN, paused=True), [], id="still-paused"),
-        pytest.param(FACTS, RolloutState.RUNNING, None, [A.SIGNAL_SPEC], id="record-lost-resends-spec"),
-        pytest.param(facts(paused=True), RolloutState.RUNNING, None, [A.SIGNAL_SPEC, A.SIGNAL_PAUSE],
-                     id="record-lost-paused"),
-        pytest.param(FACTS, RolloutState.RUNNING, replace(SEEN, uid="old", paused=True), [A.SIGNAL_SPEC],
-                     id="recreated-package-no-blind-resume"),
-        pytest.param(facts(valid=False), RolloutState.ABSENT, None, [A.WRITE_INVALID_STATUS], id="invalid"),
-        pytest.param(facts(valid=False), RolloutState.RUNNING, SEEN, [A.WRITE_INVALID_STATUS],
-                     id="invalid-leaves-running-rollout"),
-        pytest.param(facts(uninstall_enabled=True), RolloutState.ABSENT, None, [A.ADD_FINALIZER, A.START],
-                     id="finalizer-before-start"),
-        pytest.param(facts(has_finalizer=True), RolloutState.RUNNING, SEEN, [A.REMOVE_FINALIZER],
-                     id="uninstall-disabled-drops-finalizer"),
-        pytest.param(facts(deleting=True, has_finalizer=True), RolloutState.RUNNING, SEEN, [A.SIGNAL_DELETED],
-                     id="deleting-signals-rollout"),
-        pytest.param(facts(deleting=True, has_finalizer=True), RolloutState.CLOSED, SEEN, [A.REMOVE_FINALIZER],
-                     id="deleting-rollout-ended-finalizer-goes"),
-        pytest.param(facts(deleting=True, has_finalizer=True), RolloutState.ABSENT, None, [A.REMOVE_FINALIZER],
-                     id="deleting-never-started"),
-        pytest.param(facts(deleting=True, valid=False), RolloutState.ABSENT, None, [], id="deleting-invalid"),
+        pytest.param(PackageFacts("p", valid=True), [], id="valid-plain"),
+        pytest.param(PackageFacts("p", valid=True, uninstall_enabled=True), [Action.ADD_FINALIZER], id="add-finalizer"),
+        pytest.param(PackageFacts("p", valid=True, has_finalizer=True), [Action.REMOVE_FINALIZER],
+                     id="uninstall-disabled-removes-finalizer"),
+        pytest.param(PackageFacts("p", valid=False), [Action.WRITE_INVALID_STATUS], id="invalid"),
+        pytest.param(PackageFacts("p", valid=True, deleting=True, has_finalizer=True, carried=True), [],
+                     id="deleting-still-uninstalling"),
+        pytest.param(PackageFacts("p", valid=True, deleting=True, has_finalizer=True, carried=False),
+                     [Action.REMOVE_FINALIZER], id="deleting-uninstalled"),
+        pytest.param(PackageFacts("p", valid=False, deleting=True), [], id="deleting-without-finalizer"),
     ],
 )
-def test_decide_package(
-    observed: PackageFacts, rollout: RolloutState, last: LastHandled | None, actions: list[Action]
-) -> None:
-    assert decide_package(observed, rollout, last).actions == actions
+def test_decide_package(facts: PackageFacts, actions: list[Action]) -> None:
+    assert decide_package(facts) == actions
 
 
-def test_record_is_written_only_when_it_changes() -> None:
-    assert decide_package(FACTS, RolloutState.RUNNING, SEEN).record is None
-    assert decide_package(FACTS, RolloutState.ABSENT, None).record == SEEN
-    assert decide_package(facts(paused=True), RolloutState.RUNNING, SEEN).record == replace(SEEN, paused=True)
-    assert decide_package(facts(valid=False), RolloutState.ABSENT, None).record is None
+def a_package(name: str, version: str = "1.0.0", policy: str | None = "gpu", **spec: Any) -> Package:
+    body: dict[str, Any] = {"version": version, "image": f"example.test/{name}:{version}", **spec}
+    if policy:
+        body["deploymentPolicy"] = policy
+    return Package.from_k8s({"metadata": {"name": name, "generation": 3, "uid": f"uid-{name}"}, "spec": body})
 
 
-def test_replaying_a_decision_sends_nothing_twice() -> None:
-    # What a restarted bridge sees after the first reconcile stored its record.
-    first = decide_package(facts(generation=5, paused=True), RolloutState.RUNNING, SEEN)
-    assert first.actions == [A.SIGNAL_SPEC, A.SIGNAL_PAUSE]
-    again = decide_package(facts(generation=5, paused=True), RolloutState.RUNNING, first.record)
-    assert again.actions == [] and again.record is None
+POLICY = DeploymentPolicy.from_k8s({"metadata": {"name": "gpu", "generation": 7},
+                                    "spec": {"default": {"budget": {"count": 2}}}})
+
+
+def test_valid_packages_of_the_fleet_are_carried_with_the_policy() -> None:
+    facts = FleetFacts([Facts("a", "gpu", a_package("a")), Facts("b", "default", a_package("b", policy=None))], POLICY)
+    spec = desired_fleet("gpu", facts, None)
+    assert [e.name for e in spec.packages] == ["a"]
+    assert spec.policy == POLICY.spec.dump() and spec.policy_generation == 7
+    assert spec.packages[0].generation == 3 and spec.packages[0].uid == "uid-a"
+    assert desired_fleet("default", facts, None).policy is None
+
+
+def test_invalid_package_keeps_the_entry_last_handed_over() -> None:
+    before = FleetSpec("gpu", POLICY.spec.dump(), 7, [PackageEntry("a", {"version": "0.9.0"}, 2)])
+    spec = desired_fleet("gpu", FleetFacts([Facts("a", "gpu", None)], POLICY), before)
+    assert spec.packages == before.packages
+    assert desired_fleet("gpu", FleetFacts([Facts("a", "gpu", None)], POLICY), None).packages == []
+
+
+def test_deleting_with_finalizer_is_uninstalled_and_without_is_gone() -> None:
+    uninstalling = a_package("a", uninstall={"enabled": True})
+    facts = FleetFacts([Facts("a", "gpu", uninstalling, deleting=True, has_finalizer=True),
+                        Facts("b", "gpu", a_package("b"), deleting=True)], POLICY)
+    spec = desired_fleet("gpu", facts, None)
+    assert [(e.name, e.uninstall) for e in spec.packages] == [("a", True)]
+
+
+def test_paused_by_annotation_travels_in_the_entry() -> None:
+    paused = Package.from_k8s({"metadata": {"name": "a", "annotations": {"noderoll.io/pause": "true"}},
+                               "spec": {"version": "1.0.0", "image": "x/y:1", "deploymentPolicy": "gpu"}})
+    spec = desired_fleet("gpu", FleetFacts([Facts("a", "gpu", paused)], POLICY), None)
+    assert spec.packages[0].paused
+
+
+def test_invalid_policy_keeps_the_policy_last_handed_over() -> None:
+    before = FleetSpec("gpu", {"default": {"budget": {"count": 5}}}, 6, [])
+    spec = desired_fleet("gpu", FleetFacts([Facts("a", "gpu", a_package("a"))], None), before)
+    assert (spec.policy, spec.policy_generation) == (before.policy, 6)
+
+
+def test_digest_and_changes() -> None:
+    one = desired_fleet("gpu", FleetFacts([Facts("a", "gpu", a_package("a"))], POLICY), None)
+    same = desired_fleet("gpu", FleetFacts([Facts("a", "gpu", a_package("a"))], POLICY), None)
+    bumped = desired_fleet("gpu", FleetFacts([Facts("a", "gpu", a_package("a", "1.1.0")),
+                                              Facts("b", "gpu", a_package("b"))], POLICY), None)
+    assert spec_digest(one) == spec_digest(same) != spec_digest(bumped)
+    assert package_changes(one, bumped) == {"a": [Change.SPEC], "b": [Change.ADDED]}
+    assert package_changes(bumped, one) == {"a": [Change.SPEC], "b": [Change.REMOVED]}
 
 
 @pytest.mark.parametrize(
-    "value",
-    [None, "", "not json", "[]", '{"uid": "u"}', '{"generation": 1}', '{"uid": "u", "generation": "x"}'],
+    ("obj", "fleet"),
+    [
+        pytest.param({"spec": {"deploymentPolicy": "gpu"}}, "gpu", id="named"),
+        pytest.param({"spec": {}}, "default", id="none"),
+        pytest.param({"spec": {"deploymentPolicy": 3}}, "default", id="garbage"),
+        pytest.param({}, "default", id="no-spec"),
+    ],
 )
-def test_garbled_record_is_unknown(value: str | None) -> None:
-    assert parse_last_handled(value) is None
-
-
-def test_record_round_trips() -> None:
-    record = LastHandled(uid="u", generation=7, policy="gpu@3", paused=True)
-    assert parse_last_handled(record.dump()) == record
+def test_raw_fleet(obj: dict[str, Any], fleet: str) -> None:
+    assert raw_fleet(obj) == fleet

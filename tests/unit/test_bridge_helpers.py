@@ -10,7 +10,13 @@ import pytest
 from api import keys
 from crd_bridge.cache import ObjectCache
 from crd_bridge.leader import lease_expired
-from crd_bridge.node_changes import node_view, packages_to_notify, taint_change
+from crd_bridge.node_changes import (
+    node_view,
+    packages_to_notify,
+    parse_time,
+    runtime_package,
+    runtime_taint_input,
+)
 from crd_bridge.status_writer import status_patch, without_empty_strings
 from crd_bridge.validation import check_package
 from crd_bridge.watcher import SYNC, WatchEvent
@@ -87,16 +93,35 @@ def test_packages_to_notify(old: dict[str, Any] | None, new: dict[str, Any], exp
     assert packages_to_notify(node_view(old) if old else None, node_view(new), selected) == expected
 
 
-def test_taint_change_adds_for_runtime_required_and_removes_when_unneeded() -> None:
-    from api.package import PackageSpec
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("2024-07-01T12:00:05Z", datetime(2024, 7, 1, 12, 0, 5, tzinfo=UTC), id="raw-watch-object"),
+        pytest.param("2024-07-01T12:00:05+00:00", datetime(2024, 7, 1, 12, 0, 5, tzinfo=UTC), id="sanitized-list"),
+        pytest.param("2024-07-01T12:00:05", None, id="no-zone"),
+        pytest.param("yesterday", None, id="garbage"),
+        pytest.param("", None, id="absent"),
+    ],
+)
+def test_parse_time(text: str, expected: datetime | None) -> None:
+    assert parse_time(text) == expected
 
-    spec = PackageSpec.model_validate({"version": "1.0", "image": "x:1", "runtimeRequired": True})
-    bare = NodeView("n", {}, [])
-    tainted = NodeView("n", {}, [{"key": keys.RUNTIME_REQUIRED_TAINT_KEY, "value": "true", "effect": "NoSchedule"}])
-    assert taint_change(bare, {"p": spec}) is True
-    assert taint_change(tainted, {"p": spec}) is None
-    assert taint_change(tainted, {}) is False
-    assert taint_change(bare, {}) is None
+
+def test_runtime_taint_input_reads_both_creation_timestamps() -> None:
+    from api.package import Package
+
+    obj = package("rr", runtimeRequired=True)
+    obj["metadata"]["creationTimestamp"] = "2024-07-01T12:00:00Z"
+    rr = runtime_package(Package.from_k8s(obj))
+    assert rr.name == "rr" and rr.spec.runtime_required and rr.created == datetime(2024, 7, 1, 12, tzinfo=UTC)
+    taint = {"key": keys.RUNTIME_REQUIRED_TAINT_KEY, "value": "true", "effect": "NoSchedule", "timeAdded": None}
+    node = {"metadata": {"name": "n", "creationTimestamp": "2024-07-01T12:00:01Z", "labels": {"a": "b"}},
+            "spec": {"taints": [taint]}}
+    built = runtime_taint_input(node, [rr])
+    assert built.node_created == datetime(2024, 7, 1, 12, 0, 1, tzinfo=UTC)
+    assert built.node == NodeView("n", {"a": "b"}, [{"key": keys.RUNTIME_REQUIRED_TAINT_KEY, "value": "true",
+                                                    "effect": "NoSchedule"}])
+    assert built.packages == [rr]
 
 
 def test_status_patch_nulls_removed_keys_and_skips_equal() -> None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
 import pytest
 
 from fleetsim import podstatus, stagepods
-from fleetsim.command import parse_labels
+from fleetsim.command import parse_labels, parse_taints
 from fleetsim.faults import Fault, Faults, load_faults_file, parse_flag
 from fleetsim.images import ImageStore, split_reference
 from fleetsim.nodes import node_name
@@ -106,3 +107,13 @@ def test_node_names_and_labels() -> None:
     assert node_name("sim", 7, 1000) == "sim-007"
     assert node_name("sim", 7, 10000) == "sim-0007"
     assert parse_labels("a=1, b=two,") == {"a": "1", "b": "two"}
+
+
+def test_register_with_taints_flag() -> None:
+    assert parse_taints("noderoll.io/runtime-required=true:NoSchedule, dedicated:NoExecute") == [
+        {"key": "noderoll.io/runtime-required", "value": "true", "effect": "NoSchedule"},
+        {"key": "dedicated", "effect": "NoExecute"},
+    ]
+    for bad in ("k=v", "k=v:Sometimes", ":NoSchedule"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_taints(bad)

@@ -1,4 +1,4 @@
-"""Target selection and the runtime-required taint decision (planning/targets.py)."""
+"""Target selection (planning/targets.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from api.package import PackageSpec, Toleration
 from planning.targets import (
     NodeView,
     TargetQuery,
-    runtime_required_taint_wanted,
     select_targets,
     tolerates,
 )
@@ -94,11 +93,3 @@ def test_uninstall_targets_nodes_where_the_package_is_recorded() -> None:
 def test_toleration_semantics(toleration: Toleration, expected: bool) -> None:
     assert tolerates(toleration, taint("k", value="v")) is expected
 
-
-def test_runtime_required_taint_until_every_runtime_package_is_complete() -> None:
-    packages = {"pkg": spec(runtimeRequired=True), "other": spec()}
-    assert runtime_required_taint_wanted(NodeView("a", GPU), packages)
-    assert runtime_required_taint_wanted(NodeView("a", GPU, state_annotation=recorded("1.0.0", "erroring")), packages)
-    assert not runtime_required_taint_wanted(NodeView("a", GPU, state_annotation=recorded("1.0.0")), packages)
-    assert not runtime_required_taint_wanted(NodeView("b", {"pool": "cpu"}), packages)
-    assert not runtime_required_taint_wanted(NodeView("a", GPU), {"other": spec()})
