@@ -1,13 +1,15 @@
-"""`noderoll bench --nodes N [N...] [--json FILE]`: rollout overhead, API cost, scale, floor, drain. Does I/O.
+"""`noderoll bench --nodes N [N...] [--packages P] [--json FILE]`: rollout overhead, disruptions, API cost, scale. Does I/O.
 
-Per fleet size: a rollout of `bench-sleep` (every stage 5 s, reboot 15 s; exponential policy,
-initialBatch 1, growthFactor 2, budget 25%) on simulated nodes, measured against its ideal
-makespan; a throughput rollout of the same size (0 s stages, 0 s reboot, one batch of every node)
-for noderoll's windows per second; and the bare Temporal floor (a workflow per node running as many
-no-op activities as a window runs). Once per run: the drain of one node with 10 pods, noderoll vs
-`kubectl drain`. Runs on the dev stack (`--state-dir`, `$NODEROLL_STATE_DIR`, `.noderoll/`) when
-one runs, else on a private stack started in a temporary directory and stopped afterwards.
-See docs/benchmarks.md.
+Per fleet size: a fleet rollout of `--packages` Packages of `bench-sleep` (default 2: the second
+depends on the first, both reboot; every stage 5 s, reboot 15 s; exponential policy, initialBatch 1,
+growthFactor 2, budget 25%) on simulated nodes, measured against its ideal makespan, with the
+windows, drains and interrupts per node (from the node workflows' histories and from the fleet);
+a throughput rollout of the same size (one Package without interrupt, 0 s stages, one batch of
+every node) for noderoll's windows per second and the per-window targets (history events, API
+requests); and the bare Temporal floor (a workflow per node running as many no-op activities as a
+window runs). Once per run: the drain of one node with 10 pods, noderoll vs `kubectl drain`. Runs
+on the dev stack (`--state-dir`, `$NODEROLL_STATE_DIR`, `.noderoll/`) when one runs, else on a
+private stack started in a temporary directory and stopped afterwards. See docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -40,12 +42,14 @@ DEFAULT_SIZES = (50, 200, 1000)
 console = Console(stderr=True)
 
 COLUMNS = (
-    ("nodes", "nodes"), ("makespan_s", "makespan s"), ("ideal_makespan_s", "ideal s"),
+    ("nodes", "nodes"), ("packages", "pkgs"), ("makespan_s", "makespan s"), ("ideal_makespan_s", "ideal s"),
     ("overhead_ratio", "ratio"), ("overhead_median_s", "ovh p50 s"), ("overhead_p95_s", "ovh p95 s"),
     ("noderoll_requests_per_window", "nr req/win"), ("no_interrupt_noderoll_requests_per_window", "nr req/win noint"),
     ("apiserver_requests_per_window_all_clients", "all req/win"),
     ("history_events_per_window_median", "events/win"), ("no_interrupt_history_events_per_window_median", "events noint"),
-    ("rollout_history_events", "rollout events"),
+    ("fleet_history_events", "fleet events"),
+    ("windows_per_node", "windows/node"), ("drains_per_node", "drains/node"), ("interrupts_per_node", "interrupts/node"),
+    ("fleet_drains_per_node", "fleet: drains/node"), ("fleet_interrupts_per_node", "fleet: interrupts/node"),
     ("throughput_windows_per_s", "win/s"), ("floor_windows_per_s", "floor win/s"),
     ("ratio_to_floor", "÷floor"), ("worker_peak_rss_mib", "worker MiB"), ("bridge_peak_rss_mib", "bridge MiB"),
 )
@@ -59,6 +63,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", type=Path, help="write the results as JSON to this file")
     p.add_argument("--state-dir", help="dev stack to run on (default: $NODEROLL_STATE_DIR or .noderoll/)")
     p.add_argument("--private-stack", action="store_true", help="always start a private stack in a temp dir")
+    p.add_argument("--packages", type=int, default=2, choices=range(1, 6), metavar="P",
+                   help="Packages in the fleet, each depending on the one before, all rebooting (default 2)")
     p.add_argument("--stage-seconds", type=float, default=5.0, help="seconds per stage (default 5)")
     p.add_argument("--reboot-seconds", type=float, default=15.0, help="seconds per reboot (default 15)")
     p.add_argument("--skip-throughput", action="store_true", help="no 0-second throughput rollout")
@@ -94,7 +100,7 @@ def _log(line: str) -> None:
 def _environment(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "cpus": psutil.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-        "python": platform.python_version(), "stage_seconds": args.stage_seconds,
+        "python": platform.python_version(), "stage_seconds": args.stage_seconds, "packages": args.packages,
         "reboot_seconds": args.reboot_seconds, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
 
@@ -106,13 +112,14 @@ def _save(args: argparse.Namespace, report: dict[str, Any]) -> None:
 
 async def _measure_size(args: argparse.Namespace, target: Target, temporal: Client, size: int) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:4]
-    sc = Scenario(f"bench{size}-{tag}", size, args.stage_seconds, args.reboot_seconds)
+    sc = Scenario(f"bench{size}-{tag}", size, args.stage_seconds, args.reboot_seconds, packages=args.packages)
     row = await run_rollout(target, sc, temporal, _log)
-    _log(f"{size} nodes: makespan {row['makespan_s']} s, ideal {row['ideal_makespan_s']} s, "
-         f"ratio {row['overhead_ratio']}")
+    _log(f"{size} nodes, {args.packages} package(s): makespan {row['makespan_s']} s, ideal "
+         f"{row['ideal_makespan_s']} s, ratio {row['overhead_ratio']}; per node: windows {row['windows_per_node']}, "
+         f"drains {row['drains_per_node']}, interrupts {row['interrupts_per_node']}")
     if not args.skip_throughput:
         # One batch of every node, 0 s stages, no interrupt: orchestration only, and the window
-        # the API and history targets are stated for (one package without interrupt).
+        # the API and history targets are stated for (one package without interrupt, whatever --packages).
         fast = Scenario(f"tput{size}-{tag}", size, 0.0, 0.0, strategy="fixed", initial_batch=size,
                         budget_percent=100, reboot=False)
         tput = await run_rollout(target, fast, temporal, _log)

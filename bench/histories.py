@@ -1,9 +1,11 @@
-"""Temporal histories of a benchmark rollout: node windows (timing, events, activities) and the rollout.
+"""Temporal histories of a benchmark rollout: node windows (timing, events, activities, disruptions) and the fleet.
 
-Fetches the histories of `node/<node>` and every run of `package/<name>` and reduces them with pure
-functions: a window's duration is its node workflow run from start to close (the request, the node
-read, the lease, cordon, drain, stages, interrupt, uncordon, state writes and the answer to the
-rollout). Does Temporal I/O.
+Fetches the histories of every run of `node/<node>` started since the rollout began (the node
+workflow completes after each window, so one run is one window) and of every run of the fleet
+`fleet/<policy>`, and reduces them with pure functions: a window's duration is its node workflow run
+from start to close (the request, the node read, cordon, drain, stages, interrupt, uncordon, state
+writes and the answer to the fleet); its drains and interrupts are its `drain_node` and
+`run_interrupt` activities (independent of the fleet's own accounting). Does Temporal I/O.
 """
 
 from __future__ import annotations
@@ -13,12 +15,13 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
-from api.keys import node_workflow_id, rollout_workflow_id
+from protocol.names import NODE_WORKFLOW_PREFIX, NODE_WORKFLOW_TYPE, fleet_workflow_id, node_workflow_id
 
 FETCH_CONCURRENCY = 16
 
@@ -33,6 +36,10 @@ class WindowStats:
     activities: int
     started: float  # epoch seconds
     closed: float
+    # Activities of the run that disrupt the node.
+    cordons: int = 0
+    drains: int = 0
+    interrupts: int = 0
 
 
 def _epoch(event: HistoryEvent) -> float:
@@ -40,31 +47,68 @@ def _epoch(event: HistoryEvent) -> float:
 
 
 def window_stats(node: str, events: Sequence[HistoryEvent]) -> WindowStats:
-    """Duration, event count and activity count of one node workflow history. Pure."""
+    """Duration, event count, activity count and disruptive activities of one node workflow history. Pure."""
     first, last = _epoch(events[0]), _epoch(events[-1])
-    scheduled = sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
-    return WindowStats(node, last - first, len(events), scheduled, first, last)
+    types = [e.activity_task_scheduled_event_attributes.activity_type.name for e in events
+             if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+    return WindowStats(node, last - first, len(events), len(types), first, last,
+                       cordons=types.count("cordon_node"), drains=types.count("drain_node"),
+                       interrupts=types.count("run_interrupt"))
 
 
-async def node_windows(client: Client, nodes: Sequence[str]) -> list[WindowStats]:
-    """The latest run of every node's workflow (one window per node in a single-package rollout)."""
+async def node_windows(client: Client, nodes: Sequence[str], since: float) -> list[WindowStats]:
+    """Every run of the nodes' workflows started at or after `since` (epoch seconds): one per window."""
+    wanted = {node_workflow_id(n) for n in nodes}
+    stamp = datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    runs: list[tuple[str, str]] = []
+    async for execution in client.list_workflows(f"WorkflowType = '{NODE_WORKFLOW_TYPE}' AND StartTime >= '{stamp}'"):
+        if execution.id in wanted:
+            runs.append((execution.id, execution.run_id))
+    # Visibility lags a little behind: a node whose run it does not list yet is read by id (latest run).
+    listed = {workflow_id for workflow_id, _ in runs}
+    runs += [(workflow_id, "") for workflow_id in sorted(wanted - listed)]
     limit = asyncio.Semaphore(FETCH_CONCURRENCY)
 
-    async def one(node: str) -> WindowStats | None:
+    async def one(workflow_id: str, run_id: str) -> WindowStats | None:
         async with limit:
             try:
-                history = await client.get_workflow_handle(node_workflow_id(node)).fetch_history()
+                handle = client.get_workflow_handle(workflow_id, run_id=run_id or None)
+                history = await handle.fetch_history()
             except Exception:  # noqa: BLE001 - a node without a workflow simply had no window
                 return None
-        return window_stats(node, history.events) if history.events else None
+        if not history.events or _epoch(history.events[0]) < since:
+            return None
+        return window_stats(workflow_id.removeprefix(NODE_WORKFLOW_PREFIX), history.events)
 
-    found = await asyncio.gather(*(one(n) for n in nodes))
+    found = await asyncio.gather(*(one(w, r) for w, r in runs))
     return [w for w in found if w is not None]
 
 
-async def rollout_events(client: Client, package: str) -> int:
-    """History events of the rollout workflow, summed over its runs (continue-as-new included)."""
-    workflow_id = rollout_workflow_id(package)
+def per_node(windows: Sequence[WindowStats], nodes: Sequence[str], field: str) -> dict[str, int]:
+    """node -> windows (`field="windows"`) or the sum of a WindowStats count field over its windows. Pure."""
+    counts = dict.fromkeys(nodes, 0)
+    for w in windows:
+        if w.node in counts:
+            counts[w.node] += 1 if field == "windows" else int(getattr(w, field))
+    return counts
+
+
+def histogram(counts: dict[str, int]) -> dict[str, int]:
+    """`{"1": 48, "2": 2}`: how many nodes had each count (JSON keys are strings). Pure."""
+    found: dict[str, int] = {}
+    for value in counts.values():
+        found[str(value)] = found.get(str(value), 0) + 1
+    return dict(sorted(found.items(), key=lambda kv: int(kv[0])))
+
+
+def histogram_text(counts: dict[str, int]) -> str:
+    """`1×50` or `1×48 2×2`: the histogram as a table cell. Pure."""
+    return " ".join(f"{value}×{nodes}" for value, nodes in histogram(counts).items()) or "-"
+
+
+async def fleet_events(client: Client, policy: str) -> int:
+    """History events of the fleet workflow, summed over its runs (continue-as-new included)."""
+    workflow_id = fleet_workflow_id(policy)
     total = 0
     async for execution in client.list_workflows(f'WorkflowId = "{workflow_id}"'):
         history = await client.get_workflow_handle(workflow_id, run_id=execution.run_id).fetch_history()
@@ -94,16 +138,16 @@ def batches_from_sends(sends: Sequence[tuple[float, list[str]]], gap: float = BA
     return sizes
 
 
-async def rollout_batches(client: Client, package: str) -> list[int]:
-    """The batches a rollout really ran, from its `request_node_windows` activities (all runs)."""
-    workflow_id = rollout_workflow_id(package)
+async def fleet_batches(client: Client, policy: str) -> list[int]:
+    """The batches a fleet really ran, from its `request_windows` activities (all runs)."""
+    workflow_id = fleet_workflow_id(policy)
     sends: list[tuple[float, list[str]]] = []
     async for execution in client.list_workflows(f'WorkflowId = "{workflow_id}"'):
         history = await client.get_workflow_handle(workflow_id, run_id=execution.run_id).fetch_history()
         for event in history.events:
             if event.HasField("activity_task_scheduled_event_attributes"):
                 attrs = event.activity_task_scheduled_event_attributes
-                if attrs.activity_type.name == "request_node_windows" and attrs.input.payloads:
+                if attrs.activity_type.name == "request_windows" and attrs.input.payloads:
                     data = json.loads(attrs.input.payloads[0].data)
                     sends.append((_epoch(event), list(data.get("nodes") or [])))
     return batches_from_sends(sends)

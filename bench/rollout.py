@@ -1,9 +1,11 @@
-"""One benchmark rollout on the local stack: fleet, worker, bridge, Package, measurements. Does I/O.
+"""One benchmark rollout on the local stack: simulated nodes, worker, bridge, Packages, measurements. Does I/O.
 
 `run_rollout` starts `noderoll sim` (N nodes labelled for this run), `noderoll worker` and
-`noderoll bridge` on a fresh task queue, applies the scenario's DeploymentPolicy and Package, waits
-for `status.phase: Complete`, then collects: the makespan, node windows from the Temporal
-histories, apiserver request deltas, noderoll's own request counts and the processes' peak RSS.
+`noderoll bridge` on a fresh task queue, applies the scenario's DeploymentPolicy and its Packages
+(one fleet, `fleet/<name>`), waits for `status.phase: Complete` on every Package, then collects:
+the makespan, node windows from the Temporal histories (with their drains and interrupts), the
+fleet's own disruption count per node (its `progress` query), apiserver request deltas, noderoll's
+own request counts and the processes' peak RSS.
 """
 
 from __future__ import annotations
@@ -31,9 +33,12 @@ from bench.scenario import (
     batch_sizes,
     ideal_makespan,
     node_critical_path,
-    package_manifest,
+    package_manifests,
     policy_manifest,
 )
+from planning.fleet_status import FleetProgress
+from protocol.names import QUERY_PROGRESS, fleet_workflow_id
+from workflows.fleet_codec import progress_from_json
 
 POLL_SECONDS = 1.0
 FAILED_PHASES = ("Failed", "Halted", "Invalid")
@@ -96,7 +101,7 @@ def start_processes(target: Target, sc: Scenario, procs: ProcessSet, task_queue:
 
 @dataclass
 class Completion:
-    """When the Package said Complete, and when every target node was really done."""
+    """When every Package said Complete, and when every target node was really done."""
 
     status_complete: float  # monotonic
     nodes_done: float  # monotonic
@@ -109,32 +114,63 @@ def _nodes_done(kube: Kube, run: str) -> bool:
         (n.metadata.labels or {}).get(NODE_STATUS_LABEL) == "complete" and not n.spec.unschedulable for n in nodes)
 
 
-async def wait_complete(kube: Kube, name: str, procs: ProcessSet, timeout: float, log: Log) -> Completion:
-    """Poll the Package until `status.phase` is Complete, then the nodes until all are done.
+async def wait_complete(kube: Kube, sc: Scenario, procs: ProcessSet, timeout: float, log: Log) -> Completion:
+    """Poll the Packages until every `status.phase` is Complete, then the nodes until all are done.
 
     Both are recorded: a status that says Complete while a node is still in its window is a bug
     the benchmark must not hide (the makespan is until the nodes are done).
     """
     deadline = time.monotonic() + timeout
-    last, said_complete = "", None
+    last: dict[str, str] = {}
+    complete: set[str] = set()
+    said_complete: float | None = None
     while time.monotonic() < deadline:
         procs.check_alive()
-        if said_complete is None:
+        for name in sc.package_names:
+            if name in complete:
+                continue
             status = kube.package(name).get("status") or {}
             phase = status.get("phase", "")
             if phase in FAILED_PHASES:
                 raise RuntimeError(f"Package {name} ended {phase}: {status.get('message', '')}")
             if phase == "Complete":
-                said_complete = time.monotonic()
+                complete.add(name)
             line = f"{phase or 'no status'} {status.get('progress', '')}"
-            if line != last:
+            if line != last.get(name):
                 log(f"  {name}: {line}")
-                last = line
-        if said_complete is not None and _nodes_done(kube, name):
+                last[name] = line
+        if said_complete is None and len(complete) == sc.packages:
+            said_complete = time.monotonic()
+        if said_complete is not None and _nodes_done(kube, sc.name):
             return Completion(said_complete, time.monotonic())
         # An asyncio sleep, so Ctrl-C (task cancellation) ends the run and its processes promptly.
         await asyncio.sleep(POLL_SECONDS)
-    raise TimeoutError(f"Package {name} not Complete on every node after {timeout:.0f}s (last: {last})")
+    raise TimeoutError(f"Packages {', '.join(sc.package_names)} not Complete on every node after {timeout:.0f}s "
+                       f"(last: {last})")
+
+
+async def fleet_progress(temporal: Client, policy: str) -> FleetProgress | None:
+    """The fleet's `progress` (None when it does not answer: its disruption counts are then not reported)."""
+    try:
+        return progress_from_json(await temporal.get_workflow_handle(fleet_workflow_id(policy)).query(QUERY_PROGRESS))
+    except Exception:  # noqa: BLE001 - reported as missing, the histories still count
+        return None
+
+
+def disruptions(sc: Scenario, nodes: list[str], windows: list[histories.WindowStats],
+                fleet: FleetProgress | None) -> dict[str, Any]:
+    """Windows, drains and interrupts per node, from the node histories and from the fleet. Pure."""
+    found: dict[str, Any] = {"packages": sc.packages}
+    for field in ("windows", "drains", "interrupts"):
+        counts = histories.per_node(windows, nodes, field)
+        found[f"{field}_per_node"] = histories.histogram_text(counts)
+        found[f"{field}_per_node_histogram"] = histories.histogram(counts)
+    if fleet is not None:
+        for field in ("drains", "interrupts"):
+            counts = {n: int(getattr(fleet.nodes[n], field)) if n in fleet.nodes else 0 for n in nodes}
+            found[f"fleet_{field}_per_node"] = histories.histogram_text(counts)
+        found["fleet_waves"] = fleet.wave
+    return found
 
 
 def _requests(counts: dict[str, int], windows: int) -> dict[str, float]:
@@ -187,7 +223,8 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
         "history_events_per_window_median": statistics.median([w.events for w in windows]) if windows else None,
         "history_events_per_window_max": max((w.events for w in windows), default=None),
         "activities_per_window_median": statistics.median([w.activities for w in windows]) if windows else None,
-        "rollout_history_events": measured["rollout_events"],
+        "fleet_history_events": measured["rollout_events"],
+        **measured.get("disruptions", {}),
         "worker_peak_rss_mib": round(measured["worker_rss"] / MIB, 1),
         "bridge_peak_rss_mib": round(measured["bridge_rss"] / MIB, 1),
         "nodes_left_cordoned": measured["cordoned"],
@@ -206,11 +243,13 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
         kube.create(POLICY_PLURAL, policy_manifest(sc))
         before = apimetrics.scrape(target.kubeconfig)
         started, started_epoch = time.monotonic(), time.time()
-        kube.create(PACKAGE_PLURAL, package_manifest(sc))
+        for manifest in package_manifests(sc):
+            kube.create(PACKAGE_PLURAL, manifest)
         ideal = ideal_makespan(sc, node_names)
-        done = await wait_complete(kube, sc.name, procs, timeout=3 * ideal + 600, log=log)
+        done = await wait_complete(kube, sc, procs, timeout=3 * ideal + 600, log=log)
         after = apimetrics.scrape(target.kubeconfig)
-        windows = await histories.node_windows(temporal, node_names)
+        fleet = await fleet_progress(temporal, sc.name)
+        windows = await histories.node_windows(temporal, node_names, started_epoch - 1)
         measured = {
             "makespan_s": done.nodes_done - started,
             "status_complete_s": done.status_complete - started,
@@ -221,8 +260,9 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
             "apiserver_delta": apimetrics.delta(before, after),
             "worker_requests": procs.procs["worker"].request_counts(),
             "bridge_requests": procs.procs["bridge"].request_counts(),
-            "rollout_events": await histories.rollout_events(temporal, sc.name),
-            "actual_batches": await histories.rollout_batches(temporal, sc.name),
+            "rollout_events": await histories.fleet_events(temporal, sc.name),
+            "actual_batches": await histories.fleet_batches(temporal, sc.name),
+            "disruptions": disruptions(sc, node_names, windows, fleet),
             "worker_rss": procs.procs["worker"].peak_rss,
             "bridge_rss": procs.procs["bridge"].peak_rss,
             "cordoned": sum(1 for n in kube.nodes(sc.name) if n.spec.unschedulable),
@@ -230,6 +270,7 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
         return summarize(sc, measured, windows)
     finally:
         procs.stop_all()
-        kube.remove(PACKAGE_PLURAL, sc.name)
+        for name in sc.package_names:
+            kube.remove(PACKAGE_PLURAL, name)
         kube.remove(POLICY_PLURAL, sc.name)
         kube.api.close()

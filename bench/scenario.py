@@ -1,10 +1,14 @@
-"""The benchmark scenario: its Package and DeploymentPolicy manifests and its ideal makespan. Pure.
+"""The benchmark scenario: its Packages' and DeploymentPolicy's manifests and its ideal makespan. Pure.
 
 The package `bench-sleep` (bench/packages/bench-sleep) sleeps `stage_seconds` in every stage it
 runs (`apply`, `config`, `post-interrupt` on a fresh node; checks are instant) and asks for a
-reboot that fleetsim makes last `reboot_seconds`. The ideal makespan is what a perfect
-orchestrator with the same batches would take: the sum over batches of the longest node critical
-path (stage times plus interrupt time), with zero time between stages, windows and batches.
+reboot that fleetsim makes last `reboot_seconds`. A scenario rolls out `packages` Packages of it
+under one DeploymentPolicy, so one fleet (`fleet/<name>`): the first is named `<name>`, each
+further one `<name>-<i>` and depends on the one before, all with the same interrupt; the fleet
+gives every node ONE window for all of them (their stages in dependency order, one drain, one
+merged reboot). The ideal makespan is what a perfect orchestrator with the same batches would
+take: the number of batches times one node's critical path (every stage of every Package plus
+one interrupt), with zero time between stages, windows and batches.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ from api.node_state import NodeState
 from api.package import PackageSpec
 from api.policy import DeploymentPolicySpec
 from planning.batches import PlannerInput, new_planner, next_batch, record_batch_result
-from planning.compartments import NodeInfo, package_identity
+from planning.compartments import NodeInfo
 from planning.node_plan import NodePlanInput, plan_node
+from protocol.names import fleet_workflow_id
 
 PACKAGES_DIR = Path(__file__).resolve().parent / "packages"
 IMAGE = "bench.local/bench-sleep:1.0.0"
@@ -41,6 +46,13 @@ class Scenario:
     budget_percent: int = 25
     version: str = "1.0.0"
     reboot: bool = True  # False: no interrupt (no drain, no cordon): the "one package without interrupt" window
+    # Packages of the fleet: each after the first depends on the one before (all alike otherwise).
+    packages: int = 1
+
+    @property
+    def package_names(self) -> list[str]:
+        """`<name>`, then `<name>-2`, `<name>-3`, ... (the dependency order)."""
+        return [self.name] + [f"{self.name}-{i}" for i in range(2, self.packages + 1)]
 
 
 def policy_manifest(sc: Scenario) -> dict[str, Any]:
@@ -54,35 +66,42 @@ def policy_manifest(sc: Scenario) -> dict[str, Any]:
     }
 
 
-def package_manifest(sc: Scenario, extra_env: dict[str, str] | None = None) -> dict[str, Any]:
-    """The Package of the scenario (selects the scenario's nodes by label)."""
+def package_manifest(sc: Scenario, extra_env: dict[str, str] | None = None, index: int = 0) -> dict[str, Any]:
+    """The scenario's `index`-th Package (selects the scenario's nodes by label; depends on the one before)."""
     env = {"BENCH_STAGE_SECONDS": f"{sc.stage_seconds:g}", **(extra_env or {})}
+    name = sc.package_names[index]
     return {
-        "apiVersion": API_VERSION, "kind": PACKAGE_KIND, "metadata": {"name": sc.name, "labels": {RUN_LABEL: sc.name}},
+        "apiVersion": API_VERSION, "kind": PACKAGE_KIND, "metadata": {"name": name, "labels": {RUN_LABEL: sc.name}},
         "spec": {
             "version": sc.version,
             "image": IMAGE,
             "nodeSelector": {"matchLabels": {RUN_LABEL: sc.name}},
             **({"interrupt": {"type": "reboot"}} if sc.reboot else {}),
+            **({"dependsOn": {sc.package_names[index - 1]: sc.version}} if index else {}),
             "deploymentPolicy": sc.name,
             "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
         },
     }
 
 
+def package_manifests(sc: Scenario) -> list[dict[str, Any]]:
+    """Every Package of the scenario, dependencies first."""
+    return [package_manifest(sc, index=i) for i in range(sc.packages)]
+
+
 def node_critical_path(sc: Scenario) -> float:
-    """Seconds one fresh node needs at best: every planned stage plus the reboot. Pure."""
-    spec = PackageSpec.model_validate(package_manifest(sc)["spec"])
-    plan = plan_node(NodePlanInput(node="n", recorded=NodeState(), desired={sc.name: spec}))
-    stages = plan.packages[sc.name].stages
-    return sum(sc.reboot_seconds if s is Stage.INTERRUPT else sc.stage_seconds for s in stages)
+    """Seconds one fresh node needs at best in its one window: every planned stage plus one interrupt. Pure."""
+    desired = {m["metadata"]["name"]: PackageSpec.model_validate(m["spec"]) for m in package_manifests(sc)}
+    plan = plan_node(NodePlanInput(node="n", recorded=NodeState(), desired=desired, one_window=True))
+    stages = [s for name in desired for s in plan.packages[name].stages if s is not Stage.INTERRUPT]
+    interrupted = any(Stage.INTERRUPT in plan.packages[name].stages for name in desired)
+    return len(stages) * sc.stage_seconds + (sc.reboot_seconds if interrupted else 0.0)
 
 
 def batch_sizes(sc: Scenario, node_names: list[str]) -> list[int]:
     """The batches the planner makes for the scenario when every node succeeds. Pure."""
     policy = DeploymentPolicySpec.model_validate(policy_manifest(sc)["spec"])
-    state = new_planner(PlannerInput(policy, [NodeInfo(n) for n in node_names],
-                                     package_identity(sc.name, sc.version)))
+    state = new_planner(PlannerInput(policy, [NodeInfo(n) for n in node_names], fleet_workflow_id(sc.name)))
     remaining = set(node_names)
     sizes = []
     while True:

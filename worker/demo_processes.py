@@ -168,11 +168,7 @@ def wait_for_fleet(core: k8s.CoreV1Api, launch: DemoLaunch, record: DemoRecord, 
 def start_workloads(core: k8s.CoreV1Api, launch: DemoLaunch, nodes: list[str]) -> dict[str, int]:
     """Training pods (every other one protected) and Deployments with PDBs on the fleet."""
     namespace = launch.names.workload_namespace
-    try:
-        core.create_namespace({"metadata": {"name": namespace}})
-    except ApiException as err:
-        if err.status != 409:
-            raise
+    _create_namespace(core, namespace)
     # Kubernetes 1.20 refuses pods until the namespace's default service account has its token.
     deadline = time.monotonic() + 60
     while not _has_token(core, namespace):
@@ -184,6 +180,32 @@ def start_workloads(core: k8s.CoreV1Api, launch: DemoLaunch, nodes: list[str]) -
     return create_workloads(Kube(launch.stack.kubeconfig), spec)
 
 
+def _create_namespace(core: k8s.CoreV1Api, namespace: str, timeout: float = 120.0) -> None:
+    """Create the namespace; one still Terminating (an earlier demo's, deleted at its end) is waited out first.
+
+    A Terminating namespace never gets a service-account token, so reusing it would fail the demo.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            core.create_namespace({"metadata": {"name": namespace}})
+            return
+        except ApiException as err:
+            if err.status != 409:
+                raise
+        try:
+            phase = core.read_namespace(namespace).status.phase
+        except ApiException as err:
+            if err.status == 404:
+                continue  # gone between the two calls: create it now
+            raise
+        if phase != "Terminating":
+            return
+        if time.monotonic() > deadline:
+            raise DemoError(f"namespace {namespace} (an earlier demo's) still Terminating after {timeout:.0f}s")
+        time.sleep(1.0)
+
+
 def _has_token(core: k8s.CoreV1Api, namespace: str) -> bool:
     try:
         return bool(core.read_namespaced_service_account("default", namespace).secrets)
@@ -191,17 +213,43 @@ def _has_token(core: k8s.CoreV1Api, namespace: str) -> bool:
         return False
 
 
-def apply_objects(custom: k8s.CustomObjectsApi, objects: DemoObjects) -> None:
-    """Create or update the policy, then the Packages (the bridge validates a Package against its policy)."""
-    for plural, body in [(keys.POLICY_PLURAL, objects.policy)] + [(keys.PACKAGE_PLURAL, p) for p in objects.packages]:
-        body = {"apiVersion": keys.API_VERSION, **body}
-        name = body["metadata"]["name"]
-        try:
-            custom.create_cluster_custom_object(keys.GROUP, keys.VERSION, plural, body)
-        except ApiException as err:
-            if err.status != 409:
-                raise DemoError(f"cannot create {plural}/{name}: HTTP {err.status} {err.body}") from err
-            custom.patch_cluster_custom_object(keys.GROUP, keys.VERSION, plural, name, {"spec": body["spec"]})
+def _apply(custom: k8s.CustomObjectsApi, plural: str, body: dict[str, Any]) -> None:
+    """Create the object, or update its spec when it exists."""
+    body = {"apiVersion": keys.API_VERSION, **body}
+    name = body["metadata"]["name"]
+    try:
+        custom.create_cluster_custom_object(keys.GROUP, keys.VERSION, plural, body)
+    except ApiException as err:
+        if err.status != 409:
+            raise DemoError(f"cannot create {plural}/{name}: HTTP {err.status} {err.body}") from err
+        custom.patch_cluster_custom_object(keys.GROUP, keys.VERSION, plural, name, {"spec": body["spec"]})
+
+
+def wait_for_policy_status(custom: k8s.CustomObjectsApi, name: str, record: DemoRecord, timeout: float = 60.0) -> None:
+    """Wait until the bridge has written the policy's status for its generation (it has synced and acts)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        check_alive(record)
+        obj = custom.get_cluster_custom_object(keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, name)
+        if (obj.get("status") or {}).get("observedGeneration") == obj["metadata"].get("generation"):
+            return
+        if time.monotonic() > deadline:
+            raise DemoError(f"the bridge wrote no status on DeploymentPolicy {name} within {timeout:.0f}s; "
+                            f"see {record.components['bridge'].log}")
+        time.sleep(0.5)
+
+
+def apply_objects(custom: k8s.CustomObjectsApi, objects: DemoObjects, record: DemoRecord) -> None:
+    """Create or update the policy, wait for the bridge to see it, then the Packages one right after the other.
+
+    The bridge validates a Package against its policy; and Packages applied together while the bridge
+    is up reach it together, so their fleet starts one wave carrying all of them (a bridge still
+    listing when they arrive may hand the fleet the first alone: two waves).
+    """
+    _apply(custom, keys.POLICY_PLURAL, objects.policy)
+    wait_for_policy_status(custom, objects.policy["metadata"]["name"], record)
+    for package in objects.packages:
+        _apply(custom, keys.PACKAGE_PLURAL, package)
 
 
 def delete_objects(api: k8s.ApiClient, record: DemoRecord) -> None:
@@ -267,6 +315,6 @@ def count_cordon_events(core: k8s.CoreV1Api, nodes: set[str], since: datetime) -
     for event in events.items:
         node = event.involved_object.name
         at = event.first_timestamp or event.event_time or (event.metadata.creation_timestamp if event.metadata else None)
-        if node in nodes and at is not None and at >= since:
+        if node in nodes and at is not None and at >= since.replace(microsecond=0):
             counts[node] = counts.get(node, 0) + 1
     return counts

@@ -98,7 +98,7 @@ def fleet_summary(outcome: Outcome, evidence: NodeEvidence | None) -> Table:
     nodes = sorted(n.name for n in snapshot.nodes) or sorted(p.nodes if p else ())
     word = snapshot.interrupt
     table = Table(title=f"{names.fleet_workflow_id(snapshot.fleet)} (one rollout for every Package of the policy)",
-                  title_justify="left")
+                  title_justify="left", show_header=False)
     table.add_column("")
     table.add_column("", overflow="fold")
     if p is None:

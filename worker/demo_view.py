@@ -94,7 +94,7 @@ def fleet_line(snapshot: LiveSnapshot) -> str:
     p = snapshot.progress
     head = names.fleet_workflow_id(snapshot.fleet)
     if p is None:
-        return f"{head}: no answer"
+        return f"{head}: no answer yet"
     return (f"{head}: phase {p.phase.value}, wave {p.wave}, batch {batch_text(p.batch_number, p.batch_size)}, "
             f"canary {p.canary_phase}, {count(p.counts, State.COMPLETE)}/{p.total_nodes} nodes complete")
 
@@ -118,7 +118,7 @@ def render_live(snapshot: LiveSnapshot) -> Group:
     parts: list[RenderableType] = [Text(f"noderoll demo — {snapshot.elapsed:.0f}s", style="bold")]
     header = Text(f"  {names.fleet_workflow_id(snapshot.fleet)}: ")
     if p is None:
-        header.append("no answer", style="yellow")
+        header.append("no answer yet", style="yellow")
     else:
         header.append_text(phase_text(p.phase))
         header.append(f"  wave {p.wave}, batch {batch_text(p.batch_number, p.batch_size)}, canary {p.canary_phase}, "

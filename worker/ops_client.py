@@ -27,7 +27,8 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError, WorkflowQueryRejectedError
+from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.jobs import pod_outcome
@@ -60,6 +61,10 @@ LABEL_MODE = "noderoll.io/mode"
 
 class OpsError(RuntimeError):
     """A command cannot do what was asked; the message says why and what to do."""
+
+
+class NoAnswer(RuntimeError):
+    """A fleet did not answer its `progress` query (not running, closed, no worker, query failed)."""
 
 
 @dataclass(frozen=True)
@@ -227,8 +232,24 @@ class Ops:
         return self.temporal.get_workflow_handle(names.fleet_workflow_id(fleet))
 
     async def query_fleet(self, fleet: str) -> FleetProgress:
-        """The fleet's `progress` query; raises RPCError when the workflow cannot answer."""
-        answer = await self.fleet(fleet).query(names.QUERY_PROGRESS, rpc_timeout=QUERY_TIMEOUT)
+        """The running fleet's `progress` query; NoAnswer (saying why) when it cannot answer.
+
+        A closed run is not asked: Temporal would answer from its history, and a fleet terminated
+        or ended earlier (say by an earlier demo) would report work that is not this rollout's.
+        """
+        handle = self.fleet(fleet)
+        try:
+            answer = await handle.query(names.QUERY_PROGRESS, reject_condition=QueryRejectCondition.NOT_OPEN,
+                                        rpc_timeout=QUERY_TIMEOUT)
+        except WorkflowQueryRejectedError as err:
+            status = err.status.name.lower() if err.status is not None else "closed"
+            raise NoAnswer(f"{handle.id} is not running (its last run is {status})") from err
+        except WorkflowQueryFailedError as err:
+            raise NoAnswer(f"{handle.id} failed the query: {err}") from err
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                raise NoAnswer(f"{handle.id} has never run") from err
+            raise NoAnswer(f"{handle.id} did not answer: {err.message}") from err
         return progress_from_json(answer)
 
     async def running_fleets(self, package: str | None = None) -> list[str]:

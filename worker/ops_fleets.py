@@ -18,12 +18,10 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from temporalio.service import RPCError
-
 from planning.fleet_status import FleetProgress
 from protocol import names
 from protocol.fleet import Filter
-from worker.ops_client import NodeView, Ops, OpsError, PackageView, progress_from_status
+from worker.ops_client import NoAnswer, NodeView, Ops, OpsError, PackageView, progress_from_status
 
 QUERY_SOURCE = "temporal query"
 
@@ -73,8 +71,8 @@ def _from_status(name: str, obj: dict[str, Any], fleet: str, why: str) -> Packag
 async def _answer(ops: Ops, fleet: str) -> tuple[FleetProgress | None, str]:
     try:
         return await ops.query_fleet(fleet), QUERY_SOURCE
-    except RPCError as err:
-        return None, f"{names.fleet_workflow_id(fleet)} did not answer: {err.message}"
+    except NoAnswer as err:
+        return None, str(err)
 
 
 def _package_views(fleet: str, progress: FleetProgress | None, source: str,

@@ -50,8 +50,10 @@ def phase_text(phase: RolloutPhase) -> Text:
 
 
 def batch_text(number: int, size: int) -> str:
-    """`#3 (4 node(s))`, or `-` before the first batch."""
-    return f"#{number} ({size} node(s))" if number else "-"
+    """`#3 (4 node(s))` while a batch is out, `#3` between batches, `-` before the first one."""
+    if not number:
+        return "-"
+    return f"#{number} ({size} node(s))" if size else f"#{number}"
 
 
 def plural(n: int, word: str) -> str:
@@ -68,7 +70,8 @@ def disruptions_text(nodes: Mapping[str, NodeProgress], interrupt: str = "interr
         return "no nodes"
     groups = Counter((p.drains, p.interrupts) for p in nodes.values())
     parts = []
-    for (drains, interrupts), n in sorted(groups.items(), key=lambda kv: (-kv[1], kv[0])):
+    # Most common first; nodes not disrupted last.
+    for (drains, interrupts), n in sorted(groups.items(), key=lambda kv: (kv[0] == (0, 0), -kv[1], kv[0])):
         if not drains and not interrupts:
             parts.append(f"{plural(n, 'node')} not disrupted")
             continue
@@ -211,37 +214,37 @@ def node_flags(node: NodeView) -> str:
 
 
 def node_disruptions(progress: NodeProgress) -> str:
-    """`1 window, 1 cordon, 1 drain, 1 interrupt` (what one fleet's windows did to the node)."""
+    """`1 window: 1 drain, 1 interrupt` (what one fleet's disruptive windows did to the node)."""
     if not progress.windows:
         return "none"
-    return ", ".join(plural(getattr(progress, k), k[:-1]) for k in ("windows", "cordons", "drains", "interrupts"))
+    return (f"{plural(progress.windows, 'window')}: {plural(progress.drains, 'drain')}, "
+            f"{plural(progress.interrupts, 'interrupt')}")
 
 
-def _fleet_cells(node: NodeView) -> tuple[Text, str]:
+def _fleet_cells(node: NodeView) -> tuple[str, Text, str]:
+    """FLEET, FLEET STATE, DISRUPTIONS: one line per fleet the node belongs to (why: `noderoll status`)."""
+    fleets = sorted(node.fleets.items())
     state = Text()
-    for index, (fleet, p) in enumerate(sorted(node.fleets.items())):
-        state.append(("\n" if index else "") + f"{fleet}: ")
-        state.append(p.state, style=STATE_STYLE.get(p.state, ""))  # StrEnum keys match values
-        if p.reason:
-            state.append(f" ({p.reason})")
-    disruptions = "\n".join(f"{fleet}: {node_disruptions(p)}" for fleet, p in sorted(node.fleets.items()))
-    return state, disruptions or "-"
+    for index, (_, p) in enumerate(fleets):
+        state.append(("\n" if index else "") + p.state, style=STATE_STYLE.get(p.state, ""))  # StrEnum keys match
+    return ("\n".join(f for f, _ in fleets) or "-", state if fleets else Text("-", style="dim"),
+            "\n".join(node_disruptions(p) for _, p in fleets) or "-")
 
 
 def nodes_table(nodes: list[NodeView]) -> Table:
     """`noderoll nodes`: per node its fleets' state and disruptions, then per package version, stage, state."""
     table = Table(title="nodes", title_justify="left")
-    for column in ("NODE", "STATUS", "NODE STATE", "FLEET STATE", "DISRUPTIONS", "PACKAGE", "VERSION", "STAGE",
-                   "STATE", "ATTEMPTS", "LAST ERROR"):
+    for column in ("NODE", "STATUS", "NODE STATE", "FLEET", "FLEET STATE", "DISRUPTIONS", "PACKAGE", "VERSION",
+                   "STAGE", "STATE", "ATTEMPTS", "LAST ERROR"):
         table.add_column(column, overflow="fold")
     for node in nodes:
         entries = sorted(node.packages.items()) or [("-", None)]
-        fleet_state, disruptions = _fleet_cells(node)
+        fleet_cells = _fleet_cells(node)
         for index, (name, entry) in enumerate(entries):
             first = index == 0
             table.add_row(
                 node.name if first else "", (node.status or "-") if first else "",
-                node_flags(node) if first else "", fleet_state if first else "", disruptions if first else "", name,
+                node_flags(node) if first else "", *(fleet_cells if first else ("", "", "")), name,
                 entry.version if entry else "", entry.stage.value if entry and entry.stage else "",
                 _cell(entry) if entry else Text(node.state_problem or "", style="red"),
                 str(entry.attempts) if entry else "", (entry.last_error or "") if entry else "",

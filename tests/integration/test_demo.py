@@ -3,12 +3,23 @@
 The demo runs as a user runs it (a subprocess of the real CLI) with `--state-dir` naming the
 session stack: it finds the stack running, so it reuses it and leaves it running, and it gets a
 unique name suffix and task queue so it shares the stack with every other test.
+
+Its two Packages (sysctl-tuning, and kmod-blocklist which depends on it and reboots) roll out as
+one fleet, one window per node: every node is drained once and rebooted once. The test checks that
+from the fleet's own accounting (the demo's summary, read from the fleet's `progress`) and from
+sources independent of it: the boot ids the test itself watches on the Nodes while the demo runs,
+and the `Cordoned` Events on the Nodes.
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -19,38 +30,100 @@ from localstack.state import StackInfo
 from tests.helpers import assert_eventually, new_task_queue, unique_name
 
 NODES = 6
+WATCH_SECONDS = 0.3
+
+
+@contextmanager
+def boot_ids(core: k8s.CoreV1Api, selector: str) -> Iterator[dict[str, list[str]]]:
+    """Every distinct boot id each selected Node had while the block ran (a new one per reboot)."""
+    seen: dict[str, list[str]] = {}
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(WATCH_SECONDS):
+            try:
+                nodes = core.list_node(label_selector=selector).items
+            except Exception:  # noqa: BLE001 - a failed list is retried at the next tick
+                continue
+            for node in nodes:
+                boot = node.status.node_info.boot_id if node.status and node.status.node_info else ""
+                ids = seen.setdefault(node.metadata.name, [])
+                if boot and (not ids or ids[-1] != boot):
+                    ids.append(boot)
+
+    thread = threading.Thread(target=watch, daemon=True, name="boot-ids")
+    thread.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+
+
+def cordon_events(core: k8s.CoreV1Api, nodes: list[str], since: datetime) -> dict[str, int]:
+    """`Cordoned` Events noderoll recorded on these Nodes since `since`."""
+    events = core.list_namespaced_event("default", field_selector="involvedObject.kind=Node,reason=Cordoned").items
+    counts = dict.fromkeys(nodes, 0)
+    for event in events:
+        at = event.first_timestamp or event.metadata.creation_timestamp
+        if event.involved_object.name in counts and at is not None and at >= since.replace(microsecond=0):
+            counts[event.involved_object.name] += 1
+    return counts
+
+
+def _rows(stdout: str) -> dict[str, list[str]]:
+    table = [[cell.strip() for cell in line.split("│")[1:-1]] for line in stdout.splitlines() if line.startswith("│")]
+    return {cells[0]: cells[1:] for cells in table if cells and cells[0]}
 
 
 @pytest.mark.timeout(600)
-def test_demo_completes_and_prints_its_summary(local_stack: StackInfo, kube_api_client: k8s.ApiClient) -> None:
+def test_demo_rolls_both_packages_with_one_drain_and_one_reboot_per_node(
+    local_stack: StackInfo, kube_api_client: k8s.ApiClient
+) -> None:
     suffix = "-" + unique_name("d").split("-")[-1]
     argv = [sys.executable, "-m", "worker.cli", "demo", "--state-dir", local_stack.state_dir,
             "--nodes", str(NODES), f"--name-suffix={suffix}", "--task-queue", new_task_queue(),
             "--budget-percent", "50", "--soak-seconds", "2", "--timeout", "420", "--plain"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=540, check=False)
+    core, custom = k8s.CoreV1Api(kube_api_client), k8s.CustomObjectsApi(kube_api_client)
+    prefix = f"fleetsim.noderoll.io/prefix=demo{suffix}"
+    began = datetime.now(UTC)
+    with boot_ids(core, prefix) as seen:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=540, check=False)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-6000:]
     assert "reusing the local stack" in output
     assert "noderoll demo summary" in output and "rollout complete" in output
-    table = [[cell.strip() for cell in line.split("│")[1:-1]] for line in done.stdout.splitlines()
-             if line.startswith("│")]
-    rows = {cells[0]: cells[1:] for cells in table}
+    rows = _rows(done.stdout)
     # One column per package, sorted: kmod-blocklist (reboot), then sysctl-tuning (no interrupt).
     assert rows["phase"] == ["Complete", "Complete"], rows
     assert rows["nodes complete"] == [f"{NODES}/{NODES}"] * 2, rows
-    assert rows["interrupts"] == [str(NODES), "0"], rows
     assert rows["erroring nodes"] == ["0", "0"] and rows["failed stage Jobs"] == ["0", "0"], rows
-    assert all(int(n) >= 2 for n in rows["batches"]), rows
-    # Without a terminal the display is one line per change: node stages and batches are visible.
-    assert "phase Canary" in output and "in_progress (apply)" in output
+
+    # The fleet's own accounting: one drain and one reboot per node.
+    each = f"{NODES} in all, 1 on each of {NODES} nodes"
+    assert rows["fleet phase"] == ["Complete"], rows
+    assert rows["disruptions"] == [f"{NODES} nodes, 1 drain and 1 reboot each"], rows
+    assert rows["drains"] == [f"{each} (cordons: {NODES})"] and rows["reboots"] == [each], rows
+    assert int(rows["batches"][0].split()[0]) >= 2, rows
+    # What the demo saw on the nodes, and what this test saw itself.
+    assert rows["boot id changes"] == [f"{each} (seen on the Nodes)"], rows
+    assert rows["cordon Events"] == [f"{each} (on the Nodes)"], rows
+    assert rows["interrupt Jobs"] == [f"{each} (that ran)"], rows
+    nodes = sorted(seen)
+    assert len(nodes) == NODES, seen
+    assert {node: len(ids) - 1 for node, ids in seen.items()} == dict.fromkeys(nodes, 1), seen
+    assert cordon_events(core, nodes, began) == dict.fromkeys(nodes, 1)
+
+    # Without a terminal the display is one line per change: the fleet, its batches and node stages.
+    assert re.search(rf"fleet/gpu-fleet{suffix}: phase Canary, wave \d+, batch #1", output), output[-6000:]
+    assert "in_progress (apply)" in output
+    assert "window 1 done, 1 drain, 1 reboot so far" in output
     assert "Temporal UI" in output and "/metrics" in output and local_stack.kubeconfig in output
 
     # It stopped what it started, cleaned its objects and left the stack it found running.
     assert not (Path(local_stack.state_dir) / "demo" / "demo.json").exists()
     assert local_stack.is_running()
-    core, custom = k8s.CoreV1Api(kube_api_client), k8s.CustomObjectsApi(kube_api_client)
     names = [p["metadata"]["name"] for p in custom.list_cluster_custom_object(
         keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL)["items"]]
     assert not [n for n in names if n.endswith(suffix)]
-    prefix = f"fleetsim.noderoll.io/prefix=demo{suffix}"
     assert_eventually(lambda: not core.list_node(label_selector=prefix).items, timeout=30)

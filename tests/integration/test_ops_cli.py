@@ -1,10 +1,12 @@
-"""The ops CLI against a running rollout: status (table, json), pause/resume, halt, nodes, logs, retry.
+"""The ops CLI against a running fleet: status (fleets, one Package, json), pause/resume, halt, nodes, logs, retry.
 
-One real rollout for the module: `noderoll worker`, `noderoll bridge` and `noderoll sim` run as
+One real fleet for the module: `noderoll worker`, `noderoll bridge` and `noderoll sim` run as
 processes (started by the demo's own launcher) on the session stack with a unique task queue and
-names; the Package is sysctl-tuning (no interrupt, so windows are short) on 5 nodes, and fleetsim
-fails the `apply` stage of the rollout's last node (its own stable order) three times, so that node ends erroring and `retry` has
-something to do. The tests run in file order and follow the rollout from start to finish.
+names; its one Package is sysctl-tuning (no interrupt, so windows are short) on 5 nodes, and fleetsim
+fails the `apply` stage of the fleet's last node (its own stable order) three times, so that node
+ends erroring and `retry` has something to do. The tests run in file order and follow the rollout
+from start to finish; the commands target `fleet/<policy>` with a Package filter, or the whole fleet
+with `--fleet`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from activities.node_requests import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
 from api import keys
 from fleetsim.nodes import node_name
 from localstack.state import StackInfo
-from planning.compartments import package_identity, stable_order
+from planning.compartments import stable_order
+from protocol import names as protocol_names
 from tests.helpers import assert_eventually, new_task_queue, unique_name
 from worker import demo_processes as procs
 from worker.cli import main
@@ -38,6 +41,7 @@ class Rollout:
     """The module's rollout: names, connection flags and where fleetsim keeps its logs."""
 
     package: str
+    policy: str
     nodes: list[str]
     failing: str
     flags: list[str]
@@ -66,8 +70,8 @@ def rollout(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) ->
     run_dir = tmp_path_factory.mktemp("ops-cli")
     objects = _objects(names)
     package = objects.packages[0]
-    # The last node in the rollout's own order runs in the last batch: never the canary.
-    identity = package_identity(package["metadata"]["name"], package["spec"]["version"])
+    # The last node in the fleet's own order (keyed by the fleet) runs in the last batch: never the canary.
+    identity = protocol_names.fleet_workflow_id(package["spec"]["deploymentPolicy"])
     failing = stable_order([node_name(names.node_prefix, i, NODES) for i in range(NODES)], identity)[-1]
     faults = run_dir / "faults.yaml"
     faults.write_text(json.dumps({"faults": [{"kind": "fail-stage", "nodes": failing, "mode": "apply",
@@ -84,9 +88,9 @@ def rollout(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) ->
             env.setenv(RETRY_BACKOFF_ENV, "1")
             procs.start_processes(launch, record)
         nodes = procs.wait_for_fleet(k8s.CoreV1Api(api), launch, record)
-        procs.apply_objects(k8s.CustomObjectsApi(api), objects)
+        procs.apply_objects(k8s.CustomObjectsApi(api), objects, record)
         flags = ["--temporal-address", local_stack.temporal_address, "--kubeconfig", local_stack.kubeconfig]
-        yield Rollout(objects.package_names[0], nodes, failing, flags, Path(record.sandbox_dir))
+        yield Rollout(objects.package_names[0], record.policy, nodes, failing, flags, Path(record.sandbox_dir))
     finally:
         procs.stop_processes(record)
         procs.delete_objects(api, record)
@@ -107,7 +111,7 @@ def _progress(capsys: pytest.CaptureFixture[str], rollout: Rollout) -> dict[str,
     return data
 
 
-def test_status_table_and_json(rollout: Rollout, capsys: pytest.CaptureFixture[str]) -> None:
+def test_status_of_the_package_and_of_its_fleet(rollout: Rollout, capsys: pytest.CaptureFixture[str]) -> None:
     def listed() -> dict[str, Any]:
         data = _progress(capsys, rollout)
         assert data["source"] == "temporal query", data["source"]
@@ -115,11 +119,33 @@ def test_status_table_and_json(rollout: Rollout, capsys: pytest.CaptureFixture[s
         return data
 
     data = assert_eventually(listed, timeout=60)
-    assert data["package"] == rollout.package and data["version"] == "1.0.0"
-    code, out, _ = _cli(capsys, "status", *rollout.flags)
-    assert code == 0 and rollout.package in out and "PHASE" in out
+    assert data["package"] == rollout.package and data["version"] == "1.0.0" and data["fleet"] == rollout.policy
     code, out, _ = _cli(capsys, "status", rollout.package, *rollout.flags)
-    assert code == 0 and "phase" in out and f"/{NODES} complete" in out
+    assert code == 0 and "phase" in out and f"/{NODES} complete" in out and f"fleet/{rollout.policy}" in out
+    # Every fleet, its Packages under it.
+    code, out, _ = _cli(capsys, "status", *rollout.flags)
+    assert code == 0 and f"fleet/{rollout.policy}" in out and "WAVE" in out and rollout.package in out
+    assert out.index(f"fleet/{rollout.policy}") < out.index(rollout.package)
+    code, out, _ = _cli(capsys, "status", "--fleet", rollout.policy, "--json", *rollout.flags)
+    assert code == 0
+    (fleet,) = json.loads(out)["fleets"]
+    assert fleet["fleet"] == rollout.policy and fleet["source"] == "temporal query" and fleet["wave"] >= 1
+    assert fleet["total_nodes"] == NODES and [p["package"] for p in fleet["packages"]] == [rollout.package]
+
+
+def test_unknown_package_fleet_and_node_are_refused(rollout: Rollout, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _cli(capsys, "status", "no-such-package", *rollout.flags)
+    assert code == 1 and "no Package no-such-package" in err
+    code, _, err = _cli(capsys, "halt", "no-such-package", *rollout.flags)
+    assert code == 1 and "no Package no-such-package" in err
+    code, _, err = _cli(capsys, "status", "--fleet", "no-such-policy", *rollout.flags)
+    assert code == 1 and "no fleet no-such-policy" in err
+    code, _, err = _cli(capsys, "resume", "--fleet", "no-such-policy", *rollout.flags)
+    assert code == 1 and "fleet/no-such-policy is not running" in err
+    code, _, err = _cli(capsys, "retry", rollout.package, "--node", "no-such-node", *rollout.flags)
+    assert code == 1 and "not a node of fleet/" in err and "no-such-node" in err
+    code, _, err = _cli(capsys, "halt", *rollout.flags)
+    assert code == 2 and "PACKAGE or --fleet" in err
 
 
 def test_pause_then_resume_is_observed_in_progress(
@@ -127,12 +153,12 @@ def test_pause_then_resume_is_observed_in_progress(
 ) -> None:
     code, out, err = _cli(capsys, "pause", rollout.package, *rollout.flags)
     assert code == 0, err
-    assert "pause sent to package/" in out
+    assert f"pause sent to fleet/{rollout.policy} for Package {rollout.package}" in out
 
     def paused_and_idle() -> dict[str, Any]:
         data = _progress(capsys, rollout)
         assert data["phase"] == "Paused", data["phase"]
-        # Nothing in flight and nodes left waiting: no new batch starts while paused.
+        # Nothing in flight and nodes left waiting: no new window carries it while paused.
         assert data["counts"].get("in_progress", 0) == 0 and data["counts"].get("waiting", 0) > 0, data["counts"]
         return data
 
@@ -152,16 +178,19 @@ def test_pause_then_resume_is_observed_in_progress(
     assert_eventually(moving, timeout=60)
 
 
-def test_halt_then_resume(rollout: Rollout, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = _cli(capsys, "halt", rollout.package, *rollout.flags)
-    assert code == 0 and "halt sent" in out, err
+def test_halt_then_resume_of_the_whole_fleet(rollout: Rollout, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _cli(capsys, "halt", "--fleet", rollout.policy, *rollout.flags)
+    assert code == 0 and f"halt sent to fleet/{rollout.policy} for the whole fleet" in out, err
 
     def halted() -> None:
         data = _progress(capsys, rollout)
         assert data["phase"] == "Halted" and "by signal" in data["message"], (data["phase"], data["message"])
 
     assert_eventually(halted, timeout=60)
+    # A Package-scoped resume leaves the fleet's halt alone and says how to lift it.
     code, _, err = _cli(capsys, "resume", rollout.package, *rollout.flags)
+    assert code == 0 and f"resume --fleet {rollout.policy}" in err, err
+    code, _, err = _cli(capsys, "resume", "--fleet", rollout.policy, *rollout.flags)
     assert code == 0, err
     assert_eventually(lambda: _progress(capsys, rollout)["phase"] != "Halted", timeout=60)
 
@@ -180,17 +209,24 @@ def test_rollout_ends_with_the_faulty_node_erroring(rollout: Rollout, capsys: py
     assert code == 0 and "erroring nodes" in out and rollout.failing in out
 
 
-def test_nodes_show_package_stage_and_state(rollout: Rollout, capsys: pytest.CaptureFixture[str]) -> None:
+def test_nodes_show_fleet_state_disruptions_and_package_state(
+    rollout: Rollout, capsys: pytest.CaptureFixture[str]
+) -> None:
     selector = f"fleetsim.noderoll.io/prefix={rollout.nodes[0].rsplit('-', 1)[0]}"
     code, out, err = _cli(capsys, "nodes", "-l", selector, "--package", rollout.package, "-o", "json", *rollout.flags)
     assert code == 0, err
-    by_node = {row["node"]: row["packages"][rollout.package] for row in json.loads(out)}
+    rows = {row["node"]: row for row in json.loads(out)}
+    by_node = {node: row["packages"][rollout.package] for node, row in rows.items()}
     assert sorted(by_node) == rollout.nodes
     assert by_node[rollout.failing]["state"] == "erroring" and by_node[rollout.failing]["version"] == "1.0.0"
     assert by_node[rollout.failing].get("lastError")
     assert all(by_node[n]["state"] == "complete" for n in rollout.nodes if n != rollout.failing)
-    code, out, _ = _cli(capsys, "nodes", "-l", selector, *rollout.flags)
-    assert code == 0 and rollout.failing in out and "erroring" in out
+    fleets = {node: row["fleets"][rollout.policy] for node, row in rows.items()}
+    assert fleets[rollout.failing]["state"] == "erroring"
+    # No interrupt: the fleet's windows never cordoned, drained or interrupted a node.
+    assert all(f["drains"] == 0 and f["interrupts"] == 0 and f["cordons"] == 0 for f in fleets.values()), fleets
+    code, out, _ = _cli(capsys, "nodes", "--fleet", rollout.policy, *rollout.flags)
+    assert code == 0 and rollout.failing in out and "erroring" in out and rollout.policy in out, out
 
 
 def test_logs_of_a_stage_job(rollout: Rollout, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,9 +7,11 @@ from collections import Counter
 import pytest
 
 from bench import apimetrics
-from bench.histories import batches_from_sends, percentile
+from bench.histories import WindowStats, batches_from_sends, histogram, histogram_text, per_node, percentile
 from bench.reqcount import classify
-from bench.scenario import Scenario, batch_sizes, ideal_makespan, node_critical_path
+from bench.rollout import disruptions
+from bench.scenario import Scenario, batch_sizes, ideal_makespan, node_critical_path, package_manifests
+from planning.fleet_status import FleetProgress, NodeProgress
 
 METRICS = """\
 # HELP apiserver_request_total [STABLE] Counter of apiserver requests
@@ -72,3 +74,35 @@ def test_batches_are_recovered_from_the_rollouts_hand_overs() -> None:
     # "c" re-sent at 40 s counts once; b, c, d were one batch sent in two chunks.
     assert batches_from_sends(sends) == [1, 3, 2]
     assert batches_from_sends([]) == []
+
+
+def test_two_package_scenario_depends_in_order_and_shares_one_window() -> None:
+    sc = Scenario("b", 50, packages=2)
+    first, second = package_manifests(sc)
+    assert [first["metadata"]["name"], second["metadata"]["name"]] == ["b", "b-2"] == sc.package_names
+    assert "dependsOn" not in first["spec"] and second["spec"]["dependsOn"] == {"b": "1.0.0"}
+    assert first["spec"]["interrupt"] == second["spec"]["interrupt"] == {"type": "reboot"}
+    assert first["spec"]["deploymentPolicy"] == second["spec"]["deploymentPolicy"] == "b"
+    # One window: 3 stages of each Package at 5 s, and ONE 15 s reboot for both.
+    assert node_critical_path(sc) == 45.0
+    assert ideal_makespan(sc, [f"n-{i:03d}" for i in range(50)]) == 7 * 45.0
+
+
+def _window(node: str, drains: int = 1, interrupts: int = 1) -> WindowStats:
+    return WindowStats(node, 40.0, 90, 11, 0.0, 40.0, cordons=drains, drains=drains, interrupts=interrupts)
+
+
+def test_disruptions_per_node_from_histories_and_from_the_fleet() -> None:
+    nodes = ["a", "b", "c"]
+    windows = [_window("a"), _window("b"), _window("b", drains=0, interrupts=0), _window("c")]
+    assert per_node(windows, nodes, "windows") == {"a": 1, "b": 2, "c": 1}
+    assert per_node(windows, nodes, "drains") == {"a": 1, "b": 1, "c": 1}
+    assert histogram({"a": 1, "b": 2, "c": 1}) == {"1": 2, "2": 1}
+    assert histogram_text({"a": 1, "b": 2, "c": 1}) == "1×2 2×1"
+    fleet = FleetProgress(wave=1, nodes={n: NodeProgress(windows=1, drains=1, interrupts=1) for n in ["a", "b"]})
+    found = disruptions(Scenario("s", 3, packages=2), nodes, windows, fleet)
+    assert found["windows_per_node"] == "1×2 2×1" and found["drains_per_node"] == "1×3"
+    assert found["interrupts_per_node_histogram"] == {"1": 3}
+    # "c" is missing from the fleet's answer: reported as 0, not hidden.
+    assert found["fleet_drains_per_node"] == "0×1 1×2" and found["fleet_waves"] == 1 and found["packages"] == 2
+    assert "fleet_drains_per_node" not in disruptions(Scenario("s", 3), nodes, windows, None)

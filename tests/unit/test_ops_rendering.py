@@ -13,19 +13,21 @@ from api.package import PackageSpec
 from api.policy import DeploymentPolicySpec
 from fleetsim.context import PREFIX_LABEL
 from fleetsim.workloads import PROTECTED_LABEL
+from planning.fleet_status import FleetProgress, NodeProgress
 from planning.status import RolloutProgress, render_package_status
-from worker.demo_resources import DemoNames, DemoTuning, demo_objects
+from worker.demo_resources import DemoNames, DemoTuning, demo_objects, interrupt_word
+from worker.demo_summary import NodeEvidence, Outcome, fleet_summary, packages_summary
+from worker.demo_view import LiveSnapshot, change_lines, observe, render_live
 from worker.ops_client import NodeView, PackageView, is_finished, progress_from_status
+from worker.ops_fleets import QUERY_SOURCE, FleetView, attach_fleet_nodes, package_fleet
 from worker.progress_view import (
-    LiveSnapshot,
-    change_lines,
+    disruptions_text,
+    fleet_json,
+    fleets_status,
     nodes_json,
     nodes_table,
     package_detail,
     progress_json,
-    record_batches,
-    render_live,
-    status_table,
 )
 
 
@@ -69,6 +71,7 @@ def test_demo_objects_are_valid_and_confined_to_the_demo_fleet() -> None:
     assert reboot["interrupt"]["type"] == "reboot"
     assert reboot["dependsOn"] == {"sysctl-tuning-x1": "1.0.0"}
     assert reboot["podNonInterruptLabels"] == {"matchLabels": {PROTECTED_LABEL: "true"}}
+    assert interrupt_word(objects) == "reboot"
 
 
 def test_progress_round_trips_through_the_package_status() -> None:
@@ -97,54 +100,170 @@ def test_is_finished(phase: RolloutPhase, counts: dict[str, int], finished: bool
     assert is_finished(_progress(phase=phase, counts=counts)) is finished
 
 
-def test_status_renderings_name_phase_counts_batch_and_reasons() -> None:
-    view = PackageView("pkg", _progress(), "temporal query")
-    table = _text(status_table([view]))
-    assert "pkg" in table and "Progressing" in table and "1/4" in table and "#2 (2 node(s))" in table
+def _fleet(nodes: dict[str, NodeProgress] | None = None, **overrides: object) -> FleetProgress:
+    base = FleetProgress(
+        policy="gpu", phase=RolloutPhase.PROGRESSING, wave=1, batch_number=2, batch_size=2,
+        canary_phase=CanaryPhase.PASSED, canary_nodes=["n-0"], total_nodes=4,
+        counts={"complete": 1, "in_progress": 2, "erroring": 1},
+        packages={"pkg": _progress(), "dep": _progress(version="2.0.0", counts={"complete": 4})},
+        nodes=nodes or {}, message="batch 2 running",
+    )
+    for key, value in overrides.items():
+        setattr(base, key, value)
+    return base
+
+
+def _disrupted(windows: int, drains: int, interrupts: int, state: str = "complete") -> NodeProgress:
+    return NodeProgress(state=state, packages={"pkg": state}, windows=windows, cordons=drains, drains=drains,
+                        interrupts=interrupts)
+
+
+def test_package_renderings_name_fleet_phase_counts_batch_and_reasons() -> None:
+    view = PackageView("pkg", _progress(), QUERY_SOURCE, fleet="gpu")
     detail = _text(package_detail(view))
-    assert "erroring nodes" in detail and "apply exited 7" in detail and "temporal query" in detail
+    assert "fleet/gpu" in detail and "erroring nodes" in detail and "apply exited 7" in detail
+    assert "temporal query" in detail and "#2 (2 node(s))" in detail
     data = progress_json(view)
     assert data["phase"] == "Progressing" and data["erroring"] == {"n-3": "apply exited 7"}
-    assert data["package"] == "pkg" and data["source"] == "temporal query"
+    assert data["package"] == "pkg" and data["source"] == "temporal query" and data["fleet"] == "gpu"
 
 
-def test_nodes_rendering() -> None:
+def test_fleet_status_shows_a_table_per_fleet_with_its_packages_under_it() -> None:
+    nodes = {"n-0": _disrupted(1, 1, 1), "n-1": _disrupted(1, 1, 1), "n-2": _disrupted(0, 0, 0, "waiting")}
+    answered = FleetView("gpu", _fleet(nodes), QUERY_SOURCE, [
+        PackageView("dep", _fleet().packages["dep"], QUERY_SOURCE, fleet="gpu"),
+        PackageView("pkg", _progress(), QUERY_SOURCE, fleet="gpu"),
+    ])
+    silent = FleetView("default", None, "fleet/default did not answer: workflow not found", [
+        PackageView("solo", _progress(phase=RolloutPhase.INVALID, message="bad spec"),
+                    "Package status (fleet/default did not answer: workflow not found)", fleet="default"),
+    ])
+    text = _text(fleets_status([answered, silent]))
+    assert text.index("fleet/gpu") < text.index("dep") < text.index("pkg") < text.index("fleet/default")
+    assert "Progressing" in text and "#2 (2 node(s))" in text and "1/4 complete" in text
+    assert "disruptions: 2 nodes, 1 drain and 1 interrupt each; 1 node not disrupted" in text
+    assert "did not answer: workflow not found" in text and "[Package status" in text and "Invalid" in text
+    data = [fleet_json(answered), fleet_json(silent)]
+    assert data[0]["fleet"] == "gpu" and data[0]["wave"] == 1 and data[0]["counts"]["in_progress"] == 2
+    assert data[0]["disruptions"] == {"windows": 2, "cordons": 2, "drains": 2, "interrupts": 2}
+    assert [p["package"] for p in data[0]["packages"]] == ["dep", "pkg"]
+    assert "phase" not in data[1] and data[1]["packages"][0]["phase"] == "Invalid"
+
+
+@pytest.mark.parametrize(
+    ("nodes", "word", "expected"),
+    [
+        pytest.param({f"n{i}": _disrupted(1, 1, 1) for i in range(24)}, "reboot", "24 nodes, 1 drain and 1 reboot each",
+                     id="one-each"),
+        pytest.param({"a": _disrupted(2, 2, 2), "b": _disrupted(1, 1, 1), "c": _disrupted(1, 1, 1)}, "reboot",
+                     "2 nodes, 1 drain and 1 reboot each; 1 node, 2 drains and 2 reboots", id="one-node-twice"),
+        pytest.param({"a": _disrupted(1, 0, 1)}, "interrupt", "1 node, 1 interrupt", id="interrupt-without-drain"),
+        pytest.param({}, "reboot", "no nodes", id="empty"),
+    ],
+)
+def test_disruptions_text(nodes: dict[str, NodeProgress], word: str, expected: str) -> None:
+    assert disruptions_text(nodes, word) == expected
+
+
+def test_nodes_rendering_shows_fleet_state_and_disruptions() -> None:
     nodes = [_node("n-0", State.COMPLETE, None), _node("n-1", State.ERRORING)]
     nodes[1].packages["pkg"] = nodes[1].packages["pkg"].model_copy(update={"last_error": "exit 7"})
+    nodes[0].fleets["gpu"] = _disrupted(1, 1, 1)
+    nodes[1].fleets["gpu"] = NodeProgress(state="erroring", packages={"pkg": "erroring"}, reason="pkg: exit 7")
     text = _text(nodes_table(nodes))
     assert "n-0" in text and "complete" in text and "exit 7" in text and "cordoned (noderoll)" in text
+    lines = {line.split("│")[1].strip(): line for line in text.splitlines() if line.startswith("│ n-")}
+    assert "│ gpu " in lines["n-0"] and "complete" in lines["n-0"] and "1 window: 1 drain, 1 interrupt" in lines["n-0"]
+    assert "│ gpu " in lines["n-1"] and "erroring" in lines["n-1"] and "│ none " in lines["n-1"]
     data = nodes_json(nodes)
     assert data[1]["packages"]["pkg"]["state"] == "erroring"
     assert data[1]["packages"]["pkg"]["lastError"] == "exit 7"
+    assert data[0]["fleets"]["gpu"]["drains"] == 1 and data[1]["fleets"]["gpu"]["state"] == "erroring"
 
 
-def test_live_view_tracks_batches_and_prints_changes() -> None:
-    first = LiveSnapshot({"pkg": _progress(batch_number=1)}, [_node("n-0", State.IN_PROGRESS),
-                                                              _node("n-1", State.WAITING, None)], 1.0)
-    record_batches(first)
-    second = LiveSnapshot({"pkg": _progress(batch_number=2)},
-                          [_node("n-0", State.COMPLETE, None), _node("n-1", State.IN_PROGRESS)], 2.0, first.batches)
-    record_batches(second)
-    assert second.batches == {"pkg": {"n-0": 1, "n-1": 2}}
+def test_attach_fleet_nodes_only_from_fleets_that_answered() -> None:
+    nodes = [_node("n-0", State.COMPLETE, None), _node("n-9", State.COMPLETE, None)]
+    attach_fleet_nodes(nodes, [FleetView("gpu", _fleet({"n-0": _disrupted(1, 1, 1)}), QUERY_SOURCE),
+                               FleetView("other", None, "did not answer")])
+    assert list(nodes[0].fleets) == ["gpu"] and nodes[1].fleets == {}
+
+
+def test_package_fleet_is_its_policy_or_default() -> None:
+    assert package_fleet({"spec": {"deploymentPolicy": "gpu"}}) == "gpu"
+    assert package_fleet({"spec": {}}) == "default"
+    assert package_fleet({}) == "default"
+
+
+def _live(progress: FleetProgress | None, nodes: list[NodeView], elapsed: float,
+          before: LiveSnapshot | None = None) -> LiveSnapshot:
+    packages = {"pkg": progress.packages["pkg"]} if progress else {}
+    snapshot = LiveSnapshot("gpu", progress, packages, nodes, elapsed, "reboot",
+                            before.batches if before else {}, before.boot_ids if before else {})
+    observe(snapshot)
+    return snapshot
+
+
+def test_live_view_tracks_batches_boot_ids_and_prints_changes() -> None:
+    n0, n1 = _node("n-0", State.IN_PROGRESS), _node("n-1", State.WAITING, None)
+    n0.boot_id, n1.boot_id = "boot-a", "boot-b"
+    first = _live(_fleet({"n-0": NodeProgress(state="in_progress"), "n-1": NodeProgress()}, batch_number=1),
+                  [n0, n1], 1.0)
+    m0, m1 = _node("n-0", State.COMPLETE, None), _node("n-1", State.IN_PROGRESS)
+    m0.boot_id, m1.boot_id = "boot-a2", "boot-b"
+    second = _live(_fleet({"n-0": _disrupted(1, 1, 1), "n-1": NodeProgress(state="in_progress")}), [m0, m1], 2.0,
+                   first)
+    assert second.batches == {"n-0": (1, 1), "n-1": (1, 2)}
+    assert second.reboots_seen() == {"n-0": 1, "n-1": 0}
     shown = _text(render_live(second))
+    assert "fleet/gpu" in shown and "wave 1" in shown
     assert "batch 1: n-0" in shown and "batch 2: n-1" in shown and "zone-a" in shown
+    assert "1 drain, 1 reboot" in shown and "disruptions: 1 node, 1 drain and 1 reboot; 1 node not disrupted" in shown
     lines = change_lines(first, second)
-    assert any("phase Progressing, batch #2" in line for line in lines)
+    assert any("fleet/gpu: phase Progressing, wave 1, batch #2" in line for line in lines)
     assert any("n-0 pkg: complete" in line for line in lines)
     assert any("n-1 pkg: in_progress (apply)" in line for line in lines)
+    assert any("n-0: window 1 done, 1 drain, 1 reboot so far" in line for line in lines)
     assert change_lines(second, second) == []
+
+
+def test_summary_reports_the_fleet_and_both_sources_of_disruptions() -> None:
+    nodes = [_node(f"n-{i}", State.COMPLETE, None) for i in range(3)]
+    progress = _fleet({n.name: _disrupted(1, 1, 1) for n in nodes}, phase=RolloutPhase.COMPLETE, batch_number=2)
+    snapshot = _live(progress, nodes, 5.0)
+    snapshot.boot_ids = {"n-0": ["a", "a2"], "n-1": ["b", "b2"], "n-2": ["c", "c2", "c3"]}
+    outcome = Outcome(0, "done", snapshot, {"pkg": 4.0}, {"pkg": progress.packages["pkg"]}, progress)
+    evidence = NodeEvidence({"n-0": 1, "n-1": 1, "n-2": 1}, {"n-0": 1, "n-1": 1, "n-2": 1}, {"pkg": 0})
+    packages = _rows(_text(packages_summary(outcome, evidence)))
+    assert packages["phase"] == ["Progressing"] and packages["duration"] == ["4s"]
+    fleet = _rows(_text(fleet_summary(outcome, evidence)))
+    assert fleet["disruptions"] == ["3 nodes, 1 drain and 1 reboot each"]
+    assert fleet["waves"] == ["1"] and fleet["batches"][0].startswith("2 ")
+    assert fleet["cordon Events"] == ["3 in all, 1 on each of 3 nodes (on the Nodes)"]
+    # Only two sources agree here: the boot ids show a second reboot of n-2.
+    assert fleet["boot id changes"] == ["4 in all: 1 on 2 nodes, 2 on 1 node (seen on the Nodes)"]
+
+
+def _rows(text: str) -> dict[str, list[str]]:
+    table = [[cell.strip() for cell in line.split("│")[1:-1]] for line in text.splitlines() if line.startswith("│")]
+    return {cells[0]: cells[1:] for cells in table if cells and cells[0]}
 
 
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        pytest.param(["status"], {"package": None, "output": "table"}, id="status-all"),
+        pytest.param(["status"], {"package": None, "fleet": None, "output": "table"}, id="status-all"),
         pytest.param(["status", "pkg", "-o", "json"], {"package": "pkg", "output": "json"}, id="status-json"),
-        pytest.param(["pause", "pkg"], {"package": "pkg"}, id="pause"),
+        pytest.param(["status", "pkg", "--json"], {"package": "pkg", "output": "json"}, id="status-json-flag"),
+        pytest.param(["status", "--fleet", "gpu"], {"package": None, "fleet": "gpu", "output": "table"},
+                     id="status-fleet"),
+        pytest.param(["pause", "pkg"], {"package": "pkg", "fleet": None, "node": []}, id="pause"),
         pytest.param(["resume", "pkg"], {"package": "pkg"}, id="resume"),
+        pytest.param(["resume", "--fleet", "gpu"], {"package": None, "fleet": "gpu"}, id="resume-fleet"),
         pytest.param(["halt", "pkg"], {"package": "pkg"}, id="halt"),
+        pytest.param(["halt", "--fleet", "gpu", "--node", "a"], {"fleet": "gpu", "node": ["a"]}, id="halt-fleet-node"),
         pytest.param(["retry", "pkg", "--node", "a", "--node", "b"], {"package": "pkg", "node": ["a", "b"]}, id="retry"),
         pytest.param(["nodes", "-o", "json"], {"output": "json", "selector": None}, id="nodes"),
+        pytest.param(["nodes", "--json", "--fleet", "gpu"], {"output": "json", "fleet": "gpu"}, id="nodes-fleet"),
         pytest.param(["logs", "pkg", "--node", "n"], {"package": "pkg", "node": "n", "all": False}, id="logs"),
         pytest.param(["demo"], {"nodes": 24, "keep": False, "faults": None, "timeout": 900.0}, id="demo-defaults"),
         pytest.param(["demo", "--nodes", "6", "--keep", "--state-dir", "/x"], {"nodes": 6, "keep": True, "state_dir": "/x"},
