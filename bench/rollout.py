@@ -22,6 +22,7 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from api.keys import GROUP, NODE_STATUS_LABEL, PACKAGE_PLURAL, POLICY_PLURAL, VERSION
 from bench import apimetrics, histories
@@ -274,3 +275,12 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
             kube.remove(PACKAGE_PLURAL, name)
         kube.remove(POLICY_PLURAL, sc.name)
         kube.api.close()
+        await _end_fleet(temporal, sc.name)
+
+
+async def _end_fleet(temporal: Client, policy: str) -> None:
+    """Terminate the run's fleet: its bridge is gone, so nothing would ever tell it its Packages went."""
+    try:
+        await temporal.get_workflow_handle(fleet_workflow_id(policy)).terminate(reason="noderoll bench run over")
+    except RPCError:
+        pass  # never started, or already closed

@@ -102,11 +102,11 @@ async def fleet_views(ops: Ops, only: str | None = None) -> list[FleetView]:
             raise OpsError(f"no fleet {only}: no Package names DeploymentPolicy {only} and "
                            f"{names.fleet_workflow_id(only)} is not running (fleets: {known})")
         by_fleet = {only: by_fleet[only]}
-    views = []
-    for fleet, objects in sorted(by_fleet.items()):
-        progress, source = await _answer(ops, fleet)
-        views.append(FleetView(fleet, progress, source, _package_views(fleet, progress, source, objects)))
-    return views
+    # Asked together: a fleet whose worker does not poll costs one query timeout, not one per fleet.
+    fleets = sorted(by_fleet)
+    answers = await asyncio.gather(*(_answer(ops, fleet) for fleet in fleets))
+    return [FleetView(fleet, progress, source, _package_views(fleet, progress, source, by_fleet[fleet]))
+            for fleet, (progress, source) in zip(fleets, answers, strict=True)]
 
 
 async def fleet_view(ops: Ops, fleet: str, packages: list[str]) -> FleetView:

@@ -111,7 +111,8 @@ def packages_table(views: list[PackageView], title: str | None = None) -> Table:
         table.add_column(column, overflow="fold")
     for view in views:
         p = view.progress
-        table.add_row(view.name, p.version or "-", phase_text(p.phase), f"{count(p.counts, State.COMPLETE)}/{p.total_nodes}",
+        name = view.name if view.exists else f"{view.name} (deleted)"
+        table.add_row(name, p.version or "-", phase_text(p.phase), f"{count(p.counts, State.COMPLETE)}/{p.total_nodes}",
                       *(str(count(p.counts, s)) for s in COUNT_COLUMNS), _package_message(view))
     return table
 

@@ -11,6 +11,7 @@ with `--fleet`.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,10 +31,11 @@ from tests.helpers import assert_eventually, new_task_queue, unique_name
 from worker import demo_processes as procs
 from worker.cli import main
 from worker.demo_resources import DemoNames, DemoObjects, DemoTuning, demo_objects
+from worker.temporal_client import connect
 
 NODES = 5
 ROLLOUT_TIMEOUT = 300.0
-SOAK_SECONDS = 20
+SOAK_SECONDS = 1
 
 
 @dataclass
@@ -51,12 +53,12 @@ class Rollout:
 def _objects(names: DemoNames) -> DemoObjects:
     """One package (sysctl-tuning), a policy that never halts on failures: canary, then 1, 2, ...
 
-    The canary soaks for SOAK_SECONDS: the pause sent meanwhile holds every later batch.
+    The canary soaks for SOAK_SECONDS, then waits for manual promotion (`resume --fleet`).
     """
     objects = demo_objects(names, DemoTuning(soak_seconds=SOAK_SECONDS))
     strategy = {"type": "exponential", "initialBatch": 1, "growthFactor": 2, "batchThreshold": 100,
                 "failureThreshold": 10, "safetyLimit": 0}
-    objects.policy["spec"] = {"canary": {"count": 1, "soakSeconds": SOAK_SECONDS, "promotion": "auto"},
+    objects.policy["spec"] = {"canary": {"count": 1, "soakSeconds": SOAK_SECONDS, "promotion": "manual"},
                               "default": {"budget": {"count": 2}, "strategy": strategy}}
     return DemoObjects(objects.policy, objects.packages[:1])
 
@@ -95,6 +97,13 @@ def rollout(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) ->
         procs.stop_processes(record)
         procs.delete_objects(api, record)
         api.close()
+        # No bridge will ever speak to this fleet again: end it and its node workflows.
+        asyncio.run(_terminate(local_stack, record, [node_name(names.node_prefix, i, NODES) for i in range(NODES)]))
+
+
+async def _terminate(stack: StackInfo, record: procs.DemoRecord, nodes: list[str]) -> None:
+    client = await connect(stack.temporal_address)
+    await procs.terminate_workflows(client, record, nodes)
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -116,6 +125,8 @@ def test_status_of_the_package_and_of_its_fleet(rollout: Rollout, capsys: pytest
         data = _progress(capsys, rollout)
         assert data["source"] == "temporal query", data["source"]
         assert data["total_nodes"] == NODES
+        # The fleet holds after its canary until `resume --fleet` (see the module docstring).
+        assert data["canary_phase"] == "AwaitingPromotion", (data["phase"], data["canary_phase"])
         return data
 
     data = assert_eventually(listed, timeout=60)
@@ -162,23 +173,34 @@ def test_pause_then_resume_is_observed_in_progress(
         assert data["counts"].get("in_progress", 0) == 0 and data["counts"].get("waiting", 0) > 0, data["counts"]
         return data
 
-    held = assert_eventually(paused_and_idle, timeout=120)
+    assert_eventually(paused_and_idle, timeout=120)
     package = k8s.CustomObjectsApi(kube_api_client).get_cluster_custom_object(
         keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL, rollout.package)
     assert package["metadata"]["annotations"][keys.PAUSE_ANNOTATION] == "true"
     code, _, err = _cli(capsys, "resume", rollout.package, *rollout.flags)
     assert code == 0, err
+    # The Package is back; the fleet still holds for its canary's promotion, and the command says how.
+    assert f"resume --fleet {rollout.policy}" in err and "promot" in err, err
+    package = k8s.CustomObjectsApi(kube_api_client).get_cluster_custom_object(
+        keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL, rollout.package)
+    assert keys.PAUSE_ANNOTATION not in (package["metadata"].get("annotations") or {})
+    assert_eventually(lambda: _progress(capsys, rollout)["phase"] == "Canary", timeout=60)
 
-    def moving() -> None:
+
+def test_halt_of_the_package_then_of_the_whole_fleet(rollout: Rollout, capsys: pytest.CaptureFixture[str]) -> None:
+    # The Package: kept out of new windows (its phase says Paused) until `resume PKG`.
+    code, out, err = _cli(capsys, "halt", rollout.package, *rollout.flags)
+    assert code == 0 and f"halt sent to fleet/{rollout.policy} for Package {rollout.package}" in out, err
+
+    def held() -> None:
         data = _progress(capsys, rollout)
-        assert data["phase"] != "Paused"
-        assert data["counts"].get("complete", 0) > held["counts"].get("complete", 0) or data["counts"].get(
-            "in_progress", 0) > 0, data
+        assert data["phase"] == "Paused" and data["counts"].get("in_progress", 0) == 0, (data["phase"], data["counts"])
 
-    assert_eventually(moving, timeout=60)
-
-
-def test_halt_then_resume_of_the_whole_fleet(rollout: Rollout, capsys: pytest.CaptureFixture[str]) -> None:
+    assert_eventually(held, timeout=120)
+    code, _, err = _cli(capsys, "resume", rollout.package, *rollout.flags)
+    assert code == 0, err
+    assert_eventually(lambda: _progress(capsys, rollout)["phase"] == "Canary", timeout=60)
+    # The whole fleet.
     code, out, err = _cli(capsys, "halt", "--fleet", rollout.policy, *rollout.flags)
     assert code == 0 and f"halt sent to fleet/{rollout.policy} for the whole fleet" in out, err
 
@@ -190,9 +212,16 @@ def test_halt_then_resume_of_the_whole_fleet(rollout: Rollout, capsys: pytest.Ca
     # A Package-scoped resume leaves the fleet's halt alone and says how to lift it.
     code, _, err = _cli(capsys, "resume", rollout.package, *rollout.flags)
     assert code == 0 and f"resume --fleet {rollout.policy}" in err, err
+    # The fleet's resume lifts the halt and promotes the canary: the rollout moves on.
     code, _, err = _cli(capsys, "resume", "--fleet", rollout.policy, *rollout.flags)
     assert code == 0, err
-    assert_eventually(lambda: _progress(capsys, rollout)["phase"] != "Halted", timeout=60)
+
+    def moving() -> None:
+        data = _progress(capsys, rollout)
+        assert data["phase"] not in ("Halted", "Canary") and data["canary_phase"] == "Passed", data
+        assert data["counts"].get("complete", 0) > 1 or data["counts"].get("in_progress", 0) > 0, data
+
+    assert_eventually(moving, timeout=60)
 
 
 @pytest.mark.timeout(ROLLOUT_TIMEOUT + 60)
