@@ -236,11 +236,12 @@ def _evidence(stack: StackInfo, outcome: Outcome) -> NodeEvidence | None:
     from kubernetes import config as k8s_config
 
     nodes = {n.name for n in outcome.snapshot.nodes}
+    if outcome.started is None:
+        return None
     api = k8s_config.new_client_from_config(config_file=stack.kubeconfig)
     try:
-        jobs = procs.count_jobs(k8s.BatchV1Api(api), nodes, set(outcome.snapshot.packages))
-        events = (procs.count_cordon_events(k8s.CoreV1Api(api), nodes, outcome.started)
-                  if outcome.started is not None else {})
+        jobs = procs.count_jobs(k8s.BatchV1Api(api), nodes, set(outcome.snapshot.packages), outcome.started)
+        events = procs.count_cordon_events(k8s.CoreV1Api(api), nodes, outcome.started)
         return NodeEvidence(events, jobs.interrupts, jobs.failed)
     except Exception as err:  # noqa: BLE001 - the summary must print even when the API is gone
         print(f"demo: could not count Events and stage Jobs: {err}", file=sys.stderr)

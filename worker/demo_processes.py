@@ -292,14 +292,16 @@ class JobCounts:
     failed: dict[str, int] = field(default_factory=dict)
 
 
-def count_jobs(batch: k8s.BatchV1Api, nodes: set[str], packages: set[str]) -> JobCounts:
-    """Stage Jobs of the demo's Packages on its nodes: interrupts that ran and stage Jobs that failed."""
+def count_jobs(batch: k8s.BatchV1Api, nodes: set[str], packages: set[str], since: datetime) -> JobCounts:
+    """Stage Jobs of the demo's Packages on its nodes created since `since` (an earlier demo on the same
+    stack used the same names): interrupts that ran and stage Jobs that failed."""
     jobs = batch.list_namespaced_job(keys.PACKAGE_POD_NAMESPACE, label_selector="noderoll.io/component=stage").items
     counts = JobCounts()
     for job in jobs:
         labels: dict[str, Any] = job.metadata.labels or {}
         node, package = labels.get("noderoll.io/node"), labels.get("noderoll.io/package")
-        if node not in nodes or package not in packages:
+        created = job.metadata.creation_timestamp
+        if node not in nodes or package not in packages or created is None or created < since.replace(microsecond=0):
             continue
         if labels.get("noderoll.io/mode") == "interrupt" and (job.status.succeeded or 0) > 0:
             counts.interrupts[node] = counts.interrupts.get(node, 0) + 1

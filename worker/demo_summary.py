@@ -107,7 +107,7 @@ def fleet_summary(outcome: Outcome, evidence: NodeEvidence | None) -> Table:
         table.add_row("fleet phase", p.phase.value)
         table.add_row("waves", str(p.wave))
         table.add_row("batches", f"{p.batch_number} (nodes per batch: {_batch_sizes(snapshot) or '-'})")
-        table.add_row("windows", per_node({n: r.windows for n, r in p.nodes.items()}, nodes))
+        table.add_row("disruptive windows", per_node({n: r.windows for n, r in p.nodes.items()}, nodes))
         table.add_row("disruptions", disruptions_text(p.nodes, word))
         totals = disruption_totals(p.nodes)
         table.add_row("drains", per_node({n: r.drains for n, r in p.nodes.items()}, nodes)
