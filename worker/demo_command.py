@@ -144,7 +144,7 @@ async def _drive(console: Console, args: argparse.Namespace, launch: procs.DemoL
                              interrupt=interrupt_word(objects))
         observe(first)
         started = datetime.now(UTC)
-        await asyncio.to_thread(procs.apply_objects, ops.custom, objects, record)
+        await asyncio.to_thread(procs.apply_objects, ops.custom, objects)
         _say(console, f"applied DeploymentPolicy {record.policy} and Packages {', '.join(record.packages)}: "
                       f"one rollout, {names.fleet_workflow_id(record.policy)}")
         outcome = await _watch(console, args, ops, record, first)

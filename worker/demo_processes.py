@@ -225,29 +225,14 @@ def _apply(custom: k8s.CustomObjectsApi, plural: str, body: dict[str, Any]) -> N
         custom.patch_cluster_custom_object(keys.GROUP, keys.VERSION, plural, name, {"spec": body["spec"]})
 
 
-def wait_for_policy_status(custom: k8s.CustomObjectsApi, name: str, record: DemoRecord, timeout: float = 60.0) -> None:
-    """Wait until the bridge has written the policy's status for its generation (it has synced and acts)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        check_alive(record)
-        obj = custom.get_cluster_custom_object(keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, name)
-        if (obj.get("status") or {}).get("observedGeneration") == obj["metadata"].get("generation"):
-            return
-        if time.monotonic() > deadline:
-            raise DemoError(f"the bridge wrote no status on DeploymentPolicy {name} within {timeout:.0f}s; "
-                            f"see {record.components['bridge'].log}")
-        time.sleep(0.5)
+def apply_objects(custom: k8s.CustomObjectsApi, objects: DemoObjects) -> None:
+    """Create or update the policy, then the Packages, one right after the other.
 
-
-def apply_objects(custom: k8s.CustomObjectsApi, objects: DemoObjects, record: DemoRecord) -> None:
-    """Create or update the policy, wait for the bridge to see it, then the Packages one right after the other.
-
-    The bridge validates a Package against its policy; and Packages applied together while the bridge
-    is up reach it together, so their fleet starts one wave carrying all of them (a bridge still
-    listing when they arrive may hand the fleet the first alone: two waves).
+    The bridge validates a Package against its policy. Packages applied together are meant to reach
+    their fleet together and roll out as one wave; when the bridge hands them over in two passes the
+    fleet runs two waves (the summary shows the waves; see tests/workflows/test_fleet_wave_race.py).
     """
     _apply(custom, keys.POLICY_PLURAL, objects.policy)
-    wait_for_policy_status(custom, objects.policy["metadata"]["name"], record)
     for package in objects.packages:
         _apply(custom, keys.PACKAGE_PLURAL, package)
 

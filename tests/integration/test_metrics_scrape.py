@@ -69,7 +69,7 @@ def running(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) ->
     try:
         procs.start_processes(launch, record)
         procs.wait_for_fleet(k8s.CoreV1Api(api), launch, record)
-        procs.apply_objects(k8s.CustomObjectsApi(api), objects, record)
+        procs.apply_objects(k8s.CustomObjectsApi(api), objects)
         yield Running(objects.package_names[0], record.metrics["worker"], record.metrics["bridge"])
     finally:
         procs.stop_processes(record)

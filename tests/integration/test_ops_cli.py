@@ -90,7 +90,7 @@ def rollout(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) ->
             env.setenv(RETRY_BACKOFF_ENV, "1")
             procs.start_processes(launch, record)
         nodes = procs.wait_for_fleet(k8s.CoreV1Api(api), launch, record)
-        procs.apply_objects(k8s.CustomObjectsApi(api), objects, record)
+        procs.apply_objects(k8s.CustomObjectsApi(api), objects)
         flags = ["--temporal-address", local_stack.temporal_address, "--kubeconfig", local_stack.kubeconfig]
         yield Rollout(objects.package_names[0], record.policy, nodes, failing, flags, Path(record.sandbox_dir))
     finally:
