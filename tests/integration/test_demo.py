@@ -60,15 +60,15 @@ def boot_ids(core: k8s.CoreV1Api, selector: str) -> Iterator[dict[str, list[str]
         thread.join(timeout=10)
 
 
-def cordon_events(core: k8s.CoreV1Api, nodes: list[str], since: datetime) -> dict[str, int]:
-    """`Cordoned` Events noderoll recorded on these Nodes since `since`."""
-    events = core.list_namespaced_event("default", field_selector="involvedObject.kind=Node,reason=Cordoned").items
-    counts = dict.fromkeys(nodes, 0)
+def node_events(core: k8s.CoreV1Api, reason: str, nodes: list[str], since: datetime) -> dict[str, list[str]]:
+    """The messages of the `reason` Events noderoll recorded on these Nodes since `since`."""
+    events = core.list_namespaced_event("default", field_selector=f"involvedObject.kind=Node,reason={reason}").items
+    found: dict[str, list[str]] = {node: [] for node in nodes}
     for event in events:
         at = event.first_timestamp or event.metadata.creation_timestamp
-        if event.involved_object.name in counts and at is not None and at >= since.replace(microsecond=0):
-            counts[event.involved_object.name] += 1
-    return counts
+        if event.involved_object.name in found and at is not None and at >= since.replace(microsecond=0):
+            found[event.involved_object.name].append(event.message or "")
+    return found
 
 
 def _rows(stdout: str) -> dict[str, list[str]]:
@@ -112,7 +112,14 @@ def test_demo_rolls_both_packages_with_one_drain_and_one_reboot_per_node(
     nodes = sorted(seen)
     assert len(nodes) == NODES, seen
     assert {node: len(ids) - 1 for node, ids in seen.items()} == dict.fromkeys(nodes, 1), seen
-    assert cordon_events(core, nodes, began) == dict.fromkeys(nodes, 1)
+    assert {n: len(m) for n, m in node_events(core, "Cordoned", nodes, began).items()} == dict.fromkeys(nodes, 1)
+    # One window per node carries both Packages (per-Package rollouts gave every node two windows).
+    # The canary node may get them in two windows (sysctl-tuning's without a drain) while the fleet's
+    # known two-wave defect lasts (tests/workflows/test_fleet_wave_race.py); then: every node.
+    windows = node_events(core, "WindowStarted", nodes, began)
+    both = [f"sysctl-tuning{suffix} 1.0.0, kmod-blocklist{suffix} 1.0.0 (drain)"]
+    shared = [n for n, found in windows.items() if [m.removeprefix("node window for ") for m in found] == both]
+    assert len(shared) >= NODES - 1, windows
 
     # Without a terminal the display is one line per change: the fleet, its batches and node stages.
     assert re.search(rf"fleet/gpu-fleet{suffix}: phase Canary, wave \d+, batch #1", output), output[-6000:]
