@@ -249,6 +249,9 @@ class Ops:
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 raise NoAnswer(f"{handle.id} has never run") from err
+            if err.status == RPCStatusCode.DEADLINE_EXCEEDED:
+                raise NoAnswer(f"{handle.id} did not answer within {QUERY_TIMEOUT.seconds}s "
+                               "(is a worker polling its task queue?)") from err
             raise NoAnswer(f"{handle.id} did not answer: {err.message}") from err
         return progress_from_json(answer)
 

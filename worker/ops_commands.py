@@ -42,11 +42,13 @@ SIGNAL_HELP = {
                         "for the Package, or every Package of the fleet with --fleet)",
 }
 SIGNAL_DONE = {
-    names.SIGNAL_PAUSE: "no new windows for it; windows in flight finish; `noderoll resume {t}` continues",
-    names.SIGNAL_RESUME: "it takes part in new windows again",
+    names.SIGNAL_PAUSE: "kept out of new windows; windows in flight finish; `noderoll resume {t}` continues",
+    names.SIGNAL_RESUME: "back in new windows",
     names.SIGNAL_HALT: "requests not yet started are withdrawn; `noderoll resume {t}` continues",
     names.SIGNAL_RETRY: "erroring and blocked nodes are asked again",
 }
+# What a resume of the whole fleet does besides.
+WHOLE_FLEET_RESUME = "; a halt is lifted and a canary awaiting manual promotion is promoted"
 
 
 def _console() -> Console:
@@ -154,8 +156,10 @@ def _signal_command(name: str) -> Callable[[argparse.Namespace], int]:
             for note in (*target.notes, *_whole_fleet_hints(target, name)):
                 print(f"note: {note}", file=sys.stderr)
             again = args.package or f"--fleet {target.fleet}"
-            print(f"{name} sent to {names.fleet_workflow_id(target.fleet)} for {_describe(target)}: "
-                  + SIGNAL_DONE[name].format(t=again))
+            done = SIGNAL_DONE[name].format(t=again)
+            if name == names.SIGNAL_RESUME and target.scope.is_empty():
+                done += WHOLE_FLEET_RESUME
+            print(f"{name} sent to {names.fleet_workflow_id(target.fleet)} for {_describe(target)}: {done}")
             return 0
 
         return _run(args, body)
