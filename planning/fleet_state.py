@@ -11,7 +11,8 @@ the nodes are listed again, a new batch planner is built over them (same node or
 key is the fleet, not a Package version) and the wave's records start empty, so a node whose
 window already carried the change is done (its recorded state shows it) and any other node with
 work pending gets one window for everything pending there. A wave that changes no Package (a
-policy edit) runs no canary; otherwise the canary covers each changed Package.
+policy edit) runs no canary; otherwise the canary covers each changed Package. A Package removed
+without uninstall starts no wave: it just leaves the windows not yet handed out.
 
 Per node and wave the fleet records each carried Package's outcome. A node is asked at most once
 per wave for a Package: only `retry` (or a new wave) clears an outcome, except `blocked`
@@ -128,8 +129,11 @@ def set_spec(state: FleetState, spec: FleetSpec) -> bool:
     """Take a new desired state; True when it wants a new wave (a revision or the policy changed)."""
     state.spec = spec
     wanted = {e.name: package_revision(e) for e in spec.packages}
-    if wanted != state.revisions or policy_revision(spec) != state.policy_revision:
+    if any(state.revisions.get(p) != r for p, r in wanted.items()) or policy_revision(spec) != state.policy_revision:
         state.wave_wanted = True
+    elif not state.wave_wanted:
+        # Only removals (a Package deleted without uninstall): nothing new to roll out.
+        state.revisions = {p: r for p, r in state.revisions.items() if p in wanted}
     return state.wave_wanted
 
 
@@ -193,7 +197,8 @@ def wanted(state: FleetState, node: str) -> list[str]:
         return []
     record = state.records.get(node)
     done = set(record.outcomes) if record else set()
-    return [p for p in targets.pending if p not in done and not _operator_paused(state, p)]
+    current = state.revisions
+    return [p for p in targets.pending if p in current and p not in done and not _operator_paused(state, p)]
 
 
 def startable(state: FleetState) -> set[str]:
