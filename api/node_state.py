@@ -1,7 +1,8 @@
 """The `noderoll.io/state` node annotation: what each package has done on one node. Pure (no I/O).
 
 Schema (docs/architecture.md): `{"packages": {"<name>": {"version", "image", "stage", "state",
-"attempts", "lastError", "config": {key: sha256}, "updatedAt"}}}`, one entry per package name
+"attempts", "lastError", "config": {key: sha256}, "updatedAt", "action", "targetConfig"}}}`, one
+entry per package name
 (the version installed or being installed). The node workflow is the only writer. Garbage in the
 annotation is reported and read as "nothing recorded" (the package checks then decide), never a
 crash; unknown fields are ignored so an older noderoll can read a newer annotation.
@@ -34,6 +35,10 @@ class PackageNodeState(LenientModel):
     # The operation in progress (written when it starts), so a resumed plan continues the same
     # sequence; None for entries written without it (then a complete entry counts as finished).
     action: PlanAction | None = None
+    # Config key -> sha256 of the config the recorded operation applies: written when it starts,
+    # dropped when it finishes (then `config` holds it). A resumed operation past its config stage
+    # runs that stage again when the desired config is not this one. None when unknown.
+    target_config: dict[str, str] | None = None
 
     def is_complete(self) -> bool:
         """True when the recorded operation finished."""

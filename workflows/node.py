@@ -56,7 +56,13 @@ with workflow.unsafe.imports_passed_through():
         NodeWorkflowInput,
     )
     from workflows.node_fleet import FleetWindowCall, run_fleet_window
-    from workflows.node_window import API_RETRY, API_TIMEOUT, WindowContext, WindowRun
+    from workflows.node_window import (
+        API_RETRY,
+        API_TIMEOUT,
+        CONFIG_STAGE_ON_CONFIG_CHANGE,
+        WindowContext,
+        WindowRun,
+    )
 
 NODE_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTR_NODE)
 PHASE_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTR_PHASE)
@@ -322,7 +328,11 @@ class NodeWorkflow:
             except ValidationError as err:
                 await self._answer_now(request, State.ERRORING, f"{errors.INVALID_SPEC}: {err}")
         uninstall = frozenset(n for n, r in self._pending.items() if r.uninstall)
-        plan = plan_node(NodePlanInput(node=input.node, recorded=recorded, desired=specs, uninstall=uninstall))
+        # Runs recorded before the fix of issue #12 (a complete config change taken for an
+        # unfinished one) replay with the rule they ran with.
+        legacy = not workflow.patched(CONFIG_STAGE_ON_CONFIG_CHANGE)
+        plan = plan_node(NodePlanInput(node=input.node, recorded=recorded, desired=specs, uninstall=uninstall,
+                                       legacy_resume=legacy))
         if plan.error:
             for request in list(self._pending.values()):
                 await self._answer_now(request, State.BLOCKED, plan.error)

@@ -77,6 +77,8 @@ STAGE_AND_CHECK_ONE_JOB = "stage-and-check-one-job"
 # Runs recorded before this patch ran a dependent's stages even when its dependency had failed
 # earlier in the same window.
 SKIP_DEPENDENTS_OF_FAILED = "skip-dependents-of-failed"
+# Runs recorded before this patch planned with `legacy_resume` and wrote no `targetConfig` (issue #12).
+CONFIG_STAGE_ON_CONFIG_CHANGE = "config-stage-on-config-change"
 
 
 class WindowRun:
@@ -154,7 +156,11 @@ class WindowRun:
             previous = self.state.packages.get(name)
             base = PackageNodeState(version=spec.version, image=spec.image,
                                     config=previous.config if previous and previous.version == spec.version else {})
-            self.state.packages[name] = base.model_copy(update={"action": package_plan.action})
+            update: dict[str, object] = {"action": package_plan.action}
+            if workflow.patched(CONFIG_STAGE_ON_CONFIG_CHANGE):
+                # What this operation applies, so a resume after it stopped can tell a newer config.
+                update["target_config"] = config_hashes(spec.config)
+            self.state.packages[name] = base.model_copy(update=update)
             self._set(name, EntryUpdate(package_plan.stages[0], State.IN_PROGRESS))
 
     async def _prepare_node(self) -> None:
@@ -274,7 +280,8 @@ class WindowRun:
                 self.state.packages.pop(name, None)
                 continue
             entry = self.state.packages[name]
-            self.state.packages[name] = entry.model_copy(update={"config": config_hashes(self.ctx.specs[name].config)})
+            self.state.packages[name] = entry.model_copy(
+                update={"config": config_hashes(self.ctx.specs[name].config), "target_config": None})
             self._set(name, EntryUpdate(plan.stages[-1], State.COMPLETE, entry.attempts))
 
     def _fail_all(self, stage: str, message: str) -> None:
