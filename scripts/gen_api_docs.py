@@ -16,6 +16,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import api.keys  # noqa: E402
 import api.package  # noqa: E402
 import api.policy  # noqa: E402
 
@@ -120,7 +121,24 @@ def render() -> str:
     ]
     for plural, module in CRDS:
         lines.extend(_section(plural, module))
+    lines.extend(_node_keys())
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _node_keys() -> list[str]:
+    """The node keys (contract) from `api.keys.NODE_KEYS`."""
+    out = [
+        "## Node keys",
+        "",
+        "What noderoll reads and writes on Nodes (contract names, defined once in `api/keys.py`).",
+        "",
+        "| key | kind | meaning |",
+        "| --- | --- | --- |",
+    ]
+    for key, kind, meaning in api.keys.NODE_KEYS:
+        out.append(f"| `{key}` | {kind} | {meaning.replace('|', chr(92) + '|')} |")
+    out.append("")
+    return out
 
 
 def main() -> int:
