@@ -340,6 +340,7 @@ def test_unreadable_state_holds_the_node_until_an_operator_acts(
         _wait_ready(system, package, 2)
         assert _node_jobs(system, package, node) == []
         assert_eventually(lambda: system.node_status_label(node) == "complete", timeout=60, interval=0.5)
+        assert [e for e in system.events(node) if e.startswith("StateRepaired:")]
     else:
         return
     conditions = {c.type: c.status for c in system.node(node).status.conditions or []}
