@@ -23,7 +23,7 @@ from crd_bridge.decisions import RolloutState
 from crd_bridge.node_changes import node_view
 from crd_bridge.reconciler import Reconciler
 from crd_bridge.status_writer import StatusWrite, without_empty_strings, write_status
-from planning.status import render_package_status
+from planning.status import package_view, render_package_status
 from planning.targets import is_candidate
 from worker.metrics import node_counts, publish_budget, publish_progress, set_package_nodes
 from workflows.messages import QUERY_BUDGET_STATUS, BudgetStatus
@@ -65,7 +65,8 @@ class StatusPoller:
                 self.reconcile_soon(name)
                 return
             raise
-        publish_progress(name, progress)
+        # The phase gauge shows what the Package shows (`Blocked` for a Complete rollout with blocked nodes).
+        publish_progress(name, package_view(progress))
         if obj is None:
             return
         record = rec.last_handled(name, obj)
