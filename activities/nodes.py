@@ -29,19 +29,22 @@ from activities.io import (
 )
 from api.keys import (
     CONDITION_ERRORING,
+    CONDITION_STATE_MALFORMED,
     CONDITION_UPDATING,
     CORDONED_BY_ANNOTATION,
     CORDONED_BY_VALUE,
     NODE_STATE_ANNOTATION,
     NODE_STATUS_LABEL,
 )
+from planning.node_marks import READABLE_MESSAGE, REASON_READABLE
 
 CONFLICT_RETRIES = 8
 EVENT_NAMESPACE = "default"
 EVENT_SOURCE = "noderoll"
 
 
-def _get_node(name: str) -> client.V1Node:
+def get_node(name: str) -> client.V1Node:
+    """Read the Node; a missing one is the non-retryable `NodeNotFound`."""
     try:
         return kube.core().read_node(name)
     except ApiException as err:
@@ -56,7 +59,7 @@ def patch_node_with_retry(name: str, build: Callable[[client.V1Node], dict[str, 
     A 409 (someone else wrote the node in between) re-reads and rebuilds, up to CONFLICT_RETRIES.
     """
     for _ in range(CONFLICT_RETRIES):
-        node = _get_node(name)
+        node = get_node(name)
         patch = build(node)
         if patch is None:
             return node
@@ -101,7 +104,7 @@ def snapshot(node: client.V1Node) -> ReadNodeResult:
 @activity.defn(name="read_node")
 def read_node(input: NodeInput) -> ReadNodeResult:
     """Snapshot of the node (missing node: non-retryable `NodeNotFound`)."""
-    return snapshot(_get_node(input.node))
+    return snapshot(get_node(input.node))
 
 
 @activity.defn(name="cordon_node")
@@ -150,7 +153,8 @@ def uncordon_node(input: NodeInput) -> UncordonNodeResult:
     return outcome
 
 
-def _condition(kind: str, on: bool, reason: str, message: str) -> dict[str, Any]:
+def node_condition(kind: str, on: bool, reason: str, message: str) -> dict[str, Any]:
+    """A NodeCondition as patch JSON (message cut to 1,024 characters), stamped now."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "type": kind,
@@ -164,7 +168,7 @@ def _condition(kind: str, on: bool, reason: str, message: str) -> dict[str, Any]
 
 @activity.defn(name="write_node_state")
 def write_node_state(input: WriteNodeStateInput) -> None:
-    """Write one state transition: annotation + status label (one patch), the two conditions, Events."""
+    """Write one state transition: annotation + status label (one patch), the conditions, Events."""
 
     metadata: dict[str, Any] = {"labels": {NODE_STATUS_LABEL: input.status}}
     if input.state_annotation is not None:
@@ -179,9 +183,12 @@ def write_node_state(input: WriteNodeStateInput) -> None:
         kube.raise_for(err, f"patch node {input.node}")
     reason = input.status.replace("-", " ").title().replace(" ", "")
     conditions = [
-        _condition(CONDITION_UPDATING, input.updating, reason, input.message or input.status),
-        _condition(CONDITION_ERRORING, input.erroring, reason, input.message or input.status),
+        node_condition(CONDITION_UPDATING, input.updating, reason, input.message or input.status),
+        node_condition(CONDITION_ERRORING, input.erroring, reason, input.message or input.status),
     ]
+    if input.state_annotation is not None:
+        # The window just wrote the annotation, so it reads (planning/node_marks.py: the other writer).
+        conditions.append(node_condition(CONDITION_STATE_MALFORMED, False, REASON_READABLE, READABLE_MESSAGE))
     try:
         # Strategic merge: NodeStatus.conditions merge by `type`, so the kubelet's conditions stay.
         kube.core().patch_node_status(

@@ -70,7 +70,11 @@ class Promotion(StrEnum):
 
 
 class RolloutPhase(StrEnum):
-    """Phase of a Package rollout (also the `NoderollPhase` search attribute on rollouts)."""
+    """Phase of a Package rollout (also the `NoderollPhase` search attribute on rollouts).
+
+    `Blocked` is never set by a rollout: the Package status (and `noderoll status`) shows it for a
+    rollout that is `Complete` while targeted nodes are blocked (`planning.status.package_view`).
+    """
 
     PENDING = "Pending"
     CANARY = "Canary"
@@ -78,6 +82,7 @@ class RolloutPhase(StrEnum):
     PAUSED = "Paused"
     HALTED = "Halted"
     COMPLETE = "Complete"
+    BLOCKED = "Blocked"
     FAILED = "Failed"
     INVALID = "Invalid"
     UNINSTALLING = "Uninstalling"
@@ -92,6 +97,17 @@ class PlanAction(StrEnum):
     UNINSTALL = "uninstall"
     CONFIG = "config"
     NONE = "none"
+
+
+class NodeMarkKind(StrEnum):
+    """What a rollout (or a node workflow) shows on a node it cannot update (`planning/node_marks.py`)."""
+
+    # `noderoll.io/state` unreadable: condition StateMalformed True, Warning Event, label blocked.
+    STATE_MALFORMED = "state-malformed"
+    # `noderoll.io/state` reads again after being marked: condition False, label from the state.
+    STATE_REPAIRED = "state-repaired"
+    # A targeted node the package cannot reach (an untolerated taint): label blocked.
+    BLOCKED = "blocked"
 
 
 class CanaryPhase(StrEnum):

@@ -23,7 +23,7 @@ from crd_bridge.fleets import raw_fleet
 from crd_bridge.node_changes import node_view
 from crd_bridge.reconciler import Reconciler
 from crd_bridge.status_writer import StatusWrite, without_empty_strings, write_status
-from planning.status import render_package_status
+from planning.status import package_view, render_package_status
 from planning.targets import is_candidate
 from protocol.names import DEFAULT_FLEET
 from worker.metrics import node_counts, publish_fleet, publish_progress, set_package_nodes
@@ -60,7 +60,8 @@ class StatusPoller:
         publish_fleet(fleet, progress)
         for name, report in sorted(progress.packages.items()):
             obj = rec.cache.get(keys.PACKAGE_KIND, name)
-            publish_progress(name, report)
+            # The phase gauge shows what the Package shows (`Blocked` for a Complete rollout with blocked nodes).
+            publish_progress(name, package_view(report))
             if obj is None or raw_fleet(obj) != fleet and not obj["metadata"].get("deletionTimestamp"):
                 continue
             if obj["metadata"].get("deletionTimestamp"):

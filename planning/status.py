@@ -2,9 +2,15 @@
 
 The rollout workflow answers its `progress` query with a `RolloutProgress`; the bridge calls
 `render_package_status(progress, generation, previous)` and writes the result to the status
-subresource. Conditions follow Kubernetes conventions (metav1.Condition):
-* `Ready`: True only when the phase is Complete for the current generation (so
-  `kubectl wait --for=condition=Ready` and GitOps health checks work); `observedGeneration` set;
+subresource. What the Package shows is `package_view(progress)`: a rollout that is `Complete` while
+targeted nodes are blocked shows phase `Blocked` (it did everything it can; the rest needs the
+block lifted), and the message names the blocked nodes when the rollout has nothing else to say.
+Conditions follow Kubernetes conventions (metav1.Condition):
+* `Ready`: True only when the phase is Complete for the current generation and no targeted node is
+  blocked (so `kubectl wait --for=condition=Ready` and GitOps health checks mean "every targeted
+  node updated"); `observedGeneration` set. While nodes are blocked it is False with reason
+  `NodesBlocked` (unless the rollout halted, failed or is invalid: that phase is the reason) and the
+  message names them with their reasons (`blocked_summary`: the first `BLOCKED_SHOWN`, then a count);
 * `Progressing`: True while the rollout works (Pending, Canary, Progressing, Uninstalling);
 * `Degraded`: True when nodes are erroring or blocked, or the rollout halted, failed or is invalid.
 `lastTransitionTime` is kept from `previous` when a condition's status did not change, else it
@@ -16,7 +22,7 @@ is `progress.updated_at` (the workflow's clock): the function reads no clock its
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from api.enums import CanaryPhase, ConditionType, RolloutPhase, State
@@ -33,6 +39,10 @@ from api.status import (
 
 _WORKING = {RolloutPhase.PENDING, RolloutPhase.CANARY, RolloutPhase.PROGRESSING, RolloutPhase.UNINSTALLING}
 _BAD = {RolloutPhase.HALTED, RolloutPhase.FAILED, RolloutPhase.INVALID}
+NODES_BLOCKED = "NodesBlocked"
+# Blocked nodes named in a condition or message (all of them are in `status.blockedNodes`).
+BLOCKED_SHOWN = 5
+REASON_CHARS = 200
 
 
 @dataclass
@@ -64,6 +74,25 @@ def _count(progress: RolloutProgress, state: State) -> int:
     return int(progress.counts.get(state.value, 0))
 
 
+def blocked_summary(blocked: Mapping[str, str]) -> str:
+    """`N node(s) blocked: a (reason); b (reason)` for the first BLOCKED_SHOWN nodes, then a count."""
+    names = sorted(blocked)
+    shown = []
+    for name in names[:BLOCKED_SHOWN]:
+        reason = blocked[name] or "no reason given"
+        cut = reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 3] + "..."
+        shown.append(f"{name} ({cut})")
+    more = f"; and {len(names) - BLOCKED_SHOWN} more (see status.blockedNodes)" if len(names) > BLOCKED_SHOWN else ""
+    return f"{len(names)} node(s) blocked: " + "; ".join(shown) + more
+
+
+def package_view(progress: RolloutProgress) -> RolloutProgress:
+    """`progress` as the Package shows it: `Complete` with blocked nodes is `Blocked` (module rules)."""
+    if progress.phase is not RolloutPhase.COMPLETE or not progress.blocked:
+        return progress
+    return replace(progress, phase=RolloutPhase.BLOCKED, message=progress.message or blocked_summary(progress.blocked))
+
+
 def _keep_transition_times(
     conditions: list[Condition], previous: Sequence[Mapping[str, Any]]
 ) -> list[Condition]:
@@ -79,18 +108,27 @@ def _keep_transition_times(
 
 def render_conditions(progress: RolloutProgress, generation: int) -> list[Condition]:
     """The Ready, Progressing and Degraded conditions for `progress` (module rules)."""
+    progress = package_view(progress)
     phase, now = progress.phase, progress.updated_at
     complete = _count(progress, State.COMPLETE)
-    summary = progress.message or f"{complete}/{progress.total_nodes} nodes complete"
-    ready = phase is RolloutPhase.COMPLETE
+    counted = f"{complete}/{progress.total_nodes} nodes complete"
+    summary = progress.message or counted
+    ready = phase is RolloutPhase.COMPLETE and not progress.blocked
+    blocked = blocked_summary(progress.blocked) if progress.blocked else ""
+    ready_reason = phase.value if phase in _BAD or not blocked else NODES_BLOCKED
+    ready_message = summary
+    if blocked:
+        # The counts, what the rollout says (unless it is this very summary), then who is blocked and why.
+        said = [progress.message] if progress.message and progress.message != blocked else []
+        ready_message = "; ".join([counted, *said, blocked])
     degraded_reasons = []
     if progress.erroring:
         degraded_reasons.append(f"{len(progress.erroring)} node(s) erroring")
-    if progress.blocked:
-        degraded_reasons.append(f"{len(progress.blocked)} node(s) blocked")
-    degraded = phase in _BAD or bool(degraded_reasons)
+    if blocked and blocked != summary:
+        degraded_reasons.append(blocked)
+    degraded = phase in _BAD or bool(progress.erroring) or bool(progress.blocked)
     degraded_reason = (
-        phase.value if phase in _BAD else ("NodesErroring" if progress.erroring else "NodesBlocked")
+        phase.value if phase in _BAD else ("NodesErroring" if progress.erroring else NODES_BLOCKED)
     )
 
     def condition(kind: ConditionType, status: bool, reason: str, message: str) -> Condition:
@@ -105,7 +143,7 @@ def render_conditions(progress: RolloutProgress, generation: int) -> list[Condit
 
     degraded_message = "; ".join([summary, *degraded_reasons]) if degraded else ""
     return [
-        condition(ConditionType.READY, ready, phase.value, summary),
+        condition(ConditionType.READY, ready, ready_reason, ready_message),
         condition(ConditionType.PROGRESSING, phase in _WORKING, phase.value, summary),
         condition(
             ConditionType.DEGRADED, degraded, degraded_reason if degraded else "AsExpected", degraded_message
@@ -117,6 +155,7 @@ def render_package_status(
     progress: RolloutProgress, generation: int, previous: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """The Package `status` (CRD JSON) for `progress` at `generation`; `previous` is the current status."""
+    progress = package_view(progress)
     complete = _count(progress, State.COMPLETE)
     conditions = render_conditions(progress, generation)
     conditions = _keep_transition_times(conditions, (previous or {}).get("conditions") or [])

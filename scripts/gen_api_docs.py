@@ -16,6 +16,7 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import api.keys  # noqa: E402
 import api.package  # noqa: E402
 import api.policy  # noqa: E402
 import planning.runtime_taint  # noqa: E402
@@ -124,7 +125,24 @@ def render() -> str:
     lines += ["## The runtime-required taint", ""]
     lines += [line.rstrip() for line in (planning.runtime_taint.__doc__ or "").strip().splitlines()[2:]]
     lines += ["", "The rule is `planning/runtime_taint.py`; the bridge applies it to every Node.", ""]
+    lines.extend(_node_keys())
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _node_keys() -> list[str]:
+    """The node keys (contract) from `api.keys.NODE_KEYS`."""
+    out = [
+        "## Node keys",
+        "",
+        "What noderoll reads and writes on Nodes (contract names, defined once in `api/keys.py`).",
+        "",
+        "| key | kind | meaning |",
+        "| --- | --- | --- |",
+    ]
+    for key, kind, meaning in api.keys.NODE_KEYS:
+        out.append(f"| `{key}` | {kind} | {meaning.replace('|', chr(92) + '|')} |")
+    out.append("")
+    return out
 
 
 def main() -> int:

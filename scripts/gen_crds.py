@@ -271,7 +271,11 @@ def package_status() -> Schema:
     return obj(
         "Observed state of the rollout, written by the noderoll bridge.",
         {
-            "phase": string("Rollout phase.", enum=[p.value for p in RolloutPhase]),
+            "phase": string(
+                "Rollout phase. Blocked: the rollout did everything it can, but targeted nodes are blocked "
+                "(see blockedNodes); Ready stays False until they are updated.",
+                enum=[p.value for p in RolloutPhase],
+            ),
             "observedGeneration": integer("The metadata.generation this status describes.", format="int64"),
             "version": string("The version being rolled out."),
             "message": string("Human-readable summary."),
@@ -292,7 +296,9 @@ def package_status() -> Schema:
                 },
             ),
             "blockedNodes": node_reasons(
-                "Nodes that cannot proceed and why (drain blocked, ignored, untolerated taint...)."
+                "Targeted nodes that cannot be updated now and why (an untolerated taint, an unreadable "
+                "noderoll.io/state, a dependency not complete there...); each carries noderoll.io/status=blocked "
+                "unless its own window runs or it is erroring (dependency waits keep their label)."
             ),
             "erroringNodes": node_reasons("Nodes where a stage failed, with the error."),
             "conditions": conditions(),

@@ -33,7 +33,7 @@ from api.enums import CanaryPhase, RolloutPhase
 from api.node_state import NodeState, PackageNodeState, parse_node_state
 from api.status import PackageStatus
 from localstack.state import resolve_connection
-from planning.status import RolloutProgress
+from planning.status import RolloutProgress, package_view
 from worker.temporal_client import connect
 
 QUERY_TIMEOUT = timedelta(seconds=5)
@@ -220,7 +220,8 @@ class Ops:
     async def package_view(self, package: str) -> PackageView:
         """Progress from the query, else from the Package status; OpsError when neither exists."""
         try:
-            return PackageView(package, await self.query_progress(package), "temporal query")
+            # As the Package shows it (phase `Blocked`, blocked nodes named), like the bridge's status.
+            return PackageView(package, package_view(await self.query_progress(package)), "temporal query")
         except RPCError as err:
             query_error = err
         obj = self.read_package(package)

@@ -28,6 +28,7 @@ STATE_STYLE = {
 PHASE_STYLE = {
     RolloutPhase.COMPLETE: "bold green", RolloutPhase.FAILED: "bold red", RolloutPhase.HALTED: "bold red",
     RolloutPhase.INVALID: "bold red", RolloutPhase.PAUSED: "bold yellow", RolloutPhase.CANARY: "bold cyan",
+    RolloutPhase.BLOCKED: "bold magenta",
 }
 COUNT_ORDER = (State.WAITING, State.IN_PROGRESS, State.COMPLETE, State.ERRORING, State.BLOCKED, State.SKIPPED)
 

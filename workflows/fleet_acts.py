@@ -20,7 +20,8 @@ with workflow.unsafe.imports_passed_through():
     from protocol import names
     from protocol.activities import ListFleetNodesInput, ListFleetNodesResult, RequestWindowsInput
     from protocol.fleet import FleetInput, PackageOrder, WindowCancel, WindowRequest
-    from workflows.fleet_codec import selection_from_json
+    from workflows.fleet_codec import marks_from_json, selection_from_json
+    from workflows.node_marks import mark_nodes
 
 ACTIVITY_TIMEOUT = timedelta(minutes=5)
 # Requests per `request_windows` call: keeps each activity payload well under 2 MB.
@@ -84,6 +85,7 @@ class FleetActs:
         )
         self._listed_at = workflow.now()
         self._resolved = True
+        await mark_nodes(marks_from_json(result.marks))
         return selection_from_json(result.selection)
 
     async def _start_wave(self) -> None:

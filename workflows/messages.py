@@ -93,6 +93,9 @@ class NodeResult:
     # True when the node was cordoned, drained or interrupted for this result.
     disrupted: bool = False
     log_tail: str = ""
+    # `blocked` because the node is held (its state annotation cannot be read): the rollout treats
+    # the node as its listing would (blocked, requested again once a listing finds it readable).
+    held: bool = False
 
 
 @dataclass

@@ -13,7 +13,7 @@ from api.package import PackageSpec
 from api.policy import DeploymentPolicySpec
 from fleetsim.context import PREFIX_LABEL
 from fleetsim.workloads import PROTECTED_LABEL
-from planning.status import RolloutProgress, render_package_status
+from planning.status import RolloutProgress, package_view, render_package_status
 from worker.demo_resources import DemoNames, DemoTuning, demo_objects
 from worker.ops_client import NodeView, PackageView, is_finished, progress_from_status
 from worker.progress_view import (
@@ -106,6 +106,20 @@ def test_status_renderings_name_phase_counts_batch_and_reasons() -> None:
     data = progress_json(view)
     assert data["phase"] == "Progressing" and data["erroring"] == {"n-3": "apply exited 7"}
     assert data["package"] == "pkg" and data["source"] == "temporal query"
+
+
+def test_a_complete_rollout_with_a_blocked_node_shows_blocked_and_names_it_everywhere() -> None:
+    reason = "noderoll.io/state unreadable: not JSON (Expecting value at position 0); node held"
+    progress = _progress(phase=RolloutPhase.COMPLETE, counts={"complete": 3, "blocked": 1}, erroring={},
+                         blocked={"n-3": reason})
+    # From the query (what `noderoll status` gets) and from the Package status (its fallback): the same.
+    for view in (PackageView("pkg", package_view(progress), "temporal query"),
+                 PackageView("pkg", progress_from_status(render_package_status(progress, 1)), "Package status")):
+        assert view.progress.phase is RolloutPhase.BLOCKED and not is_finished(view.progress)
+        table = _text(status_table([view]))
+        assert "Blocked" in table and "n-3" in table and "unreadable" in table
+        detail = _text(package_detail(view))
+        assert "blocked nodes" in detail and "n-3" in detail and "held" in detail
 
 
 def test_nodes_rendering() -> None:
