@@ -22,6 +22,9 @@ CORDONED_BY_ANNOTATION = "noderoll.io/cordoned-by"
 PAUSE_ANNOTATION = "noderoll.io/pause"
 CONDITION_UPDATING = "noderoll.io/Updating"
 CONDITION_ERRORING = "noderoll.io/Erroring"
+# True while a node window drains the node (reason: `api.enums.DrainReason`); written only by the
+# drain activities (activities/drain.py), read by the bridge and the CLI.
+CONDITION_DRAINING = "noderoll.io/Draining"
 RUNTIME_REQUIRED_TAINT_KEY = "noderoll.io/runtime-required"
 RUNTIME_REQUIRED_TAINT_VALUE = "true"
 RUNTIME_REQUIRED_TAINT_EFFECT = "NoSchedule"

@@ -18,6 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 import api.package  # noqa: E402
 import api.policy  # noqa: E402
+import api.status  # noqa: E402
 
 CRDS = [("packages", api.package), ("deploymentpolicies", api.policy)]
 
@@ -120,6 +121,8 @@ def render() -> str:
     ]
     for plural, module in CRDS:
         lines.extend(_section(plural, module))
+    lines += ["## Status written by noderoll", ""]
+    lines += [line.rstrip() for line in (api.status.__doc__ or "").strip().splitlines()[2:]]
     return "\n".join(lines).rstrip() + "\n"
 
 
