@@ -5,14 +5,16 @@ status subresource with `PackageStatus.dump()`. Conditions follow Kubernetes con
 (metav1.Condition fields, `Ready` with `observedGeneration`).
 
 A drain that waits is visible while it waits, not only when it times out. While a node window
-drains, the node carries the condition `noderoll.io/Draining=True` (reason `Evicting`); once
+evicts pods, the node carries the condition `noderoll.io/Draining=True` (reason `Evicting`); once
 evictions have been refused by PodDisruptionBudgets for 15 s in a row, the reason becomes
 `EvictionRefused` and the message names the refused pods and the PodDisruptionBudgets covering
 them with `disruptionsAllowed`, `currentHealthy`, `desiredHealthy` and `expectedPods`; while the
 window waits for pods matching `podNonInterruptLabels` the reason is `WaitingForProtectedPods`
-and the message names them. The message follows the blockers (re-read at most every 10 s). The
-same text is on one Event per wait on the node, updated rather than repeated (`count` = refused
-evictions so far): Warning `DrainBlocked`, or Normal `WaitingForProtectedPods`. When the drain
+and the message names them. The message follows the blockers (re-read with every eviction round,
+at least every 10 s). The same text is on one Event per wait on the node, updated rather than
+repeated when the blockers change and at least every minute (`count`: the refused evictions so
+far, or the updates of a protected-pods wait): Warning `DrainBlocked`, or Normal
+`WaitingForProtectedPods`. When the drain
 ends the condition turns False (`Drained`, `ProtectedPodsFinished`, or `DrainFailed` with the
 failure). A Package whose window on a node is held up this way lists the node in
 `status.drainBlockedNodes` (`node`, `reason`, `message`, `since`: when the drain began) and names
