@@ -106,6 +106,7 @@ def _node_events(core: client.CoreV1Api, node: str, reason: str) -> list[client.
     return [e for e in events if e.reason == reason]
 
 
+@pytest.mark.timeout(240)
 def test_blocked_drain_reports_pods_and_budgets_while_it_waits(
     node: str, kube_api_client: ApiClient, k8s_namespace: str,
 ) -> None:
@@ -136,9 +137,26 @@ def test_blocked_drain_reports_pods_and_budgets_while_it_waits(
         refused = max(d[0]["refused"] for d in beats.details)
         assert refused >= 3 and event.count >= 3, (refused, event.count)  # one Event for many refusals
         assert any("blocked" in d[0] for d in beats.details)
+        # A second blocker: the condition and the same Event follow it (updated, not a second Event).
+        run_pod(core, k8s_namespace, node, "duo")
+        kube.request_json("POST", pdb_path, {
+            "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": "duo-pdb"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "duo"}}},
+        })
+
+        def both() -> client.CoreV1Event:
+            [updated] = _node_events(core, node, "DrainBlocked")
+            assert f"{k8s_namespace}/duo-pdb (disruptionsAllowed=0" in updated.message, updated.message
+            assert f"{k8s_namespace}/solo-pdb (disruptionsAllowed=0" in updated.message
+            return updated
+
+        updated = assert_eventually(both, timeout=60, interval=1)
+        assert updated.count > event.count and updated.message == _draining(core, node).message
+        assert updated.first_timestamp == event.first_timestamp and updated.last_timestamp >= event.last_timestamp
+        kube.request_json("DELETE", f"{pdb_path}/duo-pdb")
         kube.request_json("DELETE", f"{pdb_path}/solo-pdb")
         result = drain.result(timeout=60)
-    assert f"{k8s_namespace}/solo" in result.evicted
+    assert {f"{k8s_namespace}/solo", f"{k8s_namespace}/duo"} <= set(result.evicted)
     ended = _draining(core, node)
     assert ended is not None and (ended.status, ended.reason) == ("False", "Drained")
     assert len(_node_events(core, node, "DrainBlocked")) == 1
