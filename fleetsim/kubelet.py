@@ -151,7 +151,7 @@ def resume_node(ctx: SimContext, node: SimNode) -> dict[str, int]:
 
     Running pods lost their containers: `restartPolicy` Always or OnFailure (a lost container exits
     non-zero) start them again, Never ends the pod Failed. Pods bound meanwhile start now, pods deleted
-    meanwhile are removed (nothing runs any more). Stage pods are left to their runner (the one
+    meanwhile are removed at once (nothing runs any more: no grace period to wait for). Stage pods are left to their runner (the one
     running at a reboot is the interrupt pod that asked for it). Returns counts per outcome.
     """
     listing = ctx.kube.request("GET", "/api/v1/pods", query={"fieldSelector": f"spec.nodeName={node.name}"})
@@ -160,7 +160,13 @@ def resume_node(ctx: SimContext, node: SimNode) -> dict[str, int]:
     for pod in listing.get("items", []):
         uid = pod["metadata"]["uid"]
         phase = (pod.get("status") or {}).get("phase")
-        if phase != "Running" or pod["metadata"].get("deletionTimestamp") or is_stage_pod(pod):
+        if pod["metadata"].get("deletionTimestamp") and not is_stage_pod(pod):
+            with ctx.lock:
+                ctx.terminating.add(uid)
+            # Its containers died with the reboot: no grace period left to honour.
+            ctx.scheduler.submit(lambda deleted=pod: _remove(ctx, deleted, None))
+            counts["other"] += 1
+        elif phase != "Running" or pod["metadata"].get("deletionTimestamp") or is_stage_pod(pod):
             counts["other"] += 1
             on_pod_event(ctx, "MODIFIED", pod)
         elif (pod.get("spec") or {}).get("restartPolicy", "Always") == "Never":
