@@ -292,13 +292,15 @@ def test_pods_follow_their_node_through_a_reboot(local_stack: Any, kube_api_clie
     core = client.CoreV1Api(kube_api_client)
 
     def pod(name: str, restart_policy: str = "Always", annotations: dict[str, str] | None = None) -> dict[str, Any]:
-        spec = {"nodeName": node, "restartPolicy": restart_policy, "containers": [{"name": "c", "image": "x"}]}
+        spec = {"nodeName": node, "restartPolicy": restart_policy, "terminationGracePeriodSeconds": 60,
+                "containers": [{"name": "c", "image": "x"}]}
         return {"metadata": {"name": name, "annotations": annotations or {}}, "spec": spec}
 
     def read(name: str) -> client.V1Pod:
         return core.read_namespaced_pod(name, k8s_namespace)
 
-    with running_fleet(local_stack, nodes=1, reboot_seconds=10.0) as fleet:
+    # Grace periods honoured up to 60 s, so a removal without one is told apart from one after it.
+    with running_fleet(local_stack, nodes=1, reboot_seconds=10.0, max_grace_seconds=60.0) as fleet:
         node = fleet.node_names[0]
         core.create_namespaced_pod(k8s_namespace, pod("web"))
         core.create_namespaced_pod(k8s_namespace, pod("batch", "Never", {"fleetsim.noderoll.io/run-seconds": "600"}))
@@ -337,8 +339,10 @@ def test_pods_follow_their_node_through_a_reboot(local_stack: Any, kube_api_clie
         # A restartPolicy Never pod does not run again: it failed with the reboot.
         batch = assert_eventually(lambda: read("batch") if read("batch").status.phase == "Failed" else False)
         assert batch.status.container_statuses[0].state.terminated.exit_code == 255
-        # A pod deleted while the node was down goes once the kubelet is back.
-        assert_eventually(lambda: not core.list_namespaced_pod(k8s_namespace, field_selector="metadata.name=doomed").items)
+        # A pod deleted while the node was down goes once the kubelet is back, without waiting for its
+        # 60 s grace period: its containers died with the reboot.
+        assert_eventually(lambda: not core.list_namespaced_pod(k8s_namespace, field_selector="metadata.name=doomed").items,
+                          timeout=20)
         # Someone else (the controller with a stale view of the node) marks a running pod not Ready: the
         # kubelet owns that condition and writes it back, as its status manager does.
         mark_not_ready(core, web)
