@@ -52,6 +52,7 @@ def on_pod_event(ctx: SimContext, kind: str, pod: dict[str, Any]) -> None:
         with ctx.lock:
             ctx.started.discard(uid)
             ctx.terminating.discard(uid)
+            ctx.runs.pop(uid, None)
         return
     if node.rebooting:
         return  # the kubelet is down; `resume_node` looks at every pod of the node when it is back
