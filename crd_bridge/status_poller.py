@@ -2,7 +2,9 @@
 
 Every `status_seconds` the leader asks each running rollout for its `progress` and writes the
 Package status rendered by `planning.status.render_package_status` (only when it changed: the writer
-compares). `observedGeneration` is the generation the rollout was last given (the last-handled
+compares), with the target nodes whose drain waits (`planning.drain.drain_blocks` over the cached
+Nodes' `noderoll.io/Draining` condition: the rollout does not know about a drain until its node
+answers). `observedGeneration` is the generation the rollout was last given (the last-handled
 record), so `kubectl wait --for=condition=Ready` means "this generation rolled out". A Package being
 deleted is checked for its rollout's end instead, so its finalizer goes as soon as the uninstall is
 done. Rollout gauges (`publish_progress`, node counts from the cached Nodes' state annotations) and
@@ -23,6 +25,7 @@ from crd_bridge.decisions import RolloutState
 from crd_bridge.node_changes import node_view
 from crd_bridge.reconciler import Reconciler
 from crd_bridge.status_writer import StatusWrite, without_empty_strings, write_status
+from planning.drain import drain_blocks
 from planning.status import package_view, render_package_status
 from planning.targets import is_candidate
 from worker.metrics import node_counts, publish_budget, publish_progress, set_package_nodes
@@ -72,7 +75,9 @@ class StatusPoller:
         record = rec.last_handled(name, obj)
         generation = record.generation if record is not None else int(obj["metadata"].get("generation") or 0)
         previous = obj.get("status") or {}
-        status = render_package_status(progress, generation, previous)
+        # Drains that wait on someone else's pods, from the cached Nodes' `noderoll.io/Draining`.
+        blocked = drain_blocks(name, rec.cache.of("Node").values())
+        status = render_package_status(progress, generation, previous, blocked)
         if await asyncio.to_thread(write_status, StatusWrite(keys.PACKAGE_KIND, name, status, previous)):
             # Keep the cache's copy current: the next round compares with what we just wrote.
             obj["status"] = without_empty_strings(status)
