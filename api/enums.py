@@ -35,6 +35,24 @@ class State(StrEnum):
     BLOCKED = "blocked"
 
 
+class DrainReason(StrEnum):
+    """Reason of the `noderoll.io/Draining` node condition (CamelCase, Kubernetes conventions)."""
+
+    # status True: the window drains the node
+    WAITING_FOR_PROTECTED_PODS = "WaitingForProtectedPods"
+    EVICTING = "Evicting"
+    EVICTION_REFUSED = "EvictionRefused"
+    # status False: the drain ended
+    DRAINED = "Drained"
+    PROTECTED_PODS_FINISHED = "ProtectedPodsFinished"
+    DRAIN_FAILED = "DrainFailed"
+
+    @property
+    def blocked(self) -> bool:
+        """True for the reasons that mean the drain waits on someone else's pods."""
+        return self in (DrainReason.WAITING_FOR_PROTECTED_PODS, DrainReason.EVICTION_REFUSED)
+
+
 class NodeStatus(StrEnum):
     """Value of the `noderoll.io/status` node label (contract strings)."""
 

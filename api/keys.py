@@ -28,6 +28,9 @@ CONDITION_STATE_MALFORMED = "noderoll.io/StateMalformed"
 # Its reason while True, and the Warning Event recorded on the Node when it turns True.
 STATE_MALFORMED_REASON = "ParseError"
 EVENT_STATE_MALFORMED = "StateMalformed"
+# True while a node window drains the node (reason: `api.enums.DrainReason`); written only by the
+# drain activities (activities/drain.py), read by the bridge and the CLI.
+CONDITION_DRAINING = "noderoll.io/Draining"
 RUNTIME_REQUIRED_TAINT_KEY = "noderoll.io/runtime-required"
 RUNTIME_REQUIRED_TAINT_VALUE = "true"
 RUNTIME_REQUIRED_TAINT_EFFECT = "NoSchedule"
@@ -53,6 +56,11 @@ NODE_KEYS: tuple[tuple[str, str, str], ...] = (
      f"`{CORDONED_BY_VALUE}` while noderoll holds the node's cordon; noderoll uncordons only what it cordoned."),
     (CONDITION_UPDATING, "condition", "True while a node window runs on the node."),
     (CONDITION_ERRORING, "condition", "True while a package ended erroring on the node (it waits for `retry`)."),
+    (CONDITION_DRAINING, "condition",
+     "True while a node window drains the node or waits for its protected pods (reason `Evicting`, "
+     "`WaitingForProtectedPods` or `EvictionRefused`; the message names the refused pods and the "
+     "PodDisruptionBudgets with their allowed disruptions); False when the wait ended (`Drained`, "
+     "`ProtectedPodsFinished`, `DrainFailed`). Written only by the drain activities."),
     (CONDITION_STATE_MALFORMED, "condition",
      f"True (reason `{STATE_MALFORMED_REASON}`, the problem as message, a Warning Event "
      f"`{EVENT_STATE_MALFORMED}`) while "

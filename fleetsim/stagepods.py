@@ -105,6 +105,10 @@ def _is_reboot(env: dict[str, str]) -> bool:
 def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
     """Play kubelet for one stage pod, from Pending to Succeeded/Failed (runs on the pool)."""
     uid, image = pod["metadata"]["uid"], _container(pod).get("image", "")
+    if node.rebooting:
+        with ctx.lock:
+            ctx.started.discard(uid)  # the node went down first: `kubelet.resume_node` starts it
+        return
     package_dir = ctx.images.resolve(image)
     if package_dir is None:
         patch_status(ctx.kube, pod, podstatus.waiting_status(pod, "ErrImagePull", f"fleetsim image store has no {image}"))

@@ -13,6 +13,9 @@ Conditions follow Kubernetes conventions (metav1.Condition):
   message names them with their reasons (`blocked_summary`: the first `BLOCKED_SHOWN`, then a count);
 * `Progressing`: True while the rollout works (Pending, Canary, Progressing, Uninstalling);
 * `Degraded`: True when nodes are erroring or blocked, or the rollout halted, failed or is invalid.
+Nodes whose drain waits on someone else's pods (`drain_blocked`, read by the bridge from the nodes'
+`noderoll.io/Draining` condition, `planning.drain`) are listed in `drainBlockedNodes` and named in
+the `Progressing` message: the window still runs within its bounds, so they are not `Degraded`.
 `lastTransitionTime` is kept from `previous` when a condition's status did not change, else it
 is `progress.updated_at` (the workflow's clock): the function reads no clock itself.
 `render_invalid_package_status` (phase Invalid, the validation problems as message) and
@@ -31,11 +34,13 @@ from api.status import (
     BatchStatus,
     CanaryStatus,
     Condition,
+    DrainBlockedNode,
     NodeCounts,
     NodeReason,
     PackageStatus,
     PolicyStatus,
 )
+from planning.drain import DrainBlock, drain_summary
 
 _WORKING = {RolloutPhase.PENDING, RolloutPhase.CANARY, RolloutPhase.PROGRESSING, RolloutPhase.UNINSTALLING}
 _BAD = {RolloutPhase.HALTED, RolloutPhase.FAILED, RolloutPhase.INVALID}
@@ -106,7 +111,9 @@ def _keep_transition_times(
     return out
 
 
-def render_conditions(progress: RolloutProgress, generation: int) -> list[Condition]:
+def render_conditions(
+    progress: RolloutProgress, generation: int, drain_blocked: Sequence[DrainBlock] = ()
+) -> list[Condition]:
     """The Ready, Progressing and Degraded conditions for `progress` (module rules)."""
     progress = package_view(progress)
     phase, now = progress.phase, progress.updated_at
@@ -144,7 +151,8 @@ def render_conditions(progress: RolloutProgress, generation: int) -> list[Condit
     degraded_message = "; ".join([summary, *degraded_reasons]) if degraded else ""
     return [
         condition(ConditionType.READY, ready, ready_reason, ready_message),
-        condition(ConditionType.PROGRESSING, phase in _WORKING, phase.value, summary),
+        condition(ConditionType.PROGRESSING, phase in _WORKING, phase.value,
+                  "; ".join(filter(None, [summary, drain_summary(drain_blocked)]))),
         condition(
             ConditionType.DEGRADED, degraded, degraded_reason if degraded else "AsExpected", degraded_message
         ),
@@ -152,12 +160,16 @@ def render_conditions(progress: RolloutProgress, generation: int) -> list[Condit
 
 
 def render_package_status(
-    progress: RolloutProgress, generation: int, previous: Mapping[str, Any] | None = None
+    progress: RolloutProgress,
+    generation: int,
+    previous: Mapping[str, Any] | None = None,
+    drain_blocked: Sequence[DrainBlock] = (),
 ) -> dict[str, Any]:
-    """The Package `status` (CRD JSON) for `progress` at `generation`; `previous` is the current status."""
+    """The Package `status` (CRD JSON) for `progress` at `generation`; `previous` is the current status;
+    `drain_blocked`: the target nodes whose drain waits (module rules)."""
     progress = package_view(progress)
     complete = _count(progress, State.COMPLETE)
-    conditions = render_conditions(progress, generation)
+    conditions = render_conditions(progress, generation, drain_blocked)
     conditions = _keep_transition_times(conditions, (previous or {}).get("conditions") or [])
     status = PackageStatus(
         phase=progress.phase,
@@ -178,6 +190,8 @@ def render_package_status(
         canary=CanaryStatus(phase=progress.canary_phase, nodes=sorted(progress.canary_nodes)),
         blocked_nodes=[NodeReason(node=n, reason=r) for n, r in sorted(progress.blocked.items())],
         erroring_nodes=[NodeReason(node=n, reason=r) for n, r in sorted(progress.erroring.items())],
+        drain_blocked_nodes=[DrainBlockedNode(node=b.node, reason=b.reason, message=b.message, since=b.since or None)
+                             for b in sorted(drain_blocked, key=lambda b: b.node)],
         conditions=conditions,
     )
     return status.dump()

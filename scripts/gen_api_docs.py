@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT))
 import api.keys  # noqa: E402
 import api.package  # noqa: E402
 import api.policy  # noqa: E402
+import api.status  # noqa: E402
 import planning.runtime_taint  # noqa: E402
 
 CRDS = [("packages", api.package), ("deploymentpolicies", api.policy)]
@@ -126,6 +127,8 @@ def render() -> str:
     lines += [line.rstrip() for line in (planning.runtime_taint.__doc__ or "").strip().splitlines()[2:]]
     lines += ["", "The rule is `planning/runtime_taint.py`; the bridge applies it to every Node.", ""]
     lines.extend(_node_keys())
+    lines += ["## Status written by noderoll", ""]
+    lines += [line.rstrip() for line in (api.status.__doc__ or "").strip().splitlines()[2:]]
     return "\n".join(lines).rstrip() + "\n"
 
 

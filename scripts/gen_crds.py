@@ -301,6 +301,20 @@ def package_status() -> Schema:
                 "unless its own window runs or it is erroring (dependency waits keep their label)."
             ),
             "erroringNodes": node_reasons("Nodes where a stage failed, with the error."),
+            "drainBlockedNodes": array(
+                "Target nodes whose drain waits on someone else's pods (from the node condition "
+                "noderoll.io/Draining): evictions refused by PodDisruptionBudgets, or protected pods still running.",
+                obj(
+                    "A node whose drain waits.",
+                    {
+                        "node": string("Node name."),
+                        "reason": string("EvictionRefused or WaitingForProtectedPods."),
+                        "message": string("The blocking pods and PodDisruptionBudgets (with disruptionsAllowed)."),
+                        "since": string("When the node's drain began (RFC 3339)."),
+                    },
+                    required=["node", "reason"],
+                ),
+            ),
             "conditions": conditions(),
         },
     )

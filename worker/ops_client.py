@@ -33,6 +33,7 @@ from api.enums import CanaryPhase, RolloutPhase
 from api.node_state import NodeState, PackageNodeState, parse_node_state
 from api.status import PackageStatus
 from localstack.state import resolve_connection
+from planning.drain import DrainBlock, DrainCondition, drain_block, read_drain_condition
 from planning.status import RolloutProgress, package_view
 from worker.temporal_client import connect
 
@@ -95,6 +96,8 @@ class PackageView:
     # "temporal query" or "Package status" (the bridge's copy of the query).
     source: str
     exists: bool = True
+    # Target nodes whose drain waits on someone else's pods (read from the Nodes, `drain_blocks`).
+    drain_blocked: list[DrainBlock] = field(default_factory=list)
 
 
 @dataclass
@@ -110,6 +113,8 @@ class NodeView:
     # Set when the state annotation is unreadable (then `packages` is empty).
     state_problem: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
+    # The `noderoll.io/Draining` condition (None: the node was never drained by noderoll).
+    drain: DrainCondition | None = None
 
 
 @dataclass
@@ -151,6 +156,11 @@ def node_view(node: k8s.V1Node) -> NodeView:
     state, problem = parse_node_state(annotations.get(keys.NODE_STATE_ANNOTATION))
     conditions = (node.status.conditions or []) if node.status else []
     ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
+    drain = read_drain_condition(
+        {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
+         "lastTransitionTime": c.last_transition_time.isoformat() if c.last_transition_time else ""}
+        for c in conditions
+    )
     return NodeView(
         name=meta.name,
         status=labels.get(keys.NODE_STATUS_LABEL, ""),
@@ -160,7 +170,14 @@ def node_view(node: k8s.V1Node) -> NodeView:
         packages=dict((state or NodeState()).packages),
         state_problem=problem,
         labels=dict(labels),
+        drain=drain,
     )
+
+
+def drain_blocks(package: str, nodes: list[NodeView]) -> list[DrainBlock]:
+    """The nodes whose drain holds up `package`'s window there (as the bridge computes it). Pure."""
+    blocks = (drain_block(n.name, n.drain, n.packages.get(package)) for n in nodes)
+    return [b for b in blocks if b is not None]
 
 
 def _pod_exit(pod: k8s.V1Pod) -> tuple[int | None, str, str]:

@@ -20,7 +20,7 @@ from rich.console import Console
 
 from api import keys
 from worker import progress_view
-from worker.ops_client import Ops, OpsError, PackageView, target_from_args
+from worker.ops_client import Ops, OpsError, PackageView, drain_blocks, target_from_args
 
 SIGNAL_HELP = {
     keys.SIGNAL_PAUSE: "pause a rollout: no new batch starts; nodes already handed over finish "
@@ -60,9 +60,16 @@ def _run(args: argparse.Namespace, body: Callable[[Ops], Awaitable[int]]) -> int
 
 async def _views(ops: Ops, package: str | None) -> list[PackageView]:
     if package:
-        return [await ops.package_view(package)]
-    names = [obj["metadata"]["name"] for obj in await asyncio.to_thread(ops.list_packages)]
-    return [await ops.package_view(name) for name in names]
+        views = [await ops.package_view(package)]
+    else:
+        names = [obj["metadata"]["name"] for obj in await asyncio.to_thread(ops.list_packages)]
+        views = [await ops.package_view(name) for name in names]
+    # Drains that wait are read from the Nodes, like the bridge does: the rollout learns of a
+    # node only when its window ends.
+    nodes = await asyncio.to_thread(ops.list_nodes)
+    for view in views:
+        view.drain_blocked = drain_blocks(view.name, nodes)
+    return views
 
 
 def cmd_status(args: argparse.Namespace) -> int:

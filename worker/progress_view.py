@@ -17,6 +17,7 @@ from rich.text import Text
 
 from api.enums import RolloutPhase, State
 from api.node_state import PackageNodeState
+from planning.drain import drains_window
 from planning.status import RolloutProgress
 from worker.ops_client import NodeView, PackageView
 
@@ -46,6 +47,7 @@ def progress_json(view: PackageView) -> dict[str, Any]:
     data = asdict(view.progress)
     data["phase"] = view.progress.phase.value
     data["canary_phase"] = str(view.progress.canary_phase)
+    data["drain_blocked"] = [asdict(b) for b in view.drain_blocked]
     return {"package": view.name, "source": view.source, **data}
 
 
@@ -91,14 +93,22 @@ def package_detail(view: PackageView) -> Group:
             for node, reason in sorted(reasons.items()):
                 table.add_row(node, reason or "-")
             parts.append(table)
+    if view.drain_blocked:
+        table = Table(title="drain blocked (the window waits)", title_justify="left")
+        for column in ("NODE", "REASON", "DRAINING SINCE", "BLOCKED BY"):
+            table.add_column(column, overflow="fold")
+        for block in view.drain_blocked:
+            table.add_row(block.node, block.reason, block.since or "-", block.message)
+        parts.append(table)
     return Group(*parts)
 
 
-def _cell(entry: PackageNodeState | None) -> Text:
+def _cell(node: NodeView, entry: PackageNodeState | None) -> Text:
     if entry is None:
         return Text("-", style="dim")
-    stage = f" {entry.stage.value}" if entry.stage is not None and entry.state is not State.COMPLETE else ""
-    return Text(f"{entry.state.value}{stage}", style=STATE_STYLE.get(entry.state, ""))
+    stage, state, _ = shown_entry(node, entry)
+    shown = f" {stage}" if stage and state is not State.COMPLETE else ""
+    return Text(f"{state.value}{shown}", style=STATE_STYLE.get(state, ""))
 
 
 def _node_flags(node: NodeView) -> str:
@@ -108,33 +118,58 @@ def _node_flags(node: NodeView) -> str:
     return ", ".join(flags)
 
 
+DRAIN_STAGE = "drain"
+
+
+def shown_entry(node: NodeView, entry: PackageNodeState) -> tuple[str, State, str]:
+    """(stage, state, message) of a package on a node as the CLI shows it. Pure.
+
+    The recorded entry, except while the node's drain belongs to the entry's window (the
+    `noderoll.io/Draining` condition): stage `drain`, state `blocked` while it waits on someone
+    else's pods (else `in_progress`), and the condition's message.
+    """
+    if drains_window(node.drain, entry) and node.drain is not None:
+        return DRAIN_STAGE, State.BLOCKED if node.drain.blocked else State.IN_PROGRESS, node.drain.message
+    stage = entry.stage.value if entry.stage is not None else ""
+    return stage, entry.state, entry.last_error or ""
+
+
 def nodes_table(nodes: list[NodeView]) -> Table:
-    """`noderoll nodes`: per node and package: version, stage, state, attempts, last error."""
+    """`noderoll nodes`: per node and package: version, stage, state, attempts, last error or blocker."""
     table = Table(title="nodes", title_justify="left")
-    for column in ("NODE", "STATUS", "NODE STATE", "PACKAGE", "VERSION", "STAGE", "STATE", "ATTEMPTS", "LAST ERROR"):
+    for column in ("NODE", "STATUS", "NODE STATE", "PACKAGE", "VERSION", "STAGE", "STATE", "ATTEMPTS",
+                   "LAST ERROR / BLOCKED BY"):
         table.add_column(column, overflow="fold")
     for node in nodes:
         entries = sorted(node.packages.items()) or [("-", None)]
         for index, (name, entry) in enumerate(entries):
             first = index == 0
+            stage, state, message = shown_entry(node, entry) if entry else ("", State.WAITING, "")
             table.add_row(
                 node.name if first else "", (node.status or "-") if first else "",
-                _node_flags(node) if first else "", name,
-                entry.version if entry else "", entry.stage.value if entry and entry.stage else "",
-                _cell(entry) if entry else Text(node.state_problem or "", style="red"),
-                str(entry.attempts) if entry else "", (entry.last_error or "") if entry else "",
+                _node_flags(node) if first else "", name, entry.version if entry else "", stage,
+                Text(state.value, style=STATE_STYLE.get(state, "")) if entry
+                else Text(node.state_problem or "", style="red"),
+                str(entry.attempts) if entry else "", message,
             )
     return table
 
 
+def _shown_json(node: NodeView, entry: PackageNodeState) -> dict[str, str]:
+    stage, state, message = shown_entry(node, entry)
+    return {"stage": stage, "state": state.value, "message": message}
+
+
 def nodes_json(nodes: list[NodeView]) -> list[dict[str, Any]]:
-    """The JSON of `noderoll nodes -o json`."""
+    """The JSON of `noderoll nodes -o json`: the recorded entries, and the drain as the table shows it."""
     return [
         {
             "node": n.name, "status": n.status, "ready": n.ready, "cordoned": n.cordoned,
             "cordonedByNoderoll": n.cordoned_by_noderoll, "stateProblem": n.state_problem,
+            "drain": asdict(n.drain) if n.drain is not None else None,
             "packages": {name: e.model_dump(mode="json", by_alias=True, exclude_none=True)
                          for name, e in sorted(n.packages.items())},
+            "shown": {name: _shown_json(n, e) for name, e in sorted(n.packages.items())},
         }
         for n in nodes
     ]
@@ -198,15 +233,17 @@ def render_live(snapshot: LiveSnapshot) -> Group:
         grid.add_column(name)
     for node in snapshot.nodes:
         grid.add_row(node.name, node.labels.get(ZONE_LABEL, "-"), _node_flags(node),
-                     *(_cell(node.packages.get(name)) for name in names))
+                     *(_cell(node, node.packages.get(name)) for name in names))
     parts.append(grid)
     return Group(*parts)
 
 
-def _entry_text(entry: PackageNodeState | None) -> str:
+def _entry_text(node: NodeView, entry: PackageNodeState | None) -> str:
     if entry is None:
         return "-"
-    return f"{entry.state.value}" + (f" ({entry.stage.value})" if entry.stage is not None else "")
+    stage, state, message = shown_entry(node, entry)
+    text = f"{state.value}" + (f" ({stage})" if stage else "")
+    return text + (f": {message}" if state is State.BLOCKED and message else "")
 
 
 def change_lines(before: LiveSnapshot | None, after: LiveSnapshot) -> list[str]:
@@ -227,6 +264,7 @@ def change_lines(before: LiveSnapshot | None, after: LiveSnapshot) -> list[str]:
         for package in sorted(after.packages):
             entry = node.packages.get(package)
             old_entry = old_node.packages.get(package) if old_node else None
-            if _entry_text(entry) != _entry_text(old_entry) and entry is not None:
-                lines.append(f"{stamp} {node.name} {package}: {_entry_text(entry)}")
+            before_text = _entry_text(old_node, old_entry) if old_node is not None else "-"
+            if _entry_text(node, entry) != before_text and entry is not None:
+                lines.append(f"{stamp} {node.name} {package}: {_entry_text(node, entry)}")
     return lines

@@ -30,6 +30,7 @@ from api.keys import (
     POLICY_PLURAL,
 )
 from fleetsim.fleet import Fleet
+from fleetsim.workloads import create_pdb
 from tests.badinput.support import System, blocked_reason, erroring_reason
 from tests.helpers import assert_eventually, unique_name
 from worker.cli import main as cli_main
@@ -485,3 +486,69 @@ def test_m06_state_annotation_garbled_mid_window(system: System) -> None:
         system.wait_complete(package, 1)
         state, problem = system.node_state(node)
         assert problem is None and state.packages[package].state == "complete"
+
+
+def _cli_json(system: System, capsys: pytest.CaptureFixture[str], *args: str) -> Any:
+    flags = ["--temporal-address", system.procs.conn.temporal_address, "--kubeconfig", system.kubeconfig]
+    capsys.readouterr()
+    code = cli_main([*args, "-o", "json", *flags])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_m07_drain_blocked_by_a_pdb_is_visible_while_it_waits(system: System, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 12 item 8: a PDB allowing 0 disruptions holds the drain; every surface names it within a
+    minute, and the window goes on as soon as the PDB allows the eviction."""
+    namespace = unique_name("m07")
+    system.core.create_namespace({"metadata": {"name": namespace}})
+    with system.fleet(1) as fleet:
+        node = fleet.node_names[0]
+        app = {"app": "web"}
+        client.AppsV1Api(system.api).create_namespaced_deployment(namespace, {
+            "metadata": {"name": "web"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": app}, "template": {"metadata": {"labels": app}, "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node}, "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "web", "image": "example.local/web:1"}]}}}})
+        # minAvailable = replicas: no voluntary disruption is ever allowed.
+        version = create_pdb(fleet.ctx.kube, namespace, "web", {"minAvailable": 1, "selector": {"matchLabels": app}})
+        pdbs = f"/apis/{version}/namespaces/{namespace}/poddisruptionbudgets"
+        assert_eventually(lambda: (fleet.ctx.kube.request("GET", f"{pdbs}/web").get("status") or {}).get("currentHealthy") == 1,
+                          timeout=60)
+        package = system.package(fleet, interrupt=REBOOT)
+        budget = f"{namespace}/web (disruptionsAllowed=0"
+
+        def event() -> None:
+            events = system.core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
+            blocked = [e for e in events if e.reason == "DrainBlocked"]
+            assert len(blocked) == 1 and blocked[0].type == "Warning" and budget in blocked[0].message, blocked
+
+        def nodes_cli() -> None:
+            [shown] = _cli_json(system, capsys, "nodes", "--selector", f"kubernetes.io/hostname={node}")
+            entry = shown["shown"][package]
+            assert (entry["stage"], entry["state"]) == ("drain", "blocked") and budget in entry["message"], shown
+
+        def status_cli() -> None:
+            data = _cli_json(system, capsys, "status", package)
+            assert [b["node"] for b in data["drain_blocked"]] == [node] and budget in data["drain_blocked"][0]["message"]
+
+        def package_status() -> None:
+            status = system.status(package)
+            [blocked] = status.get("drainBlockedNodes") or [None]
+            assert blocked and blocked["node"] == node and blocked["reason"] == "EvictionRefused", status
+            assert budget in blocked["message"]
+            progressing = next(c for c in status["conditions"] if c["type"] == "Progressing")
+            assert f"drain blocked on 1 node(s): {node}" in progressing["message"]
+
+        # Blocked after 15 s of refusals; the bridge writes the status every 3 s: well within a minute.
+        for check in (event, nodes_cli, status_cli, package_status):
+            assert_eventually(check, timeout=75, interval=1)
+        # The window waits, and goes on once the PDB allows the eviction.
+        assert system.node_status_label(node) == "in-progress"
+        fleet.ctx.kube.request("DELETE", f"{pdbs}/web")
+        status = system.wait_complete(package, 1)
+        assert status.get("drainBlockedNodes") in (None, [])
+        draining = next(c for c in system.node(node).status.conditions if c.type == "noderoll.io/Draining")
+        assert (draining.status, draining.reason) == ("False", "Drained")
+        assert system.cordoned(fleet) == []
+    system.core.delete_namespace(namespace)

@@ -44,7 +44,13 @@ from activities.nodes import (
 )
 from activities.stage_wait import run_stage_job
 from api.enums import NodeMarkKind
-from api.keys import CORDONED_BY_ANNOTATION, NODE_STATE_ANNOTATION, NODE_STATUS_LABEL, PACKAGE_POD_NAMESPACE
+from api.keys import (
+    CONDITION_DRAINING,
+    CORDONED_BY_ANNOTATION,
+    NODE_STATE_ANNOTATION,
+    NODE_STATUS_LABEL,
+    PACKAGE_POD_NAMESPACE,
+)
 from fleetsim.faults import Fault
 from localstack.state import StackInfo
 from planning.node_marks import NodeMark, decide_mark
@@ -102,6 +108,96 @@ def test_drain_timeout_names_blocking_pods_and_pdbs(
     assert f"{k8s_namespace}/solo-pdb" in failure.value.message
     assert beats.details, "drain_node did not heartbeat while waiting"
     assert core.read_namespaced_pod("solo", k8s_namespace).metadata.deletion_timestamp is None
+
+
+def _draining(core: client.CoreV1Api, node: str) -> client.V1NodeCondition | None:
+    return next((c for c in core.read_node_status(node).status.conditions if c.type == CONDITION_DRAINING), None)
+
+
+def _node_events(core: client.CoreV1Api, node: str, reason: str) -> list[client.CoreV1Event]:
+    events = core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
+    return [e for e in events if e.reason == reason]
+
+
+@pytest.mark.timeout(240)
+def test_blocked_drain_reports_pods_and_budgets_while_it_waits(
+    node: str, kube_api_client: ApiClient, k8s_namespace: str,
+) -> None:
+    """Issue 12 item 8: within a minute of being blocked, the node says which pods and PDBs block it."""
+    core = client.CoreV1Api(kube_api_client)
+    run_pod(core, k8s_namespace, node, "solo")
+    pdb_path = f"/apis/policy/v1beta1/namespaces/{k8s_namespace}/poddisruptionbudgets"
+    kube.request_json("POST", pdb_path, {
+        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": "solo-pdb"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "solo"}}},
+    })
+    beats = Beats()
+    with ThreadPoolExecutor(1) as pool:
+        drain = pool.submit(beats.env.run, drain_node, DrainNodeInput(node, timeout_seconds=120, poll_seconds=0.5))
+
+        def reported() -> client.V1NodeCondition:
+            assert not drain.done(), drain.result()  # a drain that ended would raise or return here
+            condition = _draining(core, node)
+            assert condition is not None and condition.reason == "EvictionRefused", condition
+            return condition
+
+        condition = assert_eventually(reported, timeout=60, interval=1)
+        assert condition.status == "True"
+        assert f"eviction refused for pod(s) {k8s_namespace}/solo by" in condition.message
+        assert f"{k8s_namespace}/solo-pdb (disruptionsAllowed=0, currentHealthy=1, desiredHealthy=1" in condition.message
+        [event] = _node_events(core, node, "DrainBlocked")
+        assert event.type == "Warning" and event.message == condition.message
+        refused = max(d[0]["refused"] for d in beats.details)
+        assert refused >= 3 and event.count >= 3, (refused, event.count)  # one Event for many refusals
+        assert any("blocked" in d[0] for d in beats.details)
+        # A second blocker: the condition and the same Event follow it (updated, not a second Event).
+        run_pod(core, k8s_namespace, node, "duo")
+        kube.request_json("POST", pdb_path, {
+            "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": "duo-pdb"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "duo"}}},
+        })
+
+        def both() -> client.CoreV1Event:
+            [updated] = _node_events(core, node, "DrainBlocked")
+            assert f"{k8s_namespace}/duo-pdb (disruptionsAllowed=0" in updated.message, updated.message
+            assert f"{k8s_namespace}/solo-pdb (disruptionsAllowed=0" in updated.message
+            return updated
+
+        updated = assert_eventually(both, timeout=60, interval=1)
+        assert updated.count > event.count and updated.message == _draining(core, node).message
+        assert updated.first_timestamp == event.first_timestamp and updated.last_timestamp >= event.last_timestamp
+        kube.request_json("DELETE", f"{pdb_path}/duo-pdb")
+        kube.request_json("DELETE", f"{pdb_path}/solo-pdb")
+        result = drain.result(timeout=60)
+    assert {f"{k8s_namespace}/solo", f"{k8s_namespace}/duo"} <= set(result.evicted)
+    ended = _draining(core, node)
+    assert ended is not None and (ended.status, ended.reason) == ("False", "Drained")
+    assert len(_node_events(core, node, "DrainBlocked")) == 1
+
+
+def test_protected_pods_wait_is_reported_while_it_waits(
+    node: str, kube_api_client: ApiClient, k8s_namespace: str,
+) -> None:
+    core = client.CoreV1Api(kube_api_client)
+    run_pod(core, k8s_namespace, node, "train", labels={"app": "train", "workload": "training"})
+    selector = {"matchLabels": {"workload": "training"}}
+    with ThreadPoolExecutor(1) as pool:
+        wait = pool.submit(ActivityEnvironment().run, wait_protected_pods,
+                           WaitProtectedPodsInput(node, [selector], timeout_seconds=120, poll_seconds=0.5))
+
+        def reported() -> client.V1NodeCondition:
+            condition = _draining(core, node)
+            assert condition is not None and condition.reason == "WaitingForProtectedPods", condition
+            return condition
+
+        condition = assert_eventually(reported, timeout=30)
+        assert condition.status == "True" and f"{k8s_namespace}/train" in condition.message
+        [event] = _node_events(core, node, "WaitingForProtectedPods")
+        assert event.type == "Normal" and f"{k8s_namespace}/train" in event.message
+        core.delete_namespaced_pod("train", k8s_namespace)
+        assert wait.result(timeout=60).waited_for == [f"{k8s_namespace}/train"]
+    ended = _draining(core, node)
+    assert ended is not None and (ended.status, ended.reason) == ("False", "ProtectedPodsFinished")
 
 
 def test_drain_skips_daemonset_pods_and_respects_empty_dir_setting(
