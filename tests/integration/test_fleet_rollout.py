@@ -34,7 +34,7 @@ from localstack.state import StackInfo
 from planning.fleet_status import FleetProgress
 from planning.status import RolloutProgress
 from protocol import names
-from tests.helpers import assert_eventually_async, unique_name
+from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.helpers.nodewatch import watching_nodes
 from tests.integration.bridge_support import (
@@ -345,3 +345,39 @@ async def test_upgrade_from_a_per_package_rollout_disrupts_no_node_twice(
                 wait_leading(run, run.start_bridge())
             delete_package(kube_api_client, name)
             delete_policy(kube_api_client, policy)
+
+
+async def test_two_fleets_one_window_each_and_a_dependency_across_fleets(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+) -> None:
+    """Packages of two policies on the same nodes: one window per fleet; B (policy Q) depends on A
+    (policy P) and waits, reported blocked, until A is complete on the node."""
+    labels = {"fleet-test": unique_name("two")}
+    first_policy, second_policy = unique_name("pol-p"), unique_name("pol-q")
+    base, dependent = unique_name("base"), unique_name("dep")
+    with running_fleet(local_stack, nodes=2, labels=labels) as fleet:
+        try:
+            for policy in (first_policy, second_policy):
+                create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 2}}})
+            create_package(kube_api_client, run.package(base, spec(first_policy, labels),
+                                                        annotations={keys.PAUSE_ANNOTATION: "true"}))
+            create_package(kube_api_client, run.package(dependent, spec(second_policy, labels,
+                                                                        dependsOn={base: "1.0.0"})))
+
+            def waits_for_base() -> None:
+                status = read_package(kube_api_client, dependent).get("status") or {}
+                reasons = [b["reason"] for b in status.get("blockedNodes") or []]
+                assert len(reasons) == 2 and all(f"waits for dependency {base}" in r for r in reasons), status
+                assert status["conditions"] and status["phase"] != "Complete", status
+
+            assert_eventually(waits_for_base, timeout=120)
+            patch_package(kube_api_client, base, {"metadata": {"annotations": {keys.PAUSE_ANNOTATION: None}}})
+            kubectl_wait_ready(local_stack, base, timeout=180)
+            kubectl_wait_ready(local_stack, dependent, timeout=180)
+            for node in fleet.node_names:
+                assert [carried(m) for m in windows_of(kube_api_client, node)] == [[base], [dependent]], node
+        finally:
+            for name in (dependent, base):
+                delete_package(kube_api_client, name)
+            for policy in (first_policy, second_policy):
+                delete_policy(kube_api_client, policy)
