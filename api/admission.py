@@ -6,7 +6,11 @@ the checks and messages of `noderoll validate` (`api.validation`):
   budgets, strategies, services, config keys, a config over 1 MiB, reserved names, ...) is refused;
 * for a Package, every conflict with the Packages that exist: a `dependsOn` entry naming an
   existing Package at another version, and a dependency cycle this Package closes (the cycle's
-  message names the path, as `noderoll validate` does);
+  message names the path, as `noderoll validate` does). So when a dependency and its dependent
+  change version together, the dependency goes first: a dependent naming the new version is
+  refused while the old one is stored (a second `kubectl apply`, or the GitOps tool's retry,
+  admits it); changing the dependency's version is never refused for its dependents' sake (the
+  bridge reports them until they follow);
 * a reference to an object that does not exist yet (a dependency, the DeploymentPolicy) is
   admitted: it may be applied a moment later (`kubectl apply -f dir/` applies in file order, a
   GitOps sync in its own); the bridge reports it on the Package's status while it is missing;
