@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-PRODUCT = ["api", "planning", "workflows", "activities", "worker", "crd_bridge", "agent", "fleetsim", "localstack", "bench"]
+PRODUCT = ["api", "planning", "workflows", "activities", "worker", "crd_bridge", "agent", "fleetsim", "localstack", "bench", "webhook"]
 WARN, FAIL = 400, 800
 
 
