@@ -135,6 +135,28 @@ class Drain(SpecModel):
     delete_empty_dir_data: bool = False
 
 
+# The worker's bounds when a Package sets no `limits` (NodeWorkflowInput's defaults; the worker's
+# environment can change them: activities/node_requests.py).
+DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS = 3600
+DEFAULT_STAGE_TIMEOUT_SECONDS = 1800
+DEFAULT_INTERRUPT_TIMEOUT_SECONDS = 900
+# Ranges of the `limits` fields: from a minute (a shorter bound only turns slow nodes erroring) to
+# 30 days for protected pods (multi-day training jobs) and a day for one stage or one reboot.
+LIMIT_MIN_SECONDS = 60
+PROTECTED_PODS_MAX_SECONDS = 30 * 24 * 3600
+STAGE_MAX_SECONDS = 24 * 3600
+INTERRUPT_MAX_SECONDS = 24 * 3600
+
+
+class Limits(SpecModel):
+    """Bounds of the waits of this package's node windows; an unset field is the worker's default."""
+
+    protected_pods_timeout_seconds: int | None = Field(
+        default=None, ge=LIMIT_MIN_SECONDS, le=PROTECTED_PODS_MAX_SECONDS)
+    stage_timeout_seconds: int | None = Field(default=None, ge=LIMIT_MIN_SECONDS, le=STAGE_MAX_SECONDS)
+    interrupt_timeout_seconds: int | None = Field(default=None, ge=LIMIT_MIN_SECONDS, le=INTERRUPT_MAX_SECONDS)
+
+
 class PackageSpec(SpecModel):
     """`spec` of a Package: one host change, its target nodes and how to apply it."""
 
@@ -154,6 +176,7 @@ class PackageSpec(SpecModel):
     paused: bool = False
     uninstall: Uninstall = Field(default_factory=Uninstall)
     drain: Drain = Field(default_factory=Drain)
+    limits: Limits = Field(default_factory=Limits)
 
     @field_validator("version")
     @classmethod

@@ -1,7 +1,8 @@
 """Validation of noderoll documents: each on its own, then across documents. Pure (no I/O).
 
 `check_document(obj)` checks one document and returns its problems (field + message); it is what
-`noderoll validate` runs per document and what an admission webhook can run per object:
+`noderoll validate` runs per document and what the admission webhook runs per object
+(`api/admission.py`):
 * the API group: `noderoll.io` documents are checked; a near miss of it (`noderol.io`,
   `noderoll.com`, `NodeRoll.io`: difflib similarity, or the same letters in another case) is an
   error; documents of other groups are skipped (a GitOps folder holds many kinds); a noderoll.io
@@ -182,13 +183,23 @@ def _config_size_problems(obj: Mapping[str, Any], kind: str, name: str) -> list[
 
 
 def check_references(
-    package: Package, packages: Mapping[str, PackageSpec], policies: Collection[str] | None
+    package: Package,
+    packages: Mapping[str, PackageSpec],
+    policies: Collection[str] | None,
+    missing_ok: bool = False,
 ) -> list[ValidationProblem]:
-    """Problems of `package`'s references: dependsOn targets and versions, its policy."""
+    """Problems of `package`'s references: dependsOn targets and versions, its policy.
+
+    `missing_ok`: a dependency that does not exist is no problem (admission: it may be applied a
+    moment later; the bridge reports it on the status while it is missing). A dependency that
+    exists at another version still is.
+    """
     problems = []
     for dep, version in sorted(package.spec.depends_on.items()):
         where = f"spec.dependsOn.{dep}"
         target = packages.get(dep)
+        if target is None and missing_ok:
+            continue
         if target is None:
             known = ", ".join(sorted(n for n in packages if n != package.name)) or "none"
             problems.append(
@@ -227,7 +238,11 @@ def check_cycles(packages: Mapping[str, PackageSpec]) -> list[ValidationProblem]
         cycle = find_cycle({n: d for n, d in graph.items() if n not in seen})
         if cycle is None:
             return problems
-        path = " -> ".join(cycle)
+        # Start the path at its smallest name: the same cycle reads the same whatever other
+        # packages exist (noderoll validate on files, the webhook against the cluster).
+        ring = cycle[:-1]
+        start = ring.index(min(ring))
+        path = " -> ".join(ring[start:] + ring[:start] + [ring[start]])
         for name in sorted(set(cycle)):
             message = f"dependency cycle {path}; remove one of these dependsOn entries"
             problems.append(ValidationProblem(keys.PACKAGE_KIND, name, "spec.dependsOn", message))

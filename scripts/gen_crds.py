@@ -21,6 +21,15 @@ sys.path.insert(0, str(ROOT))
 
 from api import keys  # noqa: E402
 from api.enums import CanaryPhase, InterruptType, Promotion, RolloutPhase, StrategyType  # noqa: E402
+from api.package import (  # noqa: E402
+    DEFAULT_INTERRUPT_TIMEOUT_SECONDS,
+    DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS,
+    DEFAULT_STAGE_TIMEOUT_SECONDS,
+    INTERRUPT_MAX_SECONDS,
+    LIMIT_MIN_SECONDS,
+    PROTECTED_PODS_MAX_SECONDS,
+    STAGE_MAX_SECONDS,
+)
 from api.versions import VALID_VERSION_HINT  # noqa: E402
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -246,6 +255,28 @@ def package_spec() -> Schema:
                     ),
                 },
                 default={},
+            ),
+            "limits": obj(
+                "Bounds of this package's node windows; an unset field is the worker's default. A window "
+                "carrying several Packages waits as long as the most patient of them (the largest value; "
+                "an unset field counts as the default); each stage is bounded by its own Package's value.",
+                {
+                    "protectedPodsTimeoutSeconds": integer(
+                        "How long to wait for pods matching podNonInterruptLabels to finish before the node "
+                        f"ends erroring (default {DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS}).",
+                        minimum=LIMIT_MIN_SECONDS, maximum=PROTECTED_PODS_MAX_SECONDS,
+                    ),
+                    "stageTimeoutSeconds": integer(
+                        "Bound of one stage with its check (one Job; also the Job's activeDeadlineSeconds) "
+                        f"(default {DEFAULT_STAGE_TIMEOUT_SECONDS}).",
+                        minimum=LIMIT_MIN_SECONDS, maximum=STAGE_MAX_SECONDS,
+                    ),
+                    "interruptTimeoutSeconds": integer(
+                        "Bound of the interrupt's confirmation: a rebooted node back Ready with a new boot id "
+                        f"(default {DEFAULT_INTERRUPT_TIMEOUT_SECONDS}).",
+                        minimum=LIMIT_MIN_SECONDS, maximum=INTERRUPT_MAX_SECONDS,
+                    ),
+                },
             ),
         },
         required=["version", "image"],

@@ -24,6 +24,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 
@@ -31,6 +32,7 @@ from activities.jobs import pod_outcome
 from api import keys
 from api.enums import CanaryPhase, RolloutPhase
 from api.node_state import NodeState, PackageNodeState, parse_node_state
+from api.package import Limits
 from api.status import PackageStatus
 from localstack.state import resolve_connection
 from planning.drain import DrainBlock, DrainCondition, drain_block, read_drain_condition
@@ -98,6 +100,8 @@ class PackageView:
     exists: bool = True
     # Target nodes whose drain waits on someone else's pods (read from the Nodes, `drain_blocks`).
     drain_blocked: list[DrainBlock] = field(default_factory=list)
+    # The Package's spec.limits (None: not read, e.g. in the table of every Package).
+    limits: Limits | None = None
 
 
 @dataclass
@@ -296,6 +300,16 @@ class Ops:
             if err.status == 404:
                 return None
             raise
+
+    def package_limits(self, name: str) -> Limits | None:
+        """The Package's `spec.limits` (unset fields None), or None when there is no such Package."""
+        obj = self.read_package(name)
+        if obj is None:
+            return None
+        try:
+            return Limits.model_validate((obj.get("spec") or {}).get("limits") or {})
+        except ValidationError:
+            return Limits()  # stored before the webhook with out-of-range values: the bridge reports them
 
     def list_nodes(self, selector: str | None = None) -> list[NodeView]:
         """Every Node (optionally by label selector), sorted by name."""

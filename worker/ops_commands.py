@@ -60,7 +60,9 @@ def _run(args: argparse.Namespace, body: Callable[[Ops], Awaitable[int]]) -> int
 
 async def _views(ops: Ops, package: str | None) -> list[PackageView]:
     if package:
-        views = [await ops.package_view(package)]
+        view = await ops.package_view(package)
+        view.limits = await asyncio.to_thread(ops.package_limits, package)
+        views = [view]
     else:
         names = [obj["metadata"]["name"] for obj in await asyncio.to_thread(ops.list_packages)]
         views = [await ops.package_view(name) for name in names]

@@ -17,6 +17,12 @@ from rich.text import Text
 
 from api.enums import RolloutPhase, State
 from api.node_state import PackageNodeState
+from api.package import (
+    DEFAULT_INTERRUPT_TIMEOUT_SECONDS,
+    DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS,
+    DEFAULT_STAGE_TIMEOUT_SECONDS,
+    Limits,
+)
 from planning.drain import drains_window
 from planning.status import RolloutProgress
 from worker.ops_client import NodeView, PackageView
@@ -42,13 +48,31 @@ def _batch(progress: RolloutProgress) -> str:
     return f"#{progress.batch_number} ({progress.batch_size} node(s))" if progress.batch_number else "-"
 
 
+def limits_json(limits: Limits) -> dict[str, dict[str, Any]]:
+    """Each limit of a Package in seconds and whether it is the worker's default (unset)."""
+    defaults = {"protectedPodsTimeoutSeconds": DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS,
+                "stageTimeoutSeconds": DEFAULT_STAGE_TIMEOUT_SECONDS,
+                "interruptTimeoutSeconds": DEFAULT_INTERRUPT_TIMEOUT_SECONDS}
+    given = limits.dump()
+    return {key: {"seconds": given.get(key, default), "default": key not in given} for key, default in defaults.items()}
+
+
+def limits_text(limits: Limits) -> str:
+    """`protected pods 7200 s, stage 1800 s (default), interrupt 900 s (default)`."""
+    words = {"protectedPodsTimeoutSeconds": "protected pods", "stageTimeoutSeconds": "stage",
+             "interruptTimeoutSeconds": "interrupt"}
+    return ", ".join(f"{words[key]} {value['seconds']} s" + (" (default)" if value["default"] else "")
+                     for key, value in limits_json(limits).items())
+
+
 def progress_json(view: PackageView) -> dict[str, Any]:
     """The JSON of `noderoll status -o json` for one package."""
     data = asdict(view.progress)
     data["phase"] = view.progress.phase.value
     data["canary_phase"] = str(view.progress.canary_phase)
     data["drain_blocked"] = [asdict(b) for b in view.drain_blocked]
-    return {"package": view.name, "source": view.source, **data}
+    extra = {"limits": limits_json(view.limits)} if view.limits is not None else {}
+    return {"package": view.name, "source": view.source, **data, **extra}
 
 
 def status_table(views: list[PackageView]) -> Table:
@@ -83,6 +107,8 @@ def package_detail(view: PackageView) -> Group:
     head.add_row("canary", f"{p.canary_phase} {', '.join(p.canary_nodes)}".strip())
     if p.message:
         head.add_row("message", p.message)
+    if view.limits is not None:
+        head.add_row("limits", limits_text(view.limits))
     head.add_row("source", view.source)
     parts: list[RenderableType] = [head]
     for title, reasons in (("blocked nodes", p.blocked), ("erroring nodes", p.erroring)):

@@ -48,13 +48,16 @@ with workflow.unsafe.imports_passed_through():
     from planning.node_plan import NodeWindow, StageStep
     from planning.window import (
         EntryUpdate,
+        TimeLimits,
         drain_settings,
         log_tail,
         node_status,
+        package_limits,
         protected_selectors,
         retry_backoff,
         stage_tolerations,
         updated_entry,
+        window_limits,
     )
     from workflows.messages import (
         NodeResult,
@@ -128,8 +131,17 @@ class WindowRun:
             env=[{"name": e.name, "value": e.value} for e in spec.env],
             resources=spec.resources.model_dump(by_alias=True) if spec.resources else {},
             tolerations=stage_tolerations(self.ctx.snapshot.taints, spec),
-            config=dict(spec.config), timeout_seconds=self.ctx.settings.stage_timeout_seconds,
+            config=dict(spec.config), timeout_seconds=package_limits(spec, self._default_limits()).stage,
         )
+
+    def _default_limits(self) -> TimeLimits:
+        settings = self.ctx.settings
+        return TimeLimits(settings.protected_pods_timeout_seconds, settings.stage_timeout_seconds,
+                          settings.reboot_timeout_seconds)
+
+    def _limits(self, names: list[str]) -> TimeLimits:
+        # The Packages' `limits` (the largest of the window's packages); the settings are the defaults.
+        return window_limits([self.ctx.specs[n] for n in names], self._default_limits())
 
     async def _run_job(self, job: StageJob) -> RunStageJobResult:
         try:
@@ -173,7 +185,7 @@ class WindowRun:
         self.cordoned = cordon.cordoned_by_noderoll
         selectors = protected_selectors(specs)
         if selectors:
-            timeout = self.ctx.settings.protected_pods_timeout_seconds
+            timeout = self._limits(list(self.ctx.window.packages)).protected_pods
             await workflow.execute_activity(
                 "wait_protected_pods", WaitProtectedPodsInput(self.node, selectors, timeout),
                 result_type=WaitProtectedPodsResult,
@@ -236,6 +248,7 @@ class WindowRun:
         self.ctx.set_phase("Interrupting")
         owner = self._interrupt_owner(names, merged)
         attempts = self.ctx.settings.stage_attempts
+        reboot_timeout = self._limits(names).interrupt
         result = RunInterruptResult(job_name="", exit_code=-1)
         for attempt in range(1, attempts + 1):
             for name in names:
@@ -245,10 +258,9 @@ class WindowRun:
             try:
                 result = await workflow.execute_activity(
                     "run_interrupt",
-                    RunInterruptInput(job, self.ctx.snapshot.boot_id, self.ctx.settings.reboot_timeout_seconds),
+                    RunInterruptInput(job, self.ctx.snapshot.boot_id, reboot_timeout),
                     result_type=RunInterruptResult,
-                    start_to_close_timeout=timedelta(
-                        seconds=self.ctx.settings.reboot_timeout_seconds + job.timeout_seconds + 120),
+                    start_to_close_timeout=timedelta(seconds=reboot_timeout + job.timeout_seconds + 120),
                     heartbeat_timeout=self._heartbeat(), retry_policy=WAIT_RETRY,
                     summary=f"interrupt {merged.type.value} for {', '.join(names)}")
             except ActivityError as err:

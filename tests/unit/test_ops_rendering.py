@@ -172,3 +172,15 @@ def test_cli_contract_names(argv: list[str], expected: dict[str, object]) -> Non
     assert callable(args.func)
     for key, value in expected.items():
         assert getattr(args, key) == value, key
+
+
+def test_status_of_one_package_shows_its_limits_and_which_are_defaults() -> None:
+    from api.package import Limits
+
+    view = PackageView("pkg", _progress(), "temporal query", limits=Limits(protected_pods_timeout_seconds=7200))
+    detail = _text(package_detail(view))
+    assert "limits" in detail
+    assert "protected pods 7200 s, stage 1800 s (default), interrupt 900 s (default)" in detail
+    assert progress_json(view)["limits"]["protectedPodsTimeoutSeconds"] == {"seconds": 7200, "default": False}
+    assert progress_json(view)["limits"]["stageTimeoutSeconds"] == {"seconds": 1800, "default": True}
+    assert "limits" not in progress_json(PackageView("pkg", _progress(), "temporal query"))
