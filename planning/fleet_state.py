@@ -15,8 +15,9 @@ policy edit) runs no canary; otherwise the canary covers each changed Package. A
 without uninstall starts no wave: it just leaves the windows not yet handed out.
 
 Per node and wave the fleet records each carried Package's outcome. A node is asked at most once
-per wave for a Package: only `retry` (or a new wave) clears an outcome, except `blocked`
-outcomes, which are cleared when the node itself changes (its fingerprint).
+per wave for a Package: only `retry` (or a new wave) clears an outcome, except a `blocked`
+outcome, cleared when the node itself changes (its fingerprint), and a `complete` one whose work is
+pending again at a later listing (the node's record was removed or reset: it is asked again).
 """
 
 from __future__ import annotations
@@ -173,11 +174,17 @@ def refresh_targets(state: FleetState, selection: FleetSelection, policy: Deploy
         state.departed.pop(node, None)
     for node, record in state.records.items():
         current = selection.nodes.get(node)
-        if record.fingerprint and current is not None and current.fingerprint != record.fingerprint:
-            # The node changed since it answered `blocked` (annotation fixed, taint gone): ask again.
-            for package in [p for p, s in record.outcomes.items() if s == State.BLOCKED.value]:
-                record.outcomes.pop(package)
-                record.messages.pop(package, None)
+        if current is None:
+            continue
+        changed = bool(record.fingerprint) and current.fingerprint != record.fingerprint
+        # Asked again: a `blocked` answer once the node changed (annotation fixed, taint gone), and a
+        # `complete` one whose record is gone from the node (reset by hand, reimaged: work pending again).
+        again = [p for p, s in record.outcomes.items()
+                 if (s == State.BLOCKED.value and changed) or (s == State.COMPLETE.value and p in current.pending)]
+        for package in again:
+            record.outcomes.pop(package)
+            record.messages.pop(package, None)
+        if changed:
             record.fingerprint = ""
     state.targets = dict(selection.nodes)
     return joined
