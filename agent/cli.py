@@ -11,13 +11,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
 from agent.config import AgentError, load_config
 from agent.host import Host
 from agent.interrupts import INTERRUPT_ENV, parse_interrupt, perform
-from agent.modes import ALL_MODES, EXIT_USAGE, INTERRUPT_MODE, is_check
+from agent.modes import ALL_MODES, EXIT_HOST, EXIT_INTERNAL, EXIT_USAGE, INTERRUPT_MODE, is_check
 from agent.runner import RunRequest, run_mode, say
 
 DEFAULT_ROOT = "/host"
@@ -88,12 +89,24 @@ def run(argv: Sequence[str]) -> int:
     return run_mode(request)
 
 
+def _failed(exit_code: int, reason: str) -> int:
+    sys.stdout.flush()
+    sys.stderr.write(f"noderoll-agent: FAILED: {reason}\n")
+    sys.stderr.flush()
+    return exit_code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Console entry: run, and turn an AgentError into its one-line reason and exit code."""
+    """Console entry: run, and end every failure with its one-line reason and a documented exit code.
+
+    Host I/O errors nobody anticipated (a read-only or full host disk) count as an unusable host;
+    anything else is a defect of the agent: its traceback is printed first, for the bug report."""
     try:
         return run(sys.argv[1:] if argv is None else argv)
     except AgentError as err:
-        sys.stdout.flush()
-        sys.stderr.write(f"noderoll-agent: FAILED: {err.reason}\n")
-        sys.stderr.flush()
-        return err.exit_code
+        return _failed(err.exit_code, err.reason)
+    except OSError as err:
+        return _failed(EXIT_HOST, f"host I/O failed: {err}")
+    except Exception as err:  # noqa: BLE001 - the last line must still say FAILED
+        traceback.print_exc()
+        return _failed(EXIT_INTERNAL, f"internal error: {type(err).__name__}: {err}")
