@@ -1,8 +1,10 @@
 """Performing an interrupt (reboot, service restarts) on the host, or recording it in simulation. Host I/O.
 
 The request comes as JSON in `NODEROLL_INTERRUPT`: `{"type": "reboot"|"service"|"restartAllServices"|
-"noop", "services": [...]}` (NodeWright's agent names `node_restart`, `service_restart`,
-`restart_all_services` and `no_op` are accepted too). Every interrupt is appended as a JSON line to
+"noop", "services": [...]}`, or in NodeWright's form, the same JSON base64-encoded (as the 4th
+positional argument or in `NODEROLL_INTERRUPT`). NodeWright's agent names `node_restart`,
+`service_restart`, `restart_all_services`, `no_op` are accepted too, and its `script_interrupt`
+(the package's own steps did the interrupt) runs no command, like `noop`. Every interrupt is appended as a JSON line to
 `<root>/var/lib/noderoll/interrupts.log`; restarted services also to `restarted-services.log`.
 In simulation nothing else happens (fleetsim performs the reboot itself); on a real host the
 commands run inside the host root: the agent enters it itself (`os.chroot` in the child), so no
@@ -17,6 +19,8 @@ exits non-zero or does not exist (NodeWright's agent reads the same signal the s
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 import signal
@@ -50,6 +54,7 @@ NODEWRIGHT_ALIASES = {
     "service_restart": "service",
     "restart_all_services": "restartAllServices",
     "node_restart": "reboot",
+    "script_interrupt": "noop",
 }
 
 
@@ -61,14 +66,23 @@ class Interrupt:
     services: tuple[str, ...] = ()
 
 
-def parse_interrupt(text: str | None) -> Interrupt:
-    """Decode the NODEROLL_INTERRUPT JSON. Pure; raises AgentError(EXIT_INTERRUPT_INVALID)."""
-    if not text:
-        raise AgentError(EXIT_INTERRUPT_INVALID, f"mode interrupt needs {INTERRUPT_ENV} (JSON with a type)")
+def _decode(text: str) -> object:
+    """JSON, or NodeWright's base64-encoded JSON. Pure."""
     try:
-        raw = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as err:
-        raise AgentError(EXIT_INTERRUPT_INVALID, f"{INTERRUPT_ENV} is not JSON: {err}") from err
+        try:
+            return json.loads(base64.b64decode(text.strip(), validate=True).decode("utf-8"))
+        except (binascii.Error, UnicodeDecodeError, json.JSONDecodeError):
+            raise AgentError(EXIT_INTERRUPT_INVALID, f"the interrupt is neither JSON nor base64 JSON: {err}") from err
+
+
+def parse_interrupt(text: str | None) -> Interrupt:
+    """Decode the interrupt (JSON or base64 JSON). Pure; raises AgentError(EXIT_INTERRUPT_INVALID)."""
+    if not text:
+        raise AgentError(EXIT_INTERRUPT_INVALID, f"mode interrupt needs {INTERRUPT_ENV} (JSON with a type) "
+                                                 "or NodeWright's base64 JSON argument")
+    raw = _decode(text)
     if not isinstance(raw, dict):
         raise AgentError(EXIT_INTERRUPT_INVALID, f"{INTERRUPT_ENV} must be a JSON object")
     kind = NODEWRIGHT_ALIASES.get(raw.get("type"), raw.get("type"))

@@ -122,6 +122,8 @@ class WindowRun:
             resources=spec.resources.model_dump(by_alias=True) if spec.resources else {},
             tolerations=stage_tolerations(self.ctx.snapshot.taints, spec),
             config=dict(spec.config), timeout_seconds=self.ctx.settings.stage_timeout_seconds,
+            agent_image=spec.agent_image or "", image_pull_secrets=[s.name for s in spec.image_pull_secrets],
+            node_order=self.ctx.requests[name].node_order if name in self.ctx.requests else 0,
         )
 
     async def _run_job(self, job: StageJob) -> RunStageJobResult:

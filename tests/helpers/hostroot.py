@@ -27,16 +27,26 @@ def _linked_files(binary: str) -> list[str]:
     return [m.group(1) for line in out.splitlines() if (m := _LDD_PATH.search(line.split("=>")[-1]))]
 
 
-def a_host_root(path: Path) -> Path:
-    """A directory holding /bin/sh (and its libraries) and an empty /usr/bin: a host to chroot into."""
-    shell = os.path.realpath("/bin/sh")
-    for source in [shell, *_linked_files(shell)]:
-        target = path / source.lstrip("/")
+def add_binary(root: Path, program: str, as_path: str = "") -> Path:
+    """Copy this machine's `program` (found on PATH) and its libraries into the root, at `as_path`
+    (default: where it is on this machine)."""
+    found = shutil.which(program)
+    if found is None:
+        raise FileNotFoundError(f"{program} is not installed on this machine")
+    binary = os.path.realpath(found)
+    for source in _linked_files(binary):
+        target = root / source.lstrip("/")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(os.path.realpath(source), target)
-    (path / "bin").mkdir(parents=True, exist_ok=True)
-    if not (path / "bin/sh").exists():
-        shutil.copy2(shell, path / "bin/sh")
+    target = root / (as_path or binary).lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(binary, target)
+    return target
+
+
+def a_host_root(path: Path) -> Path:
+    """A directory holding /bin/sh (and its libraries) and an empty /usr/bin: a host to chroot into."""
+    add_binary(path, "sh", "/bin/sh")
     (path / "usr/bin").mkdir(parents=True, exist_ok=True)
     return path
 

@@ -1,0 +1,45 @@
+"""`--simulate` confines steps to the sandbox root (agent.sandbox): the machine running it is never touched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent import modes
+from tests.helpers import unique_name
+from tests.unit.test_agent import a_package, agent
+
+
+def test_absolute_paths_land_in_the_sandbox_and_nowhere_on_the_machine(tmp_path: Path) -> None:
+    name = unique_name("sandbox")
+    machine = [Path("/etc") / name, Path("/var/tmp") / name]
+    body = (f'echo etc > /etc/{name}; echo var > /var/tmp/{name}; '
+            f'if touch /usr/{name} 2>/dev/null; then echo usr-writable; else echo usr-read-only; fi; '
+            'ls /proc/1 >/dev/null 2>&1 && echo proc-visible || echo no-proc')
+    package = a_package(tmp_path).step("apply", "write", body).step("apply-check", "c", "true").write()
+    assert not any(path.exists() for path in machine)
+    result = agent("apply", tmp_path / "root", package)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "root/etc" / name).read_text() == "etc\n"
+    assert (tmp_path / "root/var/tmp" / name).read_text() == "var\n"
+    assert "[write] usr-read-only" in result.stdout and "[write] no-proc" in result.stdout
+    assert not any(path.exists() for path in machine)
+    assert not (Path("/usr") / name).exists()
+
+
+def test_a_sandbox_folder_linked_outside_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root/etc").symlink_to(outside)
+    package = a_package(tmp_path).step("apply", "write", "echo x > /etc/x").step("apply-check", "c", "true").write()
+    result = agent("apply", tmp_path / "root", package)
+    assert result.returncode == modes.EXIT_HOST
+    assert "outside the sandbox: refusing to run steps" in result.stderr
+    assert list(outside.iterdir()) == []
+
+
+def test_simulating_on_the_machine_root_is_refused(tmp_path: Path) -> None:
+    package = a_package(tmp_path).step("apply", "write", "true").step("apply-check", "c", "true").write()
+    result = agent("apply", Path("/"), package)
+    assert result.returncode == modes.EXIT_HOST
+    assert "refusing to run steps on this machine" in result.stderr
