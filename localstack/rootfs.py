@@ -137,6 +137,13 @@ def site_packages(root: Path, repo: Path, top: str = "noderoll") -> Path:
         if (repo / package).is_dir():
             shutil.copytree(repo / package, target / package, dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns("__pycache__"))
+    # Native extensions (pydantic-core, temporalio's bridge, ...) link system libraries (libgcc_s).
+    for extension in sorted(target.rglob("*.so")):
+        for library in _linked(extension):
+            dest = root / library.lstrip("/")
+            if not dest.exists():
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(os.path.realpath(library), dest)
     dist = metadata.distribution(top)
     info = target / f"{top}-{dist.version}.dist-info"
     info.mkdir(exist_ok=True)

@@ -58,11 +58,13 @@ class RealCluster:
         return client.CustomObjectsApi(self.api)
 
     def package(self, name: str, **changes: Any) -> dict[str, Any]:
-        """Apply the NodeWright-layout example Package under `name`, on this node, with `changes`."""
+        """Apply the NodeWright-layout example Package under `name`, on this node, with `changes`
+        (a change to None removes that field)."""
         doc = yaml.safe_load(EXAMPLE.read_text())
         doc["metadata"] = {"name": name}
         doc["spec"]["nodeSelector"] = {"matchLabels": {"kubernetes.io/hostname": self.node.name}}
         doc["spec"].update(changes)
+        doc["spec"] = {k: v for k, v in doc["spec"].items() if v is not None}  # None: leave the field out
         return self.custom.create_cluster_custom_object(GROUP, VERSION, PACKAGE_PLURAL,
                                                         {**doc, "apiVersion": API_VERSION, "kind": PACKAGE_KIND})
 
@@ -101,8 +103,9 @@ def _images(node: RealNode, workdir: Path, agent: str) -> None:
 
 
 @contextmanager
-def start_real_cluster(workdir: Path) -> Iterator[RealCluster]:
-    """Start everything (skipping with the reason where a kubelet cannot run); stop and clean after."""
+def start_real_cluster(workdir: Path, processes: bool = True) -> Iterator[RealCluster]:
+    """Start everything (skipping with the reason where a kubelet cannot run); stop and clean after.
+    `processes=False`: no worker and bridge processes (the Helm test runs them as pods)."""
     reason = realnode.unsupported_reason()
     if reason:
         pytest.skip(f"real node: {reason}")
@@ -126,8 +129,9 @@ def start_real_cluster(workdir: Path) -> Iterator[RealCluster]:
                         f"{node.log_tail('kubelet')}")
         env = {"NODEROLL_AGENT_IMAGE": agent, STAGE_ATTEMPTS_ENV: "1", RETRY_BACKOFF_ENV: "1"}
         procs = Noderoll(stack.info, workdir / "procs", env=env)
-        procs.start("worker")
-        procs.start("bridge")
+        if processes:
+            procs.start("worker")
+            procs.start("bridge")
         yield RealCluster(stack, node, procs, api, agent)
     finally:
         if procs is not None:

@@ -46,3 +46,12 @@ def test_the_bridge_gets_none_of_them() -> None:
     bridge = next(o for o in render(HELM, Render()) if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-bridge"))
     names = {e["name"] for e in bridge["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert not names & {"NODEROLL_AGENT_IMAGE", "NODEROLL_STAGE_HOST_NETWORK"}
+
+
+def test_worker_and_bridge_may_use_the_host_network() -> None:
+    assert HELM is not None
+    objects = render(HELM, Render(sets={"worker.hostNetwork": "true"}))
+    specs = {o["metadata"]["name"].rsplit("-", 1)[-1]: o["spec"]["template"]["spec"]
+             for o in objects if o["kind"] == "Deployment"}
+    assert (specs["worker"].get("hostNetwork"), specs["worker"].get("dnsPolicy")) == (True, "ClusterFirstWithHostNet")
+    assert "hostNetwork" not in specs["bridge"]

@@ -137,6 +137,11 @@ spec:
         {{- end }}
     spec:
       serviceAccountName: {{ $full }}-{{ .name }}
+      {{- if $c.hostNetwork }}
+      # The node's network namespace: where pods cannot reach Temporal or the apiserver otherwise.
+      hostNetwork: true
+      dnsPolicy: ClusterFirstWithHostNet
+      {{- end }}
       {{- with $root.Values.imagePullSecrets }}
       imagePullSecrets:
         {{- toYaml . | nindent 8 }}
