@@ -219,6 +219,11 @@ class StageJob:
     timeout_seconds: int = 1800
     # The stage's check (`apply-check`), run in the same pod after the stage succeeded; None: no check.
     check: str | None = None
+    # The Package's `agentImage` ("" = the worker's pinned agent image) and `imagePullSecrets` (names).
+    agent_image: str = ""
+    image_pull_secrets: list[str] = field(default_factory=list)
+    # The node's position in its rollout's order (NodeWright's SKYHOOK_NODE_ORDER).
+    node_order: int = 0
 
 
 @dataclass

@@ -3,8 +3,9 @@
 Field names and shapes follow `deploy/crds/packages.noderoll.io.yaml` (camelCase aliases).
 Checks made here and not by the apiserver: the object name (lowercase DNS label, at most 43
 characters), semver versions (also `1.2` and `2024.7.7-test`), `dependsOn` names and versions,
-`interrupt.services` only and always with `type: service`, ConfigMap-compatible `config` keys,
-`configInterrupts` globs that match at least one `config` key, `uninstall.apply` only with
+`interrupt.services` only and always with `type: service`, ConfigMap-compatible `config` keys
+(none starting with `noderoll.`, which the stage pod reserves), `configInterrupts` globs that match
+at least one `config` key, image references in `image` and `agentImage`, `uninstall.apply` only with
 `uninstall.enabled`, unique `env` names, parseable `resources` with limits not below requests.
 Cross-document checks (a `dependsOn` target exists at that version, no cycles, the policy exists)
 live in `api/validation.py`.
@@ -32,6 +33,9 @@ _CONFIG_GLOB_RE = re.compile(r"^[-._a-zA-Z0-9*?]{1,253}$")
 _SERVICE_RE = re.compile(r"^[A-Za-z0-9:_.@\\-]+$")
 _ENV_NAME_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 _IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._\-/:@]*[A-Za-z0-9_\-.]$", re.IGNORECASE)
+_SECRET_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+# Keys of the stage Job's ConfigMap starting with this hold the node's metadata (activities.stage_pod).
+_RESERVED_CONFIG_PREFIX = "noderoll."
 
 
 class Interrupt(SpecModel):
@@ -127,6 +131,19 @@ class Uninstall(SpecModel):
         return self
 
 
+class SecretReference(SpecModel):
+    """A Secret in the stage pods' namespace (`noderoll-system`), by name (core/v1 LocalObjectReference)."""
+
+    name: str
+
+    @field_validator("name")
+    @classmethod
+    def _name_valid(cls, value: str) -> str:
+        if not _SECRET_NAME_RE.match(value):
+            raise ValueError(f"{value!r} is not a Secret name (lowercase letters, digits, '-' and '.')")
+        return value
+
+
 class Drain(SpecModel):
     """How the node is drained before a disruptive interrupt."""
 
@@ -177,6 +194,8 @@ class PackageSpec(SpecModel):
     uninstall: Uninstall = Field(default_factory=Uninstall)
     drain: Drain = Field(default_factory=Drain)
     limits: Limits = Field(default_factory=Limits)
+    agent_image: str | None = None
+    image_pull_secrets: list[SecretReference] = Field(default_factory=list)
 
     @field_validator("version")
     @classmethod
@@ -187,10 +206,10 @@ class PackageSpec(SpecModel):
             raise ValueError(str(err)) from err
         return value
 
-    @field_validator("image")
+    @field_validator("image", "agent_image")
     @classmethod
-    def _image_valid(cls, value: str) -> str:
-        if not _IMAGE_RE.match(value):
+    def _image_valid(cls, value: str | None) -> str | None:
+        if value is not None and not _IMAGE_RE.match(value):
             raise ValueError(f"{value!r} is not an image reference; use e.g. registry.example/pkg:1.0.0")
         return value
 
@@ -214,6 +233,11 @@ class PackageSpec(SpecModel):
             if not _CONFIG_KEY_RE.match(key):
                 raise ValueError(
                     f"config key {key!r} is invalid; use letters, digits, '-', '_' and '.' (a file name)"
+                )
+            if key.startswith(_RESERVED_CONFIG_PREFIX):
+                raise ValueError(
+                    f"config key {key!r} is reserved: keys starting with {_RESERVED_CONFIG_PREFIX!r} "
+                    "hold the node's metadata in the stage pod; rename the file"
                 )
         return value
 

@@ -278,6 +278,17 @@ def package_spec() -> Schema:
                     ),
                 },
             ),
+            "agentImage": string(
+                "noderoll agent image (with tag or digest) running this package's stages; omitted = the "
+                "agent image the worker pins (--agent-image, Helm stagePods.agentImage).",
+                minLength=1,
+            ),
+            "imagePullSecrets": array(
+                "Secrets in noderoll-system for pulling the package image and the agent image; added to the "
+                "worker's own (--image-pull-secret, Helm stagePods.imagePullSecrets).",
+                obj("A Secret reference (core/v1 LocalObjectReference).",
+                    {"name": string("Name of a Secret in noderoll-system.", minLength=1)}, required=["name"]),
+            ),
         },
         required=["version", "image"],
     )

@@ -73,6 +73,8 @@ class NodeRequest:
     request_id: str = ""
     # True when the rollout asks for the package's uninstall on this node.
     uninstall: bool = False
+    # The node's position in the order its rollout requested nodes (NodeWright's SKYHOOK_NODE_ORDER).
+    node_order: int = 0
 
 
 @dataclass
@@ -240,6 +242,8 @@ class RolloutCarry:
     # RFC 3339 end of the canary soak ("" = none running).
     soak_until: str = ""
     message: str = ""
+    # node -> its position in the order this version was requested (NodeWright's SKYHOOK_NODE_ORDER).
+    node_order: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

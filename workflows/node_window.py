@@ -132,6 +132,8 @@ class WindowRun:
             resources=spec.resources.model_dump(by_alias=True) if spec.resources else {},
             tolerations=stage_tolerations(self.ctx.snapshot.taints, spec),
             config=dict(spec.config), timeout_seconds=package_limits(spec, self._default_limits()).stage,
+            agent_image=spec.agent_image or "", image_pull_secrets=[s.name for s in spec.image_pull_secrets],
+            node_order=self.ctx.requests[name].node_order if name in self.ctx.requests else 0,
         )
 
     def _default_limits(self) -> TimeLimits:

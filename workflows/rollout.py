@@ -380,6 +380,7 @@ class RolloutWorkflow(RolloutTargets):
                 budget=BudgetRef(policy, compartment, batches.budget_limit(planner, compartment)),
                 request_id=self._book.request_id(node),
                 uninstall=carry.uninstalling,
+                node_order=carry.node_order.setdefault(node, len(carry.node_order)),
             ))
             carry.in_flight[node] = requests[-1].request_id
         self._set_working_phase()

@@ -115,6 +115,8 @@ class RolloutTargets:
         if carry.uninstalling:
             identity += "/uninstall"
         carry.planner = batches.new_planner(batches.PlannerInput(self._policy, selection.eligible, identity))
+        if self._version != self._spec.version:
+            carry.node_order = {}  # a new version is a new rollout order: its first node is 0 again
         # The reported version changes only with the plan, so `progress` never mixes old counts and new version.
         self._version = self._spec.version
         carry.epoch += 1

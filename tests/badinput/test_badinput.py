@@ -57,7 +57,6 @@ FAILING = [
     Case("F02-config-json-not-json", {"image": "bad.local/invalid-json:1.0.0"}, "exit code 65"),
     Case("F03-config-json-wrong-schema", {"image": "bad.local/wrong-schema:1.0.0"}, "exit code 65"),
     Case("F04-step-file-missing", {"image": "bad.local/missing-step:1.0.0"}, "exit code 127"),
-    Case("F05-step-not-executable", {"image": "bad.local/not-executable:1.0.0"}, "exit code 126"),
     Case("F06-expected-config-file-missing", {"image": "bad.local/expects-config:1.0.0"}, "exit code 67"),
     Case("F07-step-exits-non-zero", {"env": {"BENCH_STAGE_EXIT": "3"}}, "exit code 3"),
     Case("F08-check-fails", {"env": {"BENCH_CHECK_EXIT": "4"}}, "apply-check failed"),
@@ -75,6 +74,8 @@ COMPLETING = [
     Case("C09-selector-matches-no-node", {"nodeSelector": {"matchLabels": {TARGET_LABEL: "nothing-has-this"}}}),
     Case("C10-longest-package-name", {"name": f"l{uuid.uuid4().hex[:8]}-" + "a" * 33}),
     Case("C11-ignored-node-in-the-selector", nodes=2),
+    # Was F05 (agent exit 126): NodeWright makes steps executable before running them, so does noderoll.
+    Case("C12-step-file-without-the-executable-bit", {"image": "bad.local/not-executable:1.0.0"}),
 ]
 
 # Hand-edited annotations written before the rollout (C05-C07).
@@ -210,6 +211,9 @@ def test_hostile_input_still_completes(system: System, completing: dict[str, App
         _assert_never_concurrent(jobs + system.jobs(applied.extra))
     if case.id == "C10-longest-package-name":
         assert jobs and all(len(j.metadata.name) <= 63 for j in jobs)
+    if case.id == "C12-step-file-without-the-executable-bit":
+        runs = fleet.sandbox(node) / "var" / "lib" / "bench-sleep" / "apply.runs"
+        assert len(runs.read_text().splitlines()) == 1
     if case.id == "C11-ignored-node-in-the-selector":
         ignored = fleet.node_names[1]
         assert system.node_status_label(ignored) is None

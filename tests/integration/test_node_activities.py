@@ -345,7 +345,8 @@ def test_a_failing_check_in_the_stage_pod_is_reported_as_the_check(
     assert (result.exit_code, result.mode) == (4, "apply-check") and "injected fault" in result.log_tail
     [pod] = client.CoreV1Api(kube_api_client).list_namespaced_pod(
         PACKAGE_POD_NAMESPACE, label_selector=f"job-name={result.job_name}").items
-    [stage] = pod.status.init_container_statuses
+    [copy, stage] = pod.status.init_container_statuses
+    assert copy.name == "package" and copy.state.terminated.exit_code == 0
     assert stage.name == "apply" and stage.state.terminated.exit_code == 0
 
 
