@@ -90,6 +90,8 @@ class FleetState:
     targets: dict[str, NodeTargets] = field(default_factory=dict)
     in_flight: dict[str, InFlight] = field(default_factory=dict)
     records: dict[str, NodeRecord] = field(default_factory=dict)
+    # node -> its position in the order the wave asked its nodes (SKYHOOK_NODE_ORDER).
+    node_order: dict[str, int] = field(default_factory=dict)
     disruptions: dict[str, Disruptions] = field(default_factory=dict)
     departed: dict[str, str] = field(default_factory=dict)
     # Operator pauses (signals): the whole fleet, or some Packages / nodes.
@@ -148,6 +150,7 @@ def start_wave(state: FleetState, selection: FleetSelection, policy: DeploymentP
     state.wave += 1
     state.wave_wanted = False
     state.records = {}
+    state.node_order = {}
     state.departed = {}
     state.soak_until = ""
     state.promote = False
@@ -233,6 +236,11 @@ def request_id(state: FleetState, fleet: str, node: str) -> str:
     """A new request id, unique within the fleet (fleet, wave, sequence, node)."""
     state.sequence += 1
     return f"{fleet}:{state.wave}:{state.sequence}:{node}"
+
+
+def order_of(state: FleetState, node: str) -> int:
+    """`node`'s position in the order the wave asked its nodes (the first asked is 0; kept on re-asks)."""
+    return state.node_order.setdefault(node, len(state.node_order))
 
 
 def record_result(state: FleetState, result: WindowResult) -> bool:

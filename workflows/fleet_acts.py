@@ -122,7 +122,7 @@ class FleetActs:
                       for p in packages]
             request_id = fs.request_id(state, fleet_id, node)
             state.in_flight[node] = fs.InFlight(request_id, packages, now)
-            requests.append(WindowRequest(fleet_id, request_id, orders, state.wave))
+            requests.append(WindowRequest(fleet_id, request_id, orders, state.wave, fs.order_of(state, node)))
             targets.append(node)
         await self._hand_over(requests, targets)
 
@@ -196,7 +196,7 @@ class FleetActs:
             state.in_flight[node] = fs.InFlight(request_id, packages, now, flight.resent + 1)
             orders = [PackageOrder(p, entries[p].spec, entries[p].generation, entries[p].uninstall)
                       for p in packages]
-            requests.append(WindowRequest(self._fleet_id(), request_id, orders, state.wave))
+            requests.append(WindowRequest(self._fleet_id(), request_id, orders, state.wave, fs.order_of(state, node)))
             targets.append(node)
         await self._hand_over(requests, targets)
 

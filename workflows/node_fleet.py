@@ -88,7 +88,8 @@ async def run_fleet_window(call: FleetWindowCall) -> WindowResult:
     generations = {o.name: o.generation for o in request.packages}
     requests = {
         name: NodeRequest(rollout_workflow_id=request.fleet_workflow_id, package=name, spec=specs[name].dump(),
-                          generation=generations[name], request_id=request.request_id, uninstall=name in uninstall)
+                          generation=generations[name], request_id=request.request_id, uninstall=name in uninstall,
+                          node_order=request.node_order)
         for name in window.packages
     }
     run = WindowRun(WindowContext(
