@@ -14,6 +14,7 @@ COPY agent/ agent/
 COPY fleetsim/ fleetsim/
 COPY localstack/ localstack/
 COPY bench/ bench/
+COPY webhook/ webhook/
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim

@@ -7,10 +7,17 @@ failure names the pods still there and the PDBs that cover them. Skipped like `k
 DaemonSet pods, mirror pods, finished pods and noderoll's own stage pods. Pods with emptyDir data
 block the drain unless `deleteEmptyDirData`. Eviction speaks `policy/v1` and falls back to
 `policy/v1beta1` when the apiserver does not serve v1 (Kubernetes < 1.22).
+
+Both report while they wait, not only when they give up (`_Report`, decisions in
+`planning.drain`): the node condition `noderoll.io/Draining` (True while evicting, reason
+`EvictionRefused` once PDBs refused for `BLOCKED_AFTER_SECONDS`, `WaitingForProtectedPods`; False
+when done), one Event per wait updated in place, and the blockers in the heartbeat details. These
+two activities are the only writers of that condition.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from typing import Any
@@ -18,6 +25,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities import errors, kube
 from activities.heartbeats import beat, keep_alive, wait_slice
@@ -28,14 +36,24 @@ from activities.io import (
     WaitProtectedPodsInput,
     WaitProtectedPodsResult,
 )
-from activities.nodes import emit_event
+from activities.nodes import record_event, set_draining
+from api.enums import DrainReason
 from api.keys import PACKAGE_POD_NAMESPACE
 from api.selectors import LabelSelector
+from planning.drain import (
+    DrainNotice,
+    PdbView,
+    evicting_message,
+    eviction_refused_message,
+    pdb_view,
+    protected_pods_message,
+)
 from worker import metrics
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 STAGE_COMPONENT_LABEL = "noderoll.io/component"
 MAX_BACKOFF_SECONDS = 10.0
+log = logging.getLogger(__name__)
 
 _policy_version_lock = threading.Lock()
 _policy_version: str | None = None
@@ -100,6 +118,48 @@ def _spent_in_earlier_attempts() -> float:
     return max(0.0, (info.current_attempt_scheduled_time - info.scheduled_time).total_seconds())
 
 
+class _Report:
+    """Writes a wait's `noderoll.io/Draining` condition and Event when `DrainNotice` says so. I/O."""
+
+    def __init__(self, node: str) -> None:
+        info = activity.info()
+        self.node = node
+        # Stable across retries of the activity, new per window: one Event per wait.
+        self.key = f"{info.workflow_run_id}/{info.activity_id}"
+        self.notice = DrainNotice()
+        self.writes = 0
+
+    @property
+    def reason(self) -> str | None:
+        """The reason last written (None: nothing written yet)."""
+        return self.notice.last[0] if self.notice.last else None
+
+    def update(self, reason: DrainReason, message: str, event: str | None = None, count: int = 0) -> None:
+        """Condition True with `reason` and `message` (and the wait's Event), when due."""
+        now = time.monotonic()
+        if not self.notice.due(now, reason, message):
+            return
+        set_draining(self.node, True, reason.value, message, transition=not self.notice.active)
+        self.writes += 1
+        if event is not None:
+            warning = reason is DrainReason.EVICTION_REFUSED
+            record_event(self.node, NodeEvent(event, message, key=self.key, warning=warning), count or self.writes)
+        self.notice.written(now, reason, message)
+
+    def finish(self, reason: DrainReason, message: str) -> None:
+        """Condition False (only when this wait set it True)."""
+        if self.notice.active:
+            set_draining(self.node, False, reason.value, message, transition=True)
+            self.notice.last = None
+
+    def failed(self, message: str) -> None:
+        """Condition False with `DrainFailed`, before the failure is raised; never masks it."""
+        try:
+            self.finish(DrainReason.DRAIN_FAILED, message)
+        except Exception as err:  # noqa: BLE001 - the activity's own failure is what must surface
+            log.warning("Draining condition of %s not ended: %s", self.node, err)
+
+
 @activity.defn(name="wait_protected_pods")
 @keep_alive
 def wait_protected_pods(input: WaitProtectedPodsInput) -> WaitProtectedPodsResult:
@@ -108,7 +168,7 @@ def wait_protected_pods(input: WaitProtectedPodsInput) -> WaitProtectedPodsResul
     selectors = [s for s in selectors if not s.is_empty()]
     started = time.monotonic() - _spent_in_earlier_attempts()
     waited_for: set[str] = set()
-    announced = False
+    report = _Report(input.node)
     while True:
         protected = sorted(
             _ref(pod)
@@ -116,24 +176,17 @@ def wait_protected_pods(input: WaitProtectedPodsInput) -> WaitProtectedPodsResul
             if _running(pod) and any(s.matches(pod.metadata.labels or {}) for s in selectors)
         )
         if not protected:
+            report.finish(DrainReason.PROTECTED_PODS_FINISHED, "protected pods finished: " + ", ".join(sorted(waited_for)))
             return WaitProtectedPodsResult(time.monotonic() - started, sorted(waited_for))
         waited_for.update(protected)
         elapsed = time.monotonic() - started
         if elapsed > input.timeout_seconds:
-            raise errors.fatal(
-                f"protected pods still running on {input.node} after {input.timeout_seconds}s: "
-                + ", ".join(protected),
-                errors.PROTECTED_PODS_TIMEOUT,
-                {"pods": protected},
-            )
-        if not announced:
-            # One Event per wait (keyed by the activity), so `kubectl describe node` says why it waits.
-            info = activity.info()
-            emit_event(input.node, NodeEvent(
-                "WaitingForProtectedPods", "waiting for protected pods to finish: " + ", ".join(protected),
-                key=f"{info.workflow_run_id}/{info.activity_id}",
-            ))
-            announced = True
+            message = f"protected pods still running on {input.node} after {input.timeout_seconds}s: " + ", ".join(protected)
+            report.failed(message)
+            raise errors.fatal(message, errors.PROTECTED_PODS_TIMEOUT, {"pods": protected})
+        # The condition and one Event (updated when the pods change), so `kubectl describe node`,
+        # `noderoll nodes` and the Package status say why the window waits.
+        report.update(DrainReason.WAITING_FOR_PROTECTED_PODS, protected_pods_message(protected), "WaitingForProtectedPods")
         beat({"waiting_for": protected, "elapsed_seconds": round(elapsed)})
         time.sleep(wait_slice(input.poll_seconds))
 
@@ -169,9 +222,9 @@ def _pdbs(namespace: str) -> list[dict[str, Any]]:
     return list((body or {}).get("items") or [])
 
 
-def blocking_pdbs(pods: list[client.V1Pod]) -> list[str]:
-    """PDBs that select any of `pods`, described with their allowed disruptions."""
-    found: dict[str, str] = {}
+def pdbs_covering(pods: list[client.V1Pod]) -> list[PdbView]:
+    """PDBs that select any of `pods`, with their status (allowed disruptions), sorted by name."""
+    found: dict[str, PdbView] = {}
     for namespace in sorted({pod.metadata.namespace for pod in pods}):
         for pdb in _pdbs(namespace):
             selector = LabelSelector.model_validate(pdb.get("spec", {}).get("selector") or {})
@@ -179,19 +232,30 @@ def blocking_pdbs(pods: list[client.V1Pod]) -> list[str]:
                 pod.metadata.namespace == namespace and selector.matches(pod.metadata.labels or {}) for pod in pods
             ):
                 continue
-            status = pdb.get("status") or {}
-            name = f"{namespace}/{pdb['metadata']['name']}"
-            found[name] = (
-                f"{name} (disruptionsAllowed={status.get('disruptionsAllowed', 0)}, "
-                f"currentHealthy={status.get('currentHealthy', 0)}, desiredHealthy={status.get('desiredHealthy', 0)})"
-            )
+            view = pdb_view(pdb)
+            found[view.name] = view
     return [found[k] for k in sorted(found)]
+
+
+def blocking_pdbs(pods: list[client.V1Pod]) -> list[str]:
+    """PDBs that select any of `pods`, described with their allowed disruptions."""
+    return [view.describe() for view in pdbs_covering(pods)]
 
 
 @activity.defn(name="drain_node")
 @keep_alive
 def drain_node(input: DrainNodeInput) -> DrainNodeResult:
     """Evict every evictable pod of the node and wait until they are gone; bounded by timeout_seconds."""
+    report = _Report(input.node)
+    try:
+        return _drain(input, report)
+    except ApplicationError as err:
+        if err.non_retryable and err.type != errors.NODE_NOT_FOUND:
+            report.failed(err.message)
+        raise
+
+
+def _drain(input: DrainNodeInput, report: _Report) -> DrainNodeResult:
     started = time.monotonic() - _spent_in_earlier_attempts()
     result = DrainNodeResult()
     backoff = input.poll_seconds
@@ -200,6 +264,7 @@ def drain_node(input: DrainNodeInput) -> DrainNodeResult:
         if not pods:
             result.seconds = time.monotonic() - started
             metrics.record_drain("drained", result.seconds)
+            report.finish(DrainReason.DRAINED, f"evicted {len(result.evicted)} pod(s) in {result.seconds:.0f}s")
             return result
         if not input.delete_empty_dir_data:
             local = sorted(_ref(pod) for pod in pods if _has_local_data(pod))
@@ -211,17 +276,9 @@ def drain_node(input: DrainNodeInput) -> DrainNodeResult:
                     errors.DRAIN_BLOCKED,
                     {"pods": local},
                 )
-        refused_now = 0
-        for pod in pods:
-            if pod.metadata.deletion_timestamp is not None:
-                continue  # evicted already, terminating gracefully
-            if _evict(pod, input.grace_period_seconds):
-                if _ref(pod) not in result.evicted:
-                    result.evicted.append(_ref(pod))
-            else:
-                refused_now += 1
-                metrics.record_eviction_retry("pdb")
-        result.refused += refused_now
+        if report.reason is None:
+            report.update(DrainReason.EVICTING, evicting_message(len(pods)))  # the window's stage is `drain`
+        refused = _evict_round(input, pods, result)
         elapsed = time.monotonic() - started
         if elapsed > input.timeout_seconds:
             remaining = sorted(_ref(pod) for pod in pods)
@@ -233,8 +290,32 @@ def drain_node(input: DrainNodeInput) -> DrainNodeResult:
                 errors.DRAIN_TIMEOUT,
                 {"pods": remaining, "pdbs": pdbs},
             )
-        beat({"remaining": sorted(_ref(pod) for pod in pods), "refused": result.refused})
+        blocked = report.notice.eviction_round(time.monotonic(), bool(refused))
+        details: dict[str, Any] = {"remaining": sorted(_ref(pod) for pod in pods), "refused": result.refused}
+        if blocked:
+            message = eviction_refused_message([_ref(p) for p in refused], pdbs_covering(refused))
+            report.update(DrainReason.EVICTION_REFUSED, message, "DrainBlocked", count=result.refused)
+            details["blocked"] = message
+        elif report.reason == DrainReason.EVICTION_REFUSED.value:
+            report.update(DrainReason.EVICTING, evicting_message(len(pods)))
+        beat(details)
         # 429s back off exponentially (the PDB needs a replacement pod to become ready first);
         # pods merely terminating are polled at the base interval.
-        backoff = min(backoff * 2, MAX_BACKOFF_SECONDS) if refused_now else input.poll_seconds
+        backoff = min(backoff * 2, MAX_BACKOFF_SECONDS) if refused else input.poll_seconds
         time.sleep(wait_slice(backoff))
+
+
+def _evict_round(input: DrainNodeInput, pods: list[client.V1Pod], result: DrainNodeResult) -> list[client.V1Pod]:
+    """Ask to evict every pod not yet terminating; returns the pods whose eviction was refused (429)."""
+    refused = []
+    for pod in pods:
+        if pod.metadata.deletion_timestamp is not None:
+            continue  # evicted already, terminating gracefully
+        if _evict(pod, input.grace_period_seconds):
+            if _ref(pod) not in result.evicted:
+                result.evicted.append(_ref(pod))
+        else:
+            refused.append(pod)
+            metrics.record_eviction_retry("pdb")
+    result.refused += len(refused)
+    return refused

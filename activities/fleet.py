@@ -3,7 +3,9 @@
 * `list_fleet_nodes` lists Nodes (paged, read only) and runs the pure target selection
   (`planning.fleet_targets.select_fleet`) here, in the activity, so the fleet's history records a
   compact per-node summary (pending, done, blocked, waiting Packages; compartment labels; a
-  fingerprint) instead of every Node's labels and state annotation.
+  fingerprint) instead of every Node's labels and state annotation; with it the marks that nodes
+  no window can update do not show yet (`planning.node_marks.listing_marks`), which the fleet has
+  written by `mark_blocked_nodes`.
 * `request_windows` does what a workflow cannot: signal-with-start `node/<node>` with signal
   `window`. Idempotent: the node workflow drops a request id it has seen.
 """
@@ -17,11 +19,13 @@ from activities.node_requests import node_workflow_input
 from activities.targets import list_node_snapshots
 from api.package import PackageSpec
 from planning.fleet_targets import FleetPackage, FleetQuery, FleetSelection, select_fleet
-from planning.targets import NodeView
+from planning.node_marks import NodeMark, listing_marks
+from planning.targets import NodeView, TargetSelection
 from protocol.activities import ListFleetNodesInput, ListFleetNodesResult, RequestWindowsInput
 from protocol.names import NODE_WORKFLOW_TYPE, SIGNAL_WINDOW, node_workflow_id
 
 _SELECTION = TypeAdapter(FleetSelection)
+_MARKS = TypeAdapter(list[NodeMark])
 
 
 @activity.defn(name="list_fleet_nodes")
@@ -32,10 +36,17 @@ def list_fleet_nodes(input: ListFleetNodesInput) -> ListFleetNodesResult:
         for e in input.packages
     }
     snapshots = list_node_snapshots(input.label_selector)
-    views = [NodeView(n.name, n.labels, n.taints, n.state_annotation) for n in snapshots]
+    views = [NodeView(n.name, n.labels, n.taints, n.state_annotation, n.status_label, n.state_malformed)
+             for n in snapshots]
     in_flight = {node: frozenset(names) for node, names in input.in_flight.items()}
     selection = select_fleet(FleetQuery(packages, views, in_flight, frozenset(input.label_keys)))
-    return ListFleetNodesResult(selection=_SELECTION.dump_python(selection, mode="json"), listed=len(views))
+    # What the blocked nodes do not show yet (label, StateMalformed): the fleet has it marked.
+    blocked = {name: "; ".join(f"{p}: {r}" for p, r in sorted(t.blocked.items()))
+               for name, t in selection.nodes.items() if t.blocked and not t.eligible}
+    marks = listing_marks([v for v in views if v.name in selection.nodes], TargetSelection(blocked=blocked))
+    return ListFleetNodesResult(
+        selection=_SELECTION.dump_python(selection, mode="json"), listed=len(views),
+        marks=_MARKS.dump_python(marks, mode="json"))
 
 
 @activity.defn(name="request_windows")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from planning.node_marks import NodeMark
 from workflows.messages import LeaseRequest, NodeRequest
 
 # --- rollout, budget and bridge activities (activities/targets.py, describe.py, node_requests.py) ---
@@ -53,6 +54,9 @@ class NodeSnapshot:
     created: str = ""
     # The raw `noderoll.io/state` annotation ("" when absent); parsed by the pure core.
     state_annotation: str = ""
+    # The `noderoll.io/status` label ("" when absent) and whether `noderoll.io/StateMalformed` is True.
+    status_label: str = ""
+    state_malformed: bool = False
 
 
 @dataclass
@@ -71,6 +75,20 @@ class RequestNodeWindowsInput:
     nodes: list[str]
     # Task queue of the node workflows ("" = the calling activity's own queue).
     task_queue: str = ""
+
+
+@dataclass
+class MarkBlockedNodesInput:
+    """Show on each node what its mark says (`planning.node_marks`; decided again on a fresh read)."""
+
+    marks: list[NodeMark]
+
+
+@dataclass
+class MarkBlockedNodesResult:
+    """The nodes written (the others already showed it, changed meanwhile, run a window or are gone)."""
+
+    written: list[str] = field(default_factory=list)
 
 
 # --- node window activities (activities/nodes.py, drain.py, jobs.py, interrupts.py, leases.py) ---
@@ -201,6 +219,11 @@ class StageJob:
     timeout_seconds: int = 1800
     # The stage's check (`apply-check`), run in the same pod after the stage succeeded; None: no check.
     check: str | None = None
+    # The Package's `agentImage` ("" = the worker's pinned agent image) and `imagePullSecrets` (names).
+    agent_image: str = ""
+    image_pull_secrets: list[str] = field(default_factory=list)
+    # The node's position in its rollout's order (NodeWright's SKYHOOK_NODE_ORDER).
+    node_order: int = 0
 
 
 @dataclass

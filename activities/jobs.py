@@ -1,8 +1,10 @@
 """Stage Jobs: create (or adopt) the Job of one stage and its check and wait for its pod. Does I/O.
 
-The stage pod contract is in docs/architecture.md: one pod per stage, the stage as an init container
-and its check as the pod's container (NodeWright does the same), each container named after its
-mode, so a window pays one Job round trip per stage instead of two. Job and ConfigMap names derive
+The stage pod contract is in docs/architecture.md and its manifest in `activities.stage_pod`: one pod
+per stage, the package image's folder copied by an init container, then noderoll's agent running
+the stage and its check as containers named after their modes (NodeWright does the same), so a
+window pays one Job round trip per stage instead of two. Creating a Job reads the Package (uid and
+generation for SKYHOOK_RESOURCE_ID) and, for a stage, the node (its metadata for the package). Job and ConfigMap names derive
 from (package, version, node, mode, check, attempt, window), so an activity retried after a worker
 crash finds and adopts the Job its first attempt created instead of running the stage twice. The
 wait is one pod watch resumed from its last resourceVersion every few seconds (to heartbeat), not a
@@ -17,31 +19,21 @@ run the stage again in a replacement pod under the same attempt, unseen by noder
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from activities import kube
+from activities import errors, kube, stage_pod
 from activities.io import StageJob
-from api.keys import PACKAGE_POD_NAMESPACE
+from activities.stage_pod import StagePodIdentity, StagePodSettings
+from api.keys import GROUP, PACKAGE_PLURAL, PACKAGE_POD_NAMESPACE, VERSION
 
-HOST_ROOT = "/host"
-CONFIG_DIR = "/noderoll-config"
 WATCH_SECONDS = 5
 # While a stage pod runs, its node is looked at this often: a deleted node's pod never finishes
 # (no kubelet) until the pod GC removes it, 40 s or more later.
 NODE_CHECK_SECONDS = 30
-# Finished Jobs stay for inspection (`noderoll logs`, kubectl) and are then garbage-collected
-# where the TTL controller runs (GA in 1.23; ignored by older apiservers).
-TTL_SECONDS_AFTER_FINISHED = 7 * 24 * 3600
-LABEL_PACKAGE = "noderoll.io/package"
-LABEL_NODE = "noderoll.io/node"
-LABEL_MODE = "noderoll.io/mode"
-LABEL_COMPONENT = "noderoll.io/component"
-ANNOTATION_VERSION = "noderoll.io/package-version"
 
 
 def job_name(job: StageJob) -> str:
@@ -56,7 +48,7 @@ def job_name(job: StageJob) -> str:
 
 def job_modes(job: StageJob) -> list[str]:
     """The modes the Job's pod runs, in order: the stage, then its check when it has one (pure)."""
-    return [job.mode] if not job.check else [job.mode, job.check]
+    return stage_pod.modes(job)
 
 
 def jobs_per_window(stages: int, interrupt: bool) -> int:
@@ -65,99 +57,47 @@ def jobs_per_window(stages: int, interrupt: bool) -> int:
     return stages + int(interrupt)
 
 
-def _labels(job: StageJob) -> dict[str, str]:
-    return {
-        LABEL_PACKAGE: job.package,
-        LABEL_NODE: job.node,
-        LABEL_MODE: job.mode,
-        LABEL_COMPONENT: "stage",
-    }
+def job_manifest(job: StageJob, name: str, identity: StagePodIdentity | None = None,
+                 settings: StagePodSettings | None = None) -> dict[str, Any]:
+    """The Job object of a stage (pure; `activities.stage_pod` builds it)."""
+    return stage_pod.job_manifest(job, name, identity, settings)
 
 
-def _env(job: StageJob, mode: str) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [
-        {"name": "NODEROLL_PACKAGE", "value": job.package},
-        {"name": "NODEROLL_VERSION", "value": job.version},
-        {"name": "NODEROLL_NODE", "value": job.node},
-        {"name": "NODEROLL_MODE", "value": mode},
-        {"name": "NODEROLL_ROOT", "value": HOST_ROOT},
-        {"name": "NODEROLL_CONFIG_DIR", "value": CONFIG_DIR},
-    ]
-    if job.interrupt is not None:
-        env.append({"name": "NODEROLL_INTERRUPT", "value": json.dumps(job.interrupt, sort_keys=True)})
-    return env + list(job.env)
+def _package_identity(package: str) -> tuple[str, int]:
+    """The Package's uid and generation (for SKYHOOK_RESOURCE_ID); ("", 0) when it is gone."""
+    try:
+        obj = kube.custom().get_cluster_custom_object(GROUP, VERSION, PACKAGE_PLURAL, package)
+    except ApiException as err:
+        if kube.is_not_found(err):
+            return "", 0  # deleted (an uninstall after the Package's deletion): the id keeps its shape
+        kube.raise_for(err, f"read Package {package}")
+    meta = obj.get("metadata") or {}
+    return str(meta.get("uid", "")), int(meta.get("generation") or 0)
 
 
-def _container(job: StageJob, mode: str) -> dict[str, Any]:
-    mounts = [{"name": "host", "mountPath": HOST_ROOT}]
-    if job.config:
-        mounts.append({"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
-    container: dict[str, Any] = {
-        "name": mode,  # modes are DNS labels (`apply`, `apply-check`): `kubectl logs -c apply-check`
-        "image": job.image,
-        "args": [mode],
-        "env": _env(job, mode),
-        "terminationMessagePolicy": "FallbackToLogsOnError",
-        "securityContext": {"privileged": True},
-        "volumeMounts": mounts,
-    }
-    if job.resources:
-        container["resources"] = job.resources
-    return container
-
-
-def job_manifest(job: StageJob, name: str) -> dict[str, Any]:
-    """The Job object of a stage (pure): pinned with nodeName, backoffLimit 0, host root (+ config) mounted.
-
-    The stage runs as an init container and its check as the container, so the check starts only
-    after the stage succeeded, in the same pod; a stage without a check is the only container.
-    """
-    labels = _labels(job)
-    containers = [_container(job, mode) for mode in job_modes(job)]
-    volumes: list[dict[str, Any]] = [{"name": "host", "hostPath": {"path": "/"}}]
-    if job.config:
-        volumes.append({"name": "config", "configMap": {"name": name}})
-    pod_spec: dict[str, Any] = {
-        "nodeName": job.node,
-        "restartPolicy": "Never",
-        "hostPID": True,
-        "tolerations": job.tolerations,
-        "containers": containers[-1:],
-        "volumes": volumes,
-    }
-    if len(containers) > 1:
-        pod_spec["initContainers"] = containers[:-1]
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": name,
-            "namespace": PACKAGE_POD_NAMESPACE,
-            "labels": labels,
-            "annotations": {ANNOTATION_VERSION: job.version},
-        },
-        "spec": {
-            # noderoll owns retries (a new Job per attempt), so the Job itself never retries.
-            "backoffLimit": 0,
-            "activeDeadlineSeconds": job.timeout_seconds,
-            "ttlSecondsAfterFinished": TTL_SECONDS_AFTER_FINISHED,
-            "template": {
-                "metadata": {"labels": labels, "annotations": {ANNOTATION_VERSION: job.version}},
-                "spec": pod_spec,
-            },
-        },
-    }
+def _read_node(node: str) -> dict[str, Any]:
+    try:
+        return kube.api_client().sanitize_for_serialization(kube.core().read_node(node))
+    except ApiException as err:
+        if kube.is_not_found(err):
+            raise errors.fatal(f"node {node} does not exist", errors.NODE_NOT_FOUND) from err
+        kube.raise_for(err, f"read node {node}")
 
 
 def ensure_job(job: StageJob) -> tuple[str, bool]:
-    """Create the ConfigMap (only for a package with config) and the Job, or adopt them; return (name, adopted)."""
+    """Create the ConfigMap (the package's config and the node's metadata; none for an interrupt)
+    and the Job, or adopt them; return (name, adopted)."""
     name = job_name(job)
-    if job.config:
+    settings = stage_pod.current_settings()
+    uid, generation = _package_identity(job.package)
+    identity = StagePodIdentity(package_uid=uid, generation=generation, metadata=job.interrupt is None)
+    if identity.metadata:
+        data = {**stage_pod.node_metadata(_read_node(job.node), job, settings), **dict(job.config)}
         config_map = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": {"name": name, "namespace": PACKAGE_POD_NAMESPACE, "labels": _labels(job)},
-            "data": dict(job.config),
+            "metadata": {"name": name, "namespace": PACKAGE_POD_NAMESPACE, "labels": stage_pod.labels(job)},
+            "data": data,
         }
         try:
             kube.core().create_namespaced_config_map(PACKAGE_POD_NAMESPACE, config_map)
@@ -165,7 +105,7 @@ def ensure_job(job: StageJob) -> tuple[str, bool]:
             if not kube.is_conflict(err):
                 kube.raise_for(err, f"create ConfigMap {name}")
     try:
-        kube.batch().create_namespaced_job(PACKAGE_POD_NAMESPACE, job_manifest(job, name))
+        kube.batch().create_namespaced_job(PACKAGE_POD_NAMESPACE, job_manifest(job, name, identity, settings))
         return name, False
     except ApiException as err:
         if kube.is_conflict(err):

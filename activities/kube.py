@@ -93,6 +93,11 @@ def batch() -> client.BatchV1Api:
     return client.BatchV1Api(api_client())
 
 
+def custom() -> client.CustomObjectsApi:
+    """Custom objects (noderoll.io Packages) on the shared client."""
+    return client.CustomObjectsApi(api_client())
+
+
 def policy() -> client.PolicyV1Api:
     """Policy/v1 API on the shared client (PDB reads fall back to v1beta1 through raw calls)."""
     return client.PolicyV1Api(api_client())

@@ -7,7 +7,9 @@ drops a request whose `request_id` it has seen, so a retried activity sends noth
 
 The failure policy of node workflows this worker starts can be tuned by environment (defaults:
 `NodeWorkflowInput`): `NODEROLL_NODE_STAGE_ATTEMPTS` (attempts per stage) and
-`NODEROLL_NODE_RETRY_BACKOFF_SECONDS` (backoff before the second attempt, doubling after).
+`NODEROLL_NODE_RETRY_BACKOFF_SECONDS` (backoff before the second attempt, doubling after); so can
+the defaults of the bounds a Package's `limits` override (seconds): `NODEROLL_NODE_PROTECTED_PODS_TIMEOUT_SECONDS`
+(3600), `NODEROLL_NODE_STAGE_TIMEOUT_SECONDS` (1800), `NODEROLL_NODE_INTERRUPT_TIMEOUT_SECONDS` (900).
 """
 
 from __future__ import annotations
@@ -22,6 +24,15 @@ from workflows.messages import NODE_WORKFLOW_TYPE, SIGNAL_NODE_REQUEST, NodeWork
 
 STAGE_ATTEMPTS_ENV = "NODEROLL_NODE_STAGE_ATTEMPTS"
 RETRY_BACKOFF_ENV = "NODEROLL_NODE_RETRY_BACKOFF_SECONDS"
+PROTECTED_PODS_TIMEOUT_ENV = "NODEROLL_NODE_PROTECTED_PODS_TIMEOUT_SECONDS"
+STAGE_TIMEOUT_ENV = "NODEROLL_NODE_STAGE_TIMEOUT_SECONDS"
+INTERRUPT_TIMEOUT_ENV = "NODEROLL_NODE_INTERRUPT_TIMEOUT_SECONDS"
+# Environment variable -> the NodeWorkflowInput field it sets (whole seconds, at least 1).
+TIMEOUT_ENVS = {
+    PROTECTED_PODS_TIMEOUT_ENV: "protected_pods_timeout_seconds",
+    STAGE_TIMEOUT_ENV: "stage_timeout_seconds",
+    INTERRUPT_TIMEOUT_ENV: "reboot_timeout_seconds",
+}
 
 
 def node_workflow_input(node: str) -> NodeWorkflowInput:
@@ -31,6 +42,9 @@ def node_workflow_input(node: str) -> NodeWorkflowInput:
         tuned["stage_attempts"] = max(1, int(os.environ[STAGE_ATTEMPTS_ENV]))
     if os.environ.get(RETRY_BACKOFF_ENV):
         tuned["retry_backoff_seconds"] = max(0.0, float(os.environ[RETRY_BACKOFF_ENV]))
+    for env, name in TIMEOUT_ENVS.items():
+        if os.environ.get(env):
+            tuned[name] = max(1, int(os.environ[env]))
     return NodeWorkflowInput(node=node, **tuned)  # type: ignore[arg-type]
 
 

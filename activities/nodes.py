@@ -1,5 +1,9 @@
 """Node activities: read, cordon, uncordon, write noderoll state (+ conditions, Events). Does I/O.
 
+Also the node writes of the drain activities (activities/drain.py, their only caller, so each key
+keeps one writer): the `noderoll.io/Draining` condition (`set_draining`) and an Event updated in
+place while a wait lasts (`record_event`).
+
 Each is idempotent. Ownership of a cordon is recorded in `noderoll.io/cordoned-by`: `cordon_node`
 never claims a node someone else cordoned, and `uncordon_node` only undoes our own cordon, so a node
 an operator cordoned stays cordoned. Metadata writes are merge patches carrying the
@@ -28,20 +32,24 @@ from activities.io import (
     WriteNodeStateInput,
 )
 from api.keys import (
+    CONDITION_DRAINING,
     CONDITION_ERRORING,
+    CONDITION_STATE_MALFORMED,
     CONDITION_UPDATING,
     CORDONED_BY_ANNOTATION,
     CORDONED_BY_VALUE,
     NODE_STATE_ANNOTATION,
     NODE_STATUS_LABEL,
 )
+from planning.node_marks import READABLE_MESSAGE, REASON_READABLE
 
 CONFLICT_RETRIES = 8
 EVENT_NAMESPACE = "default"
 EVENT_SOURCE = "noderoll"
 
 
-def _get_node(name: str) -> client.V1Node:
+def get_node(name: str) -> client.V1Node:
+    """Read the Node; a missing one is the non-retryable `NodeNotFound`."""
     try:
         return kube.core().read_node(name)
     except ApiException as err:
@@ -56,7 +64,7 @@ def patch_node_with_retry(name: str, build: Callable[[client.V1Node], dict[str, 
     A 409 (someone else wrote the node in between) re-reads and rebuilds, up to CONFLICT_RETRIES.
     """
     for _ in range(CONFLICT_RETRIES):
-        node = _get_node(name)
+        node = get_node(name)
         patch = build(node)
         if patch is None:
             return node
@@ -101,7 +109,7 @@ def snapshot(node: client.V1Node) -> ReadNodeResult:
 @activity.defn(name="read_node")
 def read_node(input: NodeInput) -> ReadNodeResult:
     """Snapshot of the node (missing node: non-retryable `NodeNotFound`)."""
-    return snapshot(_get_node(input.node))
+    return snapshot(get_node(input.node))
 
 
 @activity.defn(name="cordon_node")
@@ -150,7 +158,8 @@ def uncordon_node(input: NodeInput) -> UncordonNodeResult:
     return outcome
 
 
-def _condition(kind: str, on: bool, reason: str, message: str) -> dict[str, Any]:
+def node_condition(kind: str, on: bool, reason: str, message: str) -> dict[str, Any]:
+    """A NodeCondition as patch JSON (message cut to 1,024 characters), stamped now."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
         "type": kind,
@@ -164,7 +173,7 @@ def _condition(kind: str, on: bool, reason: str, message: str) -> dict[str, Any]
 
 @activity.defn(name="write_node_state")
 def write_node_state(input: WriteNodeStateInput) -> None:
-    """Write one state transition: annotation + status label (one patch), the two conditions, Events."""
+    """Write one state transition: annotation + status label (one patch), the conditions, Events."""
 
     metadata: dict[str, Any] = {"labels": {NODE_STATUS_LABEL: input.status}}
     if input.state_annotation is not None:
@@ -179,9 +188,12 @@ def write_node_state(input: WriteNodeStateInput) -> None:
         kube.raise_for(err, f"patch node {input.node}")
     reason = input.status.replace("-", " ").title().replace(" ", "")
     conditions = [
-        _condition(CONDITION_UPDATING, input.updating, reason, input.message or input.status),
-        _condition(CONDITION_ERRORING, input.erroring, reason, input.message or input.status),
+        node_condition(CONDITION_UPDATING, input.updating, reason, input.message or input.status),
+        node_condition(CONDITION_ERRORING, input.erroring, reason, input.message or input.status),
     ]
+    if input.state_annotation is not None:
+        # The window just wrote the annotation, so it reads (planning/node_marks.py: the other writer).
+        conditions.append(node_condition(CONDITION_STATE_MALFORMED, False, REASON_READABLE, READABLE_MESSAGE))
     try:
         # Strategic merge: NodeStatus.conditions merge by `type`, so the kubelet's conditions stay.
         kube.core().patch_node_status(
@@ -196,12 +208,19 @@ def write_node_state(input: WriteNodeStateInput) -> None:
         activity.heartbeat(event.key)
 
 
-def emit_event(node: str, event: NodeEvent) -> None:
-    """Create an Event on the Node; its name derives from (node, key), so a retry does not duplicate it."""
+def _event_name(node: str, event: NodeEvent) -> str:
     digest = hashlib.sha256(f"{node}/{event.key}/{event.reason}".encode()).hexdigest()[:16]
+    return f"{node}.noderoll.{digest}"
+
+
+def emit_event(node: str, event: NodeEvent, count: int = 1) -> bool:
+    """Create an Event on the Node; its name derives from (node, key), so a retry does not duplicate it.
+
+    Returns False when it exists already (an earlier attempt, or an earlier write of the same wait).
+    """
     now = datetime.now(UTC)
     body = client.CoreV1Event(
-        metadata=client.V1ObjectMeta(name=f"{node}.noderoll.{digest}", namespace=EVENT_NAMESPACE),
+        metadata=client.V1ObjectMeta(name=_event_name(node, event), namespace=EVENT_NAMESPACE),
         involved_object=client.V1ObjectReference(kind="Node", name=node, api_version="v1", uid=node),
         reason=event.reason,
         message=event.message[:1024],
@@ -209,11 +228,44 @@ def emit_event(node: str, event: NodeEvent) -> None:
         source=client.V1EventSource(component=EVENT_SOURCE, host=node),
         first_timestamp=now,
         last_timestamp=now,
-        count=1,
+        count=count,
     )
     try:
         kube.core().create_namespaced_event(EVENT_NAMESPACE, body)
+        return True
     except ApiException as err:
         if kube.is_conflict(err):
-            return  # already recorded by an earlier attempt of this activity
+            return False  # already recorded by an earlier attempt of this activity
         kube.raise_for(err, f"record event {event.reason} on node {node}")
+
+
+def record_event(node: str, event: NodeEvent, count: int) -> None:
+    """Create the Event of a wait, or update it in place: message, `count` and `lastTimestamp`.
+
+    Kubernetes' own recorder aggregates repeats the same way, so `kubectl describe node` shows one
+    line (`x69 over 6m`) instead of one Event per refused eviction.
+    """
+    if emit_event(node, event, count):
+        return
+    patch = {"message": event.message[:1024], "count": count,
+             "lastTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
+    try:
+        kube.core().patch_namespaced_event(_event_name(node, event), EVENT_NAMESPACE, patch,
+                                           _content_type="application/merge-patch+json")
+    except ApiException as err:
+        if not kube.is_not_found(err):  # expired meanwhile (event TTL): the next update creates it
+            kube.raise_for(err, f"update event {event.reason} on node {node}")
+
+
+def set_draining(node: str, draining: bool, reason: str, message: str, transition: bool) -> None:
+    """Write the `noderoll.io/Draining` condition; `transition`: its status changes now (sets the time)."""
+    condition = node_condition(CONDITION_DRAINING, draining, reason, message)
+    if not transition:
+        del condition["lastTransitionTime"]  # strategic merge keeps the stored one
+    try:
+        kube.core().patch_node_status(node, {"status": {"conditions": [condition]}},
+                                      _content_type="application/strategic-merge-patch+json")
+    except ApiException as err:
+        if kube.is_not_found(err):
+            raise errors.fatal(f"node {node} does not exist", errors.NODE_NOT_FOUND) from err
+        kube.raise_for(err, f"patch condition {CONDITION_DRAINING} of node {node}")

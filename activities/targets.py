@@ -1,9 +1,11 @@
 """Snapshot of the fleet's Nodes for target selection. Does I/O (Kubernetes API, read only).
 
 `list_target_nodes` lists Nodes (paged) and returns, per node, only what target selection and
-batch planning read: name, labels, taints, creation time and the raw `noderoll.io/state`
-annotation (reduced to the package's entry and those of its dependencies). The decision (selector, ignore label, taints, done nodes) is pure:
-`planning.targets.select_targets`.
+batch planning read: name, labels, taints, creation time, the raw `noderoll.io/state`
+annotation (reduced to the package's entry and those of its dependencies; kept whole when it
+cannot be read, so the rollout holds the node as its node workflow would), the `noderoll.io/status`
+label and whether `noderoll.io/StateMalformed` is True (what `planning.node_marks` compares with).
+The decision (selector, ignore label, taints, done nodes) is pure: `planning.targets.select_targets`.
 """
 
 from __future__ import annotations
@@ -17,13 +19,20 @@ from temporalio import activity
 
 from activities import kube
 from activities.io import ListTargetNodesInput, ListTargetNodesResult, NodeSnapshot
-from api.keys import NODE_STATE_ANNOTATION
+from api.keys import CONDITION_STATE_MALFORMED, NODE_STATE_ANNOTATION, NODE_STATUS_LABEL
+from api.node_state import parse_node_state
 
 PAGE_SIZE = 500
 
 
 def _only_packages(raw: str, packages: Sequence[str]) -> str:
-    """The state annotation reduced to the entries of `packages`; unparseable text is kept as it is."""
+    """The state annotation reduced to the entries of `packages`; an unreadable one is kept as it is.
+
+    Unreadable means anywhere, not only in these entries: the node workflow reads the whole
+    annotation and holds the node, so the rollout must see the same garbage.
+    """
+    if parse_node_state(raw)[1] is not None:
+        return raw
     try:
         data = json.loads(raw)
         entries = {p: data["packages"].get(p) for p in packages}
@@ -39,12 +48,15 @@ def node_snapshot(node: client.V1Node, package: str = "", also: Sequence[str] = 
         {"key": t.key or "", "value": t.value or "", "effect": t.effect or ""} for t in (spec.taints or [])
     ]
     raw = (meta.annotations or {}).get(NODE_STATE_ANNOTATION, "")
+    conditions = (node.status.conditions if node.status else None) or []
     return NodeSnapshot(
         name=meta.name,
         labels=dict(meta.labels or {}),
         taints=taints,
         created=meta.creation_timestamp.isoformat() if meta.creation_timestamp else "",
         state_annotation=_only_packages(raw, [package, *also]) if package and raw else raw,
+        status_label=(meta.labels or {}).get(NODE_STATUS_LABEL, ""),
+        state_malformed=any(c.type == CONDITION_STATE_MALFORMED and c.status == "True" for c in conditions),
     )
 
 

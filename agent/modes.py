@@ -30,12 +30,15 @@ def is_check(mode: str) -> bool:
 # these are the agent's own, chosen in the sysexits range so they rarely collide with a step's.
 EXIT_OK = 0
 EXIT_STEP_FAILED = 1  # a step exited 0 but 0 was not an accepted return code, or was killed by a signal
+# A step or interrupt command that exits N (1-255) makes the agent exit N; one killed by signal N, 128+N.
 EXIT_USAGE = 64  # unknown mode or bad command line
 EXIT_CONFIG_INVALID = 65  # config.json unreadable or not the v1 schema
 EXIT_CONFIG_MISSING = 66  # no config.json in the package directory
 EXIT_CONFIG_FILE_MISSING = 67  # an `expected_config_files` entry is not in the config dir
 EXIT_INTERRUPT_INVALID = 68  # NODEROLL_INTERRUPT missing or not valid JSON of a known type
-EXIT_HOST = 71  # the host root cannot be used (missing, chroot refused)
+EXIT_REBOOT_NOT_DONE = 69  # the reboot command exited 0 but the host did not shut down in time
+EXIT_INTERNAL = 70  # a defect of the agent itself (an unexpected exception; its traceback precedes)
+EXIT_HOST = 71  # the host root cannot be used (missing, chroot refused, unwritable)
 EXIT_STEP_NOT_EXECUTABLE = 126  # shell convention: found but not executable
 EXIT_STEP_NOT_FOUND = 127  # shell convention: step path does not exist
 EXIT_TERMINATED = 143  # SIGTERM received: stopped before the next step

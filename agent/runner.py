@@ -2,8 +2,11 @@
 
 Flags and history live under `<root>/var/lib/noderoll/<package>/<version>/` so that a step that
 completed for this version is not run again (check modes, `config`, `uninstall`, `upgrade` and steps
-with `idempotence: true` always run). The package and its config files are staged under that
-directory first, because inside the chroot of a real node the pod's own mounts are not visible.
+with `idempotence: true` always run); a flag NodeWright's agent left for the step counts too
+(`agent.nodewright`). The package, its config files (`configmaps/`) and the node's metadata
+(`node-metadata/`) are staged under that directory first, because inside the chroot of a real node
+the pod's own mounts are not visible; the staged step files are made executable, as NodeWright does.
+Each step run is logged on the host too (`agent.steplogs`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent import nodewright, steplogs
 from agent.config import AgentError, PackageConfig, Step, step_file
 from agent.host import Host
 from agent.modes import (
@@ -36,6 +40,9 @@ from agent.modes import (
 )
 
 UNINSTALLED = "uninstalled"
+# What an upgrade step is told was installed when no history (noderoll's or NodeWright's) says (NodeWright's word).
+UNKNOWN_VERSION = "unknown"
+EXECUTABLE_BITS = 0o111
 
 
 @dataclass(frozen=True)
@@ -49,6 +56,8 @@ class RunRequest:
     package_dir: Path
     config_dir: Path | None
     host: Host
+    # The node's labels.json, annotations.json and packages.json (None: not given).
+    metadata_dir: Path | None = None
 
 
 class _Terminated:
@@ -77,19 +86,30 @@ def _flag_path(state: Path, mode: str, step: Step) -> Path:
     return state / "flags" / mode / f"{step.name}-{digest[:12]}.complete"
 
 
-def _stage_package(request: RunRequest, state: Path) -> Path:
-    """Copy the package (and its config files under `configmaps/`) next to its flags on the host."""
+def _copy_files(source: Path | None, target: Path) -> None:
+    target.mkdir(exist_ok=True)
+    if source is None or not source.is_dir():
+        return
+    for item in sorted(source.iterdir()):
+        # ConfigMap volumes hold `..data` symlinks and hidden dirs: copy only the visible files.
+        if not item.name.startswith(".") and item.is_file():
+            shutil.copyfile(item, target / item.name)
+
+
+def _stage_package(request: RunRequest, state: Path, steps: tuple[Step, ...]) -> Path:
+    """Copy the package, its config files (`configmaps/`) and the node's metadata (`node-metadata/`)
+    next to its flags on the host, and make the staged step files executable."""
     staged = state / "package"
     if staged.exists():
         shutil.rmtree(staged)
     shutil.copytree(request.package_dir, staged, symlinks=True)
-    target = staged / "configmaps"
-    target.mkdir(exist_ok=True)
-    if request.config_dir is not None and request.config_dir.is_dir():
-        for item in sorted(request.config_dir.iterdir()):
-            # ConfigMap volumes hold `..data` symlinks and hidden dirs: copy only the visible files.
-            if not item.name.startswith(".") and item.is_file():
-                shutil.copyfile(item, target / item.name)
+    _copy_files(request.config_dir, staged / "configmaps")
+    if request.metadata_dir is not None:
+        _copy_files(request.metadata_dir, staged / "node-metadata")
+    for step in steps:
+        path = step_file(staged, step)
+        # NodeWright chmods every step before running it: images built without the bit still work.
+        path.chmod(path.stat().st_mode | EXECUTABLE_BITS)
     return staged
 
 
@@ -100,8 +120,6 @@ def _check_inputs(request: RunRequest, steps: tuple[Step, ...]) -> None:
         path = step_file(request.package_dir, step)
         if not path.is_file():
             raise AgentError(EXIT_STEP_NOT_FOUND, f"step {step.name}: {step.path} not found in the package")
-        if not os.access(path, os.X_OK):
-            raise AgentError(EXIT_STEP_NOT_EXECUTABLE, f"step {step.name}: {step.path} is not executable")
     if request.mode.startswith("uninstall"):
         return
     for name in request.config.expected_config_files:
@@ -111,6 +129,14 @@ def _check_inputs(request: RunRequest, steps: tuple[Step, ...]) -> None:
 
 def _history_file(request: RunRequest) -> Path:
     return request.host.state_root / request.package / "history.json"
+
+
+def previous_version(request: RunRequest) -> str:
+    """The version installed before: noderoll's history, else NodeWright's, else `unknown`."""
+    recorded = read_history(request).get("current-version")
+    if isinstance(recorded, str) and recorded:
+        return recorded
+    return nodewright.installed_version(request.host, request.config) or UNKNOWN_VERSION
 
 
 def read_history(request: RunRequest) -> dict[str, Any]:
@@ -163,6 +189,8 @@ def _step_env(request: RunRequest, step: Step, staged: Path, previous: str) -> d
         # NodeWright compatibility: its steps read $SKYHOOK_DIR/configmaps/<key>.
         SKYHOOK_DIR=host.visible(staged),
         STEP_ROOT=host.visible(staged / "skyhook_dir"),
+        # NodeWright gives 0 to a node outside its ordering; the stage pod sets the real position.
+        SKYHOOK_NODE_ORDER=os.environ.get("SKYHOOK_NODE_ORDER") or "0",
     )
     if request.mode.startswith("upgrade"):
         env.update(CURRENT_VERSION=request.version, PREVIOUS_VERSION=previous)
@@ -170,9 +198,10 @@ def _step_env(request: RunRequest, step: Step, staged: Path, previous: str) -> d
 
 
 def _run_step(request: RunRequest, step: Step, staged: Path, term: _Terminated) -> int:
-    """Run one step, streaming its output; returns its exit code (negative: killed by a signal)."""
+    """Run one step, streaming its output to the pod log and the host's step log; returns its exit
+    code (negative: killed by a signal)."""
     host = request.host
-    previous = str(read_history(request).get("current-version", ""))
+    previous = previous_version(request)
     executable = host.visible(step_file(staged, step))
     cwd = host.visible(staged)
 
@@ -189,15 +218,26 @@ def _run_step(request: RunRequest, step: Step, staged: Path, term: _Terminated) 
             cwd=None if host.chroot else cwd,
             preexec_fn=enter_root if host.chroot else None,  # noqa: PLW1509 - the agent is single-threaded
         )
+    except PermissionError as err:
+        # Staged steps are chmodded: a host folder mounted noexec is what refuses them.
+        raise AgentError(EXIT_STEP_NOT_EXECUTABLE, f"step {step.name}: {executable} cannot be executed "
+                                                   f"(noexec mount?): {err}") from err
     except (OSError, subprocess.SubprocessError) as err:
         # chroot refused (not root) or the interpreter of the script is missing on the host.
         raise AgentError(EXIT_HOST, f"step {step.name}: cannot start in {host.root}: {err}") from err
     term.child = proc
+    log = steplogs.StepLog(steplogs.log_dir(host, request.package, request.version), step.path)
     assert proc.stdout is not None
-    for line in proc.stdout:
-        sys.stdout.write(f"[{step.name}] {line.decode('utf-8', 'replace').rstrip()}\n")
-        sys.stdout.flush()
-    code = proc.wait()
+    try:
+        for raw in proc.stdout:
+            line = raw.decode("utf-8", "replace").rstrip()
+            sys.stdout.write(f"[{step.name}] {line}\n")
+            sys.stdout.flush()
+            log.write(line)
+        code = proc.wait()
+        log.write(f"noderoll-agent: step {step.name} exited {code}")
+    finally:
+        log.close()
     term.child = None
     return code
 
@@ -210,7 +250,7 @@ def run_mode(request: RunRequest) -> int:
         return 0
     _check_inputs(request, steps)
     state = request.host.package_state(request.package, request.version)
-    staged = _stage_package(request, state)
+    staged = _stage_package(request, state, steps)
     if not is_check(request.mode) and not request.mode.startswith("uninstall"):
         _copy_root_dir(staged, request.host.root)
     term = _Terminated()
@@ -249,6 +289,11 @@ def _run_steps(request: RunRequest, steps: tuple[Step, ...], staged: Path, term:
         if once and flag.exists():
             say(f"skipping step {step.name}: already completed for {request.package} {request.version}")
             _journal(journal, request.mode, step, {"outcome": "skipped"})
+            continue
+        foreign = nodewright.completed_flag(request.host, request.config, step) if once else None
+        if foreign is not None:
+            say(f"skipping step {step.name}: completed under NodeWright ({request.host.visible(foreign)})")
+            _journal(journal, request.mode, step, {"outcome": "skipped", "nodewrightFlag": request.host.visible(foreign)})
             continue
         say(f"running step {step.name} ({step.path}) for mode {request.mode}")
         started = time.monotonic()

@@ -35,6 +35,24 @@ class State(StrEnum):
     BLOCKED = "blocked"
 
 
+class DrainReason(StrEnum):
+    """Reason of the `noderoll.io/Draining` node condition (CamelCase, Kubernetes conventions)."""
+
+    # status True: the window drains the node
+    WAITING_FOR_PROTECTED_PODS = "WaitingForProtectedPods"
+    EVICTING = "Evicting"
+    EVICTION_REFUSED = "EvictionRefused"
+    # status False: the drain ended
+    DRAINED = "Drained"
+    PROTECTED_PODS_FINISHED = "ProtectedPodsFinished"
+    DRAIN_FAILED = "DrainFailed"
+
+    @property
+    def blocked(self) -> bool:
+        """True for the reasons that mean the drain waits on someone else's pods."""
+        return self in (DrainReason.WAITING_FOR_PROTECTED_PODS, DrainReason.EVICTION_REFUSED)
+
+
 class NodeStatus(StrEnum):
     """Value of the `noderoll.io/status` node label (contract strings)."""
 
@@ -70,7 +88,11 @@ class Promotion(StrEnum):
 
 
 class RolloutPhase(StrEnum):
-    """Phase of a Package rollout (also the `NoderollPhase` search attribute on rollouts)."""
+    """Phase of a Package rollout (also the `NoderollPhase` search attribute on rollouts).
+
+    `Blocked` is never set by a rollout: the Package status (and `noderoll status`) shows it for a
+    rollout that is `Complete` while targeted nodes are blocked (`planning.status.package_view`).
+    """
 
     PENDING = "Pending"
     CANARY = "Canary"
@@ -78,6 +100,7 @@ class RolloutPhase(StrEnum):
     PAUSED = "Paused"
     HALTED = "Halted"
     COMPLETE = "Complete"
+    BLOCKED = "Blocked"
     FAILED = "Failed"
     INVALID = "Invalid"
     UNINSTALLING = "Uninstalling"
@@ -92,6 +115,17 @@ class PlanAction(StrEnum):
     UNINSTALL = "uninstall"
     CONFIG = "config"
     NONE = "none"
+
+
+class NodeMarkKind(StrEnum):
+    """What a rollout (or a node workflow) shows on a node it cannot update (`planning/node_marks.py`)."""
+
+    # `noderoll.io/state` unreadable: condition StateMalformed True, Warning Event, label blocked.
+    STATE_MALFORMED = "state-malformed"
+    # `noderoll.io/state` reads again after being marked: condition False, label from the state.
+    STATE_REPAIRED = "state-repaired"
+    # A targeted node the package cannot reach (an untolerated taint): label blocked.
+    BLOCKED = "blocked"
 
 
 class CanaryPhase(StrEnum):

@@ -22,6 +22,15 @@ CORDONED_BY_ANNOTATION = "noderoll.io/cordoned-by"
 PAUSE_ANNOTATION = "noderoll.io/pause"
 CONDITION_UPDATING = "noderoll.io/Updating"
 CONDITION_ERRORING = "noderoll.io/Erroring"
+# True while `noderoll.io/state` cannot be read: the node is held (nothing runs on it, nothing
+# overwrites the annotation) until an operator removes or repairs it (docs/operations.md).
+CONDITION_STATE_MALFORMED = "noderoll.io/StateMalformed"
+# Its reason while True, and the Warning Event recorded on the Node when it turns True.
+STATE_MALFORMED_REASON = "ParseError"
+EVENT_STATE_MALFORMED = "StateMalformed"
+# True while a node window drains the node (reason: `api.enums.DrainReason`); written only by the
+# drain activities (activities/drain.py), read by the bridge and the CLI.
+CONDITION_DRAINING = "noderoll.io/Draining"
 RUNTIME_REQUIRED_TAINT_KEY = "noderoll.io/runtime-required"
 RUNTIME_REQUIRED_TAINT_VALUE = "true"
 RUNTIME_REQUIRED_TAINT_EFFECT = "NoSchedule"
@@ -30,6 +39,38 @@ RUNTIME_REQUIRED_TAINT_EFFECT = "NoSchedule"
 RUNTIME_REQUIRED_GATE_LABEL = "noderoll.io/runtime-required-gate"
 FINALIZER = "noderoll.io/uninstall"
 CORDONED_BY_VALUE = "noderoll"
+
+# Every node key noderoll reads or writes, with what it means: rendered into docs/api.md
+# ("Node keys") by scripts/gen_api_docs.py, so the reference and the code cannot drift apart.
+NODE_KEYS: tuple[tuple[str, str, str], ...] = (
+    (NODE_STATE_ANNOTATION, "annotation",
+     "JSON written by the node workflow only: per package its version, image, stage, state, attempts, last "
+     "error, config hashes and the operation in progress. Unreadable (not JSON, not an object, not the "
+     f"schema): the node is held, see `{CONDITION_STATE_MALFORMED}`."),
+    (NODE_STATUS_LABEL, "label",
+     "`waiting`, `in-progress`, `complete`, `erroring` or `blocked`: written with every state write of a node "
+     "window; `blocked` also by a rollout for a targeted node it cannot update (an untolerated taint, an "
+     "unreadable state), never over `in-progress` or `erroring`. The next window's state write replaces it."),
+    (NODE_IGNORE_LABEL, "label", "`true`: no rollout targets the node (not counted, not labelled)."),
+    (CORDONED_BY_ANNOTATION, "annotation",
+     f"`{CORDONED_BY_VALUE}` while noderoll holds the node's cordon; noderoll uncordons only what it cordoned."),
+    (CONDITION_UPDATING, "condition", "True while a node window runs on the node."),
+    (CONDITION_ERRORING, "condition", "True while a package ended erroring on the node (it waits for `retry`)."),
+    (CONDITION_DRAINING, "condition",
+     "True while a node window drains the node or waits for its protected pods (reason `Evicting`, "
+     "`WaitingForProtectedPods` or `EvictionRefused`; the message names the refused pods and the "
+     "PodDisruptionBudgets with their allowed disruptions); False when the wait ended (`Drained`, "
+     "`ProtectedPodsFinished`, `DrainFailed`). Written only by the drain activities."),
+    (CONDITION_STATE_MALFORMED, "condition",
+     f"True (reason `{STATE_MALFORMED_REASON}`, the problem as message, a Warning Event "
+     f"`{EVENT_STATE_MALFORMED}`) while "
+     f"`{NODE_STATE_ANNOTATION}` cannot be read: the node is held (no window, the annotation kept for inspection), "
+     "reported `blocked` by every rollout targeting it, until an operator removes the annotation (the node is "
+     "then fresh: each package's checks decide) or repairs it. False once it reads again."),
+    (RUNTIME_REQUIRED_TAINT_KEY, "taint",
+     f"`{RUNTIME_REQUIRED_TAINT_KEY}={RUNTIME_REQUIRED_TAINT_VALUE}:{RUNTIME_REQUIRED_TAINT_EFFECT}`: the "
+     "taint of `runtimeRequired` Packages (see `spec.runtimeRequired`)."),
+)
 
 # Temporal names (workflow ids, signals, queries, search attributes) are defined once, in the wire
 # protocol's leaf module; re-exported here for the code that reads every contract name from here.

@@ -1,10 +1,14 @@
 """The `noderoll.io/state` node annotation: what each package has done on one node. Pure (no I/O).
 
 Schema (docs/architecture.md): `{"packages": {"<name>": {"version", "image", "stage", "state",
-"attempts", "lastError", "config": {key: sha256}, "updatedAt"}}}`, one entry per package name
+"attempts", "lastError", "config": {key: sha256}, "updatedAt", "action", "targetConfig"}}}`, one
+entry per package name
 (the version installed or being installed). The node workflow is the only writer. Garbage in the
-annotation is reported and read as "nothing recorded" (the package checks then decide), never a
-crash; unknown fields are ignored so an older noderoll can read a newer annotation.
+annotation (not JSON, not an object, not the schema) is never a crash: `parse_node_state` returns an
+empty state and the problem, and every reader treats such a node as *held* (`held_reason`): nothing
+runs on it and nothing overwrites the annotation until an operator removes or repairs it (condition
+`noderoll.io/StateMalformed`, docs/operations.md). Unknown fields are ignored, so an older noderoll
+can read a newer annotation.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pydantic import Field, ValidationError
 
 from api.base import LenientModel
 from api.enums import PlanAction, Stage, State
+from api.keys import NODE_STATE_ANNOTATION
 
 
 class PackageNodeState(LenientModel):
@@ -34,6 +39,10 @@ class PackageNodeState(LenientModel):
     # The operation in progress (written when it starts), so a resumed plan continues the same
     # sequence; None for entries written without it (then a complete entry counts as finished).
     action: PlanAction | None = None
+    # Config key -> sha256 of the config the recorded operation applies: written when it starts,
+    # dropped when it finishes (then `config` holds it). A resumed operation past its config stage
+    # runs that stage again when the desired config is not this one. None when unknown.
+    target_config: dict[str, str] | None = None
 
     def is_complete(self) -> bool:
         """True when the recorded operation finished."""
@@ -47,27 +56,29 @@ class NodeState(LenientModel):
 
 
 def parse_node_state(raw: str | None) -> tuple[NodeState, str | None]:
-    """Read the annotation; on garbage return an empty state and a message saying what was wrong."""
+    """Read the annotation; on garbage return an empty state and a message saying what is wrong."""
     if raw is None or raw.strip() == "":
         return NodeState(), None
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as err:
-        return (
-            NodeState(),
-            f"annotation is not JSON ({err.msg} at position {err.pos}); treating as nothing recorded",
-        )
+        return NodeState(), f"not JSON ({err.msg} at position {err.pos})"
     if not isinstance(data, dict):
-        return NodeState(), "annotation is not a JSON object; treating as nothing recorded"
+        return NodeState(), "not a JSON object"
     try:
         return NodeState.model_validate(data), None
     except ValidationError as err:
         first = err.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"])
-        return (
-            NodeState(),
-            f"annotation does not match the schema ({where}: {first['msg']}); treating as nothing recorded",
-        )
+        return NodeState(), f"does not match the schema ({where}: {first['msg']})"
+
+
+def held_reason(problem: str) -> str:
+    """Why a node whose annotation cannot be read is held (Package status, node condition, Event)."""
+    return (
+        f"{NODE_STATE_ANNOTATION} unreadable: {problem}; node held (nothing runs, the annotation is kept) "
+        "until it is removed or repaired"
+    )
 
 
 def dump_node_state(state: NodeState) -> str:

@@ -3,8 +3,9 @@
 Field names and shapes follow `deploy/crds/packages.noderoll.io.yaml` (camelCase aliases).
 Checks made here and not by the apiserver: the object name (lowercase DNS label, at most 43
 characters), semver versions (also `1.2` and `2024.7.7-test`), `dependsOn` names and versions,
-`interrupt.services` only and always with `type: service`, ConfigMap-compatible `config` keys,
-`configInterrupts` globs that match at least one `config` key, `uninstall.apply` only with
+`interrupt.services` only and always with `type: service`, ConfigMap-compatible `config` keys
+(none starting with `noderoll.`, which the stage pod reserves), `configInterrupts` globs that match
+at least one `config` key, image references in `image` and `agentImage`, `uninstall.apply` only with
 `uninstall.enabled`, unique `env` names, parseable `resources` with limits not below requests.
 Cross-document checks (a `dependsOn` target exists at that version, no cycles, the policy exists)
 live in `api/validation.py`.
@@ -32,6 +33,9 @@ _CONFIG_GLOB_RE = re.compile(r"^[-._a-zA-Z0-9*?]{1,253}$")
 _SERVICE_RE = re.compile(r"^[A-Za-z0-9:_.@\\-]+$")
 _ENV_NAME_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 _IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._\-/:@]*[A-Za-z0-9_\-.]$", re.IGNORECASE)
+_SECRET_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+# Keys of the stage Job's ConfigMap starting with this hold the node's metadata (activities.stage_pod).
+_RESERVED_CONFIG_PREFIX = "noderoll."
 
 
 class Interrupt(SpecModel):
@@ -127,12 +131,47 @@ class Uninstall(SpecModel):
         return self
 
 
+class SecretReference(SpecModel):
+    """A Secret in the stage pods' namespace (`noderoll-system`), by name (core/v1 LocalObjectReference)."""
+
+    name: str
+
+    @field_validator("name")
+    @classmethod
+    def _name_valid(cls, value: str) -> str:
+        if not _SECRET_NAME_RE.match(value):
+            raise ValueError(f"{value!r} is not a Secret name (lowercase letters, digits, '-' and '.')")
+        return value
+
+
 class Drain(SpecModel):
     """How the node is drained before a disruptive interrupt."""
 
     timeout_seconds: int = Field(default=600, ge=1)
     grace_period_seconds: int | None = Field(default=None, ge=0)
     delete_empty_dir_data: bool = False
+
+
+# The worker's bounds when a Package sets no `limits` (NodeWorkflowInput's defaults; the worker's
+# environment can change them: activities/node_requests.py).
+DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS = 3600
+DEFAULT_STAGE_TIMEOUT_SECONDS = 1800
+DEFAULT_INTERRUPT_TIMEOUT_SECONDS = 900
+# Ranges of the `limits` fields: from a minute (a shorter bound only turns slow nodes erroring) to
+# 30 days for protected pods (multi-day training jobs) and a day for one stage or one reboot.
+LIMIT_MIN_SECONDS = 60
+PROTECTED_PODS_MAX_SECONDS = 30 * 24 * 3600
+STAGE_MAX_SECONDS = 24 * 3600
+INTERRUPT_MAX_SECONDS = 24 * 3600
+
+
+class Limits(SpecModel):
+    """Bounds of the waits of this package's node windows; an unset field is the worker's default."""
+
+    protected_pods_timeout_seconds: int | None = Field(
+        default=None, ge=LIMIT_MIN_SECONDS, le=PROTECTED_PODS_MAX_SECONDS)
+    stage_timeout_seconds: int | None = Field(default=None, ge=LIMIT_MIN_SECONDS, le=STAGE_MAX_SECONDS)
+    interrupt_timeout_seconds: int | None = Field(default=None, ge=LIMIT_MIN_SECONDS, le=INTERRUPT_MAX_SECONDS)
 
 
 class PackageSpec(SpecModel):
@@ -154,6 +193,9 @@ class PackageSpec(SpecModel):
     paused: bool = False
     uninstall: Uninstall = Field(default_factory=Uninstall)
     drain: Drain = Field(default_factory=Drain)
+    limits: Limits = Field(default_factory=Limits)
+    agent_image: str | None = None
+    image_pull_secrets: list[SecretReference] = Field(default_factory=list)
 
     @field_validator("version")
     @classmethod
@@ -164,10 +206,10 @@ class PackageSpec(SpecModel):
             raise ValueError(str(err)) from err
         return value
 
-    @field_validator("image")
+    @field_validator("image", "agent_image")
     @classmethod
-    def _image_valid(cls, value: str) -> str:
-        if not _IMAGE_RE.match(value):
+    def _image_valid(cls, value: str | None) -> str | None:
+        if value is not None and not _IMAGE_RE.match(value):
             raise ValueError(f"{value!r} is not an image reference; use e.g. registry.example/pkg:1.0.0")
         return value
 
@@ -191,6 +233,11 @@ class PackageSpec(SpecModel):
             if not _CONFIG_KEY_RE.match(key):
                 raise ValueError(
                     f"config key {key!r} is invalid; use letters, digits, '-', '_' and '.' (a file name)"
+                )
+            if key.startswith(_RESERVED_CONFIG_PREFIX):
+                raise ValueError(
+                    f"config key {key!r} is reserved: keys starting with {_RESERVED_CONFIG_PREFIX!r} "
+                    "hold the node's metadata in the stage pod; rename the file"
                 )
         return value
 

@@ -85,7 +85,8 @@ def validate_object(model: type[ModelT], kind: str, obj: dict[str, Any]) -> tupl
     InvalidDocumentError, listing every problem, when the model itself does not validate.
     """
     meta = obj.get("metadata") or {}
-    name = str(meta.get("name") or "")
+    # A hand-written document may hold anything there; the model reports a metadata that is no mapping.
+    name = str(meta.get("name") or "") if isinstance(meta, dict) else ""
     problems: list[ValidationProblem] = []
     try:
         check_name(name, "metadata.name")

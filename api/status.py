@@ -3,6 +3,26 @@
 `planning/status.py` renders a `PackageStatus` from a rollout's progress; the bridge patches the
 status subresource with `PackageStatus.dump()`. Conditions follow Kubernetes conventions
 (metav1.Condition fields, `Ready` with `observedGeneration`).
+
+A drain that waits is visible while it waits, not only when it times out. While a node window
+evicts pods, the node carries the condition `noderoll.io/Draining=True` (reason `Evicting`); once
+evictions have been refused by PodDisruptionBudgets for 15 s in a row, the reason becomes
+`EvictionRefused` and the message names the refused pods and the PodDisruptionBudgets covering
+them with `disruptionsAllowed`, `currentHealthy`, `desiredHealthy` and `expectedPods`; while the
+window waits for pods matching `podNonInterruptLabels` the reason is `WaitingForProtectedPods`
+and the message names them. The message follows the blockers (re-read with every eviction round,
+at least every 10 s). The same text is on one Event per wait on the node, updated rather than
+repeated when the blockers change and at least every minute (`count`: the refused evictions so
+far, or the updates of a protected-pods wait): Warning `DrainBlocked`, or Normal
+`WaitingForProtectedPods`. When the drain
+ends the condition turns False (`Drained`, `ProtectedPodsFinished`, or `DrainFailed` with the
+failure). A Package whose window on a node is held up this way lists the node in
+`status.drainBlockedNodes` (`node`, `reason`, `message`, `since`: when the drain began) and names
+it in its `Progressing` condition's message; `noderoll status PKG` shows the same, and
+`noderoll nodes` shows the window's packages at stage `drain`, state `blocked` with the message
+(state `in_progress` while the drain proceeds). A blocked drain is not `Degraded`: it waits
+within `drain.timeoutSeconds` (protected pods: the worker's protected-pods bound), after which the
+node ends erroring at stage `drain` with the same blockers in its `lastError`.
 """
 
 from __future__ import annotations
@@ -55,6 +75,15 @@ class NodeReason(StatusModel):
     reason: str
 
 
+class DrainBlockedNode(StatusModel):
+    """A target node whose drain waits on someone else's pods (`planning.drain.DrainBlock`)."""
+
+    node: str
+    reason: str  # api.enums.DrainReason: EvictionRefused | WaitingForProtectedPods
+    message: str = ""
+    since: str | None = None  # when the node's drain began
+
+
 class BatchStatus(StatusModel):
     """The batch the rollout is working on."""
 
@@ -82,6 +111,7 @@ class PackageStatus(StatusModel):
     canary: CanaryStatus = Field(default_factory=CanaryStatus)
     blocked_nodes: list[NodeReason] = Field(default_factory=list)
     erroring_nodes: list[NodeReason] = Field(default_factory=list)
+    drain_blocked_nodes: list[DrainBlockedNode] = Field(default_factory=list)
     conditions: list[Condition] = Field(default_factory=list)
 
 

@@ -3,10 +3,12 @@
 A rollout re-lists its nodes every few minutes on its own; the bridge makes joins and relabels
 visible at once by signalling `nodes_changed` to the rollouts whose selector matches the node before
 or after the change. Only changes a rollout's target selection depends on count: a new node, its
-labels, its taints (an untolerated taint blocks a node; its removal unblocks it), and, for a
-Package with `dependsOn`, a change of a dependency's record in the node's state annotation (the
-rollout holds a node back until its dependency is complete there). Status heartbeats and other
-state-annotation changes do not.
+labels (but `noderoll.io/status`, which noderoll itself writes with every node state write and
+every blocked mark), its taints (an untolerated taint blocks a node; its removal unblocks it), the
+state annotation becoming unreadable or readable again (an unreadable one holds the node), and,
+for a Package with `dependsOn`, a change of a dependency's record in the node's state annotation
+(the rollout holds a node back until its dependency is complete there). Status heartbeats and
+other state-annotation changes do not.
 
 The runtime-required taint rule itself is `planning.runtime_taint`; here a Node object (API JSON)
 and the bridge's valid Packages are turned into its input.
@@ -44,7 +46,20 @@ def targeting_change(old: NodeView | None, new: NodeView) -> bool:
     """True when the change from `old` (None: a new node) may change some rollout's targets."""
     if old is None:
         return True
-    return dict(old.labels) != dict(new.labels) or _taint_set(old) != _taint_set(new)
+    return (
+        _selectable_labels(old) != _selectable_labels(new)
+        or _taint_set(old) != _taint_set(new)
+        or (old.state_annotation != new.state_annotation and _readable(old) != _readable(new))
+    )
+
+
+def _selectable_labels(node: NodeView) -> dict[str, str]:
+    # noderoll's own status label is no selector input: counting it made every state write a signal.
+    return {k: v for k, v in node.labels.items() if k != keys.NODE_STATUS_LABEL}
+
+
+def _readable(node: NodeView) -> bool:
+    return parse_node_state(node.state_annotation)[1] is None
 
 
 def _taint_set(node: NodeView) -> set[tuple[str, str, str]]:

@@ -104,7 +104,11 @@ class Reconciler:
         carried = False
         if deleting:
             wanted = desired_fleet(fleet, self._fleet_facts(fleet), await self._previous(fleet))
-            carried = any(e.name == name for e in wanted.packages)
+            report = self.progress.get(fleet)
+            uninstalled = report is not None and report.packages.get(name) is not None and \
+                report.packages[name].uninstalled
+            # Carried until its fleet reports it uninstalled everywhere (or never handed over at all).
+            carried = any(e.name == name for e in wanted.packages) and not uninstalled
         facts = PackageFacts(
             name=name, valid=check.package is not None, deleting=deleting,
             has_finalizer=keys.FINALIZER in (meta.get("finalizers") or []),

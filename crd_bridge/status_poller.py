@@ -6,7 +6,9 @@ from `progress.packages[name]` (only when it changed: the writer compares). `obs
 is the generation the fleet rolls out for that Package, so `kubectl wait --for=condition=Ready`
 means "this generation rolled out". A Package being deleted whose fleet reports it uninstalled is
 reconciled at once (its finalizer goes). The DeploymentPolicy gets its fleet's phase, wave, batch
-and nodes. A fleet that ended (its last Package went) leaves the active list.
+and nodes. The target nodes whose drain waits come from the cached Nodes' `noderoll.io/Draining`
+condition (`planning.drain.drain_blocks`: the fleet does not know about a drain until its node
+answers). A fleet that ended (its last Package went) leaves the active list.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from crd_bridge.fleets import raw_fleet
 from crd_bridge.node_changes import node_view
 from crd_bridge.reconciler import Reconciler
 from crd_bridge.status_writer import StatusWrite, without_empty_strings, write_status
-from planning.status import render_package_status
+from planning.drain import drain_blocks
+from planning.status import package_view, render_package_status
 from planning.targets import is_candidate
 from protocol.names import DEFAULT_FLEET
 from worker.metrics import node_counts, publish_fleet, publish_progress, set_package_nodes
@@ -60,7 +63,8 @@ class StatusPoller:
         publish_fleet(fleet, progress)
         for name, report in sorted(progress.packages.items()):
             obj = rec.cache.get(keys.PACKAGE_KIND, name)
-            publish_progress(name, report)
+            # The phase gauge shows what the Package shows (`Blocked` for a Complete rollout with blocked nodes).
+            publish_progress(name, package_view(report))
             if obj is None or raw_fleet(obj) != fleet and not obj["metadata"].get("deletionTimestamp"):
                 continue
             if obj["metadata"].get("deletionTimestamp"):
@@ -70,7 +74,9 @@ class StatusPoller:
             if rec.valid.get(name) is None:
                 continue  # invalid: its status says so (the reconciler writes it)
             previous = obj.get("status") or {}
-            status = render_package_status(report, report.generation, previous)
+            # Drains that wait on someone else's pods, from the cached Nodes' `noderoll.io/Draining`.
+            blocked = drain_blocks(name, rec.cache.of("Node").values())
+            status = render_package_status(report, report.generation, previous, blocked)
             if await asyncio.to_thread(write_status, StatusWrite(keys.PACKAGE_KIND, name, status, previous)):
                 # Keep the cache's copy current: the next round compares with what we just wrote.
                 obj["status"] = without_empty_strings(status)

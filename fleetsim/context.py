@@ -69,6 +69,8 @@ class SimContext:
     lock: threading.Lock = field(default_factory=threading.Lock)
     started: set[str] = field(default_factory=set)  # pod uids fleetsim has started
     terminating: set[str] = field(default_factory=set)  # pod uids being terminated
+    syncing: set[str] = field(default_factory=set)  # pod uids whose Ready condition is posted again soon
+    runs: dict[str, str] = field(default_factory=dict)  # pod uid -> start of its timed run (run-seconds)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)  # running agents by pod uid
     stopping: threading.Event = field(default_factory=threading.Event)
 

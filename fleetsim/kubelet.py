@@ -4,6 +4,12 @@ Ordinary pods go Running and Ready (or complete after `fleetsim.noderoll.io/run-
 pods (`noderoll.io/component=stage`) run the package agent (fleetsim/stagepods.py); a pod with a
 deletionTimestamp terminates after its grace period (capped by `max_grace_seconds`, stretched by a
 `slow-termination` fault) and is then removed with a grace-0 delete, as a kubelet does.
+
+Like a kubelet's status manager, it owns its pods' Ready condition: a running pod of an up node
+found not Ready (the node lifecycle controller marks the pods of a node it sees NotReady, also
+pods bound to the node just after it came back) is posted Ready again `STATUS_SYNC_SECONDS` later.
+While a node reboots its kubelet is down: nothing happens to its pods (new ones stay Pending,
+deleted ones Terminating) until `resume_node` runs them again after the reboot.
 """
 
 from __future__ import annotations
@@ -27,6 +33,8 @@ from fleetsim.nodes import node_ip, now_rfc3339
 
 log = logging.getLogger(__name__)
 DEFAULT_GRACE_SECONDS = 30
+# The kubelet's status manager reconciles every 10 s; fleetsim reacts to the watch event, a little later.
+STATUS_SYNC_SECONDS = 2.0
 
 
 def is_stage_pod(pod: dict[str, Any]) -> bool:
@@ -44,7 +52,10 @@ def on_pod_event(ctx: SimContext, kind: str, pod: dict[str, Any]) -> None:
         with ctx.lock:
             ctx.started.discard(uid)
             ctx.terminating.discard(uid)
+            ctx.runs.pop(uid, None)
         return
+    if node.rebooting:
+        return  # the kubelet is down; `resume_node` looks at every pod of the node when it is back
     if pod["metadata"].get("deletionTimestamp"):
         with ctx.lock:
             if uid in ctx.terminating:
@@ -52,7 +63,10 @@ def on_pod_event(ctx: SimContext, kind: str, pod: dict[str, Any]) -> None:
             ctx.terminating.add(uid)
         ctx.scheduler.submit(lambda: _terminate(ctx, node, pod))
         return
-    if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed", "Running"):
+    phase = (pod.get("status") or {}).get("phase")
+    if phase == "Running" and not is_stage_pod(pod) and not podstatus.is_ready(pod):
+        _sync_ready_later(ctx, pod)
+    if phase in ("Succeeded", "Failed", "Running"):
         return  # already handled (possibly by an earlier fleetsim run)
     with ctx.lock:
         if uid in ctx.started:
@@ -64,6 +78,36 @@ def on_pod_event(ctx: SimContext, kind: str, pod: dict[str, Any]) -> None:
         ctx.scheduler.submit(lambda: start_pod(ctx, node, pod))
 
 
+def _sync_ready_later(ctx: SimContext, pod: dict[str, Any]) -> None:
+    """Post the pod Ready again soon, once (stage pods excluded: their runner owns their status)."""
+    uid = pod["metadata"]["uid"]
+    with ctx.lock:
+        if uid in ctx.syncing:
+            return
+        ctx.syncing.add(uid)
+    ctx.scheduler.call_later(STATUS_SYNC_SECONDS, lambda: _sync_ready(ctx, pod))
+
+
+def _sync_ready(ctx: SimContext, pod: dict[str, Any]) -> None:
+    uid = pod["metadata"]["uid"]
+    with ctx.lock:
+        ctx.syncing.discard(uid)
+    try:
+        fresh = ctx.kube.request("GET", pod_path(pod))
+    except KubeError as err:
+        if err.status == 404:
+            return
+        raise
+    node = ctx.nodes.get((fresh.get("spec") or {}).get("nodeName") or "")
+    status = fresh.get("status") or {}
+    if (node is None or node.rebooting or fresh["metadata"]["uid"] != uid or status.get("phase") != "Running"
+            or fresh["metadata"].get("deletionTimestamp") or podstatus.is_ready(fresh)):
+        return
+    log.info("pod %s/%s on %s: Ready again (was marked not Ready)", fresh["metadata"]["namespace"],
+             fresh["metadata"]["name"], node.name)
+    patch_status(ctx.kube, fresh, {"conditions": podstatus.kubelet_conditions(fresh, True, now_rfc3339())})
+
+
 def next_pod_ip(ctx: SimContext, node: SimNode) -> str:
     """A fresh pod IP on the node's /24-ish range (wraps; uniqueness is not needed by anyone here)."""
     with ctx.lock:
@@ -72,21 +116,72 @@ def next_pod_ip(ctx: SimContext, node: SimNode) -> str:
     return f"172.{16 + node.index // 256 % 16}.{node.index % 256}.{2 + counter % 250}"
 
 
-def start_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
-    """Make an ordinary pod Running and Ready; schedule its completion when it has a run time."""
+def start_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any], restarted: bool = False) -> None:
+    """Make an ordinary pod Running and Ready; schedule its completion when it has a run time.
+
+    `restarted`: its containers start again after a node reboot (in a new sandbox: a new pod IP).
+    """
+    if node.rebooting:
+        with ctx.lock:
+            ctx.started.discard(pod["metadata"]["uid"])  # the node went down first: `resume_node` starts it
+        return
     now = now_rfc3339()
-    patch_status(ctx.kube, pod, podstatus.running_status(pod, node_ip(node.index), next_pod_ip(ctx, node), (now, now)))
+    start_time = (pod.get("status") or {}).get("startTime", now) if restarted else now
+    status = podstatus.running_status(pod, node_ip(node.index), next_pod_ip(ctx, node), (start_time, now), restarted)
+    patch_status(ctx.kube, pod, status)
     seconds = (pod["metadata"].get("annotations") or {}).get(RUN_SECONDS_ANNOTATION)
     if seconds and (pod.get("spec") or {}).get("restartPolicy", "Always") != "Always":
+        uid = pod["metadata"]["uid"]
+        with ctx.lock:
+            ctx.runs[uid] = now
         ctx.scheduler.call_later(float(seconds), lambda: _complete(ctx, pod, now))
 
 
 def _complete(ctx: SimContext, pod: dict[str, Any], started: str) -> None:
     uid = pod["metadata"]["uid"]
     with ctx.lock:
-        if uid in ctx.terminating or uid not in ctx.started:
+        # Not when it is being deleted, lost its run to a reboot, or runs again since (OnFailure).
+        if uid in ctx.terminating or uid not in ctx.started or ctx.runs.get(uid) != started:
             return
+        ctx.runs.pop(uid, None)
     patch_status(ctx.kube, pod, podstatus.terminated_status(pod, 0, "", (started, now_rfc3339())))
+
+
+def resume_node(ctx: SimContext, node: SimNode) -> dict[str, int]:
+    """The node's kubelet runs again after a reboot: every pod bound to it is looked at once more.
+
+    Running pods lost their containers: `restartPolicy` Always or OnFailure (a lost container exits
+    non-zero) start them again, Never ends the pod Failed. Pods bound meanwhile start now, pods deleted
+    meanwhile are removed at once (nothing runs any more: no grace period to wait for). Stage pods are left to their runner (the one
+    running at a reboot is the interrupt pod that asked for it). Returns counts per outcome.
+    """
+    listing = ctx.kube.request("GET", "/api/v1/pods", query={"fieldSelector": f"spec.nodeName={node.name}"})
+    now = now_rfc3339()
+    counts = {"restarted": 0, "failed": 0, "other": 0}
+    for pod in listing.get("items", []):
+        uid = pod["metadata"]["uid"]
+        phase = (pod.get("status") or {}).get("phase")
+        if pod["metadata"].get("deletionTimestamp") and not is_stage_pod(pod):
+            with ctx.lock:
+                ctx.terminating.add(uid)
+            # Its containers died with the reboot: no grace period left to honour.
+            ctx.scheduler.submit(lambda deleted=pod: _remove(ctx, deleted, None))
+            counts["other"] += 1
+        elif phase != "Running" or pod["metadata"].get("deletionTimestamp") or is_stage_pod(pod):
+            counts["other"] += 1
+            on_pod_event(ctx, "MODIFIED", pod)
+        elif (pod.get("spec") or {}).get("restartPolicy", "Always") == "Never":
+            with ctx.lock:
+                ctx.started.discard(uid)
+                ctx.runs.pop(uid, None)
+            patch_status(ctx.kube, pod, podstatus.lost_in_reboot_status(pod, now))
+            counts["failed"] += 1
+        else:
+            with ctx.lock:
+                ctx.started.add(uid)
+            start_pod(ctx, node, pod, restarted=True)
+            counts["restarted"] += 1
+    return counts
 
 
 def termination_seconds(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> float:

@@ -1,7 +1,11 @@
-"""Pod status documents as a kubelet would post them: running, terminated, waiting. Pure.
+"""Pod status documents as a kubelet would post them: running, restarted, terminated, waiting. Pure.
 
 Every builder returns the complete `status` (lists included), written with a JSON merge patch on
-the pods/status subresource: fleetsim is the only writer of a simulated pod's status lists.
+the pods/status subresource: fleetsim is the only writer of a simulated pod's status lists. The
+kubelet owns four pod conditions (`KUBELET_CONDITIONS`) and computes them afresh on every status it
+posts, whatever another writer left there (the node lifecycle controller sets `Ready=False` on the
+pods of a node it sees NotReady); conditions of other types (readiness gates, `DisruptionTarget`)
+are kept.
 """
 
 from __future__ import annotations
@@ -11,6 +15,9 @@ from typing import Any
 
 LOG_TAIL_LINES = 50
 LOG_TAIL_BYTES = 2048
+KUBELET_CONDITIONS = ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+# What containerd reports for a container that was running when its node rebooted.
+LOST_IN_REBOOT = {"exitCode": 255, "reason": "Unknown"}
 
 
 def _condition(kind: str, ok: bool, now: str, reason: str = "") -> dict[str, Any]:
@@ -45,20 +52,53 @@ def _init_statuses(pod: dict[str, Any], started: str) -> list[dict[str, Any]]:
     ]
 
 
-def running_status(pod: dict[str, Any], host_ip: str, pod_ip: str, times: tuple[str, str]) -> dict[str, Any]:
-    """Running and Ready, every container started. `times` is (startTime, containers' startedAt)."""
+def kubelet_conditions(pod: dict[str, Any], ready: bool, now: str, reason: str = "") -> list[dict[str, Any]]:
+    """The kubelet's four conditions (Ready and ContainersReady = `ready`), plus the pod's other ones.
+
+    A condition keeps its lastTransitionTime when its status does not change, as the kubelet does.
+    """
+    old = {c.get("type"): c for c in (pod.get("status") or {}).get("conditions") or []}
+    wanted = {"Initialized": True, "Ready": ready, "ContainersReady": ready, "PodScheduled": True}
+    conditions = []
+    for kind in KUBELET_CONDITIONS:
+        cond = _condition(kind, wanted[kind], now, "" if wanted[kind] else reason)
+        previous = old.get(kind) or {}
+        if previous.get("status") == cond["status"] and previous.get("lastTransitionTime"):
+            cond["lastTransitionTime"] = previous["lastTransitionTime"]
+        conditions.append(cond)
+    return conditions + [c for kind, c in old.items() if kind not in KUBELET_CONDITIONS]
+
+
+def is_ready(pod: dict[str, Any]) -> bool:
+    """True when the pod's Ready and ContainersReady conditions are both True."""
+    status = {c.get("type"): c.get("status") for c in (pod.get("status") or {}).get("conditions") or []}
+    return status.get("Ready") == "True" and status.get("ContainersReady") == "True"
+
+
+def running_status(pod: dict[str, Any], host_ip: str, pod_ip: str, times: tuple[str, str],
+                   restarted: bool = False) -> dict[str, Any]:
+    """Running and Ready, every container started. `times` is (startTime, containers' startedAt).
+
+    `restarted`: the containers start again after a node reboot (restartCount + 1, the last run
+    lost with the reboot, init containers run again in the new pod sandbox).
+    """
     start_time, started = times
     uid = pod["metadata"]["uid"]
-    restarts = {s["name"]: s.get("restartCount", 0) for s in pod.get("status", {}).get("containerStatuses") or []}
-    statuses = [
-        {
+    restarts = {s["name"]: s.get("restartCount", 0) + int(restarted)
+                for s in pod.get("status", {}).get("containerStatuses") or []}
+    statuses = []
+    for c in _containers(pod):
+        count = restarts.get(c["name"], 0)
+        status: dict[str, Any] = {
             "name": c["name"], "image": c.get("image", ""), "imageID": _image_id(c.get("image", "")),
-            "containerID": container_id(uid, c["name"], restarts.get(c["name"], 0)),
-            "ready": True, "started": True, "restartCount": restarts.get(c["name"], 0),
+            "containerID": container_id(uid, c["name"], count),
+            "ready": True, "started": True, "restartCount": count,
             "state": {"running": {"startedAt": started}},
         }
-        for c in _containers(pod)
-    ]
+        if restarted:
+            status["lastState"] = {"terminated": {**LOST_IN_REBOOT, "finishedAt": started,
+                                                  "containerID": container_id(uid, c["name"], count - 1)}}
+        statuses.append(status)
     return {
         "phase": "Running",
         "hostIP": host_ip,
@@ -66,26 +106,26 @@ def running_status(pod: dict[str, Any], host_ip: str, pod_ip: str, times: tuple[
         "podIPs": [{"ip": pod_ip}],
         "startTime": start_time,
         "qosClass": pod.get("status", {}).get("qosClass", "BestEffort"),
-        "conditions": [_condition(k, True, started) for k in ("Initialized", "Ready", "ContainersReady", "PodScheduled")],
+        "conditions": kubelet_conditions(pod, True, started),
         "initContainerStatuses": _init_statuses(pod, started),
         "containerStatuses": statuses,
     }
 
 
-def restarted_status(pod: dict[str, Any], started: str) -> dict[str, Any]:
-    """After a node reboot: every container's restartCount + 1, running again since `started`."""
-    status = dict(pod.get("status") or {})
+def lost_in_reboot_status(pod: dict[str, Any], finished: str) -> dict[str, Any]:
+    """A `restartPolicy: Never` pod whose containers were running when the node rebooted: Failed."""
     uid = pod["metadata"]["uid"]
+    status = dict(pod.get("status") or {})
     statuses = []
     for old in status.get("containerStatuses") or []:
-        count = int(old.get("restartCount", 0)) + 1
+        started = ((old.get("state") or {}).get("running") or {}).get("startedAt", finished)
         statuses.append({
-            **old, "restartCount": count, "ready": True, "started": True,
-            "containerID": container_id(uid, old["name"], count),
-            "state": {"running": {"startedAt": started}},
-            "lastState": {"terminated": {"exitCode": 255, "reason": "Unknown", "finishedAt": started}},
+            **old, "ready": False, "started": False,
+            "state": {"terminated": {**LOST_IN_REBOOT, "startedAt": started, "finishedAt": finished,
+                                     "containerID": container_id(uid, old["name"], old.get("restartCount", 0))}},
         })
-    status["containerStatuses"] = statuses
+    status.update(phase="Failed", containerStatuses=statuses,
+                  conditions=kubelet_conditions(pod, False, finished, "PodCompleted"))
     return status
 
 
@@ -107,16 +147,8 @@ def terminated_status(pod: dict[str, Any], exit_code: int, message: str, times: 
         for c in _containers(pod)
     ]
     status = dict(pod.get("status") or {})
-    status.update(
-        phase=phase,
-        conditions=[
-            _condition("Initialized", True, started),
-            _condition("Ready", False, finished, "PodCompleted"),
-            _condition("ContainersReady", False, finished, "PodCompleted"),
-            _condition("PodScheduled", True, started),
-        ],
-        containerStatuses=statuses,
-    )
+    status.update(phase=phase, conditions=kubelet_conditions(pod, False, finished, "PodCompleted"),
+                  containerStatuses=statuses)
     status.setdefault("startTime", started)
     return status
 

@@ -1,12 +1,20 @@
 """Stage pods (the stage pod contract): run the package agent for each container's mode on the node's sandbox. I/O.
 
-The image resolves through the image store to a package folder, the ConfigMap volume is read through
-the API into a temporary config dir, and `python -m agent <mode> --simulate` runs against
-`<sandbox-dir>/<node>/` with the container's environment, for the init containers in order (the
-stage) and then the container (its check), stopping at the first that fails, as a kubelet does.
-The pod then ends Succeeded or Failed with each container's real exit code and log tail in its
-`state.terminated.message` (on success too: there is no `kubectl logs` for a simulated pod); the
-whole log stays in `<root>/var/log/noderoll/pods/<pod>.log`.
+The containers run in order, as a kubelet runs them, stopping at the first that fails:
+
+* the init container `package` (the copy from the Package's image): its image resolves through the
+  image store to a package folder, copied into the pod's temporary `package` folder;
+* every other container is noderoll's agent (whatever its image): `python -m agent <mode> --simulate`
+  against `<sandbox-dir>/<node>/` with the container's environment, the package copy, and the
+  ConfigMap volumes (the package's config, the node's metadata) read through the API into temporary
+  folders. With `--simulate` the agent confines every step to the sandbox (agent.sandbox: a private
+  mount namespace and a chroot), so a step writing `/etc/x` writes `<sandbox>/etc/x`, never the
+  machine's; where that is impossible the agent refuses and the pod fails (exit 71).
+
+Pods from before the copy container (no `package` init container) resolve their main container's
+image as the package. The pod ends Succeeded or Failed with each container's real exit code and log
+tail in its `state.terminated.message` (on success too: there is no `kubectl logs` for a simulated
+pod); the whole log stays in `<root>/var/log/noderoll/pods/<pod>.log`.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +38,8 @@ from fleetsim.nodes import node_ip, now_rfc3339
 
 log = logging.getLogger(__name__)
 CONFIG_MOUNT = "/noderoll-config"
+METADATA_MOUNT = "/noderoll-node-metadata"
+PACKAGE_CONTAINER = "package"
 CONFIGMAP_RETRY_SECONDS = 2.0
 # Environment a real container would not inherit from fleetsim, apart from what Python needs.
 PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "HOME", "TMPDIR")
@@ -68,31 +79,56 @@ def pod_mode(pod: dict[str, Any], container: dict[str, Any] | None = None) -> st
     return args[0] if args else pod_env(pod, chosen).get("NODEROLL_MODE") or pod["metadata"].get("labels", {}).get("noderoll.io/mode", "")
 
 
-def _config_volume(pod: dict[str, Any]) -> dict[str, Any] | None:
-    mounts = {m["name"]: m.get("mountPath") for c in pod_steps(pod) for m in c.get("volumeMounts") or []}
-    volumes = [v for v in pod["spec"].get("volumes") or [] if "configMap" in v]
-    preferred = [v for v in volumes if mounts.get(v["name"]) == CONFIG_MOUNT]
-    chosen = (preferred or volumes or [None])[0]
-    return chosen["configMap"] if chosen else None
+def _config_map_mounts(pod: dict[str, Any]) -> dict[str, tuple[dict[str, Any], str]]:
+    """mountPath -> (configMap volume source, volume name) for the agent containers. Pure."""
+    volumes = {v["name"]: v["configMap"] for v in pod["spec"].get("volumes") or [] if "configMap" in v}
+    found: dict[str, tuple[dict[str, Any], str]] = {}
+    for container in pod_steps(pod):
+        for mount in container.get("volumeMounts") or []:
+            if mount["name"] in volumes:
+                found.setdefault(mount.get("mountPath", ""), (volumes[mount["name"]], mount["name"]))
+    return found
 
 
-def _write_config(ctx: SimContext, pod: dict[str, Any], target: Path) -> bool:
-    """Fetch the ConfigMap into target; False when it does not exist yet (and is not optional)."""
-    volume = _config_volume(pod)
-    if volume is None:
-        return True
-    path = f"/api/v1/namespaces/{quoted(pod['metadata']['namespace'])}/configmaps/{quoted(volume['name'])}"
-    try:
-        cm = ctx.kube.request("GET", path)
-    except KubeError as err:
-        if err.status == 404:
-            return bool(volume.get("optional"))
-        raise
-    for key, value in (cm.get("data") or {}).items():
-        (target / key).write_text(value, encoding="utf-8")
-    for key, value in (cm.get("binaryData") or {}).items():
-        (target / key).write_bytes(base64.b64decode(value))
-    return True
+def _write_config_maps(ctx: SimContext, pod: dict[str, Any], workdir: Path) -> dict[str, Path] | None:
+    """Fetch each ConfigMap volume into a folder (honouring `items`); mountPath -> folder, or None
+    when one does not exist yet (and is not optional)."""
+    fetched: dict[str, dict[str, Any] | None] = {}
+    folders: dict[str, Path] = {}
+    for mount_path, (volume, volume_name) in _config_map_mounts(pod).items():
+        name = volume["name"]
+        if name not in fetched:
+            path = f"/api/v1/namespaces/{quoted(pod['metadata']['namespace'])}/configmaps/{quoted(name)}"
+            try:
+                fetched[name] = ctx.kube.request("GET", path)
+            except KubeError as err:
+                if err.status != 404:
+                    raise
+                fetched[name] = None
+        cm = fetched[name]
+        if cm is None:
+            if volume.get("optional"):
+                continue
+            return None
+        target = workdir / volume_name
+        target.mkdir(parents=True, exist_ok=True)
+        data = {k: v.encode("utf-8") for k, v in (cm.get("data") or {}).items()}
+        data.update({k: base64.b64decode(v) for k, v in (cm.get("binaryData") or {}).items()})
+        items = volume.get("items") or [{"key": key, "path": key} for key in data]
+        for item in items:
+            if item["key"] in data:
+                (target / item["path"]).parent.mkdir(parents=True, exist_ok=True)
+                (target / item["path"]).write_bytes(data[item["key"]])
+        folders[mount_path] = target
+    return folders
+
+
+def _package_source(ctx: SimContext, pod: dict[str, Any]) -> tuple[str, Path | None]:
+    """(image, resolved package folder) of the pod: its copy container's image, else (pods from
+    before the copy container) its main container's."""
+    copy = next((c for c in pod_steps(pod) if c.get("name") == PACKAGE_CONTAINER), None)
+    image = (copy or _container(pod)).get("image", "")
+    return image, ctx.images.resolve(image)
 
 
 def _is_reboot(env: dict[str, str]) -> bool:
@@ -104,14 +140,20 @@ def _is_reboot(env: dict[str, str]) -> bool:
 
 def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
     """Play kubelet for one stage pod, from Pending to Succeeded/Failed (runs on the pool)."""
-    uid, image = pod["metadata"]["uid"], _container(pod).get("image", "")
-    package_dir = ctx.images.resolve(image)
-    if package_dir is None:
+    uid = pod["metadata"]["uid"]
+    if node.rebooting:
+        with ctx.lock:
+            ctx.started.discard(uid)  # the node went down first: `kubelet.resume_node` starts it
+        return
+    image, package_dir = _package_source(ctx, pod)
+    interrupt_only = all(pod_mode(pod, c) == "interrupt" for c in pod_steps(pod))
+    if package_dir is None and not interrupt_only:
         patch_status(ctx.kube, pod, podstatus.waiting_status(pod, "ErrImagePull", f"fleetsim image store has no {image}"))
         return
-    config_dir = Path(tempfile.mkdtemp(prefix="fleetsim-config-"))
+    workdir = Path(tempfile.mkdtemp(prefix="fleetsim-pod-"))
     try:
-        if not _write_config(ctx, pod, config_dir):
+        volumes = _write_config_maps(ctx, pod, workdir)
+        if volumes is None:
             patch_status(ctx.kube, pod, podstatus.waiting_status(pod, "ContainerCreating", "configmap not found"))
             with ctx.lock:
                 ctx.started.discard(uid)  # the next pod event (or the retry below) starts it again
@@ -120,9 +162,14 @@ def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
         started = now_rfc3339()
         ip = node_ip(node.index)
         patch_status(ctx.kube, pod, podstatus.running_status(pod, ip, ip, (started, started)))
+        mounts = _Mounts(package=package_dir, config=volumes.get(CONFIG_MOUNT), metadata=volumes.get(METADATA_MOUNT))
         results: list[tuple[str, int, str]] = []
         for container in pod_steps(pod):
-            result = _run_container(ctx, node, pod, (container, package_dir, config_dir))
+            if container.get("name") == PACKAGE_CONTAINER:
+                result: tuple[str, int, str] | None = _copy_package(package_dir, workdir / "package")
+                mounts = _Mounts(package=workdir / "package", config=mounts.config, metadata=mounts.metadata)
+            else:
+                result = _run_container(ctx, node, pod, (container, mounts))
             if result is None:
                 return  # hangs (fault) or was deleted: stays as it is until deleted
             results.append(result)
@@ -132,13 +179,30 @@ def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
         tails = [(name, code, podstatus.log_tail(output)) for name, code, output in results]
         patch_status(ctx.kube, pod, podstatus.finished_status(pod, tails, (started, now_rfc3339())))
     finally:
-        shutil.rmtree(config_dir, ignore_errors=True)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class _Mounts:
+    """The folders an agent container sees: package copy, config files, node metadata."""
+
+    package: Path | None
+    config: Path | None
+    metadata: Path | None
+
+
+def _copy_package(source: Path | None, target: Path) -> tuple[str, int, str]:
+    """The copy container: the image's package folder into the pod's `package` folder."""
+    if source is None:
+        return PACKAGE_CONTAINER, 66, "noderoll-agent: FAILED: image has no package folder\n"
+    shutil.copytree(source, target, symlinks=True)
+    return PACKAGE_CONTAINER, 0, f"noderoll: copied package from {source}\n"
 
 
 def _run_container(ctx: SimContext, node: SimNode, pod: dict[str, Any],
-                   what: tuple[dict[str, Any], Path, Path]) -> tuple[str, int, str] | None:
-    """Run one container of a stage pod: (name, exit code, output), None when it does not end."""
-    container, package_dir, config_dir = what
+                   what: tuple[dict[str, Any], _Mounts]) -> tuple[str, int, str] | None:
+    """Run one agent container of a stage pod: (name, exit code, output), None when it does not end."""
+    container, mounts = what
     uid, mode, env = pod["metadata"]["uid"], pod_mode(pod, container), pod_env(pod, container)
     with ctx.lock:
         if uid in ctx.terminating or uid not in ctx.started:
@@ -151,7 +215,7 @@ def _run_container(ctx: SimContext, node: SimNode, pod: dict[str, Any],
     if fault is not None:
         output = f"fleetsim: injected fault fail-stage on {node.name} mode {mode}: exit {fault.exit_code}\n"
         return container.get("name", mode), fault.exit_code, output
-    code, output = _run_agent(ctx, node, pod, (container, package_dir, config_dir))
+    code, output = _run_agent(ctx, node, pod, (container, mounts))
     if code == 0 and mode == "interrupt" and _is_reboot(env):
         reboot.begin_reboot(ctx, node)
     return container.get("name", mode), code, output
@@ -168,16 +232,20 @@ def _retry(ctx: SimContext, pod: dict[str, Any]) -> None:
 
 
 def _run_agent(ctx: SimContext, node: SimNode, pod: dict[str, Any],
-               what: tuple[dict[str, Any], Path, Path]) -> tuple[int, str]:
-    container, package_dir, config_dir = what
+               what: tuple[dict[str, Any], _Mounts]) -> tuple[int, str]:
+    container, mounts = what
     mode = pod_mode(pod, container)
     root = ctx.sandbox(node.name)
     root.mkdir(parents=True, exist_ok=True)
     env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
     env.update(pod_env(pod, container))
     env.update(NODEROLL_SIMULATE="1", NODEROLL_NODE=node.name)
-    argv = [sys.executable, "-m", "agent", mode, "--root", str(root), "--package-dir", str(package_dir),
-            "--config-dir", str(config_dir), "--simulate"]
+    argv = [sys.executable, "-m", "agent", mode, "--root", str(root), "--simulate"]
+    for flag, folder in (("--package-dir", mounts.package), ("--config-dir", mounts.config),
+                         ("--node-metadata-dir", mounts.metadata)):
+        # An absent folder is passed as one that does not exist: the agent must not look at the
+        # machine's own /noderoll-config (the container's variables name those paths).
+        argv += [flag, str(folder if folder is not None else root / ".absent" / flag.strip("-"))]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=str(root))
     uid = pod["metadata"]["uid"]
     ctx.procs[uid] = proc

@@ -1,4 +1,4 @@
-"""The five components of the local stack: their command lines, default ports and health checks.
+"""The six components of the local stack: their command lines, default ports and health checks.
 
 Pure command-line construction plus small health probes (HTTP, and the Temporal CLI for the
 Temporal frontend). The order of `COMPONENTS` is the start order; `down` stops in reverse.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,8 @@ APISERVER = "kube-apiserver"
 CONTROLLER_MANAGER = "kube-controller-manager"
 SCHEDULER = "kube-scheduler"
 TEMPORAL = "temporal"
+# `noderoll webhook`, run as `python -m webhook` (the module is also its name in the process table).
+WEBHOOK = "webhook"
 LOCALHOST = "127.0.0.1"
 
 # Controllers that need a cloud provider (load balancers, routes, cloud node lifecycle) are off;
@@ -56,6 +59,10 @@ class StackLayout:
     @property
     def apiserver_url(self) -> str:
         return f"https://{LOCALHOST}:{self.port(APISERVER, 'secure')}"
+
+    @property
+    def webhook_url(self) -> str:
+        return f"https://{LOCALHOST}:{self.port(WEBHOOK, 'https')}"
 
     @property
     def temporal_address(self) -> str:
@@ -187,6 +194,18 @@ def _temporal(layout: StackLayout) -> list[str]:
     return argv
 
 
+def _webhook(layout: StackLayout) -> list[str]:
+    # This interpreter: the one that has noderoll installed (scripts/bootstrap's .venv).
+    return [
+        sys.executable, "-m", WEBHOOK,
+        f"--bind-address={LOCALHOST}",
+        f"--port={layout.port(WEBHOOK, 'https')}",
+        f"--tls-cert={layout.pki.webhook_cert}",
+        f"--tls-key={layout.pki.webhook_key}",
+        f"--kubeconfig={layout.state_dir / 'kubeconfig'}",
+    ]
+
+
 def _temporal_cli(layout: StackLayout, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(layout.binaries.temporal), *args, f"--address={layout.temporal_address}", "--command-timeout=3s"],
@@ -280,5 +299,7 @@ COMPONENTS: tuple[Component, ...] = (
     Component(APISERVER, {"secure": 6443}, _apiserver, _https_health(APISERVER, "/readyz"), 120.0),
     Component(CONTROLLER_MANAGER, {"secure": 10257}, _controller_manager, _https_health(CONTROLLER_MANAGER, "/healthz")),
     Component(SCHEDULER, {"secure": 10259}, _scheduler, _https_health(SCHEDULER, "/healthz")),
+    Component(WEBHOOK, {"https": 9443}, _webhook,
+              lambda layout: https_ok(f"{layout.webhook_url}/healthz"), 30.0),
 )
-EXECUTABLES = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER, TEMPORAL)
+EXECUTABLES = (ETCD, APISERVER, CONTROLLER_MANAGER, SCHEDULER, TEMPORAL, WEBHOOK)

@@ -1,7 +1,8 @@
 """The local control plane's PKI and kubeconfigs: one CA, serving and client certificates, SA keys.
 
 Files live in `<state-dir>/pki/` and are created once (a restarted stack keeps trusting the
-kubeconfigs handed out before). Client identities follow the kubeadm conventions so the
+kubeconfigs handed out before); the admission webhook's serving certificate is added to an older
+state dir from its CA. Client identities follow the kubeadm conventions so the
 bootstrap RBAC of the apiserver applies: `admin` in group `system:masters`,
 `system:kube-controller-manager`, `system:kube-scheduler`. Does I/O (writes files).
 """
@@ -52,6 +53,14 @@ class Pki:
     @property
     def serving_key(self) -> Path:
         return self.root / "apiserver.key"
+
+    @property
+    def webhook_cert(self) -> Path:
+        return self.root / "webhook.crt"
+
+    @property
+    def webhook_key(self) -> Path:
+        return self.root / "webhook.key"
 
     @property
     def sa_key(self) -> Path:
@@ -144,11 +153,26 @@ def _new_ca(pki: Pki) -> None:
     _write(pki.ca_cert, cert.public_bytes(serialization.Encoding.PEM))
 
 
+def _ensure_webhook_cert(pki: Pki) -> None:
+    # The admission webhook's serving certificate, for the apiserver calling https://127.0.0.1:<port>.
+    # Issued on its own so a state dir made before the webhook existed gets one from its CA.
+    if pki.webhook_cert.exists() and pki.webhook_key.exists():
+        return
+    ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    sans = (x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
+    cert, key = _issue(_CertRequest(_name("noderoll-webhook"), ExtendedKeyUsageOID.SERVER_AUTH, sans), ca_cert, ca_key)
+    _write(pki.webhook_key, key, private=True)
+    _write(pki.webhook_cert, cert)
+
+
 def ensure_pki(root: Path) -> Pki:
     """Create the CA, certificates and service-account keys under `root` unless they exist."""
     pki = Pki(root)
     root.mkdir(parents=True, exist_ok=True)
     if pki.ca_cert.exists() and pki.sa_pub.exists() and all(pki.client_cert(c).exists() for c in CLIENTS):
+        _ensure_webhook_cert(pki)
         return pki
     _new_ca(pki)
     ca_cert = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
@@ -179,6 +203,7 @@ def ensure_pki(root: Path) -> Pki:
     _write(pki.sa_pub, sa.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     ))
+    _ensure_webhook_cert(pki)
     return pki
 
 

@@ -152,8 +152,8 @@ def stray_processes(state_dir: Path, executables: Iterable[str]) -> list[psutil.
     """Processes of the stack's executables whose command line mentions `state_dir`.
 
     The safety net of `dev down`: it finds components that an interrupted `up` started but
-    did not record. Only the stack's own executables are matched, never e.g. a worker that was
-    merely pointed at the same state dir.
+    did not record. Only the stack's own executables (and `python -m <module>` of its own
+    modules) are matched, never e.g. a worker that was merely pointed at the same state dir.
     """
     names = set(executables)
     marker = str(state_dir.resolve())
@@ -163,7 +163,9 @@ def stray_processes(state_dir: Path, executables: Iterable[str]) -> list[psutil.
             cmdline = proc.info["cmdline"] or []
             if proc.info["status"] == psutil.STATUS_ZOMBIE or not cmdline:
                 continue
-            if Path(cmdline[0]).name in names and any(marker in arg for arg in cmdline):
+            # `python -m <module>` is known by its module (the webhook), a binary by its file name.
+            name = cmdline[2] if len(cmdline) > 2 and cmdline[1] == "-m" else Path(cmdline[0]).name
+            if name in names and any(marker in arg for arg in cmdline):
                 found.append(proc)
         except psutil.Error:
             continue

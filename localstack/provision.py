@@ -7,6 +7,10 @@ Lookup order for kube-apiserver, kube-controller-manager and kube-scheduler:
 4. a one-time build into that cache from Debian's `kubernetes` source package
    (`deploy/local-stack/build-k8s.sh`, needs root, about 7 minutes on 2 cores).
 etcd: `$KUBEBUILDER_ASSETS/etcd`, else `/usr/bin/etcd` (Debian `etcd-server`, installed when root).
+kubelet (the real-node tier, `localstack/realnode.py`): `$NODEROLL_K8S_BIN_DIR` or `$KUBEBUILDER_ASSETS`
+when they hold one, else the same cache, built there from the same source tree (`NODEROLL_BUILD_KUBELET=1`
+of the build script: only the kubelet is added to a complete cache, about 4 minutes on 2 cores);
+`scripts/bootstrap` builds it unless `NODEROLL_SKIP_KUBELET=1`.
 Does I/O (file system, apt-get, the build). Run as `python -m localstack.provision`.
 """
 
@@ -138,6 +142,33 @@ def k8s_binaries(*, build: bool = True) -> Path:
     return cache
 
 
+def kubelet_binary(*, build: bool = True) -> Path:
+    """The kubelet of the same Kubernetes version (for the real-node tier); built into the cache."""
+    for env in (K8S_BIN_DIR_ENV, KUBEBUILDER_ASSETS_ENV):
+        folder = os.environ.get(env)
+        if folder and os.access(Path(folder) / "kubelet", os.X_OK):
+            return Path(folder) / "kubelet"
+    cache = k8s_cache_dir()
+    kubelet = cache / "kubelet"
+    if _cache_is_current(cache) and os.access(kubelet, os.X_OK):
+        return kubelet
+    if not build:
+        raise ProvisionError(f"no kubelet {K8S_VERSION} in {cache}: run scripts/bootstrap (builds it once)")
+    k8s_binaries()  # the control plane first: the kubelet joins its cache and build revision
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with open(cache.parent / f".{cache.name}.build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.access(kubelet, os.X_OK):
+            print(f"building the Kubernetes {K8S_VERSION} kubelet into {cache} (once; about 4 min on 2 cores)...",
+                  file=sys.stderr)
+            env = {**os.environ, "NODEROLL_BUILD_KUBELET": "1"}
+            result = subprocess.run(["bash", str(BUILD_SCRIPT), str(cache)], check=False, env=env)
+            if result.returncode != 0 or not os.access(kubelet, os.X_OK):
+                raise ProvisionError(f"building the kubelet into {cache} failed (exit {result.returncode}; "
+                                     "the build's own message is above)")
+    return kubelet
+
+
 def etcd_binary(*, install: bool = True) -> Path:
     """The etcd executable; installs Debian's `etcd-server` when missing and we are root."""
     assets = os.environ.get(KUBEBUILDER_ASSETS_ENV)
@@ -191,6 +222,13 @@ def main() -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(f"local stack binaries: etcd {etcd}, Kubernetes {K8S_VERSION} in {k8s}, temporal {temporal}")
+    if os.environ.get("NODEROLL_SKIP_KUBELET") == "1":
+        return 0
+    try:
+        print(f"real-node tier: kubelet {kubelet_binary()}")
+    except ProvisionError as err:
+        # The real-node tier skips with this reason; everything else works without a kubelet.
+        print(f"warning: {err}", file=sys.stderr)
     return 0
 
 

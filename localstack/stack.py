@@ -27,6 +27,7 @@ from localstack.components import (
     EXECUTABLES,
     SCHEDULER,
     TEMPORAL,
+    WEBHOOK,
     Binaries,
     Component,
     SearchAttributeTypeError,
@@ -38,8 +39,9 @@ from localstack.provision import etcd_binary, k8s_binaries, temporal_binary
 from localstack.state import STACK_FILE, ComponentInfo, StackInfo, load_stack_info, save_stack_info
 
 # Start waves: a wave starts once the previous one is ready (the apiserver needs etcd, the
-# controller manager and scheduler need the apiserver); Temporal starts with etcd and is awaited last.
-WAVES: tuple[tuple[str, ...], ...] = ((ETCD, TEMPORAL), (APISERVER,), (CONTROLLER_MANAGER, SCHEDULER))
+# controller manager, scheduler and admission webhook need the apiserver); Temporal starts with etcd
+# and is awaited last.
+WAVES: tuple[tuple[str, ...], ...] = ((ETCD, TEMPORAL), (APISERVER,), (CONTROLLER_MANAGER, SCHEDULER, WEBHOOK))
 Progress = Callable[[str], None]
 
 
@@ -187,11 +189,12 @@ def up(state_dir: Path, progress: Progress = _quiet, *, die_with_parent: bool = 
         except SearchAttributeTypeError as err:
             raise StackError(str(err)) from err
         try:
-            crds = setup_cluster(SetupRequest(kubeconfig, deadline=time.monotonic() + 90.0))
+            crds = setup_cluster(SetupRequest(kubeconfig, deadline=time.monotonic() + 90.0,
+                                              webhook_url=layout.webhook_url, ca_bundle=pki.ca_cert.read_bytes()))
         except ClusterSetupError as err:
             log = info.components[CONTROLLER_MANAGER].log
             raise StackError(f"cluster set-up failed: {err}; see {log} and {info.components[APISERVER].log}") from err
-        progress(f"cluster ready: namespace and {len(crds)} CRD(s) applied")
+        progress(f"cluster ready: namespace, {len(crds)} CRD(s) and the admission webhook ({layout.webhook_url})")
         save_stack_info(info)
         return info
 

@@ -11,11 +11,13 @@ the nodes are listed again, a new batch planner is built over them (same node or
 key is the fleet, not a Package version) and the wave's records start empty, so a node whose
 window already carried the change is done (its recorded state shows it) and any other node with
 work pending gets one window for everything pending there. A wave that changes no Package (a
-policy edit) runs no canary; otherwise the canary covers each changed Package.
+policy edit) runs no canary; otherwise the canary covers each changed Package. A Package removed
+without uninstall starts no wave: it just leaves the windows not yet handed out.
 
 Per node and wave the fleet records each carried Package's outcome. A node is asked at most once
-per wave for a Package: only `retry` (or a new wave) clears an outcome, except `blocked`
-outcomes, which are cleared when the node itself changes (its fingerprint).
+per wave for a Package: only `retry` (or a new wave) clears an outcome, except a `blocked`
+outcome, cleared when the node itself changes (its fingerprint), and a `complete` one whose work is
+pending again at a later listing (the node's record was removed or reset: it is asked again).
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ class FleetState:
     targets: dict[str, NodeTargets] = field(default_factory=dict)
     in_flight: dict[str, InFlight] = field(default_factory=dict)
     records: dict[str, NodeRecord] = field(default_factory=dict)
+    # node -> its position in the order the wave asked its nodes (SKYHOOK_NODE_ORDER).
+    node_order: dict[str, int] = field(default_factory=dict)
     disruptions: dict[str, Disruptions] = field(default_factory=dict)
     departed: dict[str, str] = field(default_factory=dict)
     # Operator pauses (signals): the whole fleet, or some Packages / nodes.
@@ -128,8 +132,11 @@ def set_spec(state: FleetState, spec: FleetSpec) -> bool:
     """Take a new desired state; True when it wants a new wave (a revision or the policy changed)."""
     state.spec = spec
     wanted = {e.name: package_revision(e) for e in spec.packages}
-    if wanted != state.revisions or policy_revision(spec) != state.policy_revision:
+    if any(state.revisions.get(p) != r for p, r in wanted.items()) or policy_revision(spec) != state.policy_revision:
         state.wave_wanted = True
+    elif not state.wave_wanted:
+        # Only removals (a Package deleted without uninstall): nothing new to roll out.
+        state.revisions = {p: r for p, r in state.revisions.items() if p in wanted}
     return state.wave_wanted
 
 
@@ -143,6 +150,7 @@ def start_wave(state: FleetState, selection: FleetSelection, policy: DeploymentP
     state.wave += 1
     state.wave_wanted = False
     state.records = {}
+    state.node_order = {}
     state.departed = {}
     state.soak_until = ""
     state.promote = False
@@ -169,11 +177,17 @@ def refresh_targets(state: FleetState, selection: FleetSelection, policy: Deploy
         state.departed.pop(node, None)
     for node, record in state.records.items():
         current = selection.nodes.get(node)
-        if record.fingerprint and current is not None and current.fingerprint != record.fingerprint:
-            # The node changed since it answered `blocked` (annotation fixed, taint gone): ask again.
-            for package in [p for p, s in record.outcomes.items() if s == State.BLOCKED.value]:
-                record.outcomes.pop(package)
-                record.messages.pop(package, None)
+        if current is None:
+            continue
+        changed = bool(record.fingerprint) and current.fingerprint != record.fingerprint
+        # Asked again: a `blocked` answer once the node changed (annotation fixed, taint gone), and a
+        # `complete` one whose record is gone from the node (reset by hand, reimaged: work pending again).
+        again = [p for p, s in record.outcomes.items()
+                 if (s == State.BLOCKED.value and changed) or (s == State.COMPLETE.value and p in current.pending)]
+        for package in again:
+            record.outcomes.pop(package)
+            record.messages.pop(package, None)
+        if changed:
             record.fingerprint = ""
     state.targets = dict(selection.nodes)
     return joined
@@ -193,7 +207,8 @@ def wanted(state: FleetState, node: str) -> list[str]:
         return []
     record = state.records.get(node)
     done = set(record.outcomes) if record else set()
-    return [p for p in targets.pending if p not in done and not _operator_paused(state, p)]
+    current = state.revisions
+    return [p for p in targets.pending if p in current and p not in done and not _operator_paused(state, p)]
 
 
 def startable(state: FleetState) -> set[str]:
@@ -221,6 +236,11 @@ def request_id(state: FleetState, fleet: str, node: str) -> str:
     """A new request id, unique within the fleet (fleet, wave, sequence, node)."""
     state.sequence += 1
     return f"{fleet}:{state.wave}:{state.sequence}:{node}"
+
+
+def order_of(state: FleetState, node: str) -> int:
+    """`node`'s position in the order the wave asked its nodes (the first asked is 0; kept on re-asks)."""
+    return state.node_order.setdefault(node, len(state.node_order))
 
 
 def record_result(state: FleetState, result: WindowResult) -> bool:

@@ -2,9 +2,11 @@
 
 `fleet_progress(state, phase, now)` derives everything from a `planning.fleet_state.FleetState`:
 * per node and Package: `in_progress` (its window is out and carries the Package), the outcome
-  recorded in this wave (`complete`, `erroring`, `blocked`), else what the latest listing says
-  (`complete` when nothing is left to do, `blocked` for untolerated taints, unreadable state or a
-  dependency not there, `waiting` for pending or paused work);
+  recorded in this wave (`complete`, `erroring`, `blocked`), unless the latest listing found the
+  node blocked since (an untolerated taint or an unreadable state on a node that was complete: not
+  Ready any more; an erroring outcome stays), else what the latest listing says (`complete` when
+  nothing is left to do, `blocked` for untolerated taints, unreadable state or a dependency not
+  there, `waiting` for pending or paused work);
 * per Package a `planning.status.RolloutProgress` (what the bridge renders into the Package's
   status): counts over the nodes it targets, its blocked and erroring nodes, and its own phase:
   `Pending` until a wave rolls out its current spec, `Paused` while it is paused (spec, annotation
@@ -78,9 +80,10 @@ def _package_state(state: FleetState, node: str, package: str) -> tuple[str, str
     if flight is not None and package in flight.packages:
         return State.IN_PROGRESS.value, ""
     record = state.records.get(node)
-    if record is not None and package in record.outcomes:
-        return record.outcomes[package], record.messages.get(package, "")
     targets = state.targets[node]
+    outcome = record.outcomes.get(package) if record is not None else None
+    if outcome is not None and (outcome == State.ERRORING.value or package not in targets.blocked):
+        return outcome, record.messages.get(package, "") if record is not None else ""
     if package in targets.done:
         return State.COMPLETE.value, ""
     if package in targets.blocked:

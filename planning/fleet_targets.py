@@ -28,14 +28,12 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from api import keys
-from api.node_state import NodeState, parse_node_state
+from api.node_state import NodeState, held_reason, parse_node_state
 from api.package import PackageSpec
 from api.versions import same_version
 from planning.compartments import NodeInfo
 from planning.node_plan import complete_version
 from planning.targets import NodeView, is_candidate, needs_work, untolerated_taints
-
-MALFORMED_STATE = "noderoll.io/state cannot be read"
 
 
 @dataclass(frozen=True)
@@ -140,8 +138,10 @@ def _classify(node: NodeView, query: FleetQuery) -> NodeTargets | None:
             continue
         if problem is not None:
             # Garbage in the annotation: nothing can be known about this node, so nothing runs there.
-            if is_candidate(package.spec, node.labels):
-                targets.blocked[name] = f"{MALFORMED_STATE}: {problem}"
+            if name in ours:
+                targets.pending.append(name)  # its window in flight writes the node's state next
+            elif is_candidate(package.spec, node.labels):
+                targets.blocked[name] = held_reason(problem)
             continue
         if not _targets(name, package, node.labels, recorded):
             continue

@@ -9,12 +9,20 @@ Action per package (first rule that applies):
    at its recorded stage), else `none` (absent = uninstalled);
 2. nothing recorded (or an unreadable recorded version): `install`;
 3. desired version newer than recorded: `upgrade`; older: `downgrade`;
-4. same version, same image, the recorded operation unfinished (state not `complete`, or
-   complete at a stage that is not the last of its sequence): the recorded action resumes at the
-   recorded stage (re-run if it was not complete, else the next one);
+4. same version, same image, the recorded operation unfinished: it resumes at the recorded stage
+   (re-run when not complete, else the next one); a resume point past its `config` stage goes back
+   to `config` when the desired config is not the one it applies (`targetConfig`; unknown = not);
 5. same version but another image: `install` (the image was rebuilt; apply it again);
 6. same version, finished, config content differs from the recorded hashes: `config`;
 7. otherwise `none`.
+
+Finished (rule 4): the node window writes `complete` only when an operation finished, with the
+config hashes it applied, so `complete` at a stage that can end the action's sequence (`config`,
+`post-interrupt`) is finished even when the current spec's sequence is longer (a configInterrupt
+matching a new change, an added interrupt). `complete` at `apply`, `upgrade` or the `interrupt`
+of an install/upgrade/config, and any other state, is unfinished. Runs recorded before the patch
+`config-stage-on-config-change` replay with `legacy_resume` (complete before the last stage of
+the current sequence was unfinished: issue #12).
 
 Stages per action (each stage is followed by its `-check`, the interrupt has none):
 * install, downgrade: `apply`, `config`, then `interrupt`, `post-interrupt` when the package has an
@@ -46,10 +54,10 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from api.enums import PlanAction, Stage, State
-from api.node_state import NodeState, PackageNodeState, changed_config_keys
+from api.node_state import NodeState, PackageNodeState, changed_config_keys, config_hashes
 from api.package import Interrupt, PackageSpec
 from api.versions import VersionError, compare_versions, same_version
 from planning.dependencies import DependencyCycleError, topological_order
@@ -69,6 +77,8 @@ class NodePlanInput:
     # Fleet windows: every package with work shares ONE window (one drain, one merged interrupt),
     # dependents after their dependencies, also when a dependency has an interrupt.
     one_window: bool = False
+    # The rule 4 of node workflow runs recorded before `config-stage-on-config-change` (replay only).
+    legacy_resume: bool = False
 
 
 @dataclass(frozen=True)
@@ -201,7 +211,7 @@ def _interrupt_for(action: PlanAction, spec: PackageSpec, changed: list[str]) ->
 def _make(
     name: str, spec: PackageSpec, action: PlanAction, rec: PackageNodeState | None, reason: str
 ) -> PackagePlan:
-    changed = changed_config_keys(rec.config, spec.config) if rec and action is PlanAction.CONFIG else []
+    changed = _changed_keys(rec, spec, unfinished=False) if action is PlanAction.CONFIG else []
     interrupt = _interrupt_for(action, spec, changed)
     return PackagePlan(
         name=name,
@@ -215,7 +225,23 @@ def _make(
     )
 
 
-def _resume(name: str, spec: PackageSpec, rec: PackageNodeState) -> PackagePlan | None:
+def _changed_keys(rec: PackageNodeState | None, spec: PackageSpec, unfinished: bool) -> list[str]:
+    """Config keys a config operation changes: against the recorded hashes (the config before it)
+    and, for an unfinished one, also against the config it was applying (a newer change joins it)."""
+    if rec is None:
+        return []
+    changed = set(changed_config_keys(rec.config, spec.config))
+    if unfinished and rec.target_config is not None:
+        changed.update(changed_config_keys(rec.target_config, spec.config))
+    return sorted(changed)
+
+
+def _ends_sequence(action: PlanAction, stage: Stage | None) -> bool:
+    """True when `stage` is the last stage of `action`'s sequence, with or without an interrupt."""
+    return stage is not None and stage in {stage_sequence(action, False)[-1], stage_sequence(action, True)[-1]}
+
+
+def _resume(name: str, spec: PackageSpec, rec: PackageNodeState, legacy: bool) -> PackagePlan | None:
     """Continue an unfinished recorded operation, or None when the recorded one finished."""
     action = rec.action
     if action is None or action is PlanAction.NONE:
@@ -225,34 +251,47 @@ def _resume(name: str, spec: PackageSpec, rec: PackageNodeState) -> PackagePlan 
     if action is PlanAction.UNINSTALL:
         # The uninstall was cancelled (apply set back to false): install again, like NodeWright.
         return _make(name, spec, PlanAction.INSTALL, rec, "uninstall cancelled; installing again")
-    return _continue(name, spec, rec, action)
+    if not legacy and rec.state is State.COMPLETE and _ends_sequence(action, rec.stage):
+        return None  # finished (module notes): a new desired config is a new config operation
+    return _continue(name, spec, rec, action, legacy)
 
 
-def _continue(name: str, spec: PackageSpec, rec: PackageNodeState, action: PlanAction) -> PackagePlan | None:
+def _continue(
+    name: str, spec: PackageSpec, rec: PackageNodeState, action: PlanAction, legacy: bool = False
+) -> PackagePlan | None:
     """The stages of `action` left after the recorded stage (None when none are left)."""
-    full = _make(name, spec, action, rec, "")
-    stages = full.stages
+    changed = _changed_keys(rec, spec, unfinished=not legacy) if action is PlanAction.CONFIG else []
+    interrupt = _interrupt_for(action, spec, changed)
+    stages = stage_sequence(action, interrupt is not None)
+    note = ""
     if rec.stage in stages:
         start = stages.index(rec.stage) + (1 if rec.state is State.COMPLETE else 0)
+        # Past `config`, but not known to have applied the desired config: apply it (rule 4).
+        stale = rec.target_config != config_hashes(spec.config)
+        if not legacy and Stage.CONFIG in stages[:start] and stale:
+            start = stages.index(Stage.CONFIG)
+            note = "; the desired config is not the one it applied"
         stages = stages[start:]
     if not stages:
         return None
     where = rec.stage.value if rec.stage else "start"
-    reason = f"resuming {action.value} at {stages[0].value} (recorded {where}/{rec.state.value})"
+    reason = f"resuming {action.value} at {stages[0].value} (recorded {where}/{rec.state.value}{note})"
     return PackagePlan(
         name=name,
         action=action,
         version=spec.version,
-        previous_version=full.previous_version,
+        previous_version=rec.version,
         stages=stages,
-        interrupt=full.interrupt,
-        changed_config=full.changed_config,
+        interrupt=interrupt,
+        changed_config=tuple(changed),
         resumed=True,
         reason=reason,
     )
 
 
-def plan_package(name: str, spec: PackageSpec, rec: PackageNodeState | None, uninstall: bool) -> PackagePlan:
+def plan_package(
+    name: str, spec: PackageSpec, rec: PackageNodeState | None, uninstall: bool, legacy_resume: bool = False
+) -> PackagePlan:
     """The plan of one package on one node, ignoring dependencies (module rules 1-7)."""
     if uninstall or spec.uninstall_requested():
         if rec is None:
@@ -261,7 +300,7 @@ def plan_package(name: str, spec: PackageSpec, rec: PackageNodeState | None, uni
             )
         if rec.action is PlanAction.UNINSTALL:
             # An uninstall already under way continues where it stopped (entry removal pending).
-            left = _continue(name, spec, rec, PlanAction.UNINSTALL)
+            left = _continue(name, spec, rec, PlanAction.UNINSTALL, legacy_resume)
             return left or PackagePlan(
                 name, PlanAction.NONE, spec.version, reason="uninstalled; entry removal pending"
             )
@@ -278,7 +317,7 @@ def plan_package(name: str, spec: PackageSpec, rec: PackageNodeState | None, uni
         return _make(name, spec, PlanAction.DOWNGRADE, rec, f"downgrade from {rec.version}")
     if rec.image and rec.image != spec.image:
         return _make(name, spec, PlanAction.INSTALL, rec, f"image changed from {rec.image}")
-    resumed = _resume(name, spec, rec)
+    resumed = _resume(name, spec, rec, legacy_resume)
     if resumed is not None:
         return resumed
     if changed_config_keys(rec.config, spec.config):
@@ -314,25 +353,15 @@ def complete_version(recorded: NodeState, package: str) -> str | None:
 def plan_node(data: NodePlanInput) -> NodePlan:
     """Plan every desired package on one node (see the module docstring for the rules)."""
     plans: dict[str, PackagePlan] = {
-        name: plan_package(name, spec, data.recorded.packages.get(name), name in data.uninstall)
+        name: plan_package(name, spec, data.recorded.packages.get(name), name in data.uninstall,
+                           data.legacy_resume)
         for name, spec in sorted(data.desired.items())
     }
     for name, plan in list(plans.items()):
         if plan.has_work and plan.action is not PlanAction.UNINSTALL:
             blocker = _dependency_blocker(plan, data.desired[name], plans, data.recorded)
             if blocker:
-                plans[name] = PackagePlan(
-                    name,
-                    plan.action,
-                    plan.version,
-                    plan.previous_version,
-                    (),
-                    plan.interrupt,
-                    plan.changed_config,
-                    plan.resumed,
-                    plan.reason,
-                    blocked=blocker,
-                )
+                plans[name] = replace(plan, stages=(), blocked=blocker)
     try:
         windows = _windows(data, plans)
     except DependencyCycleError as err:

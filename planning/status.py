@@ -2,11 +2,20 @@
 
 The rollout workflow answers its `progress` query with a `RolloutProgress`; the bridge calls
 `render_package_status(progress, generation, previous)` and writes the result to the status
-subresource. Conditions follow Kubernetes conventions (metav1.Condition):
-* `Ready`: True only when the phase is Complete for the current generation (so
-  `kubectl wait --for=condition=Ready` and GitOps health checks work); `observedGeneration` set;
+subresource. What the Package shows is `package_view(progress)`: a rollout that is `Complete` while
+targeted nodes are blocked shows phase `Blocked` (it did everything it can; the rest needs the
+block lifted), and the message names the blocked nodes when the rollout has nothing else to say.
+Conditions follow Kubernetes conventions (metav1.Condition):
+* `Ready`: True only when the phase is Complete for the current generation and no targeted node is
+  blocked (so `kubectl wait --for=condition=Ready` and GitOps health checks mean "every targeted
+  node updated"); `observedGeneration` set. While nodes are blocked it is False with reason
+  `NodesBlocked` (unless the rollout halted, failed or is invalid: that phase is the reason) and the
+  message names them with their reasons (`blocked_summary`: the first `BLOCKED_SHOWN`, then a count);
 * `Progressing`: True while the rollout works (Pending, Canary, Progressing, Uninstalling);
 * `Degraded`: True when nodes are erroring or blocked, or the rollout halted, failed or is invalid.
+Nodes whose drain waits on someone else's pods (`drain_blocked`, read by the bridge from the nodes'
+`noderoll.io/Draining` condition, `planning.drain`) are listed in `drainBlockedNodes` and named in
+the `Progressing` message: the window still runs within its bounds, so they are not `Degraded`.
 `lastTransitionTime` is kept from `previous` when a condition's status did not change, else it
 is `progress.updated_at` (the workflow's clock): the function reads no clock itself.
 `render_invalid_package_status` (phase Invalid, the validation problems as message) and
@@ -16,7 +25,7 @@ is `progress.updated_at` (the workflow's clock): the function reads no clock its
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from api.enums import CanaryPhase, ConditionType, RolloutPhase, State
@@ -25,14 +34,20 @@ from api.status import (
     BatchStatus,
     CanaryStatus,
     Condition,
+    DrainBlockedNode,
     NodeCounts,
     NodeReason,
     PackageStatus,
     PolicyStatus,
 )
+from planning.drain import DrainBlock, drain_summary
 
 _WORKING = {RolloutPhase.PENDING, RolloutPhase.CANARY, RolloutPhase.PROGRESSING, RolloutPhase.UNINSTALLING}
 _BAD = {RolloutPhase.HALTED, RolloutPhase.FAILED, RolloutPhase.INVALID}
+NODES_BLOCKED = "NodesBlocked"
+# Blocked nodes named in a condition or message (all of them are in `status.blockedNodes`).
+BLOCKED_SHOWN = 5
+REASON_CHARS = 200
 
 
 @dataclass
@@ -64,6 +79,25 @@ def _count(progress: RolloutProgress, state: State) -> int:
     return int(progress.counts.get(state.value, 0))
 
 
+def blocked_summary(blocked: Mapping[str, str]) -> str:
+    """`N node(s) blocked: a (reason); b (reason)` for the first BLOCKED_SHOWN nodes, then a count."""
+    names = sorted(blocked)
+    shown = []
+    for name in names[:BLOCKED_SHOWN]:
+        reason = blocked[name] or "no reason given"
+        cut = reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 3] + "..."
+        shown.append(f"{name} ({cut})")
+    more = f"; and {len(names) - BLOCKED_SHOWN} more (see status.blockedNodes)" if len(names) > BLOCKED_SHOWN else ""
+    return f"{len(names)} node(s) blocked: " + "; ".join(shown) + more
+
+
+def package_view(progress: RolloutProgress) -> RolloutProgress:
+    """`progress` as the Package shows it: `Complete` with blocked nodes is `Blocked` (module rules)."""
+    if progress.phase is not RolloutPhase.COMPLETE or not progress.blocked:
+        return progress
+    return replace(progress, phase=RolloutPhase.BLOCKED, message=progress.message or blocked_summary(progress.blocked))
+
+
 def _keep_transition_times(
     conditions: list[Condition], previous: Sequence[Mapping[str, Any]]
 ) -> list[Condition]:
@@ -77,20 +111,31 @@ def _keep_transition_times(
     return out
 
 
-def render_conditions(progress: RolloutProgress, generation: int) -> list[Condition]:
+def render_conditions(
+    progress: RolloutProgress, generation: int, drain_blocked: Sequence[DrainBlock] = ()
+) -> list[Condition]:
     """The Ready, Progressing and Degraded conditions for `progress` (module rules)."""
+    progress = package_view(progress)
     phase, now = progress.phase, progress.updated_at
     complete = _count(progress, State.COMPLETE)
-    summary = progress.message or f"{complete}/{progress.total_nodes} nodes complete"
-    ready = phase is RolloutPhase.COMPLETE
+    counted = f"{complete}/{progress.total_nodes} nodes complete"
+    summary = progress.message or counted
+    ready = phase is RolloutPhase.COMPLETE and not progress.blocked
+    blocked = blocked_summary(progress.blocked) if progress.blocked else ""
+    ready_reason = phase.value if phase in _BAD or not blocked else NODES_BLOCKED
+    ready_message = summary
+    if blocked:
+        # The counts, what the rollout says (unless it is this very summary), then who is blocked and why.
+        said = [progress.message] if progress.message and progress.message != blocked else []
+        ready_message = "; ".join([counted, *said, blocked])
     degraded_reasons = []
     if progress.erroring:
         degraded_reasons.append(f"{len(progress.erroring)} node(s) erroring")
-    if progress.blocked:
-        degraded_reasons.append(f"{len(progress.blocked)} node(s) blocked")
-    degraded = phase in _BAD or bool(degraded_reasons)
+    if blocked and blocked != summary:
+        degraded_reasons.append(blocked)
+    degraded = phase in _BAD or bool(progress.erroring) or bool(progress.blocked)
     degraded_reason = (
-        phase.value if phase in _BAD else ("NodesErroring" if progress.erroring else "NodesBlocked")
+        phase.value if phase in _BAD else ("NodesErroring" if progress.erroring else NODES_BLOCKED)
     )
 
     def condition(kind: ConditionType, status: bool, reason: str, message: str) -> Condition:
@@ -105,8 +150,9 @@ def render_conditions(progress: RolloutProgress, generation: int) -> list[Condit
 
     degraded_message = "; ".join([summary, *degraded_reasons]) if degraded else ""
     return [
-        condition(ConditionType.READY, ready, phase.value, summary),
-        condition(ConditionType.PROGRESSING, phase in _WORKING, phase.value, summary),
+        condition(ConditionType.READY, ready, ready_reason, ready_message),
+        condition(ConditionType.PROGRESSING, phase in _WORKING, phase.value,
+                  "; ".join(filter(None, [summary, drain_summary(drain_blocked)]))),
         condition(
             ConditionType.DEGRADED, degraded, degraded_reason if degraded else "AsExpected", degraded_message
         ),
@@ -114,11 +160,16 @@ def render_conditions(progress: RolloutProgress, generation: int) -> list[Condit
 
 
 def render_package_status(
-    progress: RolloutProgress, generation: int, previous: Mapping[str, Any] | None = None
+    progress: RolloutProgress,
+    generation: int,
+    previous: Mapping[str, Any] | None = None,
+    drain_blocked: Sequence[DrainBlock] = (),
 ) -> dict[str, Any]:
-    """The Package `status` (CRD JSON) for `progress` at `generation`; `previous` is the current status."""
+    """The Package `status` (CRD JSON) for `progress` at `generation`; `previous` is the current status;
+    `drain_blocked`: the target nodes whose drain waits (module rules)."""
+    progress = package_view(progress)
     complete = _count(progress, State.COMPLETE)
-    conditions = render_conditions(progress, generation)
+    conditions = render_conditions(progress, generation, drain_blocked)
     conditions = _keep_transition_times(conditions, (previous or {}).get("conditions") or [])
     status = PackageStatus(
         phase=progress.phase,
@@ -139,6 +190,8 @@ def render_package_status(
         canary=CanaryStatus(phase=progress.canary_phase, nodes=sorted(progress.canary_nodes)),
         blocked_nodes=[NodeReason(node=n, reason=r) for n, r in sorted(progress.blocked.items())],
         erroring_nodes=[NodeReason(node=n, reason=r) for n, r in sorted(progress.erroring.items())],
+        drain_blocked_nodes=[DrainBlockedNode(node=b.node, reason=b.reason, message=b.message, since=b.since or None)
+                             for b in sorted(drain_blocked, key=lambda b: b.node)],
         conditions=conditions,
     )
     return status.dump()

@@ -3,6 +3,11 @@
 `select_targets(TargetQuery)` turns a snapshot of the fleet's Nodes into the rollout's targets:
 * a node is a candidate when the Package's `nodeSelector` matches its labels (no selector: every
   node); a node labelled `noderoll.io/ignore=true` is left out entirely (not counted);
+* with `hold_malformed` (the default), a candidate whose `noderoll.io/state` cannot be read is
+  `blocked` with `api.node_state.held_reason`, whatever else it records or carries: no window may
+  overwrite the annotation, and a node that was complete is no longer counted done (an uninstall,
+  where the record decides, holds the nodes the selector matches). A node with a window
+  `in_flight` is the exception: that window writes the node's state next anyway;
 * a candidate with a `NoSchedule`/`NoExecute` taint the package does not tolerate is `blocked`
   with the reason (the taint), and retried at the next listing. Tolerated are: the package's
   `additionalTolerations`, the cordon taint `node.kubernetes.io/unschedulable` (noderoll cordons
@@ -27,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from api import keys
-from api.node_state import NodeState, parse_node_state
+from api.node_state import NodeState, held_reason, parse_node_state
 from api.package import PackageSpec, Toleration
 from api.versions import same_version
 from planning.compartments import NodeInfo
@@ -46,6 +51,10 @@ class NodeView:
     # Each taint as {"key", "value", "effect"}.
     taints: Sequence[Mapping[str, str]] = ()
     state_annotation: str = ""
+    # The `noderoll.io/status` label ("" when absent) and whether the condition
+    # `noderoll.io/StateMalformed` is True: what the node shows now (planning/node_marks.py).
+    status_label: str = ""
+    state_malformed: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,8 @@ class TargetQuery:
     # Nodes with a request of this rollout in flight (see the module rules).
     in_flight: frozenset[str] = frozenset()
     check_dependencies: bool = False
+    # Hold nodes whose state annotation cannot be read (False only for rollouts recorded before it).
+    hold_malformed: bool = True
 
 
 @dataclass
@@ -128,7 +139,12 @@ def select_targets(query: TargetQuery) -> TargetSelection:
     """Split the fleet snapshot into eligible, done, blocked and waiting nodes (module rules)."""
     selection = TargetSelection()
     for node in sorted(query.nodes, key=lambda n: n.name):
-        recorded, _problem = parse_node_state(node.state_annotation)
+        recorded, problem = parse_node_state(node.state_annotation)
+        if problem and query.hold_malformed and node.name not in query.in_flight:
+            # What is recorded is unknown: neither done nor safe to run (a window would overwrite it).
+            if is_candidate(query.spec, node.labels):
+                selection.blocked[node.name] = held_reason(problem)
+            continue
         if query.uninstall:
             if query.package not in recorded.packages:
                 continue

@@ -1,5 +1,5 @@
-"""Pure helpers of one node window: stage pod tolerations, drain settings, retry backoff, node state
-entries and the node's status label. Pure (no I/O); the node workflow calls these.
+"""Pure helpers of one node window: stage pod tolerations, drain settings, time limits, retry backoff,
+node state entries and the node's status label. Pure (no I/O); the node workflow calls these.
 """
 
 from __future__ import annotations
@@ -58,6 +58,37 @@ def drain_settings(specs: Iterable[PackageSpec]) -> DrainSettings:
         grace_period_seconds=min(graces) if graces else None,
         # Deleting local data is destructive: only when every package in the window allows it.
         delete_empty_dir_data=all(d.delete_empty_dir_data for d in drains),
+    )
+
+
+@dataclass(frozen=True)
+class TimeLimits:
+    """Bounds of a window's waits, in seconds: protected pods, one stage (with its check), a reboot."""
+
+    protected_pods: int
+    stage: int
+    interrupt: int
+
+
+def package_limits(spec: PackageSpec, defaults: TimeLimits) -> TimeLimits:
+    """A package's `limits`, each unset field replaced by the default (the worker's)."""
+    limits = spec.limits
+    return TimeLimits(
+        protected_pods=limits.protected_pods_timeout_seconds or defaults.protected_pods,
+        stage=limits.stage_timeout_seconds or defaults.stage,
+        interrupt=limits.interrupt_timeout_seconds or defaults.interrupt,
+    )
+
+
+def window_limits(specs: Iterable[PackageSpec], defaults: TimeLimits) -> TimeLimits:
+    """The limits of a window carrying `specs` (at least one): the largest of each, like the drain
+    timeout, so a window waits as long as its most patient package allows (a package without a
+    value counts with the default). Each stage still uses its own package's `package_limits`."""
+    each = [package_limits(spec, defaults) for spec in specs]
+    return TimeLimits(
+        protected_pods=max(limits.protected_pods for limits in each),
+        stage=max(limits.stage for limits in each),
+        interrupt=max(limits.interrupt for limits in each),
     )
 
 

@@ -30,6 +30,8 @@ class ListFleetNodesResult:
 
     selection: dict[str, Any] = field(default_factory=dict)
     listed: int = 0
+    # `planning.node_marks.NodeMark`s as JSON: what blocked nodes must show and do not show yet.
+    marks: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

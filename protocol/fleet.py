@@ -99,6 +99,9 @@ class WindowRequest:
     request_id: str
     packages: list[PackageOrder] = field(default_factory=list)
     wave: int = 0
+    # The node's position in the order the fleet asked its nodes in this wave (0 first):
+    # NodeWright's SKYHOOK_NODE_ORDER in the stage pods.
+    node_order: int = 0
 
 
 @dataclass

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-PRODUCT = ["api", "planning", "workflows", "activities", "worker", "crd_bridge", "agent", "fleetsim", "localstack", "bench", "protocol"]
+PRODUCT = ["api", "planning", "workflows", "activities", "worker", "crd_bridge", "agent", "fleetsim", "localstack", "bench",
+           "protocol", "webhook"]
 WARN, FAIL = 400, 800
 
 

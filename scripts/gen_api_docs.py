@@ -16,8 +16,11 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import api.admission  # noqa: E402
+import api.keys  # noqa: E402
 import api.package  # noqa: E402
 import api.policy  # noqa: E402
+import api.status  # noqa: E402
 import planning.runtime_taint  # noqa: E402
 
 CRDS = [("packages", api.package), ("deploymentpolicies", api.policy)]
@@ -115,16 +118,48 @@ def render() -> str:
         "",
         "Both kinds live in group `noderoll.io`, version `v1alpha1`. Names of both kinds are lowercase DNS",
         "labels of at most 43 characters: a CRD schema cannot constrain `metadata.name`, so noderoll's models",
-        "enforce it (the bridge marks such an object invalid; `noderoll validate` refuses it).",
-        "The apiserver prunes unknown fields silently; `noderoll validate` reports them as errors.",
+        "enforce it (the admission webhook and `noderoll validate` refuse such an object; the bridge marks",
+        "one stored without the webhook invalid). The apiserver prunes unknown fields silently; the webhook",
+        "and `noderoll validate` report them as errors. What the webhook refuses and admits:",
+        "[Admission](#admission-the-validating-webhook).",
         "",
     ]
     for plural, module in CRDS:
         lines.extend(_section(plural, module))
+    lines += ["## Admission: the validating webhook", ""]
+    lines += [line.rstrip() for line in (api.admission.__doc__ or "").strip().splitlines()[2:]]
+    lines += [
+        "",
+        "The webhook (`noderoll webhook`) answers for CREATE and UPDATE of both kinds (not their `/status`).",
+        "Its failure policy is `Fail` (Helm value `webhook.failurePolicy`): while no replica answers, the",
+        "apiserver refuses every create and every change of a Package or DeploymentPolicy (\"failed calling",
+        "webhook\"); status writes and rollouts in progress go on. Why, and what to do then:",
+        "[operations.md](operations.md#the-admission-webhook).",
+        "",
+    ]
     lines += ["## The runtime-required taint", ""]
     lines += [line.rstrip() for line in (planning.runtime_taint.__doc__ or "").strip().splitlines()[2:]]
     lines += ["", "The rule is `planning/runtime_taint.py`; the bridge applies it to every Node.", ""]
+    lines.extend(_node_keys())
+    lines += ["## Status written by noderoll", ""]
+    lines += [line.rstrip() for line in (api.status.__doc__ or "").strip().splitlines()[2:]]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _node_keys() -> list[str]:
+    """The node keys (contract) from `api.keys.NODE_KEYS`."""
+    out = [
+        "## Node keys",
+        "",
+        "What noderoll reads and writes on Nodes (contract names, defined once in `api/keys.py`).",
+        "",
+        "| key | kind | meaning |",
+        "| --- | --- | --- |",
+    ]
+    for key, kind, meaning in api.keys.NODE_KEYS:
+        out.append(f"| `{key}` | {kind} | {meaning.replace('|', chr(92) + '|')} |")
+    out.append("")
+    return out
 
 
 def main() -> int:

@@ -21,6 +21,15 @@ sys.path.insert(0, str(ROOT))
 
 from api import keys  # noqa: E402
 from api.enums import CanaryPhase, InterruptType, Promotion, RolloutPhase, StrategyType  # noqa: E402
+from api.package import (  # noqa: E402
+    DEFAULT_INTERRUPT_TIMEOUT_SECONDS,
+    DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS,
+    DEFAULT_STAGE_TIMEOUT_SECONDS,
+    INTERRUPT_MAX_SECONDS,
+    LIMIT_MIN_SECONDS,
+    PROTECTED_PODS_MAX_SECONDS,
+    STAGE_MAX_SECONDS,
+)
 from api.versions import VALID_VERSION_HINT  # noqa: E402
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -247,6 +256,39 @@ def package_spec() -> Schema:
                 },
                 default={},
             ),
+            "limits": obj(
+                "Bounds of this package's node windows; an unset field is the worker's default. A window "
+                "carrying several Packages waits as long as the most patient of them (the largest value; "
+                "an unset field counts as the default); each stage is bounded by its own Package's value.",
+                {
+                    "protectedPodsTimeoutSeconds": integer(
+                        "How long to wait for pods matching podNonInterruptLabels to finish before the node "
+                        f"ends erroring (default {DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS}).",
+                        minimum=LIMIT_MIN_SECONDS, maximum=PROTECTED_PODS_MAX_SECONDS,
+                    ),
+                    "stageTimeoutSeconds": integer(
+                        "Bound of one stage with its check (one Job; also the Job's activeDeadlineSeconds) "
+                        f"(default {DEFAULT_STAGE_TIMEOUT_SECONDS}).",
+                        minimum=LIMIT_MIN_SECONDS, maximum=STAGE_MAX_SECONDS,
+                    ),
+                    "interruptTimeoutSeconds": integer(
+                        "Bound of the interrupt's confirmation: a rebooted node back Ready with a new boot id "
+                        f"(default {DEFAULT_INTERRUPT_TIMEOUT_SECONDS}).",
+                        minimum=LIMIT_MIN_SECONDS, maximum=INTERRUPT_MAX_SECONDS,
+                    ),
+                },
+            ),
+            "agentImage": string(
+                "noderoll agent image (with tag or digest) running this package's stages; omitted = the "
+                "agent image the worker pins (--agent-image, Helm stagePods.agentImage).",
+                minLength=1,
+            ),
+            "imagePullSecrets": array(
+                "Secrets in noderoll-system for pulling the package image and the agent image; added to the "
+                "worker's own (--image-pull-secret, Helm stagePods.imagePullSecrets).",
+                obj("A Secret reference (core/v1 LocalObjectReference).",
+                    {"name": string("Name of a Secret in noderoll-system.", minLength=1)}, required=["name"]),
+            ),
         },
         required=["version", "image"],
     )
@@ -271,7 +313,11 @@ def package_status() -> Schema:
     return obj(
         "Observed state of the rollout, written by the noderoll bridge.",
         {
-            "phase": string("Rollout phase.", enum=[p.value for p in RolloutPhase]),
+            "phase": string(
+                "Rollout phase. Blocked: the rollout did everything it can, but targeted nodes are blocked "
+                "(see blockedNodes); Ready stays False until they are updated.",
+                enum=[p.value for p in RolloutPhase],
+            ),
             "observedGeneration": integer("The metadata.generation this status describes.", format="int64"),
             "version": string("The version being rolled out."),
             "message": string("Human-readable summary."),
@@ -292,9 +338,25 @@ def package_status() -> Schema:
                 },
             ),
             "blockedNodes": node_reasons(
-                "Nodes that cannot proceed and why (drain blocked, ignored, untolerated taint...)."
+                "Targeted nodes that cannot be updated now and why (an untolerated taint, an unreadable "
+                "noderoll.io/state, a dependency not complete there...); each carries noderoll.io/status=blocked "
+                "unless its own window runs or it is erroring (dependency waits keep their label)."
             ),
             "erroringNodes": node_reasons("Nodes where a stage failed, with the error."),
+            "drainBlockedNodes": array(
+                "Target nodes whose drain waits on someone else's pods (from the node condition "
+                "noderoll.io/Draining): evictions refused by PodDisruptionBudgets, or protected pods still running.",
+                obj(
+                    "A node whose drain waits.",
+                    {
+                        "node": string("Node name."),
+                        "reason": string("EvictionRefused or WaitingForProtectedPods."),
+                        "message": string("The blocking pods and PodDisruptionBudgets (with disruptionsAllowed)."),
+                        "since": string("When the node's drain began (RFC 3339)."),
+                    },
+                    required=["node", "reason"],
+                ),
+            ),
             "conditions": conditions(),
         },
     )

@@ -2,7 +2,9 @@
 
 Each command module exposes `register(subparsers) -> None`, adding its sub-command(s) with
 `set_defaults(func=...)` where `func(args) -> int` is the exit code. Modules are imported lazily
-so that a broken optional feature cannot stop `noderoll dev up` from working.
+so that a broken optional feature cannot stop `noderoll dev up` from working. A command listed in
+`STANDALONE` is parsed with its own module only: `noderoll webhook` must not import the worker's
+workflows and activities (it starts fast and shares no code path with them).
 """
 
 from __future__ import annotations
@@ -20,19 +22,29 @@ COMMAND_MODULES: tuple[str, ...] = (
     "fleetsim.command",
     "worker.run_worker",
     "crd_bridge.command",
+    "webhook.command",
     "worker.ops_commands",
     "bench.command",
 )
 
+# Command name -> the only module its process imports.
+STANDALONE: dict[str, tuple[str, ...]] = {"webhook": ("webhook.command",)}
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the full argument parser from every command module that is present."""
+
+def modules_for(argv: Sequence[str]) -> tuple[str, ...]:
+    """The command modules to load for `argv`: a standalone command's own, else every one."""
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return STANDALONE.get(first or "", COMMAND_MODULES)
+
+
+def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
+    """Build the argument parser from the command modules (default: every one that is present)."""
     parser = argparse.ArgumentParser(
         prog="noderoll",
         description="Roll host-OS changes across GPU node fleets, durably (Temporal) and safely (Kubernetes).",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    for name in modules:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as err:
@@ -46,8 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `noderoll` console script."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(modules_for(arguments))
+    args = parser.parse_args(arguments)
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()

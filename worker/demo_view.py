@@ -17,7 +17,6 @@ from rich.table import Table
 from rich.text import Text
 
 from api.enums import State
-from api.node_state import PackageNodeState
 from planning.fleet_status import FleetProgress, NodeProgress
 from planning.status import RolloutProgress
 from protocol import names
@@ -28,6 +27,8 @@ from worker.progress_view import (
     batch_text,
     count,
     disruptions_text,
+    entry_cell,
+    entry_text,
     node_flags,
     phase_text,
     plural,
@@ -105,13 +106,6 @@ def _node_disruption(progress: NodeProgress | None, interrupt: str) -> str:
     return f"{plural(progress.drains, 'drain')}, {plural(progress.interrupts, interrupt)}"
 
 
-def _cell(entry: PackageNodeState | None) -> Text:
-    if entry is None:
-        return Text("-", style="dim")
-    stage = f" {entry.stage.value}" if entry.stage is not None and entry.state is not State.COMPLETE else ""
-    return Text(f"{entry.state.value}{stage}", style=STATE_STYLE.get(entry.state, ""))
-
-
 def render_live(snapshot: LiveSnapshot) -> Group:
     """The live display: the fleet and its batches, each Package, disruptions, a node-by-package grid."""
     p = snapshot.progress
@@ -140,16 +134,10 @@ def render_live(snapshot: LiveSnapshot) -> Group:
     for node in snapshot.nodes:
         reported = p.nodes.get(node.name) if p else None
         grid.add_row(node.name, node.labels.get(ZONE_LABEL, "-"), node_flags(node),
-                     *(_cell(node.packages.get(name)) for name in sorted(snapshot.packages)),
+                     *(entry_cell(node, node.packages.get(name)) for name in sorted(snapshot.packages)),
                      _node_disruption(reported, snapshot.interrupt))
     parts.append(grid)
     return Group(*parts)
-
-
-def _entry_text(entry: PackageNodeState | None) -> str:
-    if entry is None:
-        return "-"
-    return f"{entry.state.value}" + (f" ({entry.stage.value})" if entry.stage is not None else "")
 
 
 def _fleet_key(p: FleetProgress | None) -> tuple[object, ...]:
@@ -178,8 +166,8 @@ def change_lines(before: LiveSnapshot | None, after: LiveSnapshot) -> list[str]:
         for package in sorted(after.packages):
             entry = node.packages.get(package)
             old_entry = old_node.packages.get(package) if old_node else None
-            if _entry_text(entry) != _entry_text(old_entry) and entry is not None:
-                lines.append(f"{stamp} {node.name} {package}: {_entry_text(entry)}")
+            if entry is not None and entry_text(node, entry) != entry_text(old_node, old_entry):
+                lines.append(f"{stamp} {node.name} {package}: {entry_text(node, entry)}")
         now, then = reports.get(node.name), old_reports.get(node.name)
         if now is not None and now.windows and (then is None or then.windows != now.windows):
             lines.append(f"{stamp} {node.name}: window {now.windows} done, "

@@ -200,13 +200,16 @@ def set_package_nodes(package: str, counts: list[NodeCount]) -> None:
 def node_counts(package: str, annotations: Iterable[str | None]) -> list[NodeCount]:
     """(state, stage) counts of `package` over the `noderoll.io/state` annotations of its target nodes.
 
-    Pure. A target node that has not recorded the package yet counts as `waiting` at stage `none`; a
-    garbled annotation counts the same (node_state reports it; here it is just "nothing recorded").
+    Pure. A target node that has not recorded the package yet counts as `waiting` at stage `none`; one
+    whose annotation cannot be read is held, so it counts as `blocked` at stage `none`.
     """
     totals: dict[tuple[str, str], int] = {}
     for raw in annotations:
-        entry = parse_node_state(raw)[0].packages.get(package)
+        state, problem = parse_node_state(raw)
+        entry = state.packages.get(package)
         key = (entry.state.value, entry.stage.value if entry.stage else "none") if entry else ("waiting", "none")
+        if problem:
+            key = ("blocked", "none")
         totals[key] = totals.get(key, 0) + 1
     return [NodeCount(state, stage, count) for (state, stage), count in sorted(totals.items())]
 

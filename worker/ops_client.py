@@ -27,6 +27,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError, WorkflowQueryRejectedError
 from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
@@ -35,8 +36,10 @@ from activities.jobs import pod_outcome
 from api import keys
 from api.enums import CanaryPhase, RolloutPhase
 from api.node_state import NodeState, PackageNodeState, parse_node_state
+from api.package import Limits
 from api.status import PackageStatus
 from localstack.state import resolve_connection
+from planning.drain import DrainBlock, DrainCondition, drain_block, read_drain_condition
 from planning.fleet_status import FleetProgress, NodeProgress
 from planning.status import RolloutProgress
 from protocol import names
@@ -109,6 +112,10 @@ class PackageView:
     exists: bool = True
     # The fleet that rolls it out: its DeploymentPolicy, or `default`.
     fleet: str = names.DEFAULT_FLEET
+    # Target nodes whose drain waits on someone else's pods (read from the Nodes, `drain_blocks`).
+    drain_blocked: list[DrainBlock] = field(default_factory=list)
+    # The Package's spec.limits (None: not read, e.g. in the table of every Package).
+    limits: Limits | None = None
 
 
 @dataclass
@@ -128,6 +135,8 @@ class NodeView:
     boot_id: str = ""
     # Fleet name -> what that fleet reports for this node (state, disruptions), when it answered.
     fleets: dict[str, NodeProgress] = field(default_factory=dict)
+    # The `noderoll.io/Draining` condition (None: the node was never drained by noderoll).
+    drain: DrainCondition | None = None
 
 
 @dataclass
@@ -170,6 +179,11 @@ def node_view(node: k8s.V1Node) -> NodeView:
     conditions = (node.status.conditions or []) if node.status else []
     ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
     info = node.status.node_info if node.status else None
+    drain = read_drain_condition(
+        {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
+         "lastTransitionTime": c.last_transition_time.isoformat() if c.last_transition_time else ""}
+        for c in conditions
+    )
     return NodeView(
         name=meta.name,
         status=labels.get(keys.NODE_STATUS_LABEL, ""),
@@ -180,7 +194,14 @@ def node_view(node: k8s.V1Node) -> NodeView:
         state_problem=problem,
         labels=dict(labels),
         boot_id=(info.boot_id if info else "") or "",
+        drain=drain,
     )
+
+
+def drain_blocks(package: str, nodes: list[NodeView]) -> list[DrainBlock]:
+    """The nodes whose drain holds up `package`'s window there (as the bridge computes it). Pure."""
+    blocks = (drain_block(n.name, n.drain, n.packages.get(package)) for n in nodes)
+    return [b for b in blocks if b is not None]
 
 
 def _pod_exit(pod: k8s.V1Pod) -> tuple[int | None, str, str]:
@@ -327,6 +348,16 @@ class Ops:
             if err.status == 404:
                 return None
             raise
+
+    def package_limits(self, name: str) -> Limits | None:
+        """The Package's `spec.limits` (unset fields None), or None when there is no such Package."""
+        obj = self.read_package(name)
+        if obj is None:
+            return None
+        try:
+            return Limits.model_validate((obj.get("spec") or {}).get("limits") or {})
+        except ValidationError:
+            return Limits()  # stored before the webhook with out-of-range values: the bridge reports them
 
     def list_nodes(self, selector: str | None = None) -> list[NodeView]:
         """Every Node (optionally by label selector), sorted by name."""

@@ -25,7 +25,7 @@ from api import keys
 from api.enums import CanaryPhase, RolloutPhase
 from protocol import names
 from worker import progress_view
-from worker.ops_client import Ops, OpsError, target_from_args
+from worker.ops_client import Ops, OpsError, PackageView, drain_blocks, target_from_args
 from worker.ops_fleets import SignalTarget, attach_fleet_nodes, fleet_views, package_view, signal_target
 
 EXIT_USAGE = 2
@@ -77,6 +77,14 @@ def _json(data: Any) -> None:
     print(json.dumps(data, indent=2, sort_keys=True))
 
 
+async def _add_drain_blocks(ops: Ops, views: list[PackageView]) -> None:
+    """Drains that wait, read from the Nodes like the bridge does (the fleet learns of a node only
+    when its window ends)."""
+    nodes = await asyncio.to_thread(ops.list_nodes)
+    for view in views:
+        view.drain_blocked = drain_blocks(view.name, nodes)
+
+
 def cmd_status(args: argparse.Namespace) -> int:
     """`status [PACKAGE | --fleet POLICY]`."""
     if args.package and args.fleet:
@@ -86,12 +94,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     async def body(ops: Ops) -> int:
         if args.package:
             view = await package_view(ops, args.package)
+            view.limits = await asyncio.to_thread(ops.package_limits, args.package)
+            await _add_drain_blocks(ops, [view])
             if args.output == "json":
                 _json(progress_view.progress_json(view))
             else:
                 _console().print(progress_view.package_detail(view))
             return 0
         fleets = await fleet_views(ops, args.fleet)
+        await _add_drain_blocks(ops, [v for f in fleets for v in f.packages])
         if args.output == "json":
             _json({"fleets": [progress_view.fleet_json(f) for f in fleets]})
         elif fleets:

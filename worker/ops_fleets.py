@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planning.fleet_status import FleetProgress
+from planning.status import package_view as package_progress
 from protocol import names
 from protocol.fleet import Filter
 from worker.ops_client import NoAnswer, NodeView, Ops, OpsError, PackageView, progress_from_status
@@ -61,11 +62,13 @@ def package_fleet(obj: dict[str, Any]) -> str:
 
 def _from_fleet(name: str, fleet: str, progress: FleetProgress, exists: bool = True) -> PackageView | None:
     part = progress.packages.get(name)
-    return None if part is None else PackageView(name, part, QUERY_SOURCE, exists, fleet)
+    # As the Package shows it (phase `Blocked`, blocked nodes named), like the bridge's status.
+    return None if part is None else PackageView(name, package_progress(part), QUERY_SOURCE, exists, fleet)
 
 
 def _from_status(name: str, obj: dict[str, Any], fleet: str, why: str) -> PackageView:
-    return PackageView(name, progress_from_status(obj.get("status") or {}), f"Package status ({why})", True, fleet)
+    return PackageView(name, progress_from_status(obj.get("status") or {}), f"Package status ({why})", True,
+                       fleet=fleet)
 
 
 async def _answer(ops: Ops, fleet: str) -> tuple[FleetProgress | None, str]:

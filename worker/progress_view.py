@@ -21,6 +21,13 @@ from rich.text import Text
 
 from api.enums import RolloutPhase, State
 from api.node_state import PackageNodeState
+from api.package import (
+    DEFAULT_INTERRUPT_TIMEOUT_SECONDS,
+    DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS,
+    DEFAULT_STAGE_TIMEOUT_SECONDS,
+    Limits,
+)
+from planning.drain import drains_window
 from planning.fleet_status import NodeProgress
 from protocol import names
 from worker.ops_client import NodeView, PackageView
@@ -34,6 +41,7 @@ STATE_STYLE = {
 PHASE_STYLE = {
     RolloutPhase.COMPLETE: "bold green", RolloutPhase.FAILED: "bold red", RolloutPhase.HALTED: "bold red",
     RolloutPhase.INVALID: "bold red", RolloutPhase.PAUSED: "bold yellow", RolloutPhase.CANARY: "bold cyan",
+    RolloutPhase.BLOCKED: "bold magenta",
 }
 COUNT_ORDER = (State.WAITING, State.IN_PROGRESS, State.COMPLETE, State.ERRORING, State.BLOCKED, State.SKIPPED)
 COUNT_COLUMNS = (State.WAITING, State.IN_PROGRESS, State.ERRORING, State.BLOCKED)
@@ -89,12 +97,31 @@ def disruption_totals(nodes: Mapping[str, NodeProgress]) -> dict[str, int]:
 # --- packages ---------------------------------------------------------------------------------
 
 
+def limits_json(limits: Limits) -> dict[str, dict[str, Any]]:
+    """Each limit of a Package in seconds and whether it is the worker's default (unset)."""
+    defaults = {"protectedPodsTimeoutSeconds": DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS,
+                "stageTimeoutSeconds": DEFAULT_STAGE_TIMEOUT_SECONDS,
+                "interruptTimeoutSeconds": DEFAULT_INTERRUPT_TIMEOUT_SECONDS}
+    given = limits.dump()
+    return {key: {"seconds": given.get(key, default), "default": key not in given} for key, default in defaults.items()}
+
+
+def limits_text(limits: Limits) -> str:
+    """`protected pods 7200 s, stage 1800 s (default), interrupt 900 s (default)`."""
+    words = {"protectedPodsTimeoutSeconds": "protected pods", "stageTimeoutSeconds": "stage",
+             "interruptTimeoutSeconds": "interrupt"}
+    return ", ".join(f"{words[key]} {value['seconds']} s" + (" (default)" if value["default"] else "")
+                     for key, value in limits_json(limits).items())
+
+
 def progress_json(view: PackageView) -> dict[str, Any]:
     """The JSON of `noderoll status PKG --json` (and of each Package under a fleet)."""
     data = asdict(view.progress)
     data["phase"] = view.progress.phase.value
     data["canary_phase"] = str(view.progress.canary_phase)
-    return {"package": view.name, "fleet": view.fleet, "source": view.source, **data}
+    data["drain_blocked"] = [asdict(b) for b in view.drain_blocked]
+    extra = {"limits": limits_json(view.limits)} if view.limits is not None else {}
+    return {"package": view.name, "fleet": view.fleet, "source": view.source, **data, **extra}
 
 
 def _package_message(view: PackageView) -> str:
@@ -133,6 +160,8 @@ def package_detail(view: PackageView) -> Group:
     head.add_row("canary", f"{p.canary_phase} {', '.join(p.canary_nodes)}".strip())
     if p.message:
         head.add_row("message", p.message)
+    if view.limits is not None:
+        head.add_row("limits", limits_text(view.limits))
     head.add_row("source", view.source)
     parts: list[RenderableType] = [head]
     for title, reasons in (("blocked nodes", p.blocked), ("erroring nodes", p.erroring)):
@@ -143,6 +172,13 @@ def package_detail(view: PackageView) -> Group:
             for node, reason in sorted(reasons.items()):
                 table.add_row(node, reason or "-")
             parts.append(table)
+    if view.drain_blocked:
+        table = Table(title="drain blocked (the window waits)", title_justify="left")
+        for column in ("NODE", "REASON", "DRAINING SINCE", "BLOCKED BY"):
+            table.add_column(column, overflow="fold")
+        for block in view.drain_blocked:
+            table.add_row(block.node, block.reason, block.since or "-", block.message)
+        parts.append(table)
     return Group(*parts)
 
 
@@ -199,11 +235,38 @@ def fleets_status(views: list[FleetView]) -> Group:
 # --- nodes ----------------------------------------------------------------------------------------
 
 
-def _cell(entry: PackageNodeState | None) -> Text:
+DRAIN_STAGE = "drain"
+
+
+def shown_entry(node: NodeView, entry: PackageNodeState) -> tuple[str, State, str]:
+    """(stage, state, message) of a package on a node as the CLI shows it. Pure.
+
+    The recorded entry, except while the node's drain belongs to the entry's window (the
+    `noderoll.io/Draining` condition): stage `drain`, state `blocked` while it waits on someone
+    else's pods (else `in_progress`), and the condition's message.
+    """
+    if drains_window(node.drain, entry) and node.drain is not None:
+        return DRAIN_STAGE, State.BLOCKED if node.drain.blocked else State.IN_PROGRESS, node.drain.message
+    stage = entry.stage.value if entry.stage is not None else ""
+    return stage, entry.state, entry.last_error or ""
+
+
+def entry_cell(node: NodeView, entry: PackageNodeState | None) -> Text:
+    """`in_progress apply`, `complete`, `blocked drain`: a package on a node in one cell."""
     if entry is None:
         return Text("-", style="dim")
-    stage = f" {entry.stage.value}" if entry.stage is not None and entry.state is not State.COMPLETE else ""
-    return Text(f"{entry.state.value}{stage}", style=STATE_STYLE.get(entry.state, ""))
+    stage, state, _ = shown_entry(node, entry)
+    shown = f" {stage}" if stage and state is not State.COMPLETE else ""
+    return Text(f"{state.value}{shown}", style=STATE_STYLE.get(state, ""))
+
+
+def entry_text(node: NodeView | None, entry: PackageNodeState | None) -> str:
+    """`in_progress (apply)`, `blocked (drain): <blocker>`: a package on a node in a line of text."""
+    if entry is None or node is None:
+        return "-"
+    stage, state, message = shown_entry(node, entry)
+    text = f"{state.value}" + (f" ({stage})" if stage else "")
+    return text + (f": {message}" if state is State.BLOCKED and message else "")
 
 
 def node_flags(node: NodeView) -> str:
@@ -233,34 +296,44 @@ def _fleet_cells(node: NodeView) -> tuple[str, Text, str]:
 
 
 def nodes_table(nodes: list[NodeView]) -> Table:
-    """`noderoll nodes`: per node its fleets' state and disruptions, then per package version, stage, state."""
+    """`noderoll nodes`: per node its fleets' state and disruptions, then per package version, stage, state,
+    attempts, last error or blocker."""
     table = Table(title="nodes", title_justify="left")
     for column in ("NODE", "STATUS", "NODE STATE", "FLEET", "FLEET STATE", "DISRUPTIONS", "PACKAGE", "VERSION",
-                   "STAGE", "STATE", "ATTEMPTS", "LAST ERROR"):
+                   "STAGE", "STATE", "ATTEMPTS", "LAST ERROR / BLOCKED BY"):
         table.add_column(column, overflow="fold")
     for node in nodes:
         entries = sorted(node.packages.items()) or [("-", None)]
         fleet_cells = _fleet_cells(node)
         for index, (name, entry) in enumerate(entries):
             first = index == 0
+            stage, state, message = shown_entry(node, entry) if entry else ("", State.WAITING, "")
             table.add_row(
                 node.name if first else "", (node.status or "-") if first else "",
                 node_flags(node) if first else "", *(fleet_cells if first else ("", "", "")), name,
-                entry.version if entry else "", entry.stage.value if entry and entry.stage else "",
-                _cell(entry) if entry else Text(node.state_problem or "", style="red"),
-                str(entry.attempts) if entry else "", (entry.last_error or "") if entry else "",
+                entry.version if entry else "", stage,
+                Text(state.value, style=STATE_STYLE.get(state, "")) if entry
+                else Text(node.state_problem or "", style="red"),
+                str(entry.attempts) if entry else "", message,
             )
     return table
 
 
+def _shown_json(node: NodeView, entry: PackageNodeState) -> dict[str, str]:
+    stage, state, message = shown_entry(node, entry)
+    return {"stage": stage, "state": state.value, "message": message}
+
+
 def nodes_json(nodes: list[NodeView]) -> list[dict[str, Any]]:
-    """The JSON of `noderoll nodes --json`."""
+    """The JSON of `noderoll nodes --json`: the recorded entries, the drain as the table shows it, the fleets."""
     return [
         {
             "node": n.name, "status": n.status, "ready": n.ready, "cordoned": n.cordoned,
             "cordonedByNoderoll": n.cordoned_by_noderoll, "stateProblem": n.state_problem, "bootID": n.boot_id,
+            "drain": asdict(n.drain) if n.drain is not None else None,
             "packages": {name: e.model_dump(mode="json", by_alias=True, exclude_none=True)
                          for name, e in sorted(n.packages.items())},
+            "shown": {name: _shown_json(n, e) for name, e in sorted(n.packages.items())},
             "fleets": {name: asdict(p) for name, p in sorted(n.fleets.items())},
         }
         for n in nodes

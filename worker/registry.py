@@ -14,6 +14,7 @@ from activities.drain import drain_node, wait_protected_pods
 from activities.fleet import list_fleet_nodes, request_windows
 from activities.interrupts import run_interrupt
 from activities.leases import acquire_lease
+from activities.node_marks import mark_blocked_nodes
 from activities.node_requests import request_node_windows
 from activities.nodes import cordon_node, read_node, uncordon_node, write_node_state
 from activities.stage_wait import run_stage_job
@@ -50,4 +51,6 @@ ACTIVITIES: list[Callable[..., Any]] = [
     # legacy rollout (activities/targets.py, node_requests.py)
     list_target_nodes,
     request_node_windows,
+    # rollout and node workflow (activities/node_marks.py)
+    mark_blocked_nodes,
 ]

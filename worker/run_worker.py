@@ -26,7 +26,7 @@ from datetime import timedelta
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities import kube
+from activities import kube, stage_pod
 from api.keys import DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE
 from localstack.state import resolve_connection
 from worker.metrics import start_metrics_server
@@ -59,7 +59,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         default=_env_int("NODEROLL_MAX_CONCURRENT_ACTIVITIES") or ACTIVITY_THREADS,
                         help="activity slots, i.e. node windows waiting at once (env "
                              f"NODEROLL_MAX_CONCURRENT_ACTIVITIES; default {ACTIVITY_THREADS})")
+    add_stage_pod_arguments(parser)
     parser.set_defaults(func=run)
+
+
+def add_stage_pod_arguments(parser: argparse.ArgumentParser) -> None:
+    """What every stage pod of this worker gets (activities.stage_pod; docs/operations.md)."""
+    env = stage_pod.settings_from_env()
+    group = parser.add_argument_group("stage pods")
+    group.add_argument("--agent-image", default=env.agent_image,
+                       help=f"noderoll agent image the stage pods run, unless a Package sets agentImage "
+                            f"(env {stage_pod.ENV_AGENT_IMAGE}; default {stage_pod.DEFAULT_AGENT_IMAGE})")
+    group.add_argument("--image-pull-secret", action="append", default=None, metavar="NAME",
+                       help="Secret in noderoll-system for pulling package and agent images; repeatable "
+                            f"(env {stage_pod.ENV_PULL_SECRETS}, comma-separated)")
+    group.add_argument("--stage-host-network", action=argparse.BooleanOptionalAction, default=env.host_network,
+                       help=f"run stage pods in the host's network namespace (env {stage_pod.ENV_HOST_NETWORK})")
+    group.add_argument("--stage-priority-class", default=env.priority_class_name, metavar="NAME",
+                       help=f"priorityClassName of the stage pods (env {stage_pod.ENV_PRIORITY_CLASS})")
+
+
+def stage_pod_settings(args: argparse.Namespace) -> stage_pod.StagePodSettings:
+    """The stage pod settings of `noderoll worker` from its flags (defaults from the environment)."""
+    secrets = args.image_pull_secret if args.image_pull_secret is not None else list(
+        stage_pod.settings_from_env().image_pull_secrets)
+    return stage_pod.StagePodSettings(
+        agent_image=args.agent_image, image_pull_secrets=tuple(secrets),
+        host_network=args.stage_host_network, priority_class_name=args.stage_priority_class,
+    )
 
 
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -136,6 +163,11 @@ def run(args: argparse.Namespace) -> int:
     """Entry point of `noderoll worker`."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = settings_from_args(args)
+    pods = stage_pod_settings(args)
+    stage_pod.configure(pods)
+    log.info("stage pods: agent image %s, pull secrets %s, host network %s, priority class %s",
+             pods.agent_image, ",".join(pods.image_pull_secrets) or "none", pods.host_network,
+             pods.priority_class_name or "none")
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -20,7 +20,8 @@ with workflow.unsafe.imports_passed_through():
     from protocol import names
     from protocol.activities import ListFleetNodesInput, ListFleetNodesResult, RequestWindowsInput
     from protocol.fleet import FleetInput, PackageOrder, WindowCancel, WindowRequest
-    from workflows.fleet_codec import selection_from_json
+    from workflows.fleet_codec import marks_from_json, selection_from_json
+    from workflows.node_marks import mark_nodes
 
 ACTIVITY_TIMEOUT = timedelta(minutes=5)
 # Requests per `request_windows` call: keeps each activity payload well under 2 MB.
@@ -84,6 +85,7 @@ class FleetActs:
         )
         self._listed_at = workflow.now()
         self._resolved = True
+        await mark_nodes(marks_from_json(result.marks))
         return selection_from_json(result.selection)
 
     async def _start_wave(self) -> None:
@@ -120,7 +122,7 @@ class FleetActs:
                       for p in packages]
             request_id = fs.request_id(state, fleet_id, node)
             state.in_flight[node] = fs.InFlight(request_id, packages, now)
-            requests.append(WindowRequest(fleet_id, request_id, orders, state.wave))
+            requests.append(WindowRequest(fleet_id, request_id, orders, state.wave, fs.order_of(state, node)))
             targets.append(node)
         await self._hand_over(requests, targets)
 
@@ -194,7 +196,7 @@ class FleetActs:
             state.in_flight[node] = fs.InFlight(request_id, packages, now, flight.resent + 1)
             orders = [PackageOrder(p, entries[p].spec, entries[p].generation, entries[p].uninstall)
                       for p in packages]
-            requests.append(WindowRequest(self._fleet_id(), request_id, orders, state.wave))
+            requests.append(WindowRequest(self._fleet_id(), request_id, orders, state.wave, fs.order_of(state, node)))
             targets.append(node)
         await self._hand_over(requests, targets)
 

@@ -15,10 +15,12 @@ from pydantic import TypeAdapter
 from planning.fleet_state import FleetState
 from planning.fleet_status import FleetProgress
 from planning.fleet_targets import FleetSelection
+from planning.node_marks import NodeMark
 
 _STATE = TypeAdapter(FleetState)
 _SELECTION = TypeAdapter(FleetSelection)
 _PROGRESS = TypeAdapter(FleetProgress)
+_MARKS = TypeAdapter(list[NodeMark])
 
 
 def state_to_json(state: FleetState) -> dict[str, Any]:
@@ -39,3 +41,8 @@ def selection_from_json(data: dict[str, Any]) -> FleetSelection:
 def progress_from_json(data: Any) -> FleetProgress:
     """A `progress` query answer as a `FleetProgress` (for clients: the bridge, the CLI, the demo)."""
     return _PROGRESS.validate_python(data)
+
+
+def marks_from_json(data: list[Any]) -> list[NodeMark]:
+    """The `NodeMark`s a `list_fleet_nodes` activity returned."""
+    return _MARKS.validate_python(data)

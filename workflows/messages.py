@@ -20,6 +20,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from api.package import (
+    DEFAULT_INTERRUPT_TIMEOUT_SECONDS,
+    DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS,
+    DEFAULT_STAGE_TIMEOUT_SECONDS,
+)
 from planning.batches import BatchPlannerState
 from protocol.fleet import WindowRequest
 
@@ -68,6 +73,8 @@ class NodeRequest:
     request_id: str = ""
     # True when the rollout asks for the package's uninstall on this node.
     uninstall: bool = False
+    # The node's position in the order its rollout requested nodes (NodeWright's SKYHOOK_NODE_ORDER).
+    node_order: int = 0
 
 
 @dataclass
@@ -93,6 +100,9 @@ class NodeResult:
     # True when the node was cordoned, drained or interrupted for this result.
     disrupted: bool = False
     log_tail: str = ""
+    # `blocked` because the node is held (its state annotation cannot be read): the rollout treats
+    # the node as its listing would (blocked, requested again once a listing finds it readable).
+    held: bool = False
 
 
 @dataclass
@@ -167,12 +177,14 @@ class NodeWorkflowInput:
     stage_attempts: int = 3
     # Backoff before attempt n+1: retry_backoff_seconds * 2**(n-1), capped at 10 minutes.
     retry_backoff_seconds: float = 30.0
+    # Defaults of the bounds below; a Package's `limits` replace them for its windows (the largest of
+    # a window's packages, planning.window.window_limits).
     # Bound of the wait for pods matching podNonInterruptLabels.
-    protected_pods_timeout_seconds: int = 3600
+    protected_pods_timeout_seconds: int = DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS
     # Bound of one stage Job (also its activity start-to-close timeout).
-    stage_timeout_seconds: int = 1800
+    stage_timeout_seconds: int = DEFAULT_STAGE_TIMEOUT_SECONDS
     # Bound of a reboot: new boot id and Ready again.
-    reboot_timeout_seconds: int = 900
+    reboot_timeout_seconds: int = DEFAULT_INTERRUPT_TIMEOUT_SECONDS
     # Heartbeat timeout of waiting activities: how soon a crashed worker's activity is retried.
     heartbeat_seconds: int = 15
     # Carried across continue-as-new only: queued requests and erroring ones waiting for `retry`.
@@ -230,6 +242,8 @@ class RolloutCarry:
     # RFC 3339 end of the canary soak ("" = none running).
     soak_until: str = ""
     message: str = ""
+    # node -> its position in the order this version was requested (NodeWright's SKYHOOK_NODE_ORDER).
+    node_order: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

@@ -17,6 +17,12 @@ interrupt), answer packages with nothing to do, run the first planned window, an
 packages (`node_result` to each request's rollout). Packages blocked by a dependency stay queued
 and are answered only once they ran. A package that ended erroring is held until the `retry`
 signal or a request with another spec or generation; while one is held the workflow stays open.
+
+A node whose `noderoll.io/state` cannot be read is held (runs started since the patch
+`PATCH_HOLD_UNREADABLE_STATE`): every queued request is answered `blocked` (`held`, with the
+reason), nothing runs and nothing is written over the annotation; the node is marked
+(`workflows.node_marks`: condition StateMalformed, Warning Event, label `blocked`). Runs recorded
+before the patch replay as they ran (read as "nothing recorded").
 """
 
 from __future__ import annotations
@@ -34,10 +40,11 @@ with workflow.unsafe.imports_passed_through():
 
     from activities import errors
     from activities.io import NodeInput, ReadNodeResult
-    from api.enums import State
+    from api.enums import NodeMarkKind, State
     from api.keys import NODE_WORKFLOW_PREFIX, SEARCH_ATTR_NODE, SEARCH_ATTR_PHASE
-    from api.node_state import parse_node_state
+    from api.node_state import held_reason, parse_node_state
     from api.package import PackageSpec
+    from planning.node_marks import NodeMark
     from planning.node_plan import NodePlanInput, plan_node
     from protocol import names
     from protocol.fleet import PackageOutcome, WindowCancel, WindowRequest, WindowResult
@@ -56,7 +63,14 @@ with workflow.unsafe.imports_passed_through():
         NodeWorkflowInput,
     )
     from workflows.node_fleet import FleetWindowCall, run_fleet_window
-    from workflows.node_window import API_RETRY, API_TIMEOUT, WindowContext, WindowRun
+    from workflows.node_marks import mark_nodes
+    from workflows.node_window import (
+        API_RETRY,
+        API_TIMEOUT,
+        CONFIG_STAGE_ON_CONFIG_CHANGE,
+        WindowContext,
+        WindowRun,
+    )
 
 NODE_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTR_NODE)
 PHASE_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTR_PHASE)
@@ -64,6 +78,8 @@ PACKAGE_KEY = SearchAttributeKey.for_keyword_list(names.SEARCH_ATTR_PACKAGE)
 # A node workflow that stays open (a held erroring package) continues as new well before this.
 HISTORY_EVENT_LIMIT = 2_000
 READ_RETRY_DELAY = timedelta(minutes=1)
+# Runs started since this patch hold a node whose state annotation cannot be read (module docstring).
+PATCH_HOLD_UNREADABLE_STATE = "node-hold-unreadable-state"
 
 
 @workflow.defn(name=NODE_WORKFLOW_TYPE)
@@ -313,8 +329,11 @@ class NodeWorkflow:
         if snapshot is None:
             return True
         recorded, problem = parse_node_state(snapshot.state_annotation)
+        if problem and workflow.patched(PATCH_HOLD_UNREADABLE_STATE):
+            await self._hold(input.node, problem)
+            return True
         if problem:
-            workflow.logger.warning("node %s: %s", input.node, problem)
+            workflow.logger.warning("node %s: %s; treating as nothing recorded", input.node, problem)
         specs: dict[str, PackageSpec] = {}
         for name, request in sorted(self._pending.items()):
             try:
@@ -322,7 +341,11 @@ class NodeWorkflow:
             except ValidationError as err:
                 await self._answer_now(request, State.ERRORING, f"{errors.INVALID_SPEC}: {err}")
         uninstall = frozenset(n for n, r in self._pending.items() if r.uninstall)
-        plan = plan_node(NodePlanInput(node=input.node, recorded=recorded, desired=specs, uninstall=uninstall))
+        # Runs recorded before the fix of issue #12 (a complete config change taken for an
+        # unfinished one) replay with the rule they ran with.
+        legacy = not workflow.patched(CONFIG_STAGE_ON_CONFIG_CHANGE)
+        plan = plan_node(NodePlanInput(node=input.node, recorded=recorded, desired=specs, uninstall=uninstall,
+                                       legacy_resume=legacy))
         if plan.error:
             for request in list(self._pending.values()):
                 await self._answer_now(request, State.BLOCKED, plan.error)
@@ -351,3 +374,13 @@ class NodeWorkflow:
         self._set_phase("Erroring" if self._held else "Idle")
         return True
 
+    async def _hold(self, node: str, problem: str) -> None:
+        """The state cannot be read: answer every queued request `blocked` (held), write nothing over it."""
+        reason = held_reason(problem)
+        workflow.logger.warning("node %s: %s", node, reason)
+        for request in list(self._pending.values()):
+            del self._pending[request.package]
+            await self._answer(request, NodeResult(
+                node=node, package=request.package, version=str(request.spec.get("version", "")),
+                request_id=request.request_id, state=State.BLOCKED.value, message=reason, held=True))
+        await mark_nodes([NodeMark(node, NodeMarkKind.STATE_MALFORMED, reason)])

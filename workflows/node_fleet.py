@@ -6,8 +6,9 @@ included), answers Packages with nothing to do or that cannot run, runs the wind
 shared sequencer `workflows.node_window.WindowRun` (no budget leases: the fleet caps its windows
 by the compartment budgets itself, ADR 0007) and turns its results into one `WindowResult`.
 
-A node whose `noderoll.io/state` cannot be read is not touched: every Package is answered
-`blocked` with the reason, and the annotation stays as it is for an operator to inspect.
+A node whose `noderoll.io/state` cannot be read is held: every Package is answered `blocked` with
+the reason, nothing runs, the annotation stays as it is for an operator to inspect, and the node is
+marked (condition `noderoll.io/StateMalformed`, a Warning Event, label `blocked`).
 """
 
 from __future__ import annotations
@@ -22,15 +23,16 @@ with workflow.unsafe.imports_passed_through():
 
     from activities import errors
     from activities.io import ReadNodeResult
-    from api.enums import State
-    from api.node_state import parse_node_state
+    from api.enums import NodeMarkKind, State
+    from api.node_state import held_reason, parse_node_state
     from api.package import PackageSpec
+    from planning.node_marks import NodeMark
     from planning.node_plan import NodePlanInput, plan_node
     from protocol.fleet import PackageOutcome, WindowRequest, WindowResult
     from workflows.messages import NodeRequest, NodeWorkflowInput
+    from workflows.node_marks import mark_nodes
     from workflows.node_window import WindowContext, WindowRun
 
-MALFORMED_STATE = "noderoll.io/state cannot be read"
 
 
 def _all(request: WindowRequest, state: State, message: str) -> dict[str, PackageOutcome]:
@@ -57,8 +59,10 @@ async def run_fleet_window(call: FleetWindowCall) -> WindowResult:
     node = settings.node
     recorded, problem = parse_node_state(snapshot.state_annotation)
     if problem:
-        message = f"{MALFORMED_STATE}: {problem}; nothing runs here until it is fixed or removed"
-        return WindowResult(node, request.request_id, _all(request, State.BLOCKED, message))
+        # Held: nothing runs, nothing is written over the annotation; the node shows why.
+        reason = held_reason(problem)
+        await mark_nodes([NodeMark(node, NodeMarkKind.STATE_MALFORMED, reason)])
+        return WindowResult(node, request.request_id, _all(request, State.BLOCKED, reason))
     outcomes: dict[str, PackageOutcome] = {}
     specs: dict[str, PackageSpec] = {}
     for order in request.packages:
@@ -84,7 +88,8 @@ async def run_fleet_window(call: FleetWindowCall) -> WindowResult:
     generations = {o.name: o.generation for o in request.packages}
     requests = {
         name: NodeRequest(rollout_workflow_id=request.fleet_workflow_id, package=name, spec=specs[name].dump(),
-                          generation=generations[name], request_id=request.request_id, uninstall=name in uninstall)
+                          generation=generations[name], request_id=request.request_id, uninstall=name in uninstall,
+                          node_order=request.node_order)
         for name in window.packages
     }
     run = WindowRun(WindowContext(

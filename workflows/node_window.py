@@ -48,13 +48,16 @@ with workflow.unsafe.imports_passed_through():
     from planning.node_plan import NodeWindow, StageStep
     from planning.window import (
         EntryUpdate,
+        TimeLimits,
         drain_settings,
         log_tail,
         node_status,
+        package_limits,
         protected_selectors,
         retry_backoff,
         stage_tolerations,
         updated_entry,
+        window_limits,
     )
     from workflows.messages import (
         NodeResult,
@@ -77,6 +80,8 @@ STAGE_AND_CHECK_ONE_JOB = "stage-and-check-one-job"
 # Runs recorded before this patch ran a dependent's stages even when its dependency had failed
 # earlier in the same window.
 SKIP_DEPENDENTS_OF_FAILED = "skip-dependents-of-failed"
+# Runs recorded before this patch planned with `legacy_resume` and wrote no `targetConfig` (issue #12).
+CONFIG_STAGE_ON_CONFIG_CHANGE = "config-stage-on-config-change"
 
 
 class WindowRun:
@@ -126,8 +131,19 @@ class WindowRun:
             env=[{"name": e.name, "value": e.value} for e in spec.env],
             resources=spec.resources.model_dump(by_alias=True) if spec.resources else {},
             tolerations=stage_tolerations(self.ctx.snapshot.taints, spec),
-            config=dict(spec.config), timeout_seconds=self.ctx.settings.stage_timeout_seconds,
+            config=dict(spec.config), timeout_seconds=package_limits(spec, self._default_limits()).stage,
+            agent_image=spec.agent_image or "", image_pull_secrets=[s.name for s in spec.image_pull_secrets],
+            node_order=self.ctx.requests[name].node_order if name in self.ctx.requests else 0,
         )
+
+    def _default_limits(self) -> TimeLimits:
+        settings = self.ctx.settings
+        return TimeLimits(settings.protected_pods_timeout_seconds, settings.stage_timeout_seconds,
+                          settings.reboot_timeout_seconds)
+
+    def _limits(self, names: list[str]) -> TimeLimits:
+        # The Packages' `limits` (the largest of the window's packages); the settings are the defaults.
+        return window_limits([self.ctx.specs[n] for n in names], self._default_limits())
 
     async def _run_job(self, job: StageJob) -> RunStageJobResult:
         try:
@@ -154,7 +170,11 @@ class WindowRun:
             previous = self.state.packages.get(name)
             base = PackageNodeState(version=spec.version, image=spec.image,
                                     config=previous.config if previous and previous.version == spec.version else {})
-            self.state.packages[name] = base.model_copy(update={"action": package_plan.action})
+            update: dict[str, object] = {"action": package_plan.action}
+            if workflow.patched(CONFIG_STAGE_ON_CONFIG_CHANGE):
+                # What this operation applies, so a resume after it stopped can tell a newer config.
+                update["target_config"] = config_hashes(spec.config)
+            self.state.packages[name] = base.model_copy(update=update)
             self._set(name, EntryUpdate(package_plan.stages[0], State.IN_PROGRESS))
 
     async def _prepare_node(self) -> None:
@@ -167,7 +187,7 @@ class WindowRun:
         self.cordoned = cordon.cordoned_by_noderoll
         selectors = protected_selectors(specs)
         if selectors:
-            timeout = self.ctx.settings.protected_pods_timeout_seconds
+            timeout = self._limits(list(self.ctx.window.packages)).protected_pods
             await workflow.execute_activity(
                 "wait_protected_pods", WaitProtectedPodsInput(self.node, selectors, timeout),
                 result_type=WaitProtectedPodsResult,
@@ -230,6 +250,7 @@ class WindowRun:
         self.ctx.set_phase("Interrupting")
         owner = self._interrupt_owner(names, merged)
         attempts = self.ctx.settings.stage_attempts
+        reboot_timeout = self._limits(names).interrupt
         result = RunInterruptResult(job_name="", exit_code=-1)
         for attempt in range(1, attempts + 1):
             for name in names:
@@ -239,10 +260,9 @@ class WindowRun:
             try:
                 result = await workflow.execute_activity(
                     "run_interrupt",
-                    RunInterruptInput(job, self.ctx.snapshot.boot_id, self.ctx.settings.reboot_timeout_seconds),
+                    RunInterruptInput(job, self.ctx.snapshot.boot_id, reboot_timeout),
                     result_type=RunInterruptResult,
-                    start_to_close_timeout=timedelta(
-                        seconds=self.ctx.settings.reboot_timeout_seconds + job.timeout_seconds + 120),
+                    start_to_close_timeout=timedelta(seconds=reboot_timeout + job.timeout_seconds + 120),
                     heartbeat_timeout=self._heartbeat(), retry_policy=WAIT_RETRY,
                     summary=f"interrupt {merged.type.value} for {', '.join(names)}")
             except ActivityError as err:
@@ -274,7 +294,8 @@ class WindowRun:
                 self.state.packages.pop(name, None)
                 continue
             entry = self.state.packages[name]
-            self.state.packages[name] = entry.model_copy(update={"config": config_hashes(self.ctx.specs[name].config)})
+            self.state.packages[name] = entry.model_copy(
+                update={"config": config_hashes(self.ctx.specs[name].config), "target_config": None})
             self._set(name, EntryUpdate(plan.stages[-1], State.COMPLETE, entry.attempts))
 
     def _fail_all(self, stage: str, message: str) -> None:

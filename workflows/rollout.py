@@ -57,7 +57,12 @@ with workflow.unsafe.imports_passed_through():
         SpecChange,
     )
     from workflows.rollout_state import NodeBook, carry_from_json, carry_to_json
-    from workflows.rollout_targets import ACTIVITY_TIMEOUT, PATCH_WINDOWS_IN_FLIGHT, RolloutTargets
+    from workflows.rollout_targets import (
+        ACTIVITY_TIMEOUT,
+        PATCH_MARK_BLOCKED,
+        PATCH_WINDOWS_IN_FLIGHT,
+        RolloutTargets,
+    )
 
 # A keyword list since fleets (one value here); the command is the same, so recorded runs replay.
 PACKAGE_KEY = SearchAttributeKey.for_keyword_list(keys.SEARCH_ATTR_PACKAGE)
@@ -93,6 +98,7 @@ class RolloutWorkflow(RolloutTargets):
         self._listed_at = datetime.min.replace(tzinfo=UTC)
         self._relist_requested = False
         self._strict = False
+        self._marks = False
         self._resolved = False
         self._keep_in_flight = False
 
@@ -160,6 +166,7 @@ class RolloutWorkflow(RolloutTargets):
         # or the rollout ends, re-resolve targets before each batch and wait for dependencies;
         # runs recorded before it replay with the earlier rules.
         self._strict = workflow.patched(PATCH_WINDOWS_IN_FLIGHT)
+        self._marks = workflow.patched(PATCH_MARK_BLOCKED)
         if input.carry:
             self._carry = carry_from_json(input.carry)
         else:
@@ -222,7 +229,10 @@ class RolloutWorkflow(RolloutTargets):
             elif kind == "deleted":
                 carry.deleting = True
             elif kind == "result" and payload.package == self._input.package and self._book.is_current(payload):
-                self._book.record(payload)
+                if self._marks and payload.held:
+                    self._book.hold(payload)
+                else:
+                    self._book.record(payload)
 
     def _apply_retry(self, request: RetryRequest) -> None:
         carry = self._carry
@@ -370,6 +380,7 @@ class RolloutWorkflow(RolloutTargets):
                 budget=BudgetRef(policy, compartment, batches.budget_limit(planner, compartment)),
                 request_id=self._book.request_id(node),
                 uninstall=carry.uninstalling,
+                node_order=carry.node_order.setdefault(node, len(carry.node_order)),
             ))
             carry.in_flight[node] = requests[-1].request_id
         self._set_working_phase()

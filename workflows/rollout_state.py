@@ -69,6 +69,20 @@ class NodeBook:
             # A node relabelled away while its window ran was still updated: it did not depart untouched.
             self.carry.departed.pop(result.node, None)
 
+    def hold(self, result: NodeResult) -> None:
+        """A node its node workflow holds (unreadable state): blocked as a listing would find it.
+
+        It leaves the eligible nodes, so the next listing decides: still unreadable, it stays
+        blocked; readable again, it comes back as a target and is requested again.
+        """
+        carry = self.carry
+        carry.in_flight.pop(result.node, None)
+        carry.outcomes.pop(result.node, None)
+        carry.messages.pop(result.node, None)
+        if result.node in carry.eligible:
+            carry.eligible.remove(result.node)
+        carry.blocked[result.node] = result.message
+
     def remaining(self) -> set[str]:
         """Eligible nodes that still need the package (no terminal outcome)."""
         return {n for n in self.carry.eligible if self.carry.outcomes.get(n) not in TERMINAL}

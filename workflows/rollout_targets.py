@@ -12,6 +12,12 @@ and keeps them current:
 
 Strict rollouts (started after the patch `PATCH_WINDOWS_IN_FLIGHT`) pass their requests in flight
 to target selection (a node our own window reboots stays a target) and check `dependsOn` there.
+
+Rollouts started after the patch `PATCH_MARK_BLOCKED` (`_marks`) also hold nodes whose state
+annotation cannot be read (`planning.targets`), show every blocked node as such on the node itself
+after each listing (`workflows.node_marks.mark_listed`: label `blocked`, the StateMalformed condition and
+Event), and request again a node that comes back from blocked (or from outside the listing) with
+work to do, even if it finished before: its record changed meanwhile, the record decides.
 """
 
 from __future__ import annotations
@@ -28,10 +34,13 @@ with workflow.unsafe.imports_passed_through():
     from planning.compartments import package_identity
     from planning.targets import NodeView, TargetQuery, TargetSelection, select_targets
     from workflows.messages import RolloutCarry, RolloutInput
+    from workflows.node_marks import mark_listed
     from workflows.rollout_state import NodeBook
 
 # The rollout calls `workflow.patched` with this once per run: True for runs started by this code.
 PATCH_WINDOWS_IN_FLIGHT = "rollout-windows-in-flight-and-targets-per-batch"
+# Likewise (`_marks`): hold unreadable node states and mark blocked nodes (module docstring).
+PATCH_MARK_BLOCKED = "rollout-hold-unreadable-state-and-mark-blocked-nodes"
 ACTIVITY_TIMEOUT = timedelta(minutes=5)
 DEPARTED_REASON = "no longer a target (left the selector, ignored or deleted) before it was updated"
 
@@ -50,6 +59,7 @@ class RolloutTargets:
     _listed_at: datetime
     _relist_requested: bool
     _strict: bool
+    _marks: bool
     # Targets were re-resolved since the last batch was handed over (strict rollouts list before each batch).
     _resolved: bool
     # The spec change being applied left the package spec as it was (only generation or policy changed).
@@ -71,12 +81,18 @@ class RolloutTargets:
         )
         self._listed_at = workflow.now()
         self._resolved = True
-        views = [NodeView(n.name, n.labels, n.taints, n.state_annotation) for n in listing.nodes]
-        query = TargetQuery(self._input.package, self._spec, views, self._carry.uninstalling)
+        views = [NodeView(n.name, n.labels, n.taints, n.state_annotation, n.status_label, n.state_malformed)
+                 for n in listing.nodes]
+        query = TargetQuery(self._input.package, self._spec, views, self._carry.uninstalling,
+                            hold_malformed=self._marks)
         if self._strict:
             query = TargetQuery(query.package, query.spec, query.nodes, query.uninstall,
-                                in_flight=frozenset(self._carry.in_flight), check_dependencies=True)
-        return select_targets(query)
+                                in_flight=frozenset(self._carry.in_flight), check_dependencies=True,
+                                hold_malformed=self._marks)
+        selection = select_targets(query)
+        if self._marks:
+            await mark_listed(views, selection)
+        return selection
 
     async def _plan_from_scratch(self) -> None:
         """New planner (start, spec change, uninstall); nodes already at the spec count as done."""
@@ -99,6 +115,8 @@ class RolloutTargets:
         if carry.uninstalling:
             identity += "/uninstall"
         carry.planner = batches.new_planner(batches.PlannerInput(self._policy, selection.eligible, identity))
+        if self._version != self._spec.version:
+            carry.node_order = {}  # a new version is a new rollout order: its first node is 0 again
         # The reported version changes only with the plan, so `progress` never mixes old counts and new version.
         self._version = self._spec.version
         carry.epoch += 1
@@ -125,6 +143,14 @@ class RolloutTargets:
         for node in selection.done:
             if node not in known:
                 carry.outcomes[node] = "complete"
+        if self._marks:
+            # Back from blocked (or from outside the listing) with work to do: an outcome from before
+            # (complete, then its state was garbled and removed) no longer says what the node records.
+            done = set(selection.done)
+            for node in new:
+                if node.name not in done and node.name not in carry.in_flight:
+                    carry.outcomes.pop(node.name, None)
+                    carry.messages.pop(node.name, None)
         if self._strict:
             self._note_departed(known, selection)
         carry.eligible = [n.name for n in selection.eligible]

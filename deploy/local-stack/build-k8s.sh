@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# Build kube-apiserver, kube-controller-manager and kube-scheduler from Debian's
-# `kubernetes` source package into a versioned cache directory.
+# Build kube-apiserver, kube-controller-manager and kube-scheduler (and, with NODEROLL_BUILD_KUBELET=1,
+# the kubelet of the real-node test tier) from Debian's `kubernetes` source package into a versioned
+# cache directory.
 #
-# Usage: build-k8s.sh CACHE_DIR
-# Needs root (apt-get). Idempotent: exits early when the three binaries exist.
+# Usage: [NODEROLL_BUILD_KUBELET=1] build-k8s.sh CACHE_DIR
+# Needs root (apt-get). Idempotent: exits early when the binaries exist. A cache holding the control
+# plane of the current build revision but no kubelet gets only the kubelet added (same source, same
+# patch, same stamp), so asking for the kubelet never rebuilds what is there.
 # Why a source build: no kubelet-less control-plane binaries are packaged for
 # Debian and nothing outside the package registries can be downloaded here.
 set -euo pipefail
 cache_dir=${1:?usage: build-k8s.sh CACHE_DIR}
 bins=(kube-apiserver kube-controller-manager kube-scheduler)
+extra=()
+if [ "${NODEROLL_BUILD_KUBELET:-0}" = 1 ]; then extra=(kubelet); fi
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # Bump when the build changes (patches, flags): a cache without this stamp is rebuilt.
@@ -19,12 +24,23 @@ have_all() {
   for b in "${bins[@]}"; do [ -x "$cache_dir/$b" ] || return 1; done
   [ "$(cat "$cache_dir/.noderoll-build" 2>/dev/null)" = "$build_revision" ]
 }
-if have_all; then echo "k8s binaries already in $cache_dir"; exit 0; fi
+have_extra() {
+  for b in "${extra[@]}"; do [ -x "$cache_dir/$b" ] || return 1; done
+}
+if have_all && have_extra; then echo "k8s binaries already in $cache_dir"; exit 0; fi
 # One build at a time per cache folder: a second caller waits, then finds the binaries.
 mkdir -p "$(dirname "$cache_dir")"
 exec 9>"$cache_dir.lock"
 flock 9
-if have_all; then echo "k8s binaries already in $cache_dir"; exit 0; fi
+if have_all && have_extra; then echo "k8s binaries already in $cache_dir"; exit 0; fi
+# The control plane is there: build only what is missing of the extras, and add it to the cache.
+only_extra=0
+if have_all; then
+  only_extra=1
+  missing=()
+  for b in "${extra[@]}"; do [ -x "$cache_dir/$b" ] || missing+=("$b"); done
+  extra=("${missing[@]}")
+fi
 
 if [ "$(id -u)" != 0 ]; then
   echo "error: building the Kubernetes control plane needs root (apt-get install golang-go rsync jq etcd-server; apt-get source kubernetes)." >&2
@@ -59,7 +75,9 @@ fi
 # Debian's Go is newer than what 1.20 expects; vendor mode and no version check keep the build offline.
 export GOFLAGS=-mod=vendor GO111MODULE=on GOPROXY=off GOTOOLCHAIN=local
 export KUBE_VERBOSE=0 FORCE_HOST_GO=y
-for b in "${bins[@]}"; do
+targets=("${extra[@]}")
+if [ "$only_extra" = 0 ]; then targets=("${bins[@]}" "${extra[@]}"); fi
+for b in "${targets[@]}"; do
   echo "building $b (several minutes on 2 cores)..."
   if ! make WHAT="cmd/$b" >"$work/build-$b.log" 2>&1; then
     tail -n 30 "$work/build-$b.log" >&2
@@ -67,8 +85,16 @@ for b in "${bins[@]}"; do
     exit 5
   fi
 done
+if [ "$only_extra" = 1 ]; then
+  for b in "${extra[@]}"; do
+    install -m 0755 "$(find _output -type f -name "$b" -perm -u+x | head -n1)" "$cache_dir/.$b.tmp"
+    mv "$cache_dir/.$b.tmp" "$cache_dir/$b"
+  done
+  echo "k8s binaries ${extra[*]} added to $cache_dir"
+  exit 0
+fi
 mkdir -p "$cache_dir.tmp"
-for b in "${bins[@]}"; do
+for b in "${bins[@]}" "${extra[@]}"; do
   install -m 0755 "$(find _output -type f -name "$b" -perm -u+x | head -n1)" "$cache_dir.tmp/$b"
 done
 echo "$build_revision" > "$cache_dir.tmp/.noderoll-build"

@@ -1,15 +1,17 @@
 """Bad and hostile input, beyond the API catalogue (tests/catalogue): for each, the behaviour written in
 docs/reliability.md holds: a clear message on the Package or the node, nothing else harmed, nothing lost.
 
-Three groups. Failing inputs (F*) and inputs that must still complete (C*) are applied together at
-the start of their group, each on its own simulated nodes, so their rollouts (and the 3 attempts
-with backoff of a failing stage) run in parallel; each test then checks its own case. Inputs that
-act in the middle of a rollout (M*) run one after another.
+Four groups. Failing inputs (F*), inputs that must still complete (C*) and inputs that hold a node
+(H*: a node no window may update, reported blocked until someone acts) are applied together at the
+start of their group, each on its own simulated nodes, so their rollouts (and the 3 attempts with
+backoff of a failing stage) run in parallel; each test then checks its own case. Inputs that act in
+the middle of a rollout (M*) run one after another.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -28,8 +30,10 @@ from api.keys import (
     POLICY_PLURAL,
 )
 from fleetsim.fleet import Fleet
+from fleetsim.workloads import create_pdb
 from tests.badinput.support import System, blocked_reason, erroring_reason
 from tests.helpers import assert_eventually, unique_name
+from worker.cli import main as cli_main
 
 FAIL_TIMEOUT = 300.0  # 3 attempts (1 s and 2 s backoff: support.FAST_RETRIES), on a busy machine
 REBOOT = {"type": "reboot"}
@@ -53,19 +57,16 @@ FAILING = [
     Case("F02-config-json-not-json", {"image": "bad.local/invalid-json:1.0.0"}, "exit code 65"),
     Case("F03-config-json-wrong-schema", {"image": "bad.local/wrong-schema:1.0.0"}, "exit code 65"),
     Case("F04-step-file-missing", {"image": "bad.local/missing-step:1.0.0"}, "exit code 127"),
-    Case("F05-step-not-executable", {"image": "bad.local/not-executable:1.0.0"}, "exit code 126"),
     Case("F06-expected-config-file-missing", {"image": "bad.local/expects-config:1.0.0"}, "exit code 67"),
     Case("F07-step-exits-non-zero", {"env": {"BENCH_STAGE_EXIT": "3"}}, "exit code 3"),
     Case("F08-check-fails", {"env": {"BENCH_CHECK_EXIT": "4"}}, "apply-check failed"),
     Case("F09-step-fails-after-drain", {"env": {"BENCH_STAGE_EXIT": "5"}, "interrupt": REBOOT}, "exit code 5"),
-    Case("F10-config-too-big-for-a-configmap", {"config": {"big.conf": "x" * 1_100_000}}, "ConfigMap"),
+    # F10 (a config too big for a ConfigMap) is refused at the door now: A01, test_admission_badinput.py.
 ]
 
+# C02-C04 (an unreadable state annotation) were read as "nothing recorded" and overwritten: now H01-H03.
 COMPLETING = [
     Case("C01-step-prints-10-mb", {"env": {"BENCH_STAGE_OUTPUT_BYTES": str(10 * 2**20)}}),
-    Case("C02-state-annotation-not-json"),
-    Case("C03-state-annotation-a-json-list"),
-    Case("C04-state-annotation-unknown-stage-and-state"),
     Case("C05-state-annotation-claims-complete"),
     Case("C06-status-label-garbage"),
     Case("C07-cordoned-by-garbage-on-an-uncordoned-node", {"interrupt": REBOOT}),
@@ -73,12 +74,12 @@ COMPLETING = [
     Case("C09-selector-matches-no-node", {"nodeSelector": {"matchLabels": {TARGET_LABEL: "nothing-has-this"}}}),
     Case("C10-longest-package-name", {"name": f"l{uuid.uuid4().hex[:8]}-" + "a" * 33}),
     Case("C11-ignored-node-in-the-selector", nodes=2),
+    # Was F05 (agent exit 126): NodeWright makes steps executable before running them, so does noderoll.
+    Case("C12-step-file-without-the-executable-bit", {"image": "bad.local/not-executable:1.0.0"}),
 ]
 
-# Hand-edited annotations written before the rollout (C02-C07).
+# Hand-edited annotations written before the rollout (C05-C07).
 NODE_EDITS: dict[str, dict[str, Any]] = {
-    "C02-state-annotation-not-json": {"annotations": {NODE_STATE_ANNOTATION: "{{{ not json"}},
-    "C03-state-annotation-a-json-list": {"annotations": {NODE_STATE_ANNOTATION: "[1, 2, 3]"}},
     "C06-status-label-garbage": {"labels": {NODE_STATUS_LABEL: "exploded"}},
     "C07-cordoned-by-garbage-on-an-uncordoned-node": {"annotations": {CORDONED_BY_ANNOTATION: "🙃 someone"}},
 }
@@ -113,9 +114,6 @@ def _apply_completing(system: System, stack: ExitStack, case: Case) -> Applied:
     node = fleet.node_names[0]
     if case.id in NODE_EDITS:
         _edit_node(system, node, NODE_EDITS[case.id])
-    if case.id == "C04-state-annotation-unknown-stage-and-state":
-        state = {"packages": {"anything": {"version": "9", "stage": "warp", "state": "exploded", "attempts": "x"}}}
-        _edit_node(system, node, {"annotations": {NODE_STATE_ANNOTATION: json.dumps(state)}})
     if case.id == "C11-ignored-node-in-the-selector":
         _edit_node(system, fleet.node_names[1], {"labels": {NODE_IGNORE_LABEL: "true"}})
     name = spec.pop("name", None) or unique_name("bad")
@@ -213,6 +211,9 @@ def test_hostile_input_still_completes(system: System, completing: dict[str, App
         _assert_never_concurrent(jobs + system.jobs(applied.extra))
     if case.id == "C10-longest-package-name":
         assert jobs and all(len(j.metadata.name) <= 63 for j in jobs)
+    if case.id == "C12-step-file-without-the-executable-bit":
+        runs = fleet.sandbox(node) / "var" / "lib" / "bench-sleep" / "apply.runs"
+        assert len(runs.read_text().splitlines()) == 1
     if case.id == "C11-ignored-node-in-the-selector":
         ignored = fleet.node_names[1]
         assert system.node_status_label(ignored) is None
@@ -223,6 +224,162 @@ def _assert_never_concurrent(jobs: list[client.V1Job]) -> None:
     spans = sorted((j.status.start_time, j.status.completion_time) for j in jobs)
     for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
         assert end is not None and end <= start, "two packages ran stages on one node at the same time"
+
+
+# --- inputs that hold a node -------------------------------------------------------------------
+
+UNKNOWN_VOCABULARY = {"packages": {"anything": {"version": "9", "stage": "warp", "state": "exploded", "attempts": "x"}}}
+HELD = [
+    # Written on the first of two nodes before the rollout: that node is held, the other completes.
+    Case("H01-state-annotation-not-json", nodes=2),
+    Case("H02-state-annotation-a-json-list", nodes=2),
+    Case("H03-state-annotation-unknown-stage-and-state", nodes=2),
+    # Written on the node once the package completed there.
+    Case("H04-state-annotation-garbled-on-a-complete-node"),
+    # A taint the package does not tolerate on the first of two nodes.
+    Case("H05-untolerated-taint", nodes=2),
+]
+GARBAGE = {
+    "H01-state-annotation-not-json": "{{{ not json",
+    "H02-state-annotation-a-json-list": "[1, 2, 3]",
+    "H03-state-annotation-unknown-stage-and-state": json.dumps(UNKNOWN_VOCABULARY),
+    "H04-state-annotation-garbled-on-a-complete-node": "garbage written by hand",
+}
+TAINT = {"key": "badinput.noderoll.io/dedicated", "value": "infer", "effect": "NoSchedule"}
+
+
+def _apply_held(system: System, stack: ExitStack, case: Case) -> Applied:
+    fleet = stack.enter_context(system.fleet(case.nodes))
+    node = fleet.node_names[0]
+    if case.id in GARBAGE and case.nodes == 2:
+        _edit_node(system, node, {"annotations": {NODE_STATE_ANNOTATION: GARBAGE[case.id]}})
+    if case.id == "H05-untolerated-taint":
+        system.core.patch_node(node, {"spec": {"taints": [TAINT]}})
+    return Applied(case, system.package(fleet), fleet)
+
+
+@pytest.fixture(scope="module")
+def held(system: System) -> Iterator[dict[str, Applied]]:
+    with ExitStack() as stack:
+        yield {case.id: _apply_held(system, stack, case) for case in HELD}
+
+
+def _ready(status: dict[str, Any]) -> dict[str, Any]:
+    return next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {})
+
+
+def _blocked_status(system: System, applied: Applied, expect: str) -> dict[str, Any]:
+    """Wait until the Package says the first node is blocked (`expect` in the reason), Ready False."""
+    node = applied.node
+
+    def says_blocked(status: dict[str, Any]) -> None:
+        assert expect in blocked_reason(status, node), status.get("blockedNodes")
+        assert status.get("phase") == "Blocked", status.get("phase")
+        ready = _ready(status)
+        assert (ready.get("status"), ready.get("reason")) == ("False", "NodesBlocked"), ready
+        assert node in ready.get("message", "") and expect in ready.get("message", ""), ready
+
+    return system.wait_status(applied.package, says_blocked)
+
+
+def _assert_held(system: System, applied: Applied, garbage: str) -> None:
+    """The node is held: marked, its annotation kept, never touched."""
+    node = applied.node
+
+    def marked() -> None:
+        conditions = {c.type: c for c in system.node(node).status.conditions or []}
+        malformed = conditions.get("noderoll.io/StateMalformed")
+        assert malformed is not None and malformed.status == "True" and malformed.reason == "ParseError", malformed
+        assert "unreadable" in malformed.message
+        found = system.core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
+        assert [e for e in found if e.type == "Warning" and e.reason == "StateMalformed"], [e.reason for e in found]
+        assert system.node_status_label(node) == "blocked"
+
+    assert_eventually(marked, timeout=60, interval=0.5)
+    assert (system.node(node).metadata.annotations or {})[NODE_STATE_ANNOTATION] == garbage, "garbage kept"
+    assert system.cordoned(applied.fleet) == []
+
+
+def _node_jobs(system: System, package: str, node: str) -> list[client.V1Job]:
+    return [j for j in system.jobs(package) if j.metadata.labels["noderoll.io/node"] == node]
+
+
+def _wait_ready(system: System, package: str, nodes: int) -> dict[str, Any]:
+    return system.wait_status(package, lambda s: s.get("phase") == "Complete" and _ready(s).get("status") == "True"
+                              and (s.get("nodes") or {}).get("complete") == nodes and not s.get("blockedNodes"))
+
+
+def _cli_status(system: System, capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    flags = ["--temporal-address", system.stack.info.temporal_address, "--kubeconfig", system.kubeconfig]
+    capsys.readouterr()
+    assert cli_main(["status", *args, *flags]) == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case", HELD[:3], ids=lambda c: c.id)
+def test_unreadable_state_holds_the_node_until_an_operator_acts(
+    system: System, held: dict[str, Applied], case: Case, capsys: pytest.CaptureFixture[str]
+) -> None:
+    applied = held[case.id]
+    node, other, package = applied.node, applied.fleet.node_names[1], applied.package
+    status = _blocked_status(system, applied, "noderoll.io/state unreadable")
+    assert (status.get("nodes") or {}).get("complete") == 1 and _entry(system, other, package).state == "complete"
+    _assert_held(system, applied, GARBAGE[case.id])
+    assert _node_jobs(system, package, node) == [], "nothing ran on the held node"
+    if case.id == "H01-state-annotation-not-json":
+        # `noderoll status` names it, in the table and in the package's detail.
+        assert node in _cli_status(system, capsys) and "Blocked" in _cli_status(system, capsys)
+        detail = _cli_status(system, capsys, package)
+        assert "blocked nodes" in detail and node in detail and "unreadable" in detail
+        # The documented release (docs/operations.md): remove the annotation; the node is fresh.
+        subprocess.run(["kubectl", "--kubeconfig", system.kubeconfig, "annotate", "node", node,
+                        f"{NODE_STATE_ANNOTATION}-"], check=True, capture_output=True, timeout=60)
+        _wait_ready(system, package, 2)
+        assert _entry(system, node, package).state == "complete" and _node_jobs(system, package, node)
+        assert system.node_status_label(node) == "complete"
+    elif case.id == "H02-state-annotation-a-json-list":
+        # Or repair it: here into a record of the package complete, so no window is due at all.
+        claim = {"packages": {package: {"version": "1.0.0", "image": "bench.local/bench-sleep:1.0.0",
+                                        "stage": "config", "state": "complete", "attempts": 1, "config": {}}}}
+        _edit_node(system, node, {"annotations": {NODE_STATE_ANNOTATION: json.dumps(claim)}})
+        _wait_ready(system, package, 2)
+        assert _node_jobs(system, package, node) == []
+        assert_eventually(lambda: system.node_status_label(node) == "complete", timeout=60, interval=0.5)
+        assert [e for e in system.events(node) if e.startswith("StateRepaired:")]
+    else:
+        return
+    conditions = {c.type: c.status for c in system.node(node).status.conditions or []}
+    assert conditions.get("noderoll.io/StateMalformed") == "False"
+
+
+def test_h04_state_garbled_on_a_complete_node_makes_the_package_not_ready(
+    system: System, held: dict[str, Applied]
+) -> None:
+    applied = held["H04-state-annotation-garbled-on-a-complete-node"]
+    node, package = applied.node, applied.package
+    _wait_ready(system, package, 1)
+    jobs = len(system.jobs(package))
+    garbage = GARBAGE[applied.case.id]
+    _edit_node(system, node, {"annotations": {NODE_STATE_ANNOTATION: garbage}})
+    status = _blocked_status(system, applied, "noderoll.io/state unreadable")
+    assert (status.get("nodes") or {}).get("blocked") == 1
+    _assert_held(system, applied, garbage)
+    assert len(system.jobs(package)) == jobs, "nothing ran again"
+
+
+def test_h05_untolerated_taint_keeps_the_package_not_ready_until_removed(
+    system: System, held: dict[str, Applied]
+) -> None:
+    applied = held["H05-untolerated-taint"]
+    node, package = applied.node, applied.package
+    _blocked_status(system, applied, "taints not tolerated: badinput.noderoll.io/dedicated=infer:NoSchedule")
+    assert_eventually(lambda: system.node_status_label(node) == "blocked", timeout=60, interval=0.5)
+    assert _node_jobs(system, package, node) == []
+    kept = [{"key": t.key, "value": t.value, "effect": t.effect}
+            for t in system.node(node).spec.taints or [] if t.key != TAINT["key"]]
+    system.core.patch_node(node, {"spec": {"taints": kept or None}})
+    _wait_ready(system, package, 2)
+    assert _entry(system, node, package).state == "complete" and system.node_status_label(node) == "complete"
 
 
 # --- inputs in the middle of a rollout ----------------------------------------------------------
@@ -333,3 +490,69 @@ def test_m06_state_annotation_garbled_mid_window(system: System) -> None:
         system.wait_complete(package, 1)
         state, problem = system.node_state(node)
         assert problem is None and state.packages[package].state == "complete"
+
+
+def _cli_json(system: System, capsys: pytest.CaptureFixture[str], *args: str) -> Any:
+    flags = ["--temporal-address", system.procs.conn.temporal_address, "--kubeconfig", system.kubeconfig]
+    capsys.readouterr()
+    code = cli_main([*args, "-o", "json", *flags])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_m07_drain_blocked_by_a_pdb_is_visible_while_it_waits(system: System, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 12 item 8: a PDB allowing 0 disruptions holds the drain; every surface names it within a
+    minute, and the window goes on as soon as the PDB allows the eviction."""
+    namespace = unique_name("m07")
+    system.core.create_namespace({"metadata": {"name": namespace}})
+    with system.fleet(1) as fleet:
+        node = fleet.node_names[0]
+        app = {"app": "web"}
+        client.AppsV1Api(system.api).create_namespaced_deployment(namespace, {
+            "metadata": {"name": "web"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": app}, "template": {"metadata": {"labels": app}, "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": node}, "terminationGracePeriodSeconds": 1,
+                "containers": [{"name": "web", "image": "example.local/web:1"}]}}}})
+        # minAvailable = replicas: no voluntary disruption is ever allowed.
+        version = create_pdb(fleet.ctx.kube, namespace, "web", {"minAvailable": 1, "selector": {"matchLabels": app}})
+        pdbs = f"/apis/{version}/namespaces/{namespace}/poddisruptionbudgets"
+        assert_eventually(lambda: (fleet.ctx.kube.request("GET", f"{pdbs}/web").get("status") or {}).get("currentHealthy") == 1,
+                          timeout=60)
+        package = system.package(fleet, interrupt=REBOOT)
+        budget = f"{namespace}/web (disruptionsAllowed=0"
+
+        def event() -> None:
+            events = system.core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
+            blocked = [e for e in events if e.reason == "DrainBlocked"]
+            assert len(blocked) == 1 and blocked[0].type == "Warning" and budget in blocked[0].message, blocked
+
+        def nodes_cli() -> None:
+            [shown] = _cli_json(system, capsys, "nodes", "--selector", f"kubernetes.io/hostname={node}")
+            entry = shown["shown"][package]
+            assert (entry["stage"], entry["state"]) == ("drain", "blocked") and budget in entry["message"], shown
+
+        def status_cli() -> None:
+            data = _cli_json(system, capsys, "status", package)
+            assert [b["node"] for b in data["drain_blocked"]] == [node] and budget in data["drain_blocked"][0]["message"]
+
+        def package_status() -> None:
+            status = system.status(package)
+            [blocked] = status.get("drainBlockedNodes") or [None]
+            assert blocked and blocked["node"] == node and blocked["reason"] == "EvictionRefused", status
+            assert budget in blocked["message"]
+            progressing = next(c for c in status["conditions"] if c["type"] == "Progressing")
+            assert f"drain blocked on 1 node(s): {node}" in progressing["message"]
+
+        # Blocked after 15 s of refusals; the bridge writes the status every 3 s: well within a minute.
+        for check in (event, nodes_cli, status_cli, package_status):
+            assert_eventually(check, timeout=75, interval=1)
+        # The window waits, and goes on once the PDB allows the eviction.
+        assert system.node_status_label(node) == "in-progress"
+        fleet.ctx.kube.request("DELETE", f"{pdbs}/web")
+        status = system.wait_complete(package, 1)
+        assert status.get("drainBlockedNodes") in (None, [])
+        draining = next(c for c in system.node(node).status.conditions if c.type == "noderoll.io/Draining")
+        assert (draining.status, draining.reason) == ("False", "Drained")
+        assert system.cordoned(fleet) == []
+    system.core.delete_namespace(namespace)

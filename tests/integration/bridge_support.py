@@ -7,6 +7,7 @@ never touches another test's Packages, and another test's bridge never holds its
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -65,8 +66,26 @@ class BridgeRun:
         proc.send_signal(sig)
         proc.wait(timeout=30)
 
+    def end_fleets(self) -> None:
+        """Terminate the fleets still running on this run's task queue.
+
+        `fleet/default` (Packages without a policy) is one workflow id per Temporal namespace: a fleet
+        left running on this run's task queue, whose worker is about to stop, would hold that id for
+        the next test module's bridge.
+        """
+        temporal = str(Path(sys.executable).parent / "temporal")
+        query = f"TaskQueue = '{self.task_queue}' AND WorkflowType = 'FleetWorkflow' AND ExecutionStatus = 'Running'"
+        listed = subprocess.run([temporal, "workflow", "list", "--address", self.stack.temporal_address,
+                                 "--query", query, "--output", "json"], capture_output=True, text=True, timeout=60)
+        for execution in json.loads(listed.stdout or "[]") or []:
+            workflow_id = execution.get("execution", {}).get("workflowId", "")
+            subprocess.run([temporal, "workflow", "terminate", "--address", self.stack.temporal_address,
+                            "--workflow-id", workflow_id, "--reason", "test module over"],
+                           capture_output=True, timeout=60)
+
     def stop_all(self) -> None:
-        """Stop every process still running (SIGTERM, then SIGKILL)."""
+        """Stop every process still running (SIGTERM, then SIGKILL), after ending this run's fleets."""
+        self.end_fleets()
         for name in list(self.processes):
             proc = self.processes[name]
             if proc.poll() is None:

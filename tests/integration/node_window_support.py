@@ -23,6 +23,7 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from activities import kube
+from activities.stage_pod import PACKAGE_CONTAINER
 from api.keys import NODE_STATE_ANNOTATION, PACKAGE_POD_NAMESPACE, node_workflow_id
 from api.node_state import NodeState, parse_node_state
 from tests.helpers import assert_eventually, new_task_queue
@@ -106,10 +107,12 @@ class Window:
             PACKAGE_POD_NAMESPACE, label_selector=f"noderoll.io/node={self.node}").items
 
     def modes_run(self) -> list[str]:
-        """Modes run in this node's stage Jobs (a stage and its check share a Job: its init container
-        and its container, each named after its mode), sorted (creation timestamps have 1 s resolution)."""
+        """Modes run in this node's stage Jobs (a stage and its check share a Job: agent containers
+        named after their modes, after the `package` copy container), sorted (creation timestamps
+        have 1 s resolution)."""
         return sorted(c.name for j in self.stage_jobs()
-                      for c in [*(j.spec.template.spec.init_containers or []), *j.spec.template.spec.containers])
+                      for c in [*(j.spec.template.spec.init_containers or []), *j.spec.template.spec.containers]
+                      if c.name != PACKAGE_CONTAINER)
 
     def job_modes(self) -> list[str]:
         """The stage (`noderoll.io/mode` label) of each of this node's Jobs, sorted."""

@@ -7,12 +7,13 @@ nodes (fleetsim, in-process) carries the rollouts. The bridge only sees this mod
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes.client import ApiClient, CustomObjectsApi
+from kubernetes.client import ApiClient, CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
@@ -20,6 +21,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from api import keys
 from localstack.state import StackInfo
 from planning.status import RolloutProgress
+from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.integration.bridge_support import (
@@ -33,6 +35,7 @@ from tests.integration.bridge_support import (
     reasons,
     wait_leading,
 )
+from workflows.fleet_codec import progress_from_json
 
 pytestmark = pytest.mark.integration
 NODES = 2
@@ -67,16 +70,20 @@ def fleet_spec(run: BridgeRun, **fields: Any) -> dict[str, Any]:
             "nodeSelector": {"matchLabels": {"bridge-fleet": run.run_id}}, **fields}
 
 
-async def runs_of(temporal: Client, package: str) -> list[str]:
-    """Run ids of every `package/<name>` execution ever started."""
-    query = f"WorkflowId = '{keys.rollout_workflow_id(package)}'"
-    return [w.run_id async for w in temporal.list_workflows(query)]
+# The module's Packages name no DeploymentPolicy: they roll out in the built-in fleet.
+FLEET_ID = names.fleet_workflow_id(None)
+
+
+async def runs_of_fleet(temporal: Client) -> list[str]:
+    """Run ids of every `fleet/default` execution started on this module's task queue."""
+    return [w.run_id async for w in temporal.list_workflows(f"WorkflowId = '{FLEET_ID}'")]
 
 
 async def progress(temporal: Client, package: str) -> RolloutProgress:
-    """The rollout's `progress` answer."""
-    handle = temporal.get_workflow_handle(keys.rollout_workflow_id(package))
-    return await handle.query(keys.QUERY_PROGRESS, result_type=RolloutProgress)
+    """The Package's part of its fleet's `progress` answer."""
+    answer = progress_from_json(await temporal.get_workflow_handle(FLEET_ID).query(names.QUERY_PROGRESS))
+    assert package in answer.packages, f"{FLEET_ID} does not carry {package} yet"
+    return answer.packages[package]
 
 
 def kubectl_wait_ready(stack: StackInfo, name: str, timeout: float = ROLLOUT_TIMEOUT) -> None:
@@ -93,7 +100,9 @@ async def test_invalid_package_gets_condition_and_event_and_no_workflow(
 ) -> None:
     name = unique_name("bad")
     packages.append(name)
-    spec = fleet_spec(run, interrupt={"type": "service"}, dependsOn={"missing-pkg": "1.0"})
+    # The admission webhook refuses what a Package gets wrong on its own; a dependency that does not
+    # exist (yet) is admitted and reported here, by the bridge.
+    spec = fleet_spec(run, dependsOn={"missing-pkg": "1.0"})
     create_package(kube_api_client, run.package(name, spec))
 
     def invalid() -> dict[str, Any]:
@@ -103,11 +112,12 @@ async def test_invalid_package_gets_condition_and_event_and_no_workflow(
 
     ready = assert_eventually(invalid, timeout=30)
     assert ready["observedGeneration"] == 1
-    assert "services" in ready["message"]
+    assert "no Package 'missing-pkg'" in ready["message"]
     assert read_package(kube_api_client, name)["status"]["phase"] == "Invalid"
     assert_eventually(lambda: "InvalidSpec" in reasons(kube_api_client, name), timeout=15)
+    # Never handed to a fleet: no fleet was started for it.
     with pytest.raises(RPCError) as err:
-        await temporal_client.get_workflow_handle(keys.rollout_workflow_id(name)).describe()
+        await temporal_client.get_workflow_handle(FLEET_ID).describe()
     assert err.value.status is RPCStatusCode.NOT_FOUND
 
 
@@ -117,6 +127,7 @@ async def test_one_rollout_across_a_bridge_restart_and_status_ready(
 ) -> None:
     name = unique_name("once")
     packages.append(name)
+    runs_before = len(await runs_of_fleet(temporal_client))
     create_package(kube_api_client, run.package(name, fleet_spec(run)))
     kubectl_wait_ready(local_stack, name)
     status = read_package(kube_api_client, name)["status"]
@@ -133,7 +144,8 @@ async def test_one_rollout_across_a_bridge_restart_and_status_ready(
         assert ready["observedGeneration"] == 2 and ready["status"] == "True", ready
 
     assert_eventually(generation_two, timeout=ROLLOUT_TIMEOUT)
-    assert len(await runs_of(temporal_client, name)) == 1
+    # One fleet run across the restart: the new bridge read back what the fleet had, started nothing.
+    assert len(await runs_of_fleet(temporal_client)) == runs_before + 1
     seen = reasons(kube_api_client, name)
     assert seen.count("RolloutStarted") == 1, seen
     assert seen.count("SpecChanged") == 1, seen
@@ -189,7 +201,7 @@ async def test_deleted_package_uninstalls_before_its_finalizer_goes(
         lambda: keys.FINALIZER in read_package(kube_api_client, name)["metadata"].get("finalizers", []), timeout=30
     )
     kubectl_wait_ready(local_stack, name)
-    handle = temporal_client.get_workflow_handle(keys.rollout_workflow_id(name))
+    handle = temporal_client.get_workflow_handle(FLEET_ID)
     CustomObjectsApi(kube_api_client).delete_cluster_custom_object(keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL, name)
 
     def gone() -> None:
@@ -201,7 +213,15 @@ async def test_deleted_package_uninstalls_before_its_finalizer_goes(
         raise AssertionError("Package still there")
 
     assert_eventually(gone, timeout=ROLLOUT_TIMEOUT)
-    description = await handle.describe()
-    assert description.status is WorkflowExecutionStatus.COMPLETED
+
+    async def fleet_ended() -> None:
+        # Its last Package is gone: the fleet ends.
+        assert (await handle.describe()).status is WorkflowExecutionStatus.COMPLETED
+
+    await assert_eventually_async(fleet_ended, timeout=60)
+    # The uninstall ran on every node before the finalizer went: no node records the Package.
+    for node in CoreV1Api(kube_api_client).list_node(label_selector=f"bridge-fleet={run.run_id}").items:
+        recorded = json.loads((node.metadata.annotations or {}).get(keys.NODE_STATE_ANNOTATION) or "{}")
+        assert name not in recorded.get("packages", {}), (node.metadata.name, recorded)
     assert "Deleting" in reasons(kube_api_client, name)
 

@@ -10,8 +10,8 @@ import pytest
 from kubernetes.client import ApiClient
 from temporalio.client import Client
 
-from api import keys
 from localstack.state import StackInfo
+from protocol import names
 from tests.helpers import assert_eventually, unique_name
 from tests.integration.bridge_support import (
     SYSCTL_IMAGE,
@@ -67,7 +67,8 @@ async def test_only_the_leader_acts_and_the_standby_takes_over(
         assert_eventually(lambda: ready_at(kube_api_client, name, 2), timeout=60)
         seen = reasons(kube_api_client, name)
         assert seen.count("RolloutStarted") == 1, seen
-        runs = [w async for w in temporal_client.list_workflows(f"WorkflowId = '{keys.rollout_workflow_id(name)}'")]
+        query = f"WorkflowId = '{names.fleet_workflow_id(None)}' AND TaskQueue = '{pair.task_queue}'"
+        runs = [w async for w in temporal_client.list_workflows(query)]
         assert len(runs) == 1
     finally:
         delete_package(kube_api_client, name)

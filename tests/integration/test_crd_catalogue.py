@@ -4,8 +4,8 @@
 * `kubectl explain packages.spec` (and deploymentpolicies.spec) shows documented fields;
 * every deploy/examples/*.yaml is accepted (`kubectl apply --dry-run=server`) and valid for the models;
 * schema defaults are applied by the apiserver (drain timeout 600 s, strategy defaults);
-* every schema-level catalogue document is refused by the apiserver with its expected message,
-  every semantic one is accepted there (only the models catch it; tests/unit/test_catalogue.py).
+* every schema-level catalogue document is refused by the apiserver with its expected message (the
+  semantic ones pass the schema and meet the admission webhook: tests/integration/test_webhook.py).
 * a status rendered by planning/status.py is stored by the status subresource without pruning,
   and `kubectl get pkg -o wide` shows the printer columns.
 All writes but the last test's are dry runs; that one creates a paused Package targeting no node.
@@ -162,7 +162,6 @@ def test_schema_defaults_are_applied(kube_api_client: client.ApiClient, crds: li
 
 
 SCHEMA = [e for e in load() if e.level == "schema"]
-SEMANTIC = [e for e in load() if e.level == "semantic"]
 
 
 @pytest.mark.parametrize("entry", SCHEMA, ids=lambda e: e.id)
@@ -175,16 +174,6 @@ def test_apiserver_refuses_schema_level_documents(
     assert err.value.status == 422
     message = json.loads(err.value.body)["message"]
     assert entry.apiserver_message_matches(message), message
-
-
-@pytest.mark.parametrize("entry", SEMANTIC, ids=lambda e: e.id)
-def test_apiserver_accepts_semantic_documents(
-    kube_api_client: client.ApiClient, crds: list[str], entry: Entry
-) -> None:
-    # These need noderoll's models: the schema alone lets them through.
-    for doc in entry.documents:
-        created = dry_run_create(kube_api_client, doc)
-        assert created["metadata"]["name"] == doc["metadata"]["name"]
 
 
 def test_rendered_status_is_stored_unpruned_and_shown_in_columns(

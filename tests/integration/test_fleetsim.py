@@ -271,3 +271,80 @@ def test_hanging_stage_pod_runs_until_deleted(local_stack: Any, kube_api_client:
         assert not (fleet.sandbox(node) / "etc/sysctl.d/90-noderoll.conf").exists()
         core.delete_namespaced_pod(pod.metadata.name, PACKAGE_POD_NAMESPACE)
         assert_eventually(lambda: not core.list_namespaced_pod(PACKAGE_POD_NAMESPACE, field_selector=f"metadata.name={pod.metadata.name}").items)
+
+
+def _pod_conditions(pod: client.V1Pod) -> dict[str, str]:
+    return {c.type: c.status for c in pod.status.conditions or []}
+
+
+def mark_not_ready(core: client.CoreV1Api, pod: client.V1Pod) -> None:
+    """Set the pod's Ready condition False, as the node lifecycle controller does (only if it has one)."""
+    conditions = [{"type": c.type, "status": "False" if c.type == "Ready" else c.status,
+                   "lastTransitionTime": c.last_transition_time.isoformat() if c.last_transition_time else None}
+                  for c in pod.status.conditions or []]
+    if any(c["type"] == "Ready" for c in conditions):
+        core.patch_namespaced_pod_status(pod.metadata.name, pod.metadata.namespace, {"status": {"conditions": conditions}})
+
+
+def test_pods_follow_their_node_through_a_reboot(local_stack: Any, kube_api_client: ApiClient, k8s_namespace: str) -> None:
+    """Issue 12 item 8: a pod bound to a node during its reboot, and a pod running across it, are Ready
+    once the node is back, whatever the node lifecycle controller wrote while the node was down."""
+    core = client.CoreV1Api(kube_api_client)
+
+    def pod(name: str, restart_policy: str = "Always", annotations: dict[str, str] | None = None) -> dict[str, Any]:
+        spec = {"nodeName": node, "restartPolicy": restart_policy, "terminationGracePeriodSeconds": 60,
+                "containers": [{"name": "c", "image": "x"}]}
+        return {"metadata": {"name": name, "annotations": annotations or {}}, "spec": spec}
+
+    def read(name: str) -> client.V1Pod:
+        return core.read_namespaced_pod(name, k8s_namespace)
+
+    # Grace periods honoured up to 60 s, so a removal without one is told apart from one after it.
+    with running_fleet(local_stack, nodes=1, reboot_seconds=10.0, max_grace_seconds=60.0) as fleet:
+        node = fleet.node_names[0]
+        core.create_namespaced_pod(k8s_namespace, pod("web"))
+        core.create_namespaced_pod(k8s_namespace, pod("batch", "Never", {"fleetsim.noderoll.io/run-seconds": "600"}))
+        core.create_namespaced_pod(k8s_namespace, pod("doomed"))
+        assert_eventually(lambda: all(read(n).status.phase == "Running" for n in ("web", "batch", "doomed")))
+        web_ip = read("web").status.pod_ip
+        interrupt = json.dumps({"type": "reboot", "services": []})
+        job = stage_job(unique_name("reboot"), node, SYSCTL_IMAGE, "interrupt", {"NODEROLL_INTERRUPT": interrupt})
+        assert run_stage(kube_api_client, job).status.phase == "Succeeded"
+        core.create_namespaced_pod(k8s_namespace, pod("newcomer"))
+        core.delete_namespaced_pod("doomed", k8s_namespace)
+        # The node lifecycle controller marks pods not Ready when their node stops heartbeating (a real
+        # reboot outlasts the grace period) and every pod bound to a node it last saw NotReady (its
+        # `processPod`, racing the kubelet). Its write, without the race:
+        for name in ("web", "newcomer"):
+            mark_not_ready(core, read(name))
+        # The node's kubelet is down: nothing happens to its pods until it is back.
+        during = {"node": ready_condition(kube_api_client, node).status, "newcomer": read("newcomer").status.phase,
+                  "doomed": read("doomed").status.phase}
+        assert_eventually(lambda: ready_condition(kube_api_client, node).status == "True", timeout=60)
+
+        def ready(name: str) -> client.V1Pod:
+            got = read(name)
+            assert got.status.phase == "Running", got.status
+            assert _pod_conditions(got) | {"PodScheduled": "True"} == dict.fromkeys(
+                ("Initialized", "Ready", "ContainersReady", "PodScheduled"), "True"), got.status.conditions
+            return got
+
+        web, newcomer = assert_eventually(lambda: (ready("web"), ready("newcomer")), timeout=20)
+        assert during == {"node": "False", "newcomer": "Pending", "doomed": "Running"}
+        # Containers restart after a reboot, in a new pod sandbox (new IP).
+        assert web.status.container_statuses[0].restart_count == 1
+        assert web.status.container_statuses[0].last_state.terminated.exit_code == 255
+        assert web.status.pod_ip != web_ip
+        assert newcomer.status.container_statuses[0].restart_count == 0
+        # A restartPolicy Never pod does not run again: it failed with the reboot.
+        batch = assert_eventually(lambda: read("batch") if read("batch").status.phase == "Failed" else False)
+        assert batch.status.container_statuses[0].state.terminated.exit_code == 255
+        # A pod deleted while the node was down goes once the kubelet is back, without waiting for its
+        # 60 s grace period: its containers died with the reboot.
+        assert_eventually(lambda: not core.list_namespaced_pod(k8s_namespace, field_selector="metadata.name=doomed").items,
+                          timeout=20)
+        # Someone else (the controller with a stale view of the node) marks a running pod not Ready: the
+        # kubelet owns that condition and writes it back, as its status manager does.
+        mark_not_ready(core, web)
+        assert _pod_conditions(read("web"))["Ready"] == "False"
+        assert_eventually(lambda: ready("web"), timeout=20)

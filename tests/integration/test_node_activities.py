@@ -1,7 +1,8 @@
 """Node window activities one by one (ActivityEnvironment) against the real apiserver and fleetsim.
 
 Bounded waits end in non-retryable errors naming what blocks them; waiting activities heartbeat;
-a stage Job is adopted, not re-created; cordon ownership is respected.
+a stage Job is adopted, not re-created; cordon ownership is respected; a blocked node's mark is
+written once and never over a window that starts meanwhile.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities import errors, kube
+from activities import node_marks as node_marks_activity
 from activities.drain import drain_node, policy_version, wait_protected_pods
 from activities.interrupts import run_interrupt
 from activities.io import (
     DrainNodeInput,
+    MarkBlockedNodesInput,
     NodeInput,
     RunInterruptInput,
     StageJob,
@@ -30,11 +33,27 @@ from activities.io import (
     WriteNodeStateInput,
 )
 from activities.jobs import job_name
-from activities.nodes import cordon_node, patch_node_with_retry, read_node, uncordon_node, write_node_state
+from activities.node_marks import mark_blocked_nodes
+from activities.nodes import (
+    cordon_node,
+    node_condition,
+    patch_node_with_retry,
+    read_node,
+    uncordon_node,
+    write_node_state,
+)
 from activities.stage_wait import run_stage_job
-from api.keys import CORDONED_BY_ANNOTATION, NODE_STATE_ANNOTATION, NODE_STATUS_LABEL, PACKAGE_POD_NAMESPACE
+from api.enums import NodeMarkKind
+from api.keys import (
+    CONDITION_DRAINING,
+    CORDONED_BY_ANNOTATION,
+    NODE_STATE_ANNOTATION,
+    NODE_STATUS_LABEL,
+    PACKAGE_POD_NAMESPACE,
+)
 from fleetsim.faults import Fault
 from localstack.state import StackInfo
+from planning.node_marks import NodeMark, decide_mark
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.integration.node_window_support import SYSCTL_IMAGE, cordon, wait_pods_running
@@ -89,6 +108,96 @@ def test_drain_timeout_names_blocking_pods_and_pdbs(
     assert f"{k8s_namespace}/solo-pdb" in failure.value.message
     assert beats.details, "drain_node did not heartbeat while waiting"
     assert core.read_namespaced_pod("solo", k8s_namespace).metadata.deletion_timestamp is None
+
+
+def _draining(core: client.CoreV1Api, node: str) -> client.V1NodeCondition | None:
+    return next((c for c in core.read_node_status(node).status.conditions if c.type == CONDITION_DRAINING), None)
+
+
+def _node_events(core: client.CoreV1Api, node: str, reason: str) -> list[client.CoreV1Event]:
+    events = core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
+    return [e for e in events if e.reason == reason]
+
+
+@pytest.mark.timeout(240)
+def test_blocked_drain_reports_pods_and_budgets_while_it_waits(
+    node: str, kube_api_client: ApiClient, k8s_namespace: str,
+) -> None:
+    """Issue 12 item 8: within a minute of being blocked, the node says which pods and PDBs block it."""
+    core = client.CoreV1Api(kube_api_client)
+    run_pod(core, k8s_namespace, node, "solo")
+    pdb_path = f"/apis/policy/v1beta1/namespaces/{k8s_namespace}/poddisruptionbudgets"
+    kube.request_json("POST", pdb_path, {
+        "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": "solo-pdb"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "solo"}}},
+    })
+    beats = Beats()
+    with ThreadPoolExecutor(1) as pool:
+        drain = pool.submit(beats.env.run, drain_node, DrainNodeInput(node, timeout_seconds=120, poll_seconds=0.5))
+
+        def reported() -> client.V1NodeCondition:
+            assert not drain.done(), drain.result()  # a drain that ended would raise or return here
+            condition = _draining(core, node)
+            assert condition is not None and condition.reason == "EvictionRefused", condition
+            return condition
+
+        condition = assert_eventually(reported, timeout=60, interval=1)
+        assert condition.status == "True"
+        assert f"eviction refused for pod(s) {k8s_namespace}/solo by" in condition.message
+        assert f"{k8s_namespace}/solo-pdb (disruptionsAllowed=0, currentHealthy=1, desiredHealthy=1" in condition.message
+        [event] = _node_events(core, node, "DrainBlocked")
+        assert event.type == "Warning" and event.message == condition.message
+        refused = max(d[0]["refused"] for d in beats.details)
+        assert refused >= 3 and event.count >= 3, (refused, event.count)  # one Event for many refusals
+        assert any("blocked" in d[0] for d in beats.details)
+        # A second blocker: the condition and the same Event follow it (updated, not a second Event).
+        run_pod(core, k8s_namespace, node, "duo")
+        kube.request_json("POST", pdb_path, {
+            "apiVersion": "policy/v1beta1", "kind": "PodDisruptionBudget", "metadata": {"name": "duo-pdb"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "duo"}}},
+        })
+
+        def both() -> client.CoreV1Event:
+            [updated] = _node_events(core, node, "DrainBlocked")
+            assert f"{k8s_namespace}/duo-pdb (disruptionsAllowed=0" in updated.message, updated.message
+            assert f"{k8s_namespace}/solo-pdb (disruptionsAllowed=0" in updated.message
+            return updated
+
+        updated = assert_eventually(both, timeout=60, interval=1)
+        assert updated.count > event.count and updated.message == _draining(core, node).message
+        assert updated.first_timestamp == event.first_timestamp and updated.last_timestamp >= event.last_timestamp
+        kube.request_json("DELETE", f"{pdb_path}/duo-pdb")
+        kube.request_json("DELETE", f"{pdb_path}/solo-pdb")
+        result = drain.result(timeout=60)
+    assert {f"{k8s_namespace}/solo", f"{k8s_namespace}/duo"} <= set(result.evicted)
+    ended = _draining(core, node)
+    assert ended is not None and (ended.status, ended.reason) == ("False", "Drained")
+    assert len(_node_events(core, node, "DrainBlocked")) == 1
+
+
+def test_protected_pods_wait_is_reported_while_it_waits(
+    node: str, kube_api_client: ApiClient, k8s_namespace: str,
+) -> None:
+    core = client.CoreV1Api(kube_api_client)
+    run_pod(core, k8s_namespace, node, "train", labels={"app": "train", "workload": "training"})
+    selector = {"matchLabels": {"workload": "training"}}
+    with ThreadPoolExecutor(1) as pool:
+        wait = pool.submit(ActivityEnvironment().run, wait_protected_pods,
+                           WaitProtectedPodsInput(node, [selector], timeout_seconds=120, poll_seconds=0.5))
+
+        def reported() -> client.V1NodeCondition:
+            condition = _draining(core, node)
+            assert condition is not None and condition.reason == "WaitingForProtectedPods", condition
+            return condition
+
+        condition = assert_eventually(reported, timeout=30)
+        assert condition.status == "True" and f"{k8s_namespace}/train" in condition.message
+        [event] = _node_events(core, node, "WaitingForProtectedPods")
+        assert event.type == "Normal" and f"{k8s_namespace}/train" in event.message
+        core.delete_namespaced_pod("train", k8s_namespace)
+        assert wait.result(timeout=60).waited_for == [f"{k8s_namespace}/train"]
+    ended = _draining(core, node)
+    assert ended is not None and (ended.status, ended.reason) == ("False", "ProtectedPodsFinished")
 
 
 def test_drain_skips_daemonset_pods_and_respects_empty_dir_setting(
@@ -236,7 +345,8 @@ def test_a_failing_check_in_the_stage_pod_is_reported_as_the_check(
     assert (result.exit_code, result.mode) == (4, "apply-check") and "injected fault" in result.log_tail
     [pod] = client.CoreV1Api(kube_api_client).list_namespaced_pod(
         PACKAGE_POD_NAMESPACE, label_selector=f"job-name={result.job_name}").items
-    [stage] = pod.status.init_container_statuses
+    [copy, stage] = pod.status.init_container_statuses
+    assert copy.name == "package" and copy.state.terminated.exit_code == 0
     assert stage.name == "apply" and stage.state.terminated.exit_code == 0
 
 
@@ -268,3 +378,68 @@ def test_a_stage_pod_deleted_before_it_finished_fails_the_attempt_and_ends_its_j
 
     # The Job stays (the record of the failed attempt) but runs nothing more.
     assert_eventually(job_failed, timeout=30)
+
+
+def _conditions(core: client.CoreV1Api, node: str) -> dict[str, client.V1NodeCondition]:
+    return {c.type: c for c in core.read_node(node).status.conditions or []}
+
+
+def test_mark_blocked_nodes_shows_a_held_node_once_and_clears_it(node: str, kube_api_client: ApiClient) -> None:
+    core = client.CoreV1Api(kube_api_client)
+    core.patch_node(node, {"metadata": {"annotations": {NODE_STATE_ANNOTATION: "{{{ garbage"},
+                                        "labels": {NODE_STATUS_LABEL: "complete"}}})
+    malformed = MarkBlockedNodesInput([NodeMark(node, NodeMarkKind.STATE_MALFORMED)])
+    assert ActivityEnvironment().run(mark_blocked_nodes, malformed).written == [node]
+    got = core.read_node(node)
+    assert got.metadata.labels[NODE_STATUS_LABEL] == "blocked"
+    assert got.metadata.annotations[NODE_STATE_ANNOTATION] == "{{{ garbage", "never written by a mark"
+    condition = _conditions(core, node)["noderoll.io/StateMalformed"]
+    assert (condition.status, condition.reason) == ("True", "ParseError") and "unreadable" in condition.message
+    assert _conditions(core, node)["Ready"].status == "True", "the kubelet's conditions stay"
+    events = core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
+    assert [e.type for e in events if e.reason == "StateMalformed"] == ["Warning"]
+    # Shown already: a repeated mark writes nothing (and records no second Event).
+    assert ActivityEnvironment().run(mark_blocked_nodes, malformed).written == []
+    # Removed by an operator: the condition turns False, our `blocked` label goes (nothing recorded).
+    core.patch_node(node, {"metadata": {"annotations": {NODE_STATE_ANNOTATION: None}}})
+    repaired = MarkBlockedNodesInput([NodeMark(node, NodeMarkKind.STATE_REPAIRED)])
+    assert ActivityEnvironment().run(mark_blocked_nodes, repaired).written == [node]
+    assert _conditions(core, node)["noderoll.io/StateMalformed"].status == "False"
+    assert NODE_STATUS_LABEL not in (core.read_node(node).metadata.labels or {})
+
+
+def test_mark_blocked_nodes_never_writes_over_a_window_that_starts_meanwhile(
+    node: str, kube_api_client: ApiClient, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    core = client.CoreV1Api(kube_api_client)
+    core.patch_node(node, {"metadata": {"annotations": {NODE_STATE_ANNOTATION: "[1, 2]"}}})
+    decisions: list[str] = []
+
+    def window_starts_after_the_read(mark: NodeMark, current: Any) -> Any:
+        decisions.append(current.status_label)
+        if len(decisions) == 1:
+            # A node window's first state write lands between the mark's read and its write.
+            ActivityEnvironment().run(write_node_state, WriteNodeStateInput(
+                node=node, state_annotation='{"packages":{}}', status="in-progress", updating=True, erroring=False))
+        return decide_mark(mark, current)
+
+    monkeypatch.setattr(node_marks_activity, "decide_mark", window_starts_after_the_read)
+    marks = MarkBlockedNodesInput([NodeMark(node, NodeMarkKind.STATE_MALFORMED)])
+    assert ActivityEnvironment().run(mark_blocked_nodes, marks).written == []
+    # The stale write was refused (409), the node read again and left to its window.
+    assert decisions == ["", "in-progress"]
+    got = core.read_node(node)
+    assert got.metadata.labels[NODE_STATUS_LABEL] == "in-progress"
+    assert _conditions(core, node)["noderoll.io/StateMalformed"].status == "False"  # the window's write
+
+
+def test_a_status_patch_with_a_stale_resource_version_is_refused(node: str, kube_api_client: ApiClient) -> None:
+    # The guard of mark_blocked_nodes relies on this for its condition write, not only for labels.
+    core = client.CoreV1Api(kube_api_client)
+    stale = core.read_node(node).metadata.resource_version
+    core.patch_node(node, {"metadata": {"labels": {"other-writer": "was-here"}}})
+    patch = {"metadata": {"resourceVersion": stale},
+             "status": {"conditions": [node_condition("noderoll.io/StateMalformed", True, "ParseError", "x")]}}
+    with pytest.raises(ApiException) as refused:
+        core.patch_node_status(node, patch, _content_type="application/strategic-merge-patch+json")
+    assert refused.value.status == 409

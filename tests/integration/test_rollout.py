@@ -1,10 +1,11 @@
 """Fleet rollouts on the real stack: 20 simulated nodes, `noderoll worker` and `noderoll bridge` processes.
 
 * Two Packages with a service interrupt (so every window cordons and drains) share one
-  DeploymentPolicy (exponential, canary first, budget 3): the batches grow, and a Node watch that
-  counts cordoned nodes at every change never sees more than the budget across both rollouts.
+  DeploymentPolicy (exponential, canary first, budget 4): the batches grow, a Node watch that
+  counts cordoned nodes at every change never sees more than the budget, and every node is
+  cordoned once for both (one window carries both).
 * The second Package depends on the first: on every node it finished after its dependency.
-* A version bump of the first Package runs `upgrade` on every node through the same batching.
+* A version bump of the first Package runs `upgrade` on every node through the same batching (wave 2).
 * A `runtimeRequired` Package and a node joining mid-rollout: the node gets the taint, is updated,
   and the taint goes once the package is complete there.
 * `temporal workflow signal --name pause` holds the rollout; `resume` continues it.
@@ -30,6 +31,7 @@ from api import keys
 from api.enums import RolloutPhase
 from localstack.state import StackInfo
 from planning.status import RolloutProgress
+from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.integration.bridge_support import (
@@ -43,6 +45,7 @@ from tests.integration.bridge_support import (
     read_package,
     wait_leading,
 )
+from workflows.fleet_codec import progress_from_json
 
 pytestmark = pytest.mark.integration
 NODES = 20
@@ -58,6 +61,8 @@ class CordonWatch:
     api: ApiClient
     selector: str
     cordoned: set[str] = field(default_factory=set)
+    # node -> times it became cordoned
+    cordons: dict[str, int] = field(default_factory=dict)
     peak: int = 0
     changes: int = 0
     _watch: watch.Watch = field(default_factory=watch.Watch)
@@ -69,6 +74,8 @@ class CordonWatch:
             for event in self._watch.stream(core.list_node, label_selector=self.selector, timeout_seconds=900):
                 node = event["object"]
                 if event["type"] != "DELETED" and node.spec.unschedulable:
+                    if node.metadata.name not in self.cordoned:
+                        self.cordons[node.metadata.name] = self.cordons.get(node.metadata.name, 0) + 1
                     self.cordoned.add(node.metadata.name)
                 else:
                     self.cordoned.discard(node.metadata.name)
@@ -103,20 +110,21 @@ def kubectl_wait_ready(stack: StackInfo, name: str, timeout: float = ROLLOUT_TIM
     )
 
 
-async def progress(temporal: Client, package: str) -> RolloutProgress:
-    handle = temporal.get_workflow_handle(keys.rollout_workflow_id(package))
-    return await handle.query(keys.QUERY_PROGRESS, result_type=RolloutProgress)
+async def progress(temporal: Client, package: str, policy: str | None = None) -> RolloutProgress:
+    """The Package's part of its fleet's `progress`."""
+    answer = progress_from_json(
+        await temporal.get_workflow_handle(names.fleet_workflow_id(policy)).query(names.QUERY_PROGRESS))
+    return answer.packages[package]
 
 
-async def wait_closed(temporal: Client, *packages: str) -> None:
-    """Until each deleted Package's rollout has ended (the bridge signals `deleted`)."""
-    for package in packages:
-        handle = temporal.get_workflow_handle(keys.rollout_workflow_id(package))
+async def wait_closed(temporal: Client, policy: str | None) -> None:
+    """Until the fleet has ended (its last Package is gone)."""
+    handle = temporal.get_workflow_handle(names.fleet_workflow_id(policy))
 
-        async def closed(handle: Any = handle) -> None:
-            assert (await handle.describe()).status != WorkflowExecutionStatus.RUNNING
+    async def closed() -> None:
+        assert (await handle.describe()).status != WorkflowExecutionStatus.RUNNING
 
-        await assert_eventually_async(closed, timeout=60)
+    await assert_eventually_async(closed, timeout=60)
 
 
 def node_records(api: ApiClient, selector: str) -> dict[str, dict[str, Any]]:
@@ -154,7 +162,7 @@ async def test_shared_budget_canary_growth_dependency_and_upgrade(
             create_package(kube_api_client, run.package(second, spec(dependsOn={first: "1.0.0"})))
             kubectl_wait_ready(local_stack, first)
             kubectl_wait_ready(local_stack, second)
-            report = await progress(temporal_client, first)
+            report = await progress(temporal_client, first, policy)
             # Canary, then 1, 2, 4, 4, ... (exponential growth capped by the budget).
             assert report.batch_number >= 1 + 5, report
             assert report.canary_phase.value == "Passed" and len(report.canary_nodes) == 1
@@ -181,16 +189,18 @@ async def test_shared_budget_canary_growth_dependency_and_upgrade(
             assert_eventually(upgraded, timeout=ROLLOUT_TIMEOUT, interval=2)
             for node, packages in node_records(kube_api_client, selector).items():
                 assert packages[first]["version"] == "1.1.0" and packages[first]["action"] == "upgrade", node
-            report = await progress(temporal_client, first)
-            assert report.version == "1.1.0" and report.batch_number >= 6, report
+            report = await progress(temporal_client, first, policy)
+            assert report.version == "1.1.0" and report.batch_number >= 5, report
         finally:
             watcher.stop()
             for name in (second, first):
                 delete_package(kube_api_client, name)
             delete_policy(kube_api_client, policy)
-            await wait_closed(temporal_client, first, second)
+            await wait_closed(temporal_client, policy)
     assert watcher.changes > NODES, "the watch saw the cordons"
     assert 1 <= watcher.peak <= BUDGET, f"{watcher.peak} nodes cordoned at once; budget {BUDGET}"
+    # Wave 1 carried both Packages in one window per node; wave 2 (the upgrade) one more.
+    assert all(count == 2 for count in watcher.cordons.values()) and len(watcher.cordons) == NODES, watcher.cordons
 
 
 async def test_runtime_required_joining_node_and_pause_by_temporal_signal(
@@ -201,7 +211,7 @@ async def test_runtime_required_joining_node_and_pause_by_temporal_signal(
     labels = {"rr-fleet": fleet_label}
     spec = {"version": "1.0.0", "image": SYSCTL_IMAGE, "runtimeRequired": True,
             "nodeSelector": {"matchLabels": labels}}
-    workflow_id = keys.rollout_workflow_id(name)
+    workflow_id = names.fleet_workflow_id(None)
 
     def temporal_signal(signal: str) -> None:
         subprocess.run(
@@ -245,4 +255,4 @@ async def test_runtime_required_joining_node_and_pause_by_temporal_signal(
                        for n in fleet.node_names)
         finally:
             delete_package(kube_api_client, name)
-            await wait_closed(temporal_client, name)
+            await wait_closed(temporal_client, None)

@@ -4,7 +4,8 @@
   rollout halts at `failureThreshold` (phase Halted, condition Degraded with reason Halted and the
   threshold in its message); the fault is removed and `retry` (the contract signal) completes it.
 * The bridge is killed (SIGKILL, no Lease release) while a rollout runs and a new one takes over:
-  the rollout completes, `package/<name>` was started once, and no stage Job was created twice.
+  the rollout completes, `fleet/<policy>` was started once, every node was asked once, and no stage
+  Job was created twice.
 
 Small on purpose (6 nodes, 1 s stages, one attempt per stage through the worker's
 `NODEROLL_NODE_STAGE_ATTEMPTS`): the default test tier runs them.
@@ -26,6 +27,7 @@ from bench.scenario import IMAGE as SLEEP_IMAGE
 from bench.scenario import PACKAGES_DIR
 from fleetsim.faults import Fault, Faults
 from localstack.state import StackInfo
+from protocol import names
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.chaos import JobAudit
 from tests.helpers.fleet import running_fleet
@@ -104,7 +106,7 @@ async def test_failure_threshold_halts_and_retry_completes(
             assert len(status["erroringNodes"]) == 2 and "exit code 7" in status["erroringNodes"][0]["reason"], status
 
             fleet.options.faults.replace([])
-            await temporal_client.get_workflow_handle(keys.rollout_workflow_id(name)).signal(keys.SIGNAL_RETRY)
+            await temporal_client.get_workflow_handle(names.fleet_workflow_id(policy)).signal(keys.SIGNAL_RETRY)
 
             def ready() -> None:
                 cond = condition(read_package(kube_api_client, name), "Ready")
@@ -147,13 +149,13 @@ async def test_bridge_killed_mid_rollout_starts_nothing_twice(
 
             assert_eventually(ready, timeout=TIMEOUT, interval=0.5)
             complete_everywhere(kube_api_client, name, fleet_label)
-            query = f"WorkflowId = '{keys.rollout_workflow_id(name)}'"
+            query = f"WorkflowId = '{names.fleet_workflow_id(policy)}'"
             runs = [w.run_id async for w in temporal_client.list_workflows(query)]
             assert len(runs) == 1, runs
-            handle = temporal_client.get_workflow_handle(keys.rollout_workflow_id(name))
+            handle = temporal_client.get_workflow_handle(names.fleet_workflow_id(policy))
             starts = [e for e in (await handle.fetch_history()).events
                       if e.HasField("activity_task_scheduled_event_attributes")
-                      and e.activity_task_scheduled_event_attributes.activity_type.name == "request_node_windows"]
+                      and e.activity_task_scheduled_event_attributes.activity_type.name == "request_windows"]
             requested = [n for e in starts
                          for n in json.loads(e.activity_task_scheduled_event_attributes.input.payloads[0].data)["nodes"]]
             assert sorted(requested) == sorted(set(requested)) and len(requested) == NODES, requested

@@ -63,8 +63,14 @@ def test_cycle_is_reported_on_the_package() -> None:
     assert check.package is None and "cycle" in check.problems[0].message
 
 
-def node(name: str, labels: dict[str, str], taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    return {"metadata": {"name": name, "labels": labels}, "spec": {"taints": taints or []}}
+def node(name: str, labels: dict[str, str], taints: list[dict[str, str]] | None = None, state: str = "") -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "labels": labels}
+    if state:
+        meta["annotations"] = {"noderoll.io/state": state}
+    return {"metadata": meta, "spec": {"taints": taints or []}}
+
+
+COMPLETE_STATE = '{"packages": {"a100": {"version": "1.0", "stage": "apply", "state": "complete"}}}'
 
 
 def specs(**selectors: dict[str, str]) -> dict[str, Any]:
@@ -86,6 +92,15 @@ def specs(**selectors: dict[str, str]) -> dict[str, Any]:
         pytest.param(node("n", {"gpu": "h100"}),
                      node("n", {"gpu": "h100"}, [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]),
                      [], id="cordon-is-not-a-targeting-change"),
+        pytest.param(node("n", {"gpu": "a100"}, state=COMPLETE_STATE), node("n", {"gpu": "a100"}, state="{garbage"),
+                     ["a100"], id="state-became-unreadable"),
+        pytest.param(node("n", {"gpu": "a100"}, state="{garbage"), node("n", {"gpu": "a100"}),
+                     ["a100"], id="unreadable-state-removed"),
+        pytest.param(node("n", {"gpu": "a100"}, state="{garbage"), node("n", {"gpu": "a100"}, state="[1]"),
+                     [], id="garbage-to-other-garbage"),
+        pytest.param(node("n", {"gpu": "a100", "noderoll.io/status": "complete"}),
+                     node("n", {"gpu": "a100", "noderoll.io/status": "blocked"}),
+                     [], id="noderoll-status-label-is-not-a-targeting-change"),
     ],
 )
 def test_packages_to_notify(old: dict[str, Any] | None, new: dict[str, Any], expected: list[str]) -> None:

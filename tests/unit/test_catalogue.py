@@ -7,6 +7,7 @@ accepted there) is tests/integration/test_crd_catalogue.py.
 from __future__ import annotations
 
 import argparse
+import re
 
 import pytest
 
@@ -41,5 +42,6 @@ def test_validate_command_prints_file_kind_name_field_message(
     out = capsys.readouterr().out.splitlines()
     field, _, message = entry.expect_model.partition(": ")
     assert any(
-        line.startswith(f"{entry.path}: ") and f": {field}: " in line and message in line for line in out
+        re.match(rf"{re.escape(str(entry.path))}:\d+: ", line) and f": {field}: " in line and message in line
+        for line in out
     ), out

@@ -93,6 +93,43 @@ def test_finished_status_of_a_stage_and_its_check() -> None:
     assert both["phase"] == "Succeeded"
 
 
+def test_kubelet_conditions_overwrite_a_foreign_not_ready_and_keep_other_types() -> None:
+    marked = [{"type": "Ready", "status": "False", "lastTransitionTime": "t1"},
+              {"type": "ContainersReady", "status": "True", "lastTransitionTime": "t0"},
+              {"type": "DisruptionTarget", "status": "True", "lastTransitionTime": "t1"}]
+    pod = {"metadata": {"uid": "u1"}, "spec": {"containers": [{"name": "c"}]}, "status": {"conditions": marked}}
+    assert not podstatus.is_ready(pod)
+    conditions = {c["type"]: c for c in podstatus.kubelet_conditions(pod, True, "t2")}
+    assert {k: c["status"] for k, c in conditions.items()} == {
+        "Initialized": "True", "Ready": "True", "ContainersReady": "True", "PodScheduled": "True",
+        "DisruptionTarget": "True"}
+    assert conditions["Ready"]["lastTransitionTime"] == "t2"  # changed
+    assert conditions["ContainersReady"]["lastTransitionTime"] == "t0"  # unchanged: kept
+    assert podstatus.is_ready({"status": {"conditions": list(conditions.values())}})
+
+
+def test_running_status_after_a_reboot_restarts_containers_and_forgets_not_ready() -> None:
+    pod = {"metadata": {"uid": "u1"}, "spec": {"containers": [{"name": "c", "image": "i:1"}]}, "status": {
+        "conditions": [{"type": "Ready", "status": "False"}],
+        "containerStatuses": [{"name": "c", "restartCount": 2, "state": {"running": {"startedAt": "t0"}}}]}}
+    status = podstatus.running_status(pod, "10.0.0.1", "172.16.0.9", ("t0", "t5"), restarted=True)
+    [container] = status["containerStatuses"]
+    assert container["restartCount"] == 3 and container["state"] == {"running": {"startedAt": "t5"}}
+    assert container["lastState"]["terminated"]["exitCode"] == 255
+    assert podstatus.is_ready({"status": status})
+    assert status["podIP"] == "172.16.0.9" and status["startTime"] == "t0"
+
+
+def test_a_never_restarted_pod_running_at_a_reboot_fails() -> None:
+    pod = {"metadata": {"uid": "u1"}, "spec": {"restartPolicy": "Never", "containers": [{"name": "c"}]}, "status": {
+        "phase": "Running", "containerStatuses": [{"name": "c", "restartCount": 0, "state": {"running": {"startedAt": "t0"}}}]}}
+    status = podstatus.lost_in_reboot_status(pod, "t9")
+    assert status["phase"] == "Failed"
+    terminated = status["containerStatuses"][0]["state"]["terminated"]
+    assert (terminated["exitCode"], terminated["startedAt"], terminated["finishedAt"]) == (255, "t0", "t9")
+    assert not podstatus.is_ready({"status": status})
+
+
 def test_stage_pod_steps_run_init_containers_first() -> None:
     pod = {"metadata": {"name": "p", "namespace": "n", "labels": {}}, "spec": {
         "initContainers": [{"name": "apply", "args": ["apply"], "env": [{"name": "NODEROLL_MODE", "value": "apply"}]}],

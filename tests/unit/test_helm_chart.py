@@ -102,10 +102,12 @@ def test_chart_crds_are_copies_of_deploy_crds() -> None:
 def test_every_values_file_renders_both_processes(rendered: dict[str, list[dict[str, Any]]]) -> None:
     for name, objects in rendered.items():
         deployments = {d["metadata"]["name"].rsplit("-", 1)[1]: d for d in kinds(objects)["Deployment"]}
-        assert set(deployments) == {"worker", "bridge"}, name
+        assert set(deployments) == {"worker", "bridge", "webhook"}, name
         for process, dep in deployments.items():
             container = dep["spec"]["template"]["spec"]["containers"][0]
             assert container["args"][0] == process
+            if process == "webhook":
+                continue  # no Temporal connection (tests/unit/test_webhook_chart.py)
             env = {e["name"] for e in container["env"]}
             assert {
                 "NODEROLL_TEMPORAL_ADDRESS",
@@ -158,7 +160,7 @@ def test_servicemonitors_are_optional(rendered: dict[str, list[dict[str, Any]]])
 @needs_helm
 def test_environment_set_by_the_chart_is_read_by_the_code(rendered: dict[str, list[dict[str, Any]]]) -> None:
     sources = "".join(
-        path.read_text() for d in ("worker", "crd_bridge", "activities", "localstack", "api")
+        path.read_text() for d in ("worker", "crd_bridge", "activities", "localstack", "api", "webhook")
         for path in (ROOT / d).rglob("*.py")
     )
     extra = {e["name"] for e in yaml.safe_load((CHART / "ci" / "cloud-values.yaml").read_text())["worker"]["extraEnv"]}
@@ -213,6 +215,8 @@ def process_files(process: str) -> list[Path]:
     """Files whose Kubernetes calls run in `process`: its package plus the activity modules it imports."""
     if process == "worker":
         return module_files("activities")
+    if process == "webhook":
+        return module_files("webhook")
     files = set(module_files("crd_bridge"))
     todo = list(files)
     while todo:
@@ -310,7 +314,7 @@ def test_no_wildcards_in_rbac(rendered: dict[str, list[dict[str, Any]]]) -> None
 
 
 @needs_helm
-@pytest.mark.parametrize("process", ["worker", "bridge"])
+@pytest.mark.parametrize("process", ["worker", "bridge", "webhook"])
 def test_rbac_grants_every_call_of_the_code(rendered: dict[str, list[dict[str, Any]]], process: str) -> None:
     if process == "bridge" and not module_files("crd_bridge")[1:]:
         pytest.skip("crd_bridge has no modules yet")
@@ -326,7 +330,7 @@ def test_rbac_grants_every_call_of_the_code(rendered: dict[str, list[dict[str, A
 
 
 @needs_helm
-@pytest.mark.parametrize("process", ["worker", "bridge"])
+@pytest.mark.parametrize("process", ["worker", "bridge", "webhook"])
 def test_rbac_grants_nothing_the_code_does_not_call(
     rendered: dict[str, list[dict[str, Any]]], process: str
 ) -> None:

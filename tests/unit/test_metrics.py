@@ -147,9 +147,10 @@ def test_node_counts_from_state_annotations() -> None:
                                     "other": {"version": "2.0.0", "stage": "apply", "state": "erroring"}}})
     counts = metrics.node_counts(pkg, [done, done, busy, None, "{garbage"])
     assert counts == [
+        metrics.NodeCount("blocked", "none", 1),  # unreadable: the node is held
         metrics.NodeCount("complete", "config", 2),
         metrics.NodeCount("in_progress", "apply", 1),
-        metrics.NodeCount("waiting", "none", 2),
+        metrics.NodeCount("waiting", "none", 1),
     ]
 
 

@@ -13,6 +13,7 @@ from api.node_state import (
     changed_config_keys,
     config_hashes,
     dump_node_state,
+    held_reason,
     parse_node_state,
 )
 
@@ -58,7 +59,7 @@ def test_nothing_recorded(raw: str | None) -> None:
 @pytest.mark.parametrize(
     ("raw", "message"),
     [
-        ("{not json", "annotation is not JSON"),
+        ("{not json", "not JSON"),
         ("[1, 2]", "not a JSON object"),
         ('{"packages": {"a": {"state": "complete"}}}', "packages.a.version"),
         ('{"packages": {"a": {"version": "1", "stage": "dance"}}}', "packages.a.stage"),
@@ -67,7 +68,10 @@ def test_nothing_recorded(raw: str | None) -> None:
 def test_garbage_is_reported_not_raised(raw: str, message: str) -> None:
     state, error = parse_node_state(raw)
     assert state == NodeState()
-    assert error is not None and message in error and "treating as nothing recorded" in error
+    assert error is not None and message in error
+    # Whoever reads it holds the node and says why, naming the annotation.
+    reason = held_reason(error)
+    assert reason.startswith("noderoll.io/state unreadable: ") and message in reason and "held" in reason
 
 
 def test_unknown_fields_are_ignored_for_forward_compatibility() -> None:

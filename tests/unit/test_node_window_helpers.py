@@ -120,19 +120,21 @@ def test_job_manifest_follows_the_stage_pod_contract() -> None:
     assert env["NODEROLL_INTERRUPT"] == '{"services": [], "type": "reboot"}'
     assert env["NODEROLL_ROOT"] == "/host" and env["NODEROLL_CONFIG_DIR"] == "/noderoll-config"
     assert env["EXTRA"] == "1" and env["NODEROLL_MODE"] == "interrupt"
-    assert {"name": "config", "configMap": {"name": "nr-x"}} in pod["volumes"]
+    # An interrupt needs no package files: no copy container, no ConfigMap, only the host root.
+    assert [v["name"] for v in pod["volumes"]] == ["host"]
     assert spec["template"]["metadata"]["labels"]["noderoll.io/component"] == "stage"
 
 
 def test_a_stage_and_its_check_run_in_one_pod() -> None:
     manifest = job_manifest(a_job(check="apply-check"), "nr-x")
     pod = manifest["spec"]["template"]["spec"]
-    [stage], [check] = pod["initContainers"], pod["containers"]
+    [copy, stage], [check] = pod["initContainers"], pod["containers"]
+    assert copy["name"] == "package" and copy["image"] == "registry.local/driver:550"
     assert (stage["name"], stage["args"], check["name"], check["args"]) == (
         "apply", ["apply"], "apply-check", ["apply-check"])
     assert {e["name"]: e["value"] for e in check["env"]}["NODEROLL_MODE"] == "apply-check"
-    # No config: no ConfigMap volume (and ensure_job creates no ConfigMap).
-    assert [v["name"] for v in pod["volumes"]] == ["host"]
+    # No config: no config volume; the node metadata comes only when ensure_job made its ConfigMap.
+    assert [v["name"] for v in pod["volumes"]] == ["host", "package"]
     assert manifest["metadata"]["labels"]["noderoll.io/mode"] == "apply"
 
 

@@ -14,7 +14,7 @@ from api.policy import DeploymentPolicySpec
 from fleetsim.context import PREFIX_LABEL
 from fleetsim.workloads import PROTECTED_LABEL
 from planning.fleet_status import FleetProgress, NodeProgress
-from planning.status import RolloutProgress, render_package_status
+from planning.status import RolloutProgress, package_view, render_package_status
 from worker.demo_resources import DemoNames, DemoTuning, demo_objects, interrupt_word
 from worker.demo_summary import NodeEvidence, Outcome, fleet_summary, packages_summary
 from worker.demo_view import LiveSnapshot, change_lines, observe, render_live
@@ -27,6 +27,7 @@ from worker.progress_view import (
     nodes_json,
     nodes_table,
     package_detail,
+    packages_table,
     progress_json,
 )
 
@@ -165,6 +166,20 @@ def test_disruptions_text(nodes: dict[str, NodeProgress], word: str, expected: s
     assert disruptions_text(nodes, word) == expected
 
 
+def test_a_complete_rollout_with_a_blocked_node_shows_blocked_and_names_it_everywhere() -> None:
+    reason = "noderoll.io/state unreadable: not JSON (Expecting value at position 0); node held"
+    progress = _progress(phase=RolloutPhase.COMPLETE, counts={"complete": 3, "blocked": 1}, erroring={},
+                         blocked={"n-3": reason})
+    # From the fleet's query (what `noderoll status` gets) and from the Package status (its fallback): the same.
+    for view in (PackageView("pkg", package_view(progress), "temporal query"),
+                 PackageView("pkg", progress_from_status(render_package_status(progress, 1)), "Package status")):
+        assert view.progress.phase is RolloutPhase.BLOCKED and not is_finished(view.progress)
+        table = _text(packages_table([view]))
+        assert "Blocked" in table and "n-3" in table and "unreadable" in table
+        detail = _text(package_detail(view))
+        assert "blocked nodes" in detail and "n-3" in detail and "held" in detail
+
+
 def test_nodes_rendering_shows_fleet_state_and_disruptions() -> None:
     nodes = [_node("n-0", State.COMPLETE, None), _node("n-1", State.ERRORING)]
     nodes[1].packages["pkg"] = nodes[1].packages["pkg"].model_copy(update={"last_error": "exit 7"})
@@ -277,3 +292,15 @@ def test_cli_contract_names(argv: list[str], expected: dict[str, object]) -> Non
     assert callable(args.func)
     for key, value in expected.items():
         assert getattr(args, key) == value, key
+
+
+def test_status_of_one_package_shows_its_limits_and_which_are_defaults() -> None:
+    from api.package import Limits
+
+    view = PackageView("pkg", _progress(), "temporal query", limits=Limits(protected_pods_timeout_seconds=7200))
+    detail = _text(package_detail(view))
+    assert "limits" in detail
+    assert "protected pods 7200 s, stage 1800 s (default), interrupt 900 s (default)" in detail
+    assert progress_json(view)["limits"]["protectedPodsTimeoutSeconds"] == {"seconds": 7200, "default": False}
+    assert progress_json(view)["limits"]["stageTimeoutSeconds"] == {"seconds": 1800, "default": True}
+    assert "limits" not in progress_json(PackageView("pkg", _progress(), "temporal query"))

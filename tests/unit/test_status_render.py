@@ -10,7 +10,9 @@ from api.enums import CanaryPhase, RolloutPhase
 from api.problems import ValidationProblem
 from api.status import PackageStatus
 from planning.status import (
+    BLOCKED_SHOWN,
     RolloutProgress,
+    package_view,
     render_invalid_package_status,
     render_package_status,
     render_policy_status,
@@ -81,6 +83,76 @@ def test_erroring_and_blocked_nodes_are_listed_and_degrade() -> None:
     degraded = conditions(status)["Degraded"]
     assert degraded["status"] == "True" and degraded["reason"] == "NodesErroring"
     assert "1 node(s) erroring" in degraded["message"] and "1 node(s) blocked" in degraded["message"]
+
+
+TAINT = "taints not tolerated: dedicated=infer:NoSchedule"
+
+
+def blocked_progress(phase: RolloutPhase = RolloutPhase.COMPLETE, **blocked: str) -> RolloutProgress:
+    return RolloutProgress(phase=phase, version="1.0.0", total_nodes=2 + len(blocked),
+                           counts={"complete": 2, "blocked": len(blocked)}, blocked=blocked, updated_at=T0)
+
+
+def test_complete_with_a_blocked_node_is_not_ready_and_names_it() -> None:
+    status = render_package_status(blocked_progress(n3=TAINT), generation=4)
+    ready = conditions(status)["Ready"]
+    assert (ready["status"], ready["reason"], ready["observedGeneration"]) == ("False", "NodesBlocked", 4)
+    assert ready["message"] == f"2/3 nodes complete; 1 node(s) blocked: n3 ({TAINT})"
+    # The phase says it too (printer column), and so does the message (wide printer column).
+    assert status["phase"] == "Blocked" and status["message"] == f"1 node(s) blocked: n3 ({TAINT})"
+    assert status["blockedNodes"] == [{"node": "n3", "reason": TAINT}] and status["progress"] == "2/3"
+    degraded = conditions(status)["Degraded"]
+    assert (degraded["status"], degraded["reason"]) == ("True", "NodesBlocked")
+    assert conditions(status)["Progressing"]["status"] == "False"
+
+
+def test_ready_as_soon_as_the_block_lifts() -> None:
+    blocked = render_package_status(blocked_progress(n3=TAINT), 1)
+    lifted = RolloutProgress(phase=RolloutPhase.COMPLETE, version="1.0.0", total_nodes=3, counts={"complete": 3},
+                             updated_at=T1)
+    status = render_package_status(lifted, 1, previous=blocked)
+    ready = conditions(status)["Ready"]
+    assert (ready["status"], ready["reason"], ready["lastTransitionTime"]) == ("True", "Complete", T1)
+    assert status["phase"] == "Complete" and status["blockedNodes"] == []
+
+
+def test_blocked_nodes_in_the_ready_message_are_capped() -> None:
+    long_reason = "noderoll.io/state unreadable: " + "x" * 500
+    blocked = {f"n{i:02d}": long_reason for i in range(BLOCKED_SHOWN + 3)}
+    status = render_package_status(blocked_progress(**blocked), 1)
+    message = conditions(status)["Ready"]["message"]
+    assert f"{BLOCKED_SHOWN + 3} node(s) blocked" in message and "and 3 more (see status.blockedNodes)" in message
+    assert all(f"n{i:02d}" in message for i in range(BLOCKED_SHOWN)) and f"n{BLOCKED_SHOWN:02d}" not in message
+    assert len(message) < 1500 and "..." in message
+    assert len(status["blockedNodes"]) == BLOCKED_SHOWN + 3  # the status itself lists every one
+
+
+@pytest.mark.parametrize(
+    ("phase", "reason"),
+    [
+        pytest.param(RolloutPhase.PROGRESSING, "NodesBlocked", id="progressing"),
+        pytest.param(RolloutPhase.PAUSED, "NodesBlocked", id="paused"),
+        pytest.param(RolloutPhase.HALTED, "Halted", id="halted-says-more"),
+        pytest.param(RolloutPhase.FAILED, "Failed", id="failed-says-more"),
+    ],
+)
+def test_blocked_nodes_keep_ready_false_whatever_the_phase(phase: RolloutPhase, reason: str) -> None:
+    progress = blocked_progress(phase, n3=TAINT)
+    progress.message = "batch 2 of 3"
+    status = render_package_status(progress, 1)
+    ready = conditions(status)["Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", reason)
+    assert ready["message"] == f"2/3 nodes complete; batch 2 of 3; 1 node(s) blocked: n3 ({TAINT})"
+    assert status["phase"] == phase.value and status["message"] == "batch 2 of 3"
+
+
+def test_package_view_changes_only_a_complete_rollout_with_blocked_nodes() -> None:
+    plain = RolloutProgress(phase=RolloutPhase.COMPLETE)
+    assert package_view(plain) is plain
+    shown = package_view(blocked_progress(n3=TAINT))
+    assert shown.phase is RolloutPhase.BLOCKED and "n3" in shown.message
+    said = package_view(blocked_progress(n3=TAINT)).message
+    assert package_view(package_view(blocked_progress(n3=TAINT))).message == said
 
 
 def test_transition_time_kept_while_status_unchanged() -> None:

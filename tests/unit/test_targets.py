@@ -58,10 +58,55 @@ def test_additional_tolerations_and_runtime_required_taint() -> None:
 
 
 def test_nodes_already_at_the_spec_are_done() -> None:
-    nodes = [NodeView("a", GPU, state_annotation=recorded("1.0.0")), NodeView("b", GPU, state_annotation=recorded("0.9.0")),
-             NodeView("c", GPU, state_annotation="{garbage")]
+    nodes = [NodeView("a", GPU, state_annotation=recorded("1.0.0")), NodeView("b", GPU, state_annotation=recorded("0.9.0"))]
     selection = select_targets(TargetQuery("pkg", spec(), nodes))
-    assert selection.done == ["a"] and len(selection.eligible) == 3
+    assert selection.done == ["a"] and len(selection.eligible) == 2
+
+
+UNREADABLE = [
+    pytest.param("{garbage", "not JSON", id="not-json"),
+    pytest.param("[1, 2, 3]", "not a JSON object", id="json-list"),
+    # Another package's entry in a vocabulary this noderoll does not know: the window would drop it.
+    pytest.param(json.dumps({"packages": {"other": {"version": "1", "stage": "warp"}}}), "packages.other.stage",
+                 id="unknown-stage-of-another-package"),
+]
+
+
+@pytest.mark.parametrize(("raw", "problem"), UNREADABLE)
+def test_a_node_with_an_unreadable_state_is_held_blocked_with_the_reason(raw: str, problem: str) -> None:
+    nodes = [NodeView("a", GPU), NodeView("b", GPU, state_annotation=raw), NodeView("c", {"pool": "cpu"}, state_annotation=raw)]
+    selection = select_targets(TargetQuery("pkg", spec(), nodes, check_dependencies=True))
+    assert [n.name for n in selection.eligible] == ["a"] and selection.done == []
+    # Only candidates are reported: a node outside the selector is nobody's business here.
+    assert list(selection.blocked) == ["b"]
+    assert selection.blocked["b"].startswith("noderoll.io/state unreadable: ") and problem in selection.blocked["b"]
+
+
+def test_a_complete_node_whose_state_turned_to_garbage_is_no_longer_done() -> None:
+    garbage = recorded("1.0.0")[:-3]  # the complete record, cut short
+    selection = select_targets(TargetQuery("pkg", spec(), [NodeView("a", GPU, state_annotation=garbage)]))
+    assert selection.done == [] and selection.eligible == [] and list(selection.blocked) == ["a"]
+
+
+def test_an_unreadable_state_is_held_before_taints_and_for_an_uninstall() -> None:
+    node = NodeView("a", GPU, [taint("dedicated")], state_annotation="{garbage")
+    held = select_targets(TargetQuery("pkg", spec(), [node]))
+    assert "unreadable" in held.blocked["a"]
+    uninstall = select_targets(TargetQuery("pkg", spec(uninstall={"enabled": True}), [node], uninstall=True))
+    assert "unreadable" in uninstall.blocked["a"] and uninstall.eligible == []
+
+
+def test_a_node_whose_window_is_in_flight_is_not_held() -> None:
+    # Garbled while our window runs: that window writes the node's state next, so it stays ours.
+    node = NodeView("a", GPU, state_annotation="{garbage")
+    selection = select_targets(TargetQuery("pkg", spec(), [node], in_flight=frozenset({"a"})))
+    assert [n.name for n in selection.eligible] == ["a"] and selection.blocked == {}
+
+
+def test_rollouts_recorded_before_the_hold_read_garbage_as_nothing_recorded() -> None:
+    node = NodeView("a", GPU, state_annotation="{garbage")
+    selection = select_targets(TargetQuery("pkg", spec(), [node], hold_malformed=False))
+    assert [n.name for n in selection.eligible] == ["a"] and selection.blocked == {}
 
 
 def test_done_node_is_not_blocked_by_a_transient_taint() -> None:

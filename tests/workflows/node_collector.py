@@ -1,10 +1,12 @@
-"""A stand-in rollout for node workflow tests: collects `node_result` signals. Deterministic."""
+"""A stand-in rollout or fleet for node workflow tests: collects `node_result` and `window_result`. Deterministic."""
 
 from __future__ import annotations
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from protocol.fleet import WindowResult
+    from protocol.names import SIGNAL_WINDOW_RESULT
     from workflows.messages import SIGNAL_NODE_RESULT, NodeResult
 
 
@@ -14,6 +16,7 @@ class ResultCollector:
 
     def __init__(self) -> None:
         self.results: list[NodeResult] = []
+        self.windows: list[WindowResult] = []
         self.done = False
 
     @workflow.run
@@ -24,6 +27,14 @@ class ResultCollector:
     @workflow.signal(name=SIGNAL_NODE_RESULT)
     def node_result(self, result: NodeResult) -> None:
         self.results.append(result)
+
+    @workflow.signal(name=SIGNAL_WINDOW_RESULT)
+    def window_result(self, result: WindowResult) -> None:
+        self.windows.append(result)
+
+    @workflow.query
+    def collected_windows(self) -> list[WindowResult]:
+        return self.windows
 
     @workflow.signal
     def stop(self) -> None:

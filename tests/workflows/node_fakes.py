@@ -19,6 +19,8 @@ from activities.io import (
     CordonNodeResult,
     DrainNodeInput,
     DrainNodeResult,
+    MarkBlockedNodesInput,
+    MarkBlockedNodesResult,
     NodeInput,
     ReadNodeResult,
     RunInterruptInput,
@@ -132,7 +134,13 @@ class FakeNode:
             self.boot_id = f"boot-{uuid.uuid4().hex[:6]}"
         return RunInterruptResult(job_name(input.job), code, boot_id_after=self.boot_id)
 
+    @activity.defn(name="mark_blocked_nodes")
+    def mark_blocked_nodes(self, input: MarkBlockedNodesInput) -> MarkBlockedNodesResult:
+        self.calls.append(("mark_blocked_nodes", input))
+        return MarkBlockedNodesResult([m.node for m in input.marks])
+
     def activities(self) -> list[Callable[..., Any]]:
         """Every fake, for `Worker(activities=...)`."""
         return [self.read_node, self.cordon_node, self.uncordon_node, self.write_node_state,
-                self.wait_protected_pods, self.drain_node, self.run_stage_job, self.run_interrupt]
+                self.wait_protected_pods, self.drain_node, self.run_stage_job, self.run_interrupt,
+                self.mark_blocked_nodes]

@@ -2,7 +2,8 @@
 
 `FakeFleet` plays the Kubernetes listing and the node workflows: `request_node_windows` records
 every request and, for nodes in `auto`, answers at once with `node_result` (erroring for nodes in
-`fail`); the test answers the other nodes itself with `answer`.
+`fail`); the test answers the other nodes itself with `answer`. `mark_blocked_nodes` records the
+marks and applies them to the listed nodes as the real activity would (`planning.node_marks`).
 """
 
 from __future__ import annotations
@@ -12,10 +13,19 @@ from dataclasses import dataclass, field
 from temporalio import activity
 from temporalio.client import Client
 
-from activities.io import ListTargetNodesInput, ListTargetNodesResult, NodeSnapshot, RequestNodeWindowsInput
+from activities.io import (
+    ListTargetNodesInput,
+    ListTargetNodesResult,
+    MarkBlockedNodesInput,
+    MarkBlockedNodesResult,
+    NodeSnapshot,
+    RequestNodeWindowsInput,
+)
 from api.enums import State
 from api.keys import QUERY_PROGRESS
+from planning.node_marks import NodeMark, decide_mark
 from planning.status import RolloutProgress
+from planning.targets import NodeView
 from workflows.messages import SIGNAL_NODE_RESULT, NodeRequest, NodeResult
 
 
@@ -28,6 +38,7 @@ class FakeFleet:
     fail: set[str] = field(default_factory=set)
     requests: list[tuple[str, NodeRequest]] = field(default_factory=list)
     calls: list[list[str]] = field(default_factory=list)
+    marks: list[NodeMark] = field(default_factory=list)
 
     @classmethod
     def of(cls, count: int, prefix: str = "n", **kwargs: object) -> FakeFleet:
@@ -48,7 +59,28 @@ class FakeFleet:
                     failed = node in self.fail
                     await answer(activity.client(), node, request, State.ERRORING if failed else State.COMPLETE)
 
-        return [list_target_nodes, request_node_windows]
+        return [list_target_nodes, request_node_windows, self.mark_activity()]
+
+    def mark_activity(self) -> object:
+        @activity.defn(name="mark_blocked_nodes")
+        async def mark_blocked_nodes(input: MarkBlockedNodesInput) -> MarkBlockedNodesResult:
+            written = []
+            for mark in input.marks:
+                self.marks.append(mark)
+                node = next(n for n in self.nodes if n.name == mark.node)
+                view = NodeView(node.name, node.labels, node.taints, node.state_annotation, node.status_label,
+                                node.state_malformed)
+                write = decide_mark(mark, view)
+                if write is None:
+                    continue
+                if write.set_label:
+                    node.status_label = write.label or ""
+                if write.malformed is not None:
+                    node.state_malformed = write.malformed
+                written.append(node.name)
+            return MarkBlockedNodesResult(written)
+
+        return mark_blocked_nodes
 
     def requested(self) -> list[str]:
         return [node for node, _ in self.requests]
@@ -57,8 +89,8 @@ class FakeFleet:
         return [r for n, r in self.requests if n == node][-1]
 
 
-async def answer(client: Client, node: str, request: NodeRequest, state: State) -> None:
-    """Answer `request` on `node` as its node workflow would."""
+async def answer(client: Client, node: str, request: NodeRequest, state: State, held: bool = False) -> None:
+    """Answer `request` on `node` as its node workflow would (`held`: its state could not be read)."""
     await client.get_workflow_handle(request.rollout_workflow_id).signal(
         SIGNAL_NODE_RESULT,
         NodeResult(
@@ -68,6 +100,7 @@ async def answer(client: Client, node: str, request: NodeRequest, state: State) 
             request_id=request.request_id,
             state=state.value,
             message="" if state is State.COMPLETE else "apply failed: exit 7",
+            held=held,
         ),
     )
 
@@ -100,7 +133,7 @@ class RebootingFleet(FakeFleet):
                 self.requests.append((node, request))
                 self.outstanding[node] = request
 
-        return [list_target_nodes, request_node_windows]
+        return [list_target_nodes, request_node_windows, self.mark_activity()]
 
     def _snapshot(self, node: NodeSnapshot) -> NodeSnapshot:
         if node.name not in self.outstanding:

@@ -106,6 +106,8 @@ async def test_one_window_per_node_for_three_packages(temporal_test_env: Workflo
         report = await settled(handle)
         assert sorted(nodes.requested()) == sorted(nodes.nodes)
         assert all(nodes.carried(n) == [["driver", "kernel", "tuned"]] for n in nodes.nodes)
+        # SKYHOOK_NODE_ORDER: each node's position in the order the wave asked them.
+        assert sorted(r.node_order for _, r in nodes.requests) == list(range(12))
         assert all(p.drains == 1 and p.interrupts == 1 and p.windows == 1 for p in report.nodes.values())
         assert {n: r.phase for n, r in report.packages.items()} == dict.fromkeys(
             ["driver", "kernel", "tuned"], RolloutPhase.COMPLETE)

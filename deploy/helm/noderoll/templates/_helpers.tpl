@@ -35,6 +35,36 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end -}}
 
+{{/* The agent image the worker pins for stage pods (NODEROLL_AGENT_IMAGE). */}}
+{{- define "noderoll.agentImage" -}}
+{{- $a := .Values.stagePods.agentImage -}}
+{{- $tag := default .Chart.AppVersion $a.tag -}}
+{{- if $a.digest -}}
+{{ $a.repository }}@{{ $a.digest }}
+{{- else -}}
+{{ $a.repository }}:{{ $tag }}
+{{- end -}}
+{{- end -}}
+
+{{/* What the worker adds to every stage pod (activities/stage_pod.py; docs/operations.md). */}}
+{{- define "noderoll.stagePodEnv" -}}
+{{- $s := .Values.stagePods -}}
+- name: NODEROLL_AGENT_IMAGE
+  value: {{ include "noderoll.agentImage" . | quote }}
+{{- with $s.imagePullSecrets }}
+{{- $names := list }}
+{{- range . }}{{ $names = append $names .name }}{{ end }}
+- name: NODEROLL_IMAGE_PULL_SECRETS
+  value: {{ join "," $names | quote }}
+{{- end }}
+- name: NODEROLL_STAGE_HOST_NETWORK
+  value: {{ $s.hostNetwork | toString | quote }}
+{{- with $s.priorityClassName }}
+- name: NODEROLL_STAGE_PRIORITY_CLASS
+  value: {{ . | quote }}
+{{- end }}
+{{- end -}}
+
 {{/* Environment shared by the worker and the bridge: Temporal connection, metrics port, log level. */}}
 {{- define "noderoll.env" -}}
 {{- $root := .root -}}
@@ -107,6 +137,11 @@ spec:
         {{- end }}
     spec:
       serviceAccountName: {{ $full }}-{{ .name }}
+      {{- if $c.hostNetwork }}
+      # The node's network namespace: where pods cannot reach Temporal or the apiserver otherwise.
+      hostNetwork: true
+      dnsPolicy: ClusterFirstWithHostNet
+      {{- end }}
       {{- with $root.Values.imagePullSecrets }}
       imagePullSecrets:
         {{- toYaml . | nindent 8 }}
@@ -127,6 +162,9 @@ spec:
             {{- end }}
           env:
             {{- include "noderoll.env" (dict "root" $root "component" $c) | nindent 12 }}
+            {{- if eq .name "worker" }}
+            {{- include "noderoll.stagePodEnv" $root | nindent 12 }}
+            {{- end }}
             {{- if and (eq .name "bridge") $root.Values.leaderElection.enabled }}
             # The leader Lease lives in the release namespace (Role below), not in noderoll-system.
             - name: NODEROLL_LEASE_NAMESPACE

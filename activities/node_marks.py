@@ -1,0 +1,94 @@
+"""`mark_blocked_nodes`: show on nodes that no window can update that they are blocked. Does I/O.
+
+The decision is pure (`planning.node_marks.decide_mark`), made again here on the node as read right
+before the write; every write carries that read's resourceVersion, so a node written by anyone in
+between (a node window starting: label `in-progress`) is read and decided again instead of being
+overwritten (409). Nothing is written while a window runs on the node: the node workflow stays the
+single writer of a node in a window. Per node, in this order: the `noderoll.io/status` label (a
+merge patch), the condition `noderoll.io/StateMalformed` (a strategic merge patch of the status:
+conditions merge by type, so the kubelet's and the window's stay), then the Event (named after a
+digest of the annotation, so a repeated mark records it once). A node that no longer exists is
+skipped. Idempotent: a repeated call finds everything shown already and writes nothing.
+"""
+
+from __future__ import annotations
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from temporalio import activity
+
+from activities import kube
+from activities.io import MarkBlockedNodesInput, MarkBlockedNodesResult, NodeEvent
+from activities.nodes import CONFLICT_RETRIES, emit_event, node_condition
+from api.keys import CONDITION_STATE_MALFORMED, NODE_STATE_ANNOTATION, NODE_STATUS_LABEL
+from planning.node_marks import NodeMark, decide_mark
+from planning.targets import NodeView
+
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
+
+
+def marked_view(node: client.V1Node) -> NodeView:
+    """The parts of a Node that `decide_mark` reads (the whole state annotation). Pure conversion."""
+    meta = node.metadata
+    conditions = (node.status.conditions if node.status else None) or []
+    return NodeView(
+        name=meta.name,
+        labels=dict(meta.labels or {}),
+        state_annotation=(meta.annotations or {}).get(NODE_STATE_ANNOTATION, ""),
+        status_label=(meta.labels or {}).get(NODE_STATUS_LABEL, ""),
+        state_malformed=any(c.type == CONDITION_STATE_MALFORMED and c.status == "True" for c in conditions),
+    )
+
+
+def _read(name: str) -> client.V1Node | None:
+    try:
+        return kube.core().read_node(name)
+    except ApiException as err:
+        if kube.is_not_found(err):
+            return None
+        kube.raise_for(err, f"read node {name}")
+
+
+def _mark_one(mark: NodeMark) -> bool:
+    """Decide on a fresh read and write; True when something was written."""
+    core = kube.core()
+    for _ in range(CONFLICT_RETRIES):
+        node = _read(mark.node)
+        if node is None:
+            return False
+        write = decide_mark(mark, marked_view(node))
+        if write is None:
+            return False
+        version = node.metadata.resource_version
+        try:
+            if write.set_label:
+                patch = {"metadata": {"labels": {NODE_STATUS_LABEL: write.label}, "resourceVersion": version}}
+                version = core.patch_node(mark.node, patch, _content_type=MERGE_PATCH).metadata.resource_version
+            if write.malformed is not None:
+                condition = node_condition(CONDITION_STATE_MALFORMED, write.malformed, write.condition_reason,
+                                           write.condition_message)
+                patch = {"metadata": {"resourceVersion": version}, "status": {"conditions": [condition]}}
+                core.patch_node_status(mark.node, patch, _content_type=STRATEGIC_PATCH)
+        except ApiException as err:
+            if kube.is_conflict(err):
+                continue  # written in between (a window starting?): read and decide again
+            if kube.is_not_found(err):
+                return False
+            kube.raise_for(err, f"mark node {mark.node} {mark.kind.value}")
+        if write.event is not None:
+            event = write.event
+            emit_event(mark.node, NodeEvent(event.reason, event.message, event.key, event.warning))
+        return True
+    raise RuntimeError(f"mark node {mark.node}: still conflicting after {CONFLICT_RETRIES} attempts")
+
+
+@activity.defn(name="mark_blocked_nodes")
+def mark_blocked_nodes(input: MarkBlockedNodesInput) -> MarkBlockedNodesResult:
+    """Write each mark that still applies (module docstring); heartbeats once per node."""
+    result = MarkBlockedNodesResult()
+    for mark in input.marks:
+        if _mark_one(mark):
+            result.written.append(mark.node)
+        activity.heartbeat(mark.node)
+    return result

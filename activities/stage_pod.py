@@ -1,0 +1,299 @@
+"""The stage pod: the Job manifest of one stage (and its check) or interrupt, and its worker settings. Pure.
+
+Shape (as NodeWright's package pods; docs/architecture.md, "The stage pod contract"):
+
+* init container `package`: the Package's image, `/bin/sh -c` copying its package folder
+  (`/noderoll-package`, else NodeWright's `/skyhook-package`) into the pod's `package` emptyDir.
+  Any image with a shell works: a NodeWright image (busybox plus files), or one built FROM noderoll's
+  package-base;
+* one agent container per mode, in order: noderoll's agent image (the worker's pinned
+  `--agent-image`, or the Package's `agentImage`), `args: [<mode>]`, the stage as an init container
+  and its check as the pod's container, so the check starts only after the stage succeeded and the
+  container that failed names the mode; an interrupt pod has only its `interrupt` agent container;
+* volumes: the host root (`/host`), the package copy (`/noderoll-package`), the package's config
+  (`/noderoll-config`) and the node's metadata (`/noderoll-node-metadata`), the last two projected
+  from the Job's ConfigMap (an interrupt pod has the host root only, and no ConfigMap);
+* NodeWright's environment: `SKYHOOK_RESOURCE_ID` (`<package>-<uid>-<generation>_<package>_<version>`,
+  NodeWright's form with the Package in place of the Skyhook) and `SKYHOOK_NODE_ORDER`.
+
+Worker settings (`StagePodSettings`, from `noderoll worker` flags or the environment) pin the agent
+image and add image pull secrets, host networking and a priority class to every stage pod.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+from activities.io import StageJob
+from api.keys import PACKAGE_POD_NAMESPACE
+
+
+def _release() -> str:
+    """The installed noderoll's version: the worker pins the agent image it was released with."""
+    try:
+        return metadata.version("noderoll")
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "0.1.0"
+
+
+AGENT_VERSION = _release()
+
+DEFAULT_AGENT_IMAGE = f"ghcr.io/noderoll/agent:{AGENT_VERSION}"
+HOST_ROOT = "/host"
+CONFIG_DIR = "/noderoll-config"
+METADATA_DIR = "/noderoll-node-metadata"
+PACKAGE_DIR = "/noderoll-package"
+# Where the copy container sees the emptyDir (its own /noderoll-package must stay visible).
+PACKAGE_COPY_DIR = "/noderoll-package-copy"
+PACKAGE_CONTAINER = "package"
+# Keys of the node metadata in the Job's ConfigMap (config keys may not start with `noderoll.`).
+METADATA_PREFIX = "noderoll.node-metadata."
+METADATA_FILES = ("labels.json", "annotations.json", "packages.json")
+TTL_SECONDS_AFTER_FINISHED = 7 * 24 * 3600
+LABEL_PACKAGE = "noderoll.io/package"
+LABEL_NODE = "noderoll.io/node"
+LABEL_MODE = "noderoll.io/mode"
+LABEL_COMPONENT = "noderoll.io/component"
+ANNOTATION_VERSION = "noderoll.io/package-version"
+# The copy: the first folder holding a config.json; its contents, dotfiles included. Exit 66 is the
+# agent's "no config.json" code, and the last line has the agent's FAILED form for the log tail.
+COPY_SCRIPT = (
+    f"for d in {PACKAGE_DIR} /skyhook-package; do "
+    f'if [ -f "$d/config.json" ]; then cd "$d" && cp -R . {PACKAGE_COPY_DIR}/ && '
+    'echo "noderoll: copied package from $d" && exit 0; '
+    'echo "noderoll-agent: FAILED: copying $d into the pod failed" >&2; exit 71; fi; done; '
+    f'echo "noderoll-agent: FAILED: image has no {PACKAGE_DIR}/config.json or /skyhook-package/config.json" >&2; '
+    "exit 66"
+)
+
+
+@dataclass(frozen=True)
+class StagePodSettings:
+    """What the worker adds to every stage pod."""
+
+    agent_image: str = DEFAULT_AGENT_IMAGE
+    image_pull_secrets: tuple[str, ...] = ()
+    host_network: bool = False
+    priority_class_name: str = ""
+
+
+@dataclass(frozen=True)
+class StagePodIdentity:
+    """What the activity learns at Job creation: the Package's uid and generation (for
+    SKYHOOK_RESOURCE_ID) and whether the Job has a ConfigMap with the node's metadata."""
+
+    package_uid: str = ""
+    generation: int = 0
+    metadata: bool = False
+
+
+@dataclass
+class _Settings:
+    current: StagePodSettings | None = None
+
+
+_SETTINGS = _Settings()
+ENV_AGENT_IMAGE = "NODEROLL_AGENT_IMAGE"
+ENV_PULL_SECRETS = "NODEROLL_IMAGE_PULL_SECRETS"
+ENV_HOST_NETWORK = "NODEROLL_STAGE_HOST_NETWORK"
+ENV_PRIORITY_CLASS = "NODEROLL_STAGE_PRIORITY_CLASS"
+
+
+def settings_from_env(env: dict[str, str] | None = None) -> StagePodSettings:
+    """Settings from `NODEROLL_AGENT_IMAGE`, `NODEROLL_IMAGE_PULL_SECRETS` (comma-separated),
+    `NODEROLL_STAGE_HOST_NETWORK` (true/false) and `NODEROLL_STAGE_PRIORITY_CLASS`. Pure."""
+    values = os.environ if env is None else env
+    return StagePodSettings(
+        agent_image=values.get(ENV_AGENT_IMAGE) or DEFAULT_AGENT_IMAGE,
+        image_pull_secrets=tuple(s.strip() for s in values.get(ENV_PULL_SECRETS, "").split(",") if s.strip()),
+        host_network=values.get(ENV_HOST_NETWORK, "").lower() in ("1", "true", "yes"),
+        priority_class_name=values.get(ENV_PRIORITY_CLASS, ""),
+    )
+
+
+def configure(settings: StagePodSettings) -> None:
+    """Set the settings of this worker process (`noderoll worker` does at start)."""
+    _SETTINGS.current = settings
+
+
+def current_settings() -> StagePodSettings:
+    """The configured settings, else those of the environment."""
+    if _SETTINGS.current is None:
+        _SETTINGS.current = settings_from_env()
+    return _SETTINGS.current
+
+
+def agent_image(job: StageJob, settings: StagePodSettings) -> str:
+    """The Package's `agentImage`, else the worker's pinned one. Pure."""
+    return job.agent_image or settings.agent_image
+
+
+def image_tag(image: str) -> str:
+    """The tag (or digest) of an image reference, "" when it has neither. Pure."""
+    if "@" in image:
+        return image.split("@", 1)[1]
+    last = image.rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else ""
+
+
+def resource_id(job: StageJob, identity: StagePodIdentity) -> str:
+    """NodeWright's SKYHOOK_RESOURCE_ID with the Package in place of the Skyhook. Pure."""
+    return f"{job.package}-{identity.package_uid}-{identity.generation}_{job.package}_{job.version}"
+
+
+def modes(job: StageJob) -> list[str]:
+    """The modes the Job's pod runs, in order: the stage, then its check when it has one. Pure."""
+    return [job.mode] if not job.check else [job.mode, job.check]
+
+
+def labels(job: StageJob) -> dict[str, str]:
+    """The Job's and its pod's labels. Pure."""
+    return {LABEL_PACKAGE: job.package, LABEL_NODE: job.node, LABEL_MODE: job.mode, LABEL_COMPONENT: "stage"}
+
+
+def _env(job: StageJob, mode: str, identity: StagePodIdentity) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        {"name": "NODEROLL_PACKAGE", "value": job.package},
+        {"name": "NODEROLL_VERSION", "value": job.version},
+        {"name": "NODEROLL_NODE", "value": job.node},
+        {"name": "NODEROLL_MODE", "value": mode},
+        {"name": "NODEROLL_ROOT", "value": HOST_ROOT},
+        {"name": "NODEROLL_PACKAGE_DIR", "value": PACKAGE_DIR},
+        {"name": "NODEROLL_CONFIG_DIR", "value": CONFIG_DIR},
+        {"name": "NODEROLL_NODE_METADATA_DIR", "value": METADATA_DIR},
+        {"name": "SKYHOOK_RESOURCE_ID", "value": resource_id(job, identity)},
+        {"name": "SKYHOOK_NODE_ORDER", "value": str(job.node_order)},
+    ]
+    if job.interrupt is not None:
+        env.append({"name": "NODEROLL_INTERRUPT", "value": json.dumps(job.interrupt, sort_keys=True)})
+    return env + list(job.env)
+
+
+def _agent_container(job: StageJob, mode: str, identity: StagePodIdentity, image: str) -> dict[str, Any]:
+    mounts = [{"name": "host", "mountPath": HOST_ROOT}]
+    if job.interrupt is None:
+        mounts.append({"name": "package", "mountPath": PACKAGE_DIR, "readOnly": True})
+    if job.config and job.interrupt is None:
+        mounts.append({"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
+    if identity.metadata:
+        mounts.append({"name": "node-metadata", "mountPath": METADATA_DIR, "readOnly": True})
+    container: dict[str, Any] = {
+        "name": mode,  # modes are DNS labels (`apply`, `apply-check`): `kubectl logs -c apply-check`
+        "image": image,
+        "args": [mode],
+        "env": _env(job, mode, identity),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "securityContext": {"privileged": True},
+        "volumeMounts": mounts,
+    }
+    if job.resources:
+        container["resources"] = job.resources
+    return container
+
+
+def _copy_container(job: StageJob) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": PACKAGE_CONTAINER,
+        "image": job.image,
+        "command": ["/bin/sh", "-c", COPY_SCRIPT],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [{"name": "package", "mountPath": PACKAGE_COPY_DIR}],
+    }
+    if job.resources:
+        container["resources"] = job.resources
+    return container
+
+
+def _volumes(job: StageJob, name: str, identity: StagePodIdentity) -> list[dict[str, Any]]:
+    volumes: list[dict[str, Any]] = [{"name": "host", "hostPath": {"path": "/"}}]
+    if job.interrupt is None:
+        volumes.append({"name": "package", "emptyDir": {}})
+    if job.config and job.interrupt is None:
+        items = [{"key": key, "path": key} for key in sorted(job.config)]
+        volumes.append({"name": "config", "configMap": {"name": name, "items": items}})
+    if identity.metadata:
+        items = [{"key": METADATA_PREFIX + file, "path": file} for file in METADATA_FILES]
+        volumes.append({"name": "node-metadata", "configMap": {"name": name, "items": items}})
+    return volumes
+
+
+def pod_spec(job: StageJob, name: str, identity: StagePodIdentity, settings: StagePodSettings) -> dict[str, Any]:
+    """The pod of a stage Job (pure): copy container, agent containers per mode, options."""
+    image = agent_image(job, settings)
+    agents = [_agent_container(job, mode, identity, image) for mode in modes(job)]
+    inits = ([] if job.interrupt is not None else [_copy_container(job)]) + agents[:-1]
+    spec: dict[str, Any] = {
+        "nodeName": job.node,
+        "restartPolicy": "Never",
+        "hostPID": True,
+        "tolerations": job.tolerations,
+        "containers": agents[-1:],
+        "volumes": _volumes(job, name, identity),
+    }
+    if inits:
+        spec["initContainers"] = inits
+    secrets = list(dict.fromkeys([*settings.image_pull_secrets, *job.image_pull_secrets]))
+    if secrets:
+        spec["imagePullSecrets"] = [{"name": secret} for secret in secrets]
+    if settings.host_network:
+        spec["hostNetwork"] = True
+        spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    if settings.priority_class_name:
+        spec["priorityClassName"] = settings.priority_class_name
+    return spec
+
+
+def job_manifest(job: StageJob, name: str, identity: StagePodIdentity | None = None,
+                 settings: StagePodSettings | None = None) -> dict[str, Any]:
+    """The Job object of a stage (pure): pinned with nodeName, backoffLimit 0, the pod above."""
+    pod_labels = labels(job)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": PACKAGE_POD_NAMESPACE,
+            "labels": pod_labels,
+            "annotations": {ANNOTATION_VERSION: job.version},
+        },
+        "spec": {
+            # noderoll owns retries (a new Job per attempt), so the Job itself never retries.
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": job.timeout_seconds,
+            "ttlSecondsAfterFinished": TTL_SECONDS_AFTER_FINISHED,
+            "template": {
+                "metadata": {"labels": pod_labels, "annotations": {ANNOTATION_VERSION: job.version}},
+                "spec": pod_spec(job, name, identity or StagePodIdentity(), settings or current_settings()),
+            },
+        },
+    }
+
+
+def node_metadata(node: dict[str, Any], job: StageJob, settings: StagePodSettings) -> dict[str, str]:
+    """The ConfigMap entries of the node's metadata (pure): NodeWright's labels.json, annotations.json
+    and packages.json (`agentVersion` and, per package recorded in the node's noderoll.io/state plus
+    the one this Job runs: name, version, image, stage, state)."""
+    meta = node.get("metadata") or {}
+    annotations = dict(meta.get("annotations") or {})
+    try:
+        recorded = json.loads(annotations.get("noderoll.io/state", "{}")).get("packages", {})
+    except (ValueError, AttributeError):
+        recorded = {}
+    packages = {
+        pkg: {"name": pkg, **{k: entry.get(k) for k in ("version", "image", "stage", "state") if k in entry}}
+        for pkg, entry in (recorded.items() if isinstance(recorded, dict) else ())
+        if isinstance(entry, dict)
+    }
+    current = {"name": job.package, "version": job.version, "image": job.image,
+               "agentImage": agent_image(job, settings)}
+    packages[job.package] = {**packages.get(job.package, {}), **current}
+    document = {"agentVersion": image_tag(agent_image(job, settings)), "packages": packages}
+    return {
+        METADATA_PREFIX + "labels.json": json.dumps(meta.get("labels") or {}, sort_keys=True),
+        METADATA_PREFIX + "annotations.json": json.dumps(annotations, sort_keys=True),
+        METADATA_PREFIX + "packages.json": json.dumps(document, sort_keys=True),
+    }

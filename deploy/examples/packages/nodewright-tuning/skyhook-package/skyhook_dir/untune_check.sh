@@ -1,0 +1,6 @@
+#!/bin/sh
+set -eu
+package_name=$(echo "${SKYHOOK_RESOURCE_ID:?SKYHOOK_RESOURCE_ID is required}" | cut -f 2 -d _)
+root=""
+if [ -f "$SKYHOOK_DIR/configmaps/root" ]; then root=$(cat "$SKYHOOK_DIR/configmaps/root"); fi
+test ! -e "$root/etc/sysctl.d/999-${package_name}-tuning.conf"

@@ -1,0 +1,383 @@
+"""Fleet rollouts on the real stack: `noderoll worker` and `noderoll bridge` processes, fleetsim nodes.
+
+* Three Packages applied at once under one DeploymentPolicy (canary, exponential, budget 3): two
+  reboot Packages (one depends on the other) and a `service` Package. Every node is cordoned once
+  and rebooted once (a Node watch counts cordon transitions and boot-id changes), gets ONE interrupt
+  pod (the service restart folded into the reboot), the budget is never exceeded, and
+  `NoderollPackage = '<pkg>'` finds the fleet and the node windows in Temporal's visibility.
+* A Package added while the fleet is mid-batch: nodes not yet reached get both in one window; nodes
+  already done get exactly one more window.
+* Pausing one Package (annotation) leaves the other rolling; halt and resume of the fleet; retry of
+  one node after a stage failure.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client import ApiClient
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError
+
+from api import keys
+from api.enums import RolloutPhase
+from api.package import Package
+from api.policy import DeploymentPolicySpec
+from fleetsim.faults import Fault
+from localstack.state import StackInfo
+from planning.fleet_status import FleetProgress
+from planning.status import RolloutProgress
+from protocol import names
+from tests.helpers import assert_eventually, assert_eventually_async, unique_name
+from tests.helpers.fleet import running_fleet
+from tests.helpers.nodewatch import watching_nodes
+from tests.integration.bridge_support import (
+    SYSCTL_IMAGE,
+    BridgeRun,
+    create_package,
+    create_policy,
+    delete_package,
+    delete_policy,
+    patch_package,
+    read_package,
+    wait_leading,
+)
+from workflows.fleet_codec import progress_from_json
+from workflows.messages import RolloutInput
+
+pytestmark = pytest.mark.integration
+ROLLOUT_TIMEOUT = 420.0
+SERVICE_IMAGE = "example.local/service-restart:1.0.0"
+SLEEP_IMAGE = "bench.local/bench-sleep:1.0.0"
+BENCH_PACKAGES = Path(__file__).resolve().parents[2] / "bench" / "packages"
+
+
+@pytest.fixture(scope="module")
+def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
+    """Worker and bridge processes for this module (policies and Packages are per test)."""
+    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("fleet"))
+    try:
+        bridge_run.start_worker(env={"NODEROLL_NODE_RETRY_BACKOFF_SECONDS": "1"})
+        wait_leading(bridge_run, bridge_run.start_bridge())
+        yield bridge_run
+    finally:
+        bridge_run.stop_all()
+
+
+def kubectl_wait_ready(stack: StackInfo, name: str, timeout: float = ROLLOUT_TIMEOUT) -> None:
+    subprocess.run(
+        ["kubectl", "--kubeconfig", str(stack.kubeconfig), "wait", "--for=condition=Ready",
+         f"package/{name}", f"--timeout={int(timeout)}s"],
+        check=True, capture_output=True, timeout=timeout + 30,
+    )
+
+
+async def fleet_progress(temporal: Client, policy: str) -> FleetProgress:
+    """The fleet's `progress` (AssertionError while it does not run yet, for assert_eventually)."""
+    try:
+        answer = await temporal.get_workflow_handle(names.fleet_workflow_id(policy)).query(names.QUERY_PROGRESS)
+    except RPCError as err:
+        raise AssertionError(f"fleet/{policy} does not answer yet: {err}") from err
+    return progress_from_json(answer)
+
+
+def interrupt_jobs(api: ApiClient, node: str) -> list[str]:
+    """Names of the interrupt Jobs that ran on `node`."""
+    jobs = client.BatchV1Api(api).list_namespaced_job(
+        keys.PACKAGE_POD_NAMESPACE, label_selector=f"noderoll.io/node={node},noderoll.io/mode=interrupt")
+    return [j.metadata.name for j in jobs.items]
+
+
+def windows_of(api: ApiClient, node: str) -> list[str]:
+    """The `WindowStarted` Event messages of `node` (one per window), oldest first."""
+    events = client.CoreV1Api(api).list_namespaced_event(
+        "default", field_selector=f"involvedObject.name={node},reason=WindowStarted").items
+    return [e.message for e in sorted(events, key=lambda e: (e.first_timestamp or e.metadata.creation_timestamp))]
+
+
+def spec(policy: str | None, selector: dict[str, str], image: str = SYSCTL_IMAGE, **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"version": "1.0.0", "image": image, "nodeSelector": {"matchLabels": selector}, **extra}
+    if policy:
+        body["deploymentPolicy"] = policy
+    return body
+
+
+async def test_change_set_costs_one_cordon_one_reboot_one_interrupt_per_node(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+) -> None:
+    labels = {"fleet-test": unique_name("cs")}
+    selector = ",".join(f"{k}={v}" for k, v in labels.items())
+    policy, kernel, driver, tuned = unique_name("pol"), unique_name("kernel"), unique_name("driver"), unique_name("tuned")
+    budget = 3
+    with running_fleet(local_stack, nodes=12, labels=labels) as fleet, watching_nodes(kube_api_client, selector) as seen:
+        try:
+            create_policy(kube_api_client, run, policy, {
+                "canary": {"count": 1, "soakSeconds": 2, "promotion": "auto"},
+                "default": {"budget": {"count": budget},
+                            "strategy": {"type": "exponential", "initialBatch": 1, "growthFactor": 2}},
+            })
+            reboot = {"type": "reboot"}
+            create_package(kube_api_client, run.package(kernel, spec(policy, labels, interrupt=reboot)))
+            create_package(kube_api_client, run.package(driver, spec(
+                policy, labels, image="example.local/kmod-blocklist:1.0.0", interrupt=reboot,
+                dependsOn={kernel: "1.0.0"})))
+            create_package(kube_api_client, run.package(tuned, spec(
+                policy, labels, image=SERVICE_IMAGE, interrupt={"type": "service", "services": ["containerd"]})))
+            for name in (kernel, driver, tuned):
+                kubectl_wait_ready(local_stack, name)
+            report = await fleet_progress(temporal_client, policy)
+            for node in fleet.node_names:
+                assert seen.cordons.get(node) == 1, (node, seen.cordons)
+                assert seen.reboots(node) == 1, (node, seen.boot_ids.get(node))
+                assert len(interrupt_jobs(kube_api_client, node)) == 1, (node, interrupt_jobs(kube_api_client, node))
+                assert len(windows_of(kube_api_client, node)) == 1, (node, windows_of(kube_api_client, node))
+                progress = report.nodes[node]
+                assert (progress.windows, progress.drains, progress.interrupts) == (1, 1, 1), (node, progress)
+            assert 1 <= seen.peak <= budget, f"{seen.peak} nodes cordoned at once; budget {budget}"
+            assert report.wave == 1 and report.canary_phase.value == "Passed"
+            for name in (kernel, driver, tuned):
+                status = read_package(kube_api_client, name)["status"]
+                assert status["phase"] == "Complete" and status["progress"] == "12/12", status
+            policy_status = client.CustomObjectsApi(kube_api_client).get_cluster_custom_object(
+                keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, policy)["status"]
+            assert policy_status["phase"] == "Complete" and policy_status["wave"] == 1, policy_status
+            assert sorted(policy_status["packages"]) == sorted([kernel, driver, tuned])
+            # Temporal UI: NoderollPackage = '<driver>' finds the fleet and the node windows that carried it.
+            found = [w.id async for w in temporal_client.list_workflows(f"{keys.SEARCH_ATTR_PACKAGE} = '{driver}'")]
+            assert names.fleet_workflow_id(policy) in found
+            assert {names.node_workflow_id(n) for n in fleet.node_names} <= set(found), found
+        finally:
+            for name in (tuned, driver, kernel):
+                delete_package(kube_api_client, name)
+            delete_policy(kube_api_client, policy)
+
+
+def carried(message: str) -> list[str]:
+    """Package names of a `WindowStarted` message ("node window for a 1.0.0, b 1.0.0 (drain)")."""
+    listed = message.removeprefix("node window for ").split(" (")[0]
+    return sorted(part.split()[0] for part in listed.split(", "))
+
+
+async def test_package_added_mid_batch_joins_windows_not_yet_started(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+) -> None:
+    labels = {"fleet-test": unique_name("mid")}
+    policy, first, second = unique_name("pol"), unique_name("slow"), unique_name("late")
+    with running_fleet(local_stack, nodes=6, labels=labels, image_stores=[BENCH_PACKAGES]) as fleet:
+        try:
+            create_policy(kube_api_client, run, policy, {
+                "default": {"budget": {"count": 2}, "strategy": {"type": "fixed", "initialBatch": 2}}})
+            slow = spec(policy, labels, image=SLEEP_IMAGE, env=[{"name": "BENCH_STAGE_SECONDS", "value": "2"}])
+            create_package(kube_api_client, run.package(first, slow))
+
+            async def second_batch_out() -> None:
+                report = await fleet_progress(temporal_client, policy)
+                assert report.batch_number >= 2 and report.counts.get("in_progress", 0) >= 1, report.counts
+
+            await assert_eventually_async(second_batch_out, timeout=180)
+            create_package(kube_api_client, run.package(second, spec(policy, labels)))
+            kubectl_wait_ready(local_stack, first)
+            kubectl_wait_ready(local_stack, second)
+            shapes = {node: [carried(m) for m in windows_of(kube_api_client, node)] for node in fleet.node_names}
+            once = [n for n, w in shapes.items() if w == [sorted([first, second])]]
+            twice = [n for n, w in shapes.items() if w == [[first], [second]]]
+            assert sorted(once + twice) == sorted(fleet.node_names), shapes
+            # Batches 1 and 2 (4 nodes) were reached before the second Package: one more window each.
+            assert len(twice) >= 4 and once, shapes
+            report = await fleet_progress(temporal_client, policy)
+            assert report.wave == 2 and report.packages[second].counts == {"complete": 6}, report.packages[second]
+        finally:
+            for name in (first, second):
+                delete_package(kube_api_client, name)
+            delete_policy(kube_api_client, policy)
+
+
+def temporal_signal(stack: StackInfo, workflow_id: str, signal: str, payload: dict[str, Any] | None = None) -> None:
+    """Send a signal with the `temporal` CLI, as an operator would from a terminal."""
+    import sys
+
+    argv = [str(Path(sys.executable).parent / "temporal"), "workflow", "signal", "--address", stack.temporal_address,
+            "--workflow-id", workflow_id, "--name", signal]
+    if payload is not None:
+        argv += ["--input", json.dumps(payload)]
+    subprocess.run(argv, check=True, capture_output=True, timeout=60)
+
+
+async def test_pause_one_package_halt_resume_and_retry_one_node(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+) -> None:
+    labels = {"fleet-test": unique_name("ctl")}
+    selector = ",".join(f"{k}={v}" for k, v in labels.items())
+    policy, kept, paused = unique_name("pol"), unique_name("kept"), unique_name("held")
+    fleet_id = names.fleet_workflow_id(policy)
+    with running_fleet(local_stack, nodes=4, labels=labels) as fleet:
+        bad = fleet.node_names[0]
+        fleet.options.faults.add(Fault("fail-stage", nodes=bad, mode="apply", package=kept, exit_code=7))
+        try:
+            create_policy(kube_api_client, run, policy, {
+                "default": {"budget": {"count": 2}, "strategy": {"type": "fixed", "initialBatch": 2}}})
+            create_package(kube_api_client, run.package(kept, spec(policy, labels)))
+            create_package(kube_api_client, run.package(paused, spec(policy, labels),
+                                                        annotations={keys.PAUSE_ANNOTATION: "true"}))
+
+            async def kept_failed_on_one_node() -> FleetProgress:
+                report = await fleet_progress(temporal_client, policy)
+                assert report.packages[kept].phase is RolloutPhase.FAILED, report.packages[kept]
+                return report
+
+            report = await assert_eventually_async(kept_failed_on_one_node, timeout=240)
+            assert list(report.packages[kept].erroring) == [bad]
+            assert report.packages[kept].counts.get("complete") == 3
+            assert report.packages[paused].phase is RolloutPhase.PAUSED
+            records = {n.metadata.name: json.loads((n.metadata.annotations or {}).get(keys.NODE_STATE_ANNOTATION, "{}"))
+                       for n in client.CoreV1Api(kube_api_client).list_node(label_selector=selector).items}
+            assert not any(paused in r.get("packages", {}) for r in records.values()), records
+
+            # Halt the fleet (operator, Temporal CLI), un-pause the held Package: nothing starts while halted.
+            temporal_signal(local_stack, fleet_id, names.SIGNAL_HALT)
+
+            async def halted() -> None:
+                assert (await fleet_progress(temporal_client, policy)).phase is RolloutPhase.HALTED
+
+            await assert_eventually_async(halted, timeout=60)
+            patch_package(kube_api_client, paused, {"metadata": {"annotations": {keys.PAUSE_ANNOTATION: None}}})
+
+            async def resumed_package_waits() -> None:
+                report = await fleet_progress(temporal_client, policy)
+                assert report.packages[paused].phase is RolloutPhase.HALTED, report.packages[paused]
+
+            await assert_eventually_async(resumed_package_waits, timeout=60)
+            temporal_signal(local_stack, fleet_id, names.SIGNAL_RESUME)
+            kubectl_wait_ready(local_stack, paused, timeout=240)
+
+            # Retry only the failed node once its fault is gone.
+            fleet.options.faults.replace([])
+            temporal_signal(local_stack, fleet_id, names.SIGNAL_RETRY, {"packages": [kept], "nodes": [bad]})
+            kubectl_wait_ready(local_stack, kept, timeout=240)
+            assert read_package(kube_api_client, kept)["status"]["progress"] == "4/4"
+        finally:
+            for name in (kept, paused):
+                delete_package(kube_api_client, name)
+            delete_policy(kube_api_client, policy)
+
+
+async def test_node_workflow_terminated_mid_window_is_noticed_and_asked_again(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+) -> None:
+    labels = {"fleet-test": unique_name("lost")}
+    policy, name = unique_name("pol"), unique_name("pkg")
+    with running_fleet(local_stack, nodes=3, labels=labels, image_stores=[BENCH_PACKAGES]) as fleet:
+        try:
+            create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 1}}})
+            create_package(kube_api_client, run.package(name, spec(
+                policy, labels, image=SLEEP_IMAGE, env=[{"name": "BENCH_STAGE_SECONDS", "value": "4"}])))
+
+            async def first_in_window() -> str:
+                report = await fleet_progress(temporal_client, policy)
+                out = [n for n, p in report.nodes.items() if p.state == "in_progress"]
+                assert out, report.counts
+                return out[0]
+
+            first = await assert_eventually_async(first_in_window, timeout=120)
+            # Terminated from the Temporal UI/CLI in the middle of its window: it will never answer.
+            await temporal_client.get_workflow_handle(names.node_workflow_id(first)).terminate("operator")
+            kubectl_wait_ready(local_stack, name, timeout=300)
+            windows = windows_of(kube_api_client, first)
+            assert len(windows) == 2, windows  # the terminated window, then the one asked again
+            assert all(len(windows_of(kube_api_client, n)) == 1 for n in fleet.node_names if n != first)
+            assert not client.CoreV1Api(kube_api_client).read_node(first).spec.unschedulable
+        finally:
+            delete_package(kube_api_client, name)
+            delete_policy(kube_api_client, policy)
+
+
+async def test_upgrade_from_a_per_package_rollout_disrupts_no_node_twice(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+) -> None:
+    """A `package/<name>` rollout of the release before fleets runs when the new bridge sees its Package."""
+    labels = {"fleet-test": unique_name("upg")}
+    selector = ",".join(f"{k}={v}" for k, v in labels.items())
+    policy, name = unique_name("pol"), unique_name("pkg")
+    policy_spec = {"default": {"budget": {"count": 1}, "strategy": {"type": "fixed", "initialBatch": 1}}}
+    body = spec(policy, labels, image=SLEEP_IMAGE, env=[{"name": "BENCH_STAGE_SECONDS", "value": "2"}],
+                interrupt={"type": "service", "services": ["containerd"]})
+    legacy_id = names.legacy_rollout_workflow_id(name)
+    with running_fleet(local_stack, nodes=4, labels=labels, image_stores=[BENCH_PACKAGES]) as fleet, \
+            watching_nodes(kube_api_client, selector) as seen:
+        # The release before fleets ran no fleet bridge: stop ours while the per-Package rollout runs.
+        run.kill("bridge")
+        try:
+            # What the previous bridge did: start package/<name> (its worker code is still registered).
+            package = Package.from_k8s({"metadata": {"name": name}, "spec": body})
+            legacy = await temporal_client.start_workflow(
+                names.LEGACY_ROLLOUT_WORKFLOW_TYPE,
+                RolloutInput(package=name, spec=package.spec.dump(), generation=1, policy_name=policy,
+                             policy=DeploymentPolicySpec.model_validate(policy_spec).dump()),
+                id=legacy_id, task_queue=run.task_queue)
+
+            async def legacy_mid_rollout() -> None:
+                report = await legacy.query(keys.QUERY_PROGRESS, result_type=RolloutProgress)
+                assert report.counts.get("complete", 0) >= 1 and report.counts.get("in_progress", 0) >= 1, report
+
+            await assert_eventually_async(legacy_mid_rollout, timeout=180)
+            # The upgrade: the new bridge starts and sees the Package and its policy.
+            create_policy(kube_api_client, run, policy, policy_spec)
+            create_package(kube_api_client, run.package(name, body))
+            wait_leading(run, run.start_bridge())
+            kubectl_wait_ready(local_stack, name, timeout=300)
+
+            async def legacy_retired() -> None:
+                assert (await legacy.describe()).status == WorkflowExecutionStatus.TERMINATED
+
+            await assert_eventually_async(legacy_retired, timeout=60)
+            assert all(seen.cordons.get(n) == 1 for n in fleet.node_names), seen.cordons
+            records = {n.metadata.name: json.loads(n.metadata.annotations[keys.NODE_STATE_ANNOTATION])["packages"]
+                       for n in client.CoreV1Api(kube_api_client).list_node(label_selector=selector).items}
+            assert all(r[name]["state"] == "complete" for r in records.values()), records
+        finally:
+            if "bridge" not in run.processes:
+                wait_leading(run, run.start_bridge())
+            delete_package(kube_api_client, name)
+            delete_policy(kube_api_client, policy)
+
+
+async def test_two_fleets_one_window_each_and_a_dependency_across_fleets(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+) -> None:
+    """Packages of two policies on the same nodes: one window per fleet; B (policy Q) depends on A
+    (policy P) and waits, reported blocked, until A is complete on the node."""
+    labels = {"fleet-test": unique_name("two")}
+    first_policy, second_policy = unique_name("pol-p"), unique_name("pol-q")
+    base, dependent = unique_name("base"), unique_name("dep")
+    with running_fleet(local_stack, nodes=2, labels=labels) as fleet:
+        try:
+            for policy in (first_policy, second_policy):
+                create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 2}}})
+            create_package(kube_api_client, run.package(base, spec(first_policy, labels),
+                                                        annotations={keys.PAUSE_ANNOTATION: "true"}))
+            create_package(kube_api_client, run.package(dependent, spec(second_policy, labels,
+                                                                        dependsOn={base: "1.0.0"})))
+
+            def waits_for_base() -> None:
+                status = read_package(kube_api_client, dependent).get("status") or {}
+                reasons = [b["reason"] for b in status.get("blockedNodes") or []]
+                assert len(reasons) == 2 and all(f"waits for dependency {base}" in r for r in reasons), status
+                assert status["conditions"] and status["phase"] != "Complete", status
+
+            assert_eventually(waits_for_base, timeout=120)
+            patch_package(kube_api_client, base, {"metadata": {"annotations": {keys.PAUSE_ANNOTATION: None}}})
+            kubectl_wait_ready(local_stack, base, timeout=180)
+            kubectl_wait_ready(local_stack, dependent, timeout=180)
+            for node in fleet.node_names:
+                assert [carried(m) for m in windows_of(kube_api_client, node)] == [[base], [dependent]], node
+        finally:
+            for name in (dependent, base):
+                delete_package(kube_api_client, name)
+            for policy in (first_policy, second_policy):
+                delete_policy(kube_api_client, policy)

@@ -1,0 +1,1 @@
+"""The validating admission webhook: `noderoll webhook` (docs/architecture.md, "The admission webhook")."""
