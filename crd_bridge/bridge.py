@@ -8,7 +8,8 @@ retried with backoff: a task must never end while the bridge runs):
 * `_lead_once`: leader election every `retry_seconds` (or always leader with election off); on gaining
   the Lease everything is marked dirty, on losing it the reconciler forgets its memory;
 * `_work_once`: reconciles dirty policies, then dirty Packages, then dirty fleets (each hands its
-  fleet the desired state when it changed), one at a time, then, after a full pass, syncs the
+  fleet the desired state when it changed, once the fleet's objects were quiet `settle_seconds`, so
+  objects applied together reach the fleet as one change set), one at a time, then, after a full pass, syncs the
   runtime-required taints and flushes `nodes_changed`; a failed reconcile is counted
   (`noderoll_bridge_reconcile_errors_total`) and retried after `RETRY_SECONDS`;
 * `_poll_once`: the status poller every `status_seconds`;
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 
 from api import keys
@@ -55,6 +57,10 @@ class BridgeOptions:
     lease: LeaseSettings | None = None
     # Only Packages and DeploymentPolicies with these labels (a shard; tests sharing one cluster).
     label_selector: str = ""
+    # A fleet is handed its desired state only once its Packages and policy were quiet this long, so
+    # objects applied together (`kubectl apply -f dir/`, a GitOps sync) reach it as one change set:
+    # one wave, one window per node, instead of a wave per object.
+    settle_seconds: float = 2.0
 
 
 @dataclass
@@ -80,6 +86,8 @@ class Bridge:
         self.dirty = Dirty()
         self._wake = asyncio.Event()
         self._passes = 0
+        # Fleet -> monotonic time of the last change of one of its Packages or its policy.
+        self._changed_at: dict[str, float] = {}
         # Whether the last leader-election round found us leading (transitions are logged and acted on).
         self._leading = False
 
@@ -110,6 +118,7 @@ class Bridge:
             return
         name = str(event.obj.get("metadata", {}).get("name", ""))
         if event.kind == keys.PACKAGE_KIND:
+            self._changed_at[raw_fleet(event.obj)] = time.monotonic()
             self.dirty.packages.add(name)
             # Another Package's dependsOn may name this one: reconcile its dependents too.
             self.dirty.packages |= {
@@ -118,6 +127,7 @@ class Bridge:
             }
             self.dirty.taints = True
         elif event.kind == keys.POLICY_KIND:
+            self._changed_at[name] = time.monotonic()
             self.dirty.policies.add(name)
         elif self.is_leader():
             self.nodes.note_change(previous, event.obj)
@@ -177,8 +187,8 @@ class Bridge:
 
     async def _work_once(self) -> None:
         """Wait for something dirty, then one pass (run by `run_forever`: an error backs off and retries)."""
-        if self.dirty.policies or self.dirty.packages or self.dirty.fleets or self.dirty.taints:
-            self._wake.set()  # left over from a pass that failed
+        if self.dirty.policies or self.dirty.packages or self.dirty.taints or self.dirty.fleets - self._settling():
+            self._wake.set()  # left over from a pass that failed (settling fleets have their own wake-up)
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -196,8 +206,10 @@ class Bridge:
                     self.dirty.fleets.update(await self.reconciler.reconcile_package(name))
                 except Exception:  # noqa: BLE001 - counted, logged, retried
                     self._failed(keys.PACKAGE_KIND, name)
-            while self.dirty.fleets and self.is_leader():
-                fleet = self.dirty.fleets.pop()
+            settling = self._settling()
+            while self.dirty.fleets - settling and self.is_leader():
+                fleet = min(self.dirty.fleets - settling)
+                self.dirty.fleets.discard(fleet)
                 try:
                     await self.reconciler.reconcile_fleet(fleet)
                 except Exception:  # noqa: BLE001 - counted, logged, retried
@@ -211,6 +223,15 @@ class Bridge:
                 await self._sync_taints()
             await self.nodes.flush()
             return
+
+    def _settling(self) -> set[str]:
+        """Dirty fleets whose objects changed less than `settle_seconds` ago; a wake-up is set for each."""
+        now, settle = time.monotonic(), self.options.settle_seconds
+        waiting = {f for f in self.dirty.fleets if now - self._changed_at.get(f, 0.0) < settle}
+        if waiting:
+            due = min(self._changed_at[f] + settle for f in waiting) - now
+            asyncio.get_running_loop().call_later(max(due, 0.05), self._wake.set)
+        return waiting
 
     async def _sync_taints(self) -> None:
         try:

@@ -35,6 +35,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--resync-seconds", type=float,
                         default=float(os.environ.get("NODEROLL_RESYNC_SECONDS", "30")),
                         help="reconcile every object this often besides events (env NODEROLL_RESYNC_SECONDS)")
+    parser.add_argument("--settle-seconds", type=float,
+                        default=float(os.environ.get("NODEROLL_SETTLE_SECONDS", "2")),
+                        help="hand a fleet its desired state once its objects were quiet this long, so objects "
+                             "applied together roll out as one change set (env NODEROLL_SETTLE_SECONDS)")
     parser.add_argument("--status-seconds", type=float, default=3.0,
                         help="how often running fleets' progress is written to their Packages' and policy's status")
     parser.add_argument("--label-selector", default=os.environ.get("NODEROLL_BRIDGE_LABEL_SELECTOR", ""),
@@ -60,7 +64,8 @@ def options_from_args(args: argparse.Namespace) -> BridgeOptions:
     lease = None
     if args.leader_election:
         lease = LeaseSettings(identity=args.identity, namespace=args.lease_namespace, name=args.lease_name)
-    return BridgeOptions(resync_seconds=args.resync_seconds, status_seconds=args.status_seconds, lease=lease,
+    return BridgeOptions(resync_seconds=args.resync_seconds, status_seconds=args.status_seconds,
+                         settle_seconds=args.settle_seconds, lease=lease,
                          label_selector=args.label_selector)
 
 

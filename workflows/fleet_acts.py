@@ -89,9 +89,20 @@ class FleetActs:
         return selection_from_json(result.selection)
 
     async def _start_wave(self) -> None:
-        """A new wave over the nodes not at the desired state (nothing is in flight)."""
-        selection = await self._list()
+        """A new wave over the nodes not at the desired state (nothing is in flight).
+
+        A desired state that arrives while the nodes are listed (the bridge often hands two Packages
+        applied together over in two passes) is applied before the wave starts, and the nodes are
+        listed again for it: the Packages then share the wave's windows instead of the first batch
+        going out with the first Package alone.
+        """
         state = self._state
+        while True:
+            listed_for = state.spec
+            selection = await self._list()
+            self._apply_inbox()
+            if state.spec is listed_for:
+                break
         fs.start_wave(state, selection, self._policy, self._fleet_id())
         state.message = (f"wave {state.wave}: {len(fs.startable(state))} node(s) to update"
                          + (f" (changes {', '.join(state.changed)})" if state.changed else " (policy changed)"))

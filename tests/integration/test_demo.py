@@ -113,13 +113,11 @@ def test_demo_rolls_both_packages_with_one_drain_and_one_reboot_per_node(
     assert len(nodes) == NODES, seen
     assert {node: len(ids) - 1 for node, ids in seen.items()} == dict.fromkeys(nodes, 1), seen
     assert {n: len(m) for n, m in node_events(core, "Cordoned", nodes, began).items()} == dict.fromkeys(nodes, 1)
-    # One window per node carries both Packages (per-Package rollouts gave every node two windows).
-    # The canary node may get them in two windows (sysctl-tuning's without a drain) while the fleet's
-    # known two-wave defect lasts (tests/workflows/test_fleet_wave_race.py); then: every node.
+    # ONE window per node carries both Packages (per-Package rollouts gave every node two windows).
     windows = node_events(core, "WindowStarted", nodes, began)
     both = [f"sysctl-tuning{suffix} 1.0.0, kmod-blocklist{suffix} 1.0.0 (drain)"]
     shared = [n for n, found in windows.items() if [m.removeprefix("node window for ") for m in found] == both]
-    assert len(shared) >= NODES - 1, windows
+    assert sorted(shared) == nodes, windows
 
     # Without a terminal the display is one line per change: the fleet, its batches and node stages.
     assert re.search(rf"fleet/gpu-fleet{suffix}: phase Canary, wave \d+, batch #1", output), output[-6000:]

@@ -25,11 +25,10 @@ from planning.drain import (
     read_drain_condition,
 )
 from planning.status import RolloutProgress, render_package_status
+from worker.demo_view import LiveSnapshot, change_lines
 from worker.ops_client import NodeView, PackageView
 from worker.ops_client import drain_blocks as view_blocks
 from worker.progress_view import (
-    LiveSnapshot,
-    change_lines,
     nodes_json,
     nodes_table,
     package_detail,
@@ -188,6 +187,7 @@ def test_status_detail_and_json_show_drain_blocked_nodes() -> None:
 
 def test_demo_change_lines_show_a_blocked_drain() -> None:
     progress = {"pkg": RolloutProgress(phase=RolloutPhase.PROGRESSING, batch_number=1)}
-    before = LiveSnapshot(progress, [_view("n-0", _entry(), _condition(DrainReason.EVICTING))], 1.0)
-    after = LiveSnapshot(progress, [_view("n-0", _entry(), _condition())], 2.0)
+    before = LiveSnapshot(packages=progress, nodes=[_view("n-0", _entry(), _condition(DrainReason.EVICTING))],
+                          elapsed=1.0)
+    after = LiveSnapshot(packages=progress, nodes=[_view("n-0", _entry(), _condition())], elapsed=2.0)
     assert change_lines(before, after) == [f"[   2.0s] n-0 pkg: blocked (drain): {REFUSED}"]

@@ -4,16 +4,16 @@ The bridge hands a fleet its desired state per reconcile pass; two Packages appl
 the other often reach it as two `desired` signals some 40 ms apart (seen in 4 of 5 24-node demos:
 "handed over (1 Package(s))" then "(2 Package(s))"). The second arrives while the fleet's first
 wave lists its nodes. Expected: the Packages still share ONE window per node. Today the fleet sends
-the first batch (the canary) with the first Package alone before it looks at its inbox again, then
-starts a second wave: the canary node gets two windows (with two reboot Packages: two drains and
-two reboots). Marked xfail (strict) until `workflows/fleet.py` is fixed; then the marker goes.
+the first batch (the canary) with the first Package alone before it looked at its inbox again, then
+started a second wave: the canary node got two windows (with two reboot Packages: two drains and
+two reboots). Fixed in `FleetActs._start_wave` (the inbox is applied after the listing, and the
+nodes listed again for a new desired state).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
@@ -29,8 +29,6 @@ from tests.workflows.test_node_workflow import register_search_attributes
 from workflows.fleet import FleetWorkflow
 
 
-@pytest.mark.xfail(strict=True, reason="fleet sends the first batch before applying a desired state that "
-                                       "arrived during the wave's listing (reported to the integrator)")
 async def test_a_package_arriving_during_the_first_listing_shares_the_window(
     temporal_test_env: WorkflowEnvironment,
 ) -> None:
