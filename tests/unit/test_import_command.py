@@ -117,7 +117,10 @@ def test_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str], content:
 def test_policy_name_and_names_options(capsys: pytest.CaptureFixture[str]) -> None:
     path = FIXTURES / "kubectl-get-list.yaml"
     assert run_cli(["-q", "--policy-name", "fleet-a", "--names", "skyhook-package", "--paused", str(path)]) == 0
-    docs = list(yaml.safe_load_all(capsys.readouterr().out))
+    out, err = capsys.readouterr()
+    docs = list(yaml.safe_load_all(out))
+    # --quiet: the per-object lines only (the mirrored Skyhook's note), no skipped list, no summary.
+    assert err.count("\n") == 1 and ": note: the same object as NodeWright/node-setup" in err
     assert [(d["kind"], d["metadata"]["name"], d["spec"].get("deploymentPolicy")) for d in docs] == [
         ("DeploymentPolicy", "fleet-a", None), ("Package", "node-setup-tuned", "fleet-a")]
     assert docs[1]["spec"]["paused"] is True

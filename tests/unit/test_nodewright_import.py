@@ -304,6 +304,11 @@ def test_package_name_field_differing_from_the_key() -> None:
     assert ("spec.packages.a.name", NC) in notes(result)
 
 
+def test_a_skyhook_without_packages_writes_nothing() -> None:
+    result = import_documents([skyhook(packages={}, interruptionBudget={"count": 1})])
+    assert (documents(result), notes(result)) == ([], [("spec.packages", NOTE)])
+
+
 def test_other_documents_are_skipped() -> None:
     result = import_documents([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}, "text", None])
     assert (result.read, documents(result), len(result.skipped)) == (0, [], 3)
