@@ -4,7 +4,8 @@ Each command module exposes `register(subparsers) -> None`, adding its sub-comma
 `set_defaults(func=...)` where `func(args) -> int` is the exit code. Modules are imported lazily
 so that a broken optional feature cannot stop `noderoll dev up` from working. A command listed in
 `STANDALONE` is parsed with its own module only: `noderoll webhook` must not import the worker's
-workflows and activities (it starts fast and shares no code path with them).
+workflows and activities (it starts fast and shares no code path with them), and `noderoll import`
+(a file converter) needs nothing but `api`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "worker.demo_command",
     "localstack.commands",
     "api.validate_command",
+    "api.import_command",
     "fleetsim.command",
     "worker.run_worker",
     "crd_bridge.command",
@@ -28,7 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 # Command name -> the only module its process imports.
-STANDALONE: dict[str, tuple[str, ...]] = {"webhook": ("webhook.command",)}
+STANDALONE: dict[str, tuple[str, ...]] = {"webhook": ("webhook.command",), "import": ("api.import_command",)}
 
 
 def modules_for(argv: Sequence[str]) -> tuple[str, ...]:
