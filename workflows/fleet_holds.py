@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from protocol.fleet import Filter
     from workflows.fleet_acts import FleetActs
 
-# An unreachable Prometheus is asked four times within about 15 s, then the gate fails with the reason.
+# An unreachable Prometheus is asked four times (1, 2 and 4 s apart), then the gate fails with the reason.
 GATE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), backoff_coefficient=2.0, maximum_interval=timedelta(seconds=10),
     maximum_attempts=4,
@@ -128,6 +128,8 @@ class FleetHolds(FleetActs):
         if due:
             return True  # judged again on the next turn of the loop (messages first)
         following = gate_rules.next_sample(book.tracks)
+        if book.point == GateWhen.BETWEEN_BATCHES.value:
+            self._set_working_phase()  # after the canary the phase stays Canary
         state.message = gate_rules.summary(book, gates) + (f"; next sample at {following.isoformat()}"
                                                            if following else "")
         await self._wait(following - workflow.now() if following else None)

@@ -32,6 +32,7 @@ from protocol import names
 from protocol.activities import PromSeries, QueryPrometheusInput, QueryPrometheusResult
 from protocol.fleet import FleetInput, FleetSpec
 from tests.helpers import assert_eventually_async, new_task_queue, unique_name
+from tests.workflows.cancel_log import WindowCancelLog
 from tests.workflows.fleet_fakes import FakeNodes
 from tests.workflows.test_fleet import package, policy, progress, settled
 from tests.workflows.test_node_workflow import register_search_attributes
@@ -71,7 +72,8 @@ async def fleet(env: WorkflowEnvironment, nodes: FakeNodes, spec: FleetSpec,
     task_queue = new_task_queue()
     await register_search_attributes(env.client)
     activities = nodes.activities() + ([prom.activity()] if prom else [])
-    async with Worker(env.client, task_queue=task_queue, workflows=[FleetWorkflow], activities=activities):
+    async with Worker(env.client, task_queue=task_queue, workflows=[FleetWorkflow, WindowCancelLog],
+                      activities=activities):
         handle = await env.client.start_workflow(
             FleetWorkflow.run, FleetInput(policy_name=spec.policy_name),
             id=names.fleet_workflow_id(spec.policy_name), task_queue=task_queue,
@@ -143,8 +145,10 @@ async def test_nothing_starts_before_the_opening_and_the_wait_is_one_timer(
         assert any(abs(t - waited) < 120 for t in await timers(handle)), (await timers(handle), waited)
         await env.sleep(opening - await env.get_current_time() - timedelta(minutes=1))
         assert nodes.requests == [] and (await progress(handle)).phase is RolloutPhase.WAITING
+        listed = nodes.listings
         await env.sleep(timedelta(minutes=2))
         report = await settled(handle)
+        assert nodes.listings > listed  # listed again at the opening, before the first batch
         assert sorted(nodes.requested()) == sorted(nodes.nodes)
         assert report.next_window == "" and report.packages["a"].next_window == ""
 
@@ -154,10 +158,14 @@ async def test_a_window_in_flight_finishes_after_the_close_and_nothing_new_start
 ) -> None:
     env = temporal_test_env
     start = whole_minute(await env.get_current_time()) - timedelta(minutes=1)
-    nodes = FakeNodes.of(4, auto=False)
+    nodes = FakeNodes.of(4, prefix=unique_name("c") + "-", auto=False)
     rules = policy(FIXED_2, budget=2) | {"maintenanceWindows": [window(start, 31, days=DAYS)]}
     spec = FleetSpec(unique_name("close"), rules, 1, [package("a")])
     async with fleet(env, nodes, spec) as handle:
+        logs = {n: await env.client.start_workflow(WindowCancelLog.run, id=names.node_workflow_id(n),
+                                                   task_queue=(await handle.describe()).task_queue)
+                for n in nodes.nodes}
+
         async def two_out() -> None:
             assert len(nodes.outstanding) == 2, nodes.outstanding
 
@@ -166,6 +174,9 @@ async def test_a_window_in_flight_finishes_after_the_close_and_nothing_new_start
         await env.sleep(timedelta(minutes=45))  # the maintenance window closed while both windows run
         assert len(nodes.requests) == 2
         assert (await progress(handle)).phase is RolloutPhase.PROGRESSING
+        # At the close the fleet withdrew both requests (a node workflow drops one that has not started).
+        for node in first:
+            assert await logs[node].query("cancelled") == [nodes.outstanding[node].request_id]
         await nodes.finish(env.client)  # windows in progress always finish
         report = await phase_is(handle, RolloutPhase.WAITING)
         assert sorted(n for n, p in report.nodes.items() if p.state == State.COMPLETE.value) == first
@@ -174,6 +185,8 @@ async def test_a_window_in_flight_finishes_after_the_close_and_nothing_new_start
         await env.sleep(start + timedelta(days=1, minutes=1) - await env.get_current_time())
         await assert_eventually_async(two_out)
         assert len(nodes.requests) == 4
+        for log in logs.values():
+            await log.terminate("test over")
 
 
 # --- analysis gates ----------------------------------------------------------------------------
@@ -237,21 +250,25 @@ async def test_count_successes_in_a_row_and_failure_limit(temporal_test_env: Wor
     nodes = FakeNodes.of(4)
     answers = [0.0, 5.0, 0.0, 0.0, 0.0]  # ok, failed (within failureLimit 1), then three in a row: passed
     prom = FakePrometheus(answer=answers[0])
-    rules = policy(FIXED_2, budget=2) | {"analysis": [gate(count=3, failureLimit=1)]}
+    # A long interval: the virtual clock moves only when the test sleeps (not while it polls).
+    rules = policy(FIXED_2, budget=2) | {"analysis": [gate(count=3, failureLimit=1, intervalSeconds=300)]}
     spec = FleetSpec(unique_name("count"), rules, 1, [package("a")])
     async with fleet(env, nodes, spec, prom) as handle:
         await assert_eventually_async(lambda: _first_batch(nodes))
         for taken, answer in enumerate(answers[1:], start=1):
             await assert_eventually_async(lambda n=taken: _sampled(prom, n))
             assert len(nodes.requests) == 2, f"second batch after {taken} sample(s), before the gate passed"
+            if taken == 1:
+                message = (await phase_is(handle, RolloutPhase.PROGRESSING)).message
+                assert message.startswith('gates between batches: errors 1/3 (value {job="gpu"} 0); next sample at ')
             prom.answer = answer
-            await env.sleep(10)
+            await env.sleep(300)
         report = await settled(handle)
         track = report.gates["errors"]
         assert track.passed and (track.samples, track.failures, track.successes) == (5, 1, 3)
         assert len(prom.calls) == 5 and len(nodes.requests) == 4
         gaps = [b[1] - a[1] for a, b in zip(prom.calls, prom.calls[1:], strict=False)]
-        assert all(g >= timedelta(seconds=10) for g in gaps), gaps
+        assert all(g >= timedelta(seconds=300) for g in gaps), gaps
 
 
 async def _sampled(prom: FakePrometheus, count: int) -> None:
@@ -308,3 +325,29 @@ async def test_unreachable_prometheus_is_retried_then_the_gate_fails_with_the_re
         assert len(prom.calls) == 4 and len(nodes.requests) == 2
         assert datetime.fromisoformat(report.gate_failure.at).tzinfo is not None
         assert datetime.fromisoformat(report.gate_failure.at) <= await env.get_current_time() + timedelta(seconds=1)
+
+
+async def test_continuous_gate_holds_the_next_batch_until_a_good_sample(temporal_test_env: WorkflowEnvironment) -> None:
+    env = temporal_test_env
+    nodes = FakeNodes.of(2)
+    firing = [{"alertname": "GPUXid", "instance": "n00"}]
+    prom = FakePrometheus(answer=firing)  # firing before the first batch
+    alert = gate(name="alerts", query='ALERTS{alertstate="firing"}', successCondition="empty", when="continuous",
+                 intervalSeconds=300, failureLimit=2)
+    spec = FleetSpec(unique_name("wait"), policy(FIXED_2, budget=2) | {"analysis": [alert]}, 1, [package("a")])
+    async with fleet(env, nodes, spec, prom) as handle:
+        await assert_eventually_async(lambda: _sampled(prom, 1))
+
+        async def held() -> FleetProgress:
+            report = await progress(handle)
+            assert report.message.startswith('next batch waits for continuous gate(s) alerts (value 1 series: '
+                                              '{alertname="GPUXid",instance="n00"} 1); next sample at '), report.message
+            return report
+
+        report = await assert_eventually_async(held)
+        assert report.phase is RolloutPhase.PROGRESSING and nodes.requests == []
+        prom.answer = None  # the alert stops firing
+        await env.sleep(301)
+        report = await settled(handle)
+        assert len(prom.calls) >= 2 and report.gate_failure is None
+        assert sorted(nodes.requested()) == sorted(nodes.nodes)
