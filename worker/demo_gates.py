@@ -7,9 +7,9 @@ policy gets the gate `gpu-xid-errors` (`max(noderoll_demo_gpu_xid_errors)`, succ
 `result < 1`, `betweenBatches`, every 5 s) with that server's address. After the canary's soak the
 gate fails and the fleet halts: the live view shows `Halted`, the demo prints the gate's query,
 value and time as the fleet reports them. After `HOLD_SECONDS` the demo sets the gauge to 0 (the
-errors are gone), waits until Prometheus has scraped it, and sends `resume` to the fleet (what an
-operator's `noderoll resume` does: the failed gate counts as passed once); the evaluations after
-the following batches pass on the recovered value and the rollout completes.
+errors are gone), waits until Prometheus has scraped it, and sends the `resume` signal to the fleet
+as an operator would (the failed gate counts as passed once); the evaluations after the following
+batches pass on the recovered value and the rollout completes.
 
 The hooks in `worker/demo_command.py` are `add_arguments`, `prepare` (before the objects are
 applied), `holding` (a halt by the demo's gate is not a failure of the demo) and `stop`. The
