@@ -18,6 +18,11 @@ STAGE_TIMEOUT = "StageTimeout"
 INTERRUPT_TIMEOUT = "InterruptTimeout"
 INTERRUPT_FAILED = "InterruptFailed"
 KUBE_CLIENT_ERROR = "KubeClientError"
+# Analysis gates (activities/prometheus.py): unavailable is retryable, the others are not.
+PROMETHEUS_UNAVAILABLE = "PrometheusUnavailable"
+PROMETHEUS_QUERY_ERROR = "PrometheusQueryError"
+PROMETHEUS_RESULT_TYPE = "PrometheusResultType"
+PROMETHEUS_NOT_CONFIGURED = "PrometheusNotConfigured"
 
 NON_RETRYABLE_TYPES = (
     NODE_NOT_FOUND,
@@ -29,6 +34,9 @@ NON_RETRYABLE_TYPES = (
     INTERRUPT_TIMEOUT,
     INTERRUPT_FAILED,
     KUBE_CLIENT_ERROR,
+    PROMETHEUS_QUERY_ERROR,
+    PROMETHEUS_RESULT_TYPE,
+    PROMETHEUS_NOT_CONFIGURED,
 )
 
 

@@ -104,6 +104,33 @@ class RolloutPhase(StrEnum):
     FAILED = "Failed"
     INVALID = "Invalid"
     UNINSTALLING = "Uninstalling"
+    # Fleets: work is left but no maintenance window is open (`spec.maintenanceWindows`).
+    WAITING = "Waiting"
+
+
+class Weekday(StrEnum):
+    """A day of the week in a maintenance window (`spec.maintenanceWindows[].days`), Monday first."""
+
+    MON = "Mon"
+    TUE = "Tue"
+    WED = "Wed"
+    THU = "Thu"
+    FRI = "Fri"
+    SAT = "Sat"
+    SUN = "Sun"
+
+    @property
+    def index(self) -> int:
+        """0 for Monday ... 6 for Sunday (`datetime.weekday()`)."""
+        return list(Weekday).index(self)
+
+
+class GateWhen(StrEnum):
+    """When an analysis gate of a DeploymentPolicy is evaluated (`spec.analysis[].when`)."""
+
+    AFTER_CANARY = "afterCanary"
+    BETWEEN_BATCHES = "betweenBatches"
+    CONTINUOUS = "continuous"
 
 
 class PlanAction(StrEnum):

@@ -6,7 +6,12 @@ policy) and a batch `strategy`. Checks made here: the object name, budget `count
 unique compartment names (and `default` reserved), no two compartments with identical selectors,
 strategy fields that belong to the strategy type (`delta` only for linear, `growthFactor` only
 for exponential), and a canary that cannot fit in the budgets (when all budgets are counts).
-The batch maths lives in `planning/batches.py`; these models stay data.
+Maintenance windows (`maintenanceWindows`, `api/maintenance.py`): times in `HH:MM`, no empty
+window (`start` == `end`), each day once, known IANA time zones, no two windows overlapping.
+Analysis gates (`analysis`, `api/analysis.py`): a success condition that parses, gate names
+unique in the policy, an http(s) `address`, no `count` on a `continuous` gate.
+The batch maths lives in `planning/batches.py`, the window and gate rules in
+`planning/maintenance.py` and `planning/gates.py`; these models stay data.
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from api import keys
+from api.analysis import AnalysisGate
 from api.base import LenientModel, SpecModel
 from api.enums import Promotion, StrategyType
+from api.maintenance import MaintenanceWindow, check_overlaps
 from api.names import check_name
 from api.package import ObjectMeta
 from api.problems import InvalidDocumentError, ValidationProblem, validate_object
@@ -116,6 +123,9 @@ class DeploymentPolicySpec(SpecModel):
     default: PolicyDefault
     compartments: list[Compartment] = Field(default_factory=list)
     canary: Canary | None = None
+    # Empty: new node windows may start at any time.
+    maintenance_windows: list[MaintenanceWindow] = Field(default_factory=list)
+    analysis: list[AnalysisGate] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _compartments_distinct(self) -> DeploymentPolicySpec:
@@ -149,6 +159,22 @@ class DeploymentPolicySpec(SpecModel):
                     f"canary.count {self.canary.count} is more than the budgets allow at once ({capacity}); "
                     f"use a canary count of at most {capacity} or raise a budget"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _windows_disjoint(self) -> DeploymentPolicySpec:
+        problem = check_overlaps(self.maintenance_windows)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+    @model_validator(mode="after")
+    def _gate_names_unique(self) -> DeploymentPolicySpec:
+        seen: set[str] = set()
+        for index, gate in enumerate(self.analysis):
+            if gate.name in seen:
+                raise ValueError(f"analysis[{index}].name {gate.name!r} is used twice; gate names must be unique")
+            seen.add(gate.name)
         return self
 
     def strategy_of(self, compartment: str) -> Strategy:

@@ -23,6 +23,16 @@ it in its `Progressing` condition's message; `noderoll status PKG` shows the sam
 (state `in_progress` while the drain proceeds). A blocked drain is not `Degraded`: it waits
 within `drain.timeoutSeconds` (protected pods: the worker's protected-pods bound), after which the
 node ends erroring at stage `drain` with the same blockers in its `lastError`.
+
+Maintenance windows and analysis gates (the DeploymentPolicy's `maintenanceWindows` and `analysis`):
+while the fleet has work but no maintenance window is open, the DeploymentPolicy and each of its
+Packages with work left show phase `Waiting`, `status.nextWindow` (the next opening, RFC 3339) and
+a message naming it (condition `Progressing` True with reason `Waiting`, `Ready` False). When an
+analysis gate fails, the fleet halts: phase `Halted`, and `status.gateFailure` (`gate`, `query`,
+`condition`, `value`, `time`, `reason`, `when`) on the DeploymentPolicy and on each Package the
+halt holds back, the same text in the message and in the `Degraded` condition, and one Warning
+Event `GateFailed` on the DeploymentPolicy per failure. `resume` clears it (the gate counts as
+passed once), `retry` evaluates the gate again.
 """
 
 from __future__ import annotations
@@ -84,6 +94,18 @@ class DrainBlockedNode(StatusModel):
     since: str | None = None  # when the node's drain began
 
 
+class GateFailureStatus(StatusModel):
+    """The analysis gate that halted the fleet (`planning.gates.GateFailure`)."""
+
+    gate: str
+    query: str
+    condition: str = ""
+    value: str = ""
+    time: str = ""
+    reason: str = ""
+    when: str = ""
+
+
 class BatchStatus(StatusModel):
     """The batch the rollout is working on."""
 
@@ -112,6 +134,8 @@ class PackageStatus(StatusModel):
     blocked_nodes: list[NodeReason] = Field(default_factory=list)
     erroring_nodes: list[NodeReason] = Field(default_factory=list)
     drain_blocked_nodes: list[DrainBlockedNode] = Field(default_factory=list)
+    next_window: str | None = None
+    gate_failure: GateFailureStatus | None = None
     conditions: list[Condition] = Field(default_factory=list)
 
 
@@ -126,4 +150,6 @@ class PolicyStatus(StatusModel):
     current_batch: BatchStatus | None = None
     nodes: NodeCounts | None = None
     packages: list[str] | None = None
+    next_window: str | None = None
+    gate_failure: GateFailureStatus | None = None
     conditions: list[Condition] = Field(default_factory=list)

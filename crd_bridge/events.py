@@ -34,6 +34,8 @@ DELETING = "Deleting"
 FINALIZER_REMOVED = "FinalizerRemoved"
 INVALID_SPEC = "InvalidSpec"
 RECONCILE_FAILED = "ReconcileFailed"
+# On a DeploymentPolicy: an analysis gate failed and halted its fleet (one Event per failure).
+GATE_FAILED = "GateFailed"
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@
   on each Package whose entry changed. What was handed over is remembered; after a restart it is
   read back from the running fleet (query), so nothing is resent blind;
 * `reconcile_policy(name)`: writes the policy's status (validity, and the fleet's progress when the
-  status poller has it) and returns the Packages naming it (their validity depends on it).
+  status poller has it) and returns the Packages naming it (their validity depends on it); a new
+  analysis gate failure in that progress (`status.gateFailure` with a time the status did not show
+  yet) gets one Warning Event `GateFailed` on the policy.
 Blocking Kubernetes calls run in threads; the reconciler itself runs on the event loop only.
 """
 
@@ -32,6 +34,7 @@ from crd_bridge.package_meta import set_finalizer
 from crd_bridge.status_writer import StatusWrite, write_status
 from crd_bridge.validation import PackageCheck, check_package, parse_policy
 from planning.fleet_status import FleetProgress
+from planning.gates import failure_text
 from planning.status import render_invalid_package_status, render_policy_status
 from protocol.fleet import FleetSpec
 from protocol.names import DEFAULT_FLEET, fleet_workflow_id
@@ -235,5 +238,10 @@ class Reconciler:
         if changed and problems:
             self._event(obj, events.WARNING, events.INVALID_SPEC,
                         "; ".join(f"{p.field}: {p.message}" for p in problems), kind=keys.POLICY_KIND)
+        report = self.progress.get(name)
+        if changed and report is not None and report.gate_failure is not None and \
+                (previous.get("gateFailure") or {}).get("time") != report.gate_failure.at:
+            self._event(obj, events.WARNING, events.GATE_FAILED,
+                        f"{fleet_workflow_id(name)} halted: {failure_text(report.gate_failure)}", kind=keys.POLICY_KIND)
         if changed:
             obj["status"] = status

@@ -18,6 +18,7 @@ Per node and wave the fleet records each carried Package's outcome. A node is as
 per wave for a Package: only `retry` (or a new wave) clears an outcome, except a `blocked`
 outcome, cleared when the node itself changes (its fingerprint), and a `complete` one whose work is
 pending again at a later listing (the node's record was removed or reset: it is asked again).
+`gates` and `next_window`: analysis gates and maintenance windows (`planning/gates.py`, `maintenance.py`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from datetime import datetime, timedelta
 from api.enums import CanaryPhase, State
 from api.policy import DeploymentPolicySpec
 from planning import batches
+from planning import gates as gate_rules
 from planning.batch_state import BatchPlannerState
 from planning.fleet_targets import FleetSelection, NodeTargets
 from protocol.fleet import Filter, FleetSpec, PackageEntry, WindowResult
@@ -103,6 +105,9 @@ class FleetState:
     # RFC 3339 end of the canary soak ("" = none running).
     soak_until: str = ""
     message: str = ""
+    # Analysis gates; while waiting for a maintenance window, its opening (RFC 3339, "" = not waiting).
+    gates: gate_rules.GateBook = field(default_factory=gate_rules.GateBook)
+    next_window: str = ""
 
 
 # --- desired state ---------------------------------------------------------------------------
@@ -154,6 +159,7 @@ def start_wave(state: FleetState, selection: FleetSelection, policy: DeploymentP
     state.departed = {}
     state.soak_until = ""
     state.promote = False
+    gate_rules.start_wave(state.gates)
     state.targets = dict(selection.nodes)
     planner = batches.new_planner(batches.PlannerInput(policy, selection.eligible(), identity))
     if not state.changed:
@@ -316,8 +322,9 @@ def apply_pause(state: FleetState, scope: Filter) -> None:
 
 
 def apply_resume(state: FleetState, scope: Filter) -> None:
-    """`resume`: clear pauses; without a filter also the halt, and promote a canary awaiting promotion."""
+    """`resume`: clear pauses; without a filter also a halt (a failed gate passes once), and promote the canary."""
     if scope.is_empty():
+        gate_rules.override(state.gates)
         state.paused, state.halted, state.promote = False, False, True
         state.paused_packages.clear()
         state.paused_nodes.clear()
@@ -345,7 +352,8 @@ def apply_halt(state: FleetState, scope: Filter) -> list[str]:
 
 
 def apply_retry(state: FleetState, scope: Filter) -> list[str]:
-    """`retry`: erroring and blocked outcomes (all, or of these Packages / nodes) are asked again; clears a halt."""
+    """`retry`: erroring and blocked outcomes (all, or of these Packages / nodes) are asked again; clears a halt
+    (a failed gate is evaluated again)."""
     retried = []
     for node, record in sorted(state.records.items()):
         if scope.nodes and node not in scope.nodes:
@@ -359,6 +367,7 @@ def apply_retry(state: FleetState, scope: Filter) -> list[str]:
             record.messages.pop(package, None)
         if again:
             retried.append(node)
+    gate_rules.restart(state.gates)
     state.halted = False
     if state.planner is not None and state.planner.halted:
         batches.resume_after_halt(state.planner)

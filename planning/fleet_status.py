@@ -11,9 +11,15 @@
   status): counts over the nodes it targets, its blocked and erroring nodes, and its own phase:
   `Pending` until a wave rolls out its current spec, `Paused` while it is paused (spec, annotation
   or signal) with work left, `Halted` while the fleet is, `Canary` while the fleet's canary runs,
-  `Progressing`, `Uninstalling`, then `Failed` (erroring nodes) or `Complete`;
+  `Waiting` while the fleet waits for a maintenance window, `Progressing`, `Uninstalling`, then
+  `Failed` (erroring nodes) or `Complete`; with the fleet's next window opening and its failed
+  analysis gate, if any;
 * per node its state, each Package's state, the reason when blocked or erroring, and the
-  disruptions the fleet's windows caused there (windows, cordons, drains, interrupts).
+  disruptions the fleet's windows caused there (windows, cordons, drains, interrupts);
+* for the fleet: the next opening of a maintenance window while it waits for one (`next_window`),
+  the analysis gate that halted it (`gate_failure`: gate, query, value, time) and each gate's
+  latest sample (`gates`).
+`details_note` is what the Temporal UI's details line adds for a waiting or gate-halted fleet.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from dataclasses import dataclass, field
 
 from api.enums import CanaryPhase, RolloutPhase, State
 from planning.fleet_state import FleetState, entries, package_revision
+from planning.gates import GateFailure, GateTrack, failure_text
 from planning.status import RolloutProgress
 
 # A node's state from its Packages' states: the first that any Package has, in this order.
@@ -72,6 +79,20 @@ class FleetProgress:
     budgets: dict[str, BudgetUse] = field(default_factory=dict)
     # RFC 3339 time of this report (workflow.now()).
     updated_at: str = ""
+    # RFC 3339 opening of the next maintenance window while the fleet waits for one ("" = not waiting).
+    next_window: str = ""
+    # The analysis gate that halted the fleet (cleared by resume or retry), and each gate's latest samples.
+    gate_failure: GateFailure | None = None
+    gates: dict[str, GateTrack] = field(default_factory=dict)
+
+
+def details_note(state: FleetState, phase: RolloutPhase) -> str:
+    """What the Temporal UI's details line adds: the next window opening, or the failed gate."""
+    if phase is RolloutPhase.WAITING and state.next_window:
+        return f"; next maintenance window opens {state.next_window}"
+    if phase is RolloutPhase.HALTED and state.gates.failure is not None:
+        return f"; {failure_text(state.gates.failure)}"
+    return ""
 
 
 def _package_state(state: FleetState, node: str, package: str) -> tuple[str, str]:
@@ -125,7 +146,7 @@ def _package_phase(
     if left:
         if paused and not counts.get(State.IN_PROGRESS.value):
             return RolloutPhase.PAUSED
-        if fleet_phase in (RolloutPhase.HALTED, RolloutPhase.PAUSED, RolloutPhase.CANARY):
+        if fleet_phase in (RolloutPhase.HALTED, RolloutPhase.PAUSED, RolloutPhase.CANARY, RolloutPhase.WAITING):
             return fleet_phase
         return RolloutPhase.PROGRESSING
     if counts.get(State.ERRORING.value):
@@ -138,7 +159,8 @@ def _package_message(name: str, phase: RolloutPhase, fleet: str, state: FleetSta
         return f"waiting for {fleet} to start a wave with this spec"
     if phase is RolloutPhase.PAUSED:
         return "paused: kept out of new windows (spec.paused, noderoll.io/pause or the pause signal)"
-    if phase in (RolloutPhase.HALTED, RolloutPhase.CANARY, RolloutPhase.PROGRESSING) or state.departed:
+    if phase in (RolloutPhase.HALTED, RolloutPhase.CANARY, RolloutPhase.PROGRESSING, RolloutPhase.WAITING) or \
+            state.departed:
         return f"{fleet}: {state.message}" if state.message else ""
     return ""
 
@@ -156,6 +178,8 @@ def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str) -> Fl
         canary_phase=planner.canary_phase if planner else CanaryPhase.NONE,
         canary_nodes=list(planner.canary_nodes) if planner else [],
         message=state.message, total_nodes=len(nodes), nodes=nodes, updated_at=now,
+        next_window=state.next_window if fleet_phase is RolloutPhase.WAITING else "",
+        gate_failure=state.gates.failure, gates={**state.gates.continuous, **state.gates.tracks},
     )
     for progress in nodes.values():
         report.counts[progress.state] = report.counts.get(progress.state, 0) + 1
@@ -183,5 +207,7 @@ def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str) -> Fl
             blocked=blocked, erroring=erroring, message=_package_message(name, phase, fleet, state),
             updated_at=now, generation=entry.generation,
             uninstalled=entry.uninstall and phase is RolloutPhase.COMPLETE,
+            next_window=report.next_window if phase is RolloutPhase.WAITING else "",
+            gate_failure=report.gate_failure if phase is RolloutPhase.HALTED else None,
         )
     return report

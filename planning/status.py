@@ -35,14 +35,17 @@ from api.status import (
     CanaryStatus,
     Condition,
     DrainBlockedNode,
+    GateFailureStatus,
     NodeCounts,
     NodeReason,
     PackageStatus,
     PolicyStatus,
 )
 from planning.drain import DrainBlock, drain_summary
+from planning.gates import GateFailure
 
-_WORKING = {RolloutPhase.PENDING, RolloutPhase.CANARY, RolloutPhase.PROGRESSING, RolloutPhase.UNINSTALLING}
+_WORKING = {RolloutPhase.PENDING, RolloutPhase.CANARY, RolloutPhase.PROGRESSING, RolloutPhase.UNINSTALLING,
+            RolloutPhase.WAITING}
 _BAD = {RolloutPhase.HALTED, RolloutPhase.FAILED, RolloutPhase.INVALID}
 NODES_BLOCKED = "NodesBlocked"
 # Blocked nodes named in a condition or message (all of them are in `status.blockedNodes`).
@@ -73,6 +76,9 @@ class RolloutProgress:
     generation: int = 0
     # Fleets: the Package was deleted with uninstall enabled and is uninstalled everywhere.
     uninstalled: bool = False
+    # Fleets: while waiting for a maintenance window, its opening (RFC 3339); the gate that halted the fleet.
+    next_window: str = ""
+    gate_failure: GateFailure | None = None
 
 
 def _count(progress: RolloutProgress, state: State) -> int:
@@ -192,9 +198,19 @@ def render_package_status(
         erroring_nodes=[NodeReason(node=n, reason=r) for n, r in sorted(progress.erroring.items())],
         drain_blocked_nodes=[DrainBlockedNode(node=b.node, reason=b.reason, message=b.message, since=b.since or None)
                              for b in sorted(drain_blocked, key=lambda b: b.node)],
+        next_window=progress.next_window or None,
+        gate_failure=gate_failure_status(progress.gate_failure),
         conditions=conditions,
     )
     return status.dump()
+
+
+def gate_failure_status(failure: GateFailure | None) -> GateFailureStatus | None:
+    """`status.gateFailure` of a failed analysis gate (None: no failure)."""
+    if failure is None:
+        return None
+    return GateFailureStatus(gate=failure.gate, query=failure.query, condition=failure.condition,
+                             value=failure.value, time=failure.at, reason=failure.reason, when=failure.when)
 
 
 def _problem_text(problems: Sequence[ValidationProblem]) -> str:
@@ -252,6 +268,8 @@ def render_policy_status(
                 skipped=counts.get(State.SKIPPED.value, 0)),
             "packages": sorted(fleet.packages),
             "message": message or fleet.message,
+            "next_window": fleet.next_window or None,
+            "gate_failure": gate_failure_status(fleet.gate_failure),
         })
     return status.dump()
 
@@ -267,6 +285,8 @@ class FleetReport(Protocol):
     total_nodes: int
     counts: dict[str, int]
     message: str
+    next_window: str
+    gate_failure: GateFailure | None
 
     @property
     def packages(self) -> Mapping[str, Any]: ...

@@ -43,3 +43,32 @@ class RequestWindowsInput:
     nodes: list[str]
     # Task queue of the node workflows ("" = the calling activity's own queue).
     task_queue: str = ""
+
+
+@dataclass
+class QueryPrometheusInput:
+    """An instant query (`GET /api/v1/query`) for an analysis gate of the fleet's policy."""
+
+    query: str
+    # Prometheus base URL ("" = the worker's --prometheus-address / NODEROLL_PROMETHEUS_ADDRESS).
+    address: str = ""
+    # Name of the gate (for logs and heartbeats).
+    gate: str = ""
+
+
+@dataclass
+class PromSeries:
+    """One series of an instant query's result: its labels and its value as Prometheus wrote it."""
+
+    labels: dict[str, str] = field(default_factory=dict)
+    value: str = ""
+
+
+@dataclass
+class QueryPrometheusResult:
+    """The query's result: `vector` (a series each) or `scalar` (one series without labels)."""
+
+    result_type: str = "vector"
+    series: list[PromSeries] = field(default_factory=list)
+    # The Prometheus base URL that answered.
+    address: str = ""

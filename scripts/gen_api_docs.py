@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import api.admission  # noqa: E402
+import api.analysis  # noqa: E402
 import api.keys  # noqa: E402
+import api.maintenance  # noqa: E402
 import api.package  # noqa: E402
 import api.policy  # noqa: E402
 import api.status  # noqa: E402
@@ -126,6 +128,10 @@ def render() -> str:
     ]
     for plural, module in CRDS:
         lines.extend(_section(plural, module))
+    for title, module in (("Maintenance windows", api.maintenance), ("Analysis gates", api.analysis)):
+        lines += [f"## {title}", ""]
+        lines += [line.rstrip() for line in (module.__doc__ or "").strip().splitlines()[2:]]
+        lines.append("")
     lines += ["## Admission: the validating webhook", ""]
     lines += [line.rstrip() for line in (api.admission.__doc__ or "").strip().splitlines()[2:]]
     lines += [

@@ -20,7 +20,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from api import keys  # noqa: E402
-from api.enums import CanaryPhase, InterruptType, Promotion, RolloutPhase, StrategyType  # noqa: E402
+from api.analysis import CONDITION_HINT  # noqa: E402
+from api.enums import CanaryPhase, GateWhen, InterruptType, Promotion, RolloutPhase, StrategyType, Weekday  # noqa: E402
+from api.maintenance import TIME_PATTERN  # noqa: E402
 from api.package import (  # noqa: E402
     DEFAULT_INTERRUPT_TIMEOUT_SECONDS,
     DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS,
@@ -309,6 +311,27 @@ def node_counts(what: str) -> Schema:
     })
 
 
+def gate_failure() -> Schema:
+    return obj(
+        "The analysis gate that halted the fleet (cleared by resume, which overrides it once, or retry).",
+        {
+            "gate": string("Gate name (spec.analysis[].name of the DeploymentPolicy)."),
+            "query": string("The PromQL query."),
+            "condition": string("Its success condition."),
+            "value": string("What the query returned when the gate failed (a value, series, or no series)."),
+            "time": string("When the gate failed (RFC 3339).", format="date-time"),
+            "reason": string("Why: failed samples beyond failureLimit, or why the query could not be evaluated."),
+            "when": string("Where the gate was evaluated.", enum=[w.value for w in GateWhen]),
+        },
+        required=["gate", "query"],
+    )
+
+
+def next_window() -> Schema:
+    return string("While the fleet waits for a maintenance window: when the next one opens (RFC 3339).",
+                  format="date-time")
+
+
 def package_status() -> Schema:
     return obj(
         "Observed state of the rollout, written by the noderoll bridge.",
@@ -357,6 +380,8 @@ def package_status() -> Schema:
                     required=["node", "reason"],
                 ),
             ),
+            "nextWindow": next_window(),
+            "gateFailure": gate_failure(),
             "conditions": conditions(),
         },
     )
@@ -410,6 +435,51 @@ def strategy(with_defaults: bool) -> Schema:
     )
 
 
+def maintenance_window() -> Schema:
+    return obj(
+        "A weekly slot of wall-clock time in which the fleet may start new node windows (one in progress "
+        "always finishes). Open while the clock of timeZone shows a time from start (inclusive) to end "
+        "(exclusive) on one of days; an end before the start crosses midnight and belongs to the day it opens "
+        "(Fri 22:00-02:00 closes Saturday 02:00).",
+        {
+            "days": array("Days the window opens; omitted = every day.",
+                          string("A day of the week.", enum=[d.value for d in Weekday]), minItems=1, maxItems=7),
+            "start": string("Opening time, HH:MM (24-hour).", pattern=TIME_PATTERN),
+            "end": string("Closing time, HH:MM (24-hour); before start: the next day. Not equal to start.",
+                          pattern=TIME_PATTERN),
+            "timeZone": string("IANA time zone of start and end (e.g. Europe/Berlin), from the OS's "
+                               "/usr/share/zoneinfo or the PyPI package tzdata.", default="UTC", minLength=1),
+        },
+        required=["start", "end"],
+    )
+
+
+def analysis_gate() -> Schema:
+    return obj(
+        "A Prometheus query that must hold for the fleet to go on; a failed gate halts the fleet.",
+        {
+            "name": name_field("Gate name, unique in the policy."),
+            "query": string("PromQL instant query (GET /api/v1/query); the result must be a vector or a scalar.",
+                            minLength=1),
+            "successCondition": string(f"When a sample succeeds: {CONDITION_HINT}. Never evaluated as code.",
+                                       minLength=1),
+            "when": string(
+                "afterCanary (after the canary's soak), betweenBatches (after every batch, the canary's included) "
+                "or continuous (sampled while windows are out and before each batch).",
+                enum=[w.value for w in GateWhen], default=GateWhen.BETWEEN_BATCHES.value,
+            ),
+            "intervalSeconds": integer("Seconds between samples.", minimum=1, maximum=86400, default=30),
+            "count": integer("afterCanary/betweenBatches: successful samples in a row that pass the gate "
+                             "(default 1); not for continuous gates.", minimum=1, maximum=1000),
+            "failureLimit": integer("Failed samples tolerated (continuous: in a row); one more fails the gate.",
+                                    minimum=0, maximum=1000, default=0),
+            "address": string("Prometheus base URL for this gate (http://host:port[/prefix]); omitted = the "
+                              "worker's --prometheus-address.", pattern=r"^https?://"),
+        },
+        required=["name", "query", "successCondition"],
+    )
+
+
 def policy_spec() -> Schema:
     compartment = obj(
         "A group of nodes with its own budget and strategy.",
@@ -447,6 +517,12 @@ def policy_spec() -> Schema:
                     ),
                 },
             ),
+            "maintenanceWindows": array(
+                "When new node windows may start (no two may overlap); omitted or empty = at any time.",
+                maintenance_window(),
+            ),
+            "analysis": array("Analysis gates: Prometheus queries evaluated after the canary, between batches "
+                              "or continuously.", analysis_gate()),
         },
         required=["default"],
     )
@@ -547,6 +623,8 @@ def policy_crd() -> Schema:
             ),
             "nodes": node_counts("The fleet's nodes per state."),
             "packages": array("Packages the fleet rolls out.", {"type": "string"}),
+            "nextWindow": next_window(),
+            "gateFailure": gate_failure(),
             "conditions": conditions(),
         },
     )
@@ -564,6 +642,7 @@ def policy_crd() -> Schema:
             column("Valid", '.status.conditions[?(@.type=="Valid")].status', description="Valid condition"),
             column("Phase", ".status.phase", description="Fleet rollout phase"),
             column("Wave", ".status.wave", "integer", description="Wave of the fleet rollout"),
+            column("NextWindow", ".status.nextWindow", priority=1, description="Next maintenance window opening"),
             column("Age", ".metadata.creationTimestamp", "date"),
         ],
     )

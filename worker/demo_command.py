@@ -33,6 +33,7 @@ from localstack.provision import ProvisionError
 from localstack.state import StackInfo, default_state_dir, load_stack_info
 from planning.status import RolloutProgress
 from protocol import names
+from worker import demo_gates
 from worker import demo_processes as procs
 from worker.demo_resources import DemoNames, DemoObjects, DemoTuning, demo_objects, interrupt_word
 from worker.demo_summary import NodeEvidence, Outcome, fleet_summary, packages_summary
@@ -63,6 +64,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--budget-percent", type=int, help="override the policy's default budget percent")
     p.add_argument("--plain", action="store_true", help="one line per change instead of the live display")
     p.add_argument("--stop", action="store_true", help="stop what an earlier `demo --keep` left running, and exit")
+    demo_gates.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -94,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass  # the finally below stops what was started
     finally:
+        demo_gates.stop(args)
         if args.keep:
             _say(console, f"--keep: everything keeps running; stop it with `noderoll demo --stop --state-dir {state_dir}`")
         else:
@@ -112,6 +115,10 @@ def _run_demo(console: Console, args: argparse.Namespace, record: procs.DemoReco
         stack = up(state_dir, progress=lambda line: console.print(f"  {line}", style="dim", highlight=False))
     except (ProvisionError, StackError) as err:
         return Outcome(EXIT_SETUP, f"the local stack did not start: {err}")
+    try:
+        objects = demo_gates.prepare(args, objects, console, state_dir)
+    except (ProvisionError, RuntimeError) as err:
+        return Outcome(EXIT_SETUP, f"--gates: no Prometheus for the gate: {err}")
     launch = procs.DemoLaunch(stack, DemoNames(record.names_suffix), args.nodes, args.task_queue, args.faults)
     outcome = Outcome(EXIT_SETUP, "set-up failed")
     try:
@@ -205,7 +212,7 @@ async def _watch(console: Console, args: argparse.Namespace, ops: Ops, record: p
                 if _settled(package, progress, current) and package not in outcome.durations:
                     outcome.durations[package] = current.elapsed
                     outcome.settled[package] = progress
-            bad = {p: g for p, g in current.packages.items() if g.phase in BAD_PHASES}
+            bad = {p: g for p, g in current.packages.items() if g.phase in BAD_PHASES and not demo_gates.holding(args, g)}
             if bad:
                 detail = "; ".join(f"{p} {g.phase.value}: {g.message or g.erroring}" for p, g in bad.items())
                 outcome.code, outcome.message = EXIT_FAILED, f"rollout failed: {detail}"

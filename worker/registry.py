@@ -17,6 +17,7 @@ from activities.leases import acquire_lease
 from activities.node_marks import mark_blocked_nodes
 from activities.node_requests import request_node_windows
 from activities.nodes import cordon_node, read_node, uncordon_node, write_node_state
+from activities.prometheus import query_prometheus
 from activities.stage_wait import run_stage_job
 from activities.targets import list_target_nodes
 from workflows.budget import BudgetWorkflow
@@ -48,6 +49,8 @@ ACTIVITIES: list[Callable[..., Any]] = [
     # fleet (activities/fleet.py)
     list_fleet_nodes,
     request_windows,
+    # analysis gates of fleets (activities/prometheus.py)
+    query_prometheus,
     # legacy rollout (activities/targets.py, node_requests.py)
     list_target_nodes,
     request_node_windows,

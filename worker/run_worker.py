@@ -26,7 +26,7 @@ from datetime import timedelta
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities import kube, stage_pod
+from activities import kube, prometheus, stage_pod
 from api.keys import DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE
 from localstack.state import resolve_connection
 from worker.metrics import start_metrics_server
@@ -59,8 +59,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         default=_env_int("NODEROLL_MAX_CONCURRENT_ACTIVITIES") or ACTIVITY_THREADS,
                         help="activity slots, i.e. node windows waiting at once (env "
                              f"NODEROLL_MAX_CONCURRENT_ACTIVITIES; default {ACTIVITY_THREADS})")
+    parser.add_argument("--prometheus-address", default=os.environ.get(prometheus.ENV_ADDRESS) or None,
+                        type=_http_url, metavar="URL",
+                        help="Prometheus the analysis gates of DeploymentPolicies query, e.g. http://prometheus:9090 "
+                             f"(a gate's spec.analysis[].address overrides it; env {prometheus.ENV_ADDRESS}; "
+                             "default: none)")
     add_stage_pod_arguments(parser)
     parser.set_defaults(func=run)
+
+
+def _http_url(value: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"{value!r} is not an http:// or https:// URL")
+    return value
 
 
 def add_stage_pod_arguments(parser: argparse.ArgumentParser) -> None:
@@ -165,6 +176,9 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     pods = stage_pod_settings(args)
     stage_pod.configure(pods)
+    prometheus.configure(args.prometheus_address)
+    log.info("analysis gates query %s unless a gate names its own address",
+             prometheus.configured_address() or "no Prometheus (set --prometheus-address)")
     log.info("stage pods: agent image %s, pull secrets %s, host network %s, priority class %s",
              pods.agent_image, ",".join(pods.image_pull_secrets) or "none", pods.host_network,
              pods.priority_class_name or "none")

@@ -23,6 +23,8 @@ from the bridge `desired` and `nodes_changed`. Query `progress`: a
 `planning.fleet_status.FleetProgress`. A node workflow that closes without answering is noticed
 within `watchdog_seconds` and asked again (`planning.fleet_state.lost`).
 
+Maintenance windows and analysis gates of the policy hold the next batch (`workflows.fleet_holds`).
+
 Handlers only queue typed messages; the loop applies them in order.
 """
 
@@ -42,11 +44,12 @@ with workflow.unsafe.imports_passed_through():
     from planning import batches
     from planning import fleet_state as fs
     from planning.compartments import DEFAULT_POLICY
-    from planning.fleet_status import FleetProgress, fleet_progress
+    from planning.fleet_status import FleetProgress, details_note, fleet_progress
     from protocol import names
     from protocol.fleet import Filter, FleetInput, FleetSpec, WindowResult
-    from workflows.fleet_acts import FleetActs, never
+    from workflows.fleet_acts import never
     from workflows.fleet_codec import state_from_json, state_to_json
+    from workflows.fleet_holds import FleetHolds
 
 PACKAGE_KEY = SearchAttributeKey.for_keyword_list(names.SEARCH_ATTR_PACKAGE)
 PHASE_KEY = SearchAttributeKey.for_keyword(names.SEARCH_ATTR_PHASE)
@@ -88,7 +91,7 @@ Message = Desired | Operator | NodesChanged | Answer
 
 
 @workflow.defn(name=names.FLEET_WORKFLOW_TYPE)
-class FleetWorkflow(FleetActs):
+class FleetWorkflow(FleetHolds):
     """The fleet of one DeploymentPolicy (see the module docstring)."""
 
     def __init__(self) -> None:
@@ -307,6 +310,8 @@ class FleetWorkflow(FleetActs):
         elif not self._resolved:
             # Nodes may have joined, left or finished a dependency since the last listing.
             await self._refresh()
+        elif await self._held():
+            return  # a gate or the maintenance windows hold the next batch (it sampled or waited)
         elif batch := batches.next_batch(planner, fs.startable(state), fs.canary_cover(state)):
             await self._send(batch)
         else:
@@ -315,14 +320,18 @@ class FleetWorkflow(FleetActs):
     async def _run_batch(self, planner: batches.BatchPlannerState, next_relist: datetime) -> None:
         state = self._state
         batch = planner.current_batch
-        if not state.paused:
+        if not state.paused and self._windows_open():
             # After a halt, a pause or a crash between planning and sending: nodes never handed over.
             startable = fs.startable(state)
             await self._send([n for n in batch if n in startable])
+        else:
+            await self._withdraw_outside_windows()
         results = fs.batch_results(state, batch)
         if results is None:
-            await self._wait_unfinished(next_relist)
+            if not await self._sample_continuous():
+                await self._wait_unfinished(next_relist)
             return
+        was_canary = planner.canary_phase is CanaryPhase.RUNNING
         decision = batches.record_batch_result(planner, *results)
         self._resolved = False
         state.message = decision.reason
@@ -331,6 +340,7 @@ class FleetWorkflow(FleetActs):
         if planner.canary_phase is CanaryPhase.SOAKING:
             state.soak_until = (workflow.now() + timedelta(seconds=decision.soak_seconds)).isoformat()
             state.promote = False
+        self._open_gates(was_canary, planner)
 
     async def _hold_canary(self, planner: batches.BatchPlannerState) -> None:
         state = self._state
@@ -338,6 +348,8 @@ class FleetWorkflow(FleetActs):
         if state.soak_until and workflow.now() < datetime.fromisoformat(state.soak_until):
             state.message = f"canary passed; soaking until {state.soak_until}"
             await self._wait(datetime.fromisoformat(state.soak_until) - workflow.now())
+            return
+        if await self._gates_hold():
             return
         if planner.canary_promotion is Promotion.MANUAL and not state.promote:
             batches.await_promotion(planner)
@@ -387,7 +399,7 @@ class FleetWorkflow(FleetActs):
         details = (
             f"**{phase.value}** {self._fleet_id()} wave {state.wave}, batch {report.batch_number}: "
             f"{report.counts.get('complete', 0)}/{report.total_nodes} nodes complete; packages: {shown}"
-        )
+        ) + details_note(state, phase)
         if details != workflow.get_current_details():
             workflow.set_current_details(details)
         if phase is self._phase:

@@ -214,13 +214,15 @@ class FleetActs:
     async def _wait(self, timeout: timedelta | None) -> bool:
         """Wait for a message (or the timeout); False when the timeout passed.
 
-        Shortened to when a pending re-list is due, and to the next watchdog round while windows are out.
+        Shortened to when a pending re-list is due, and to the next watchdog round while windows are out
+        (and to the close of a maintenance window or a continuous gate's next sample, `FleetHolds`).
         """
         due: list[timedelta] = [] if timeout is None else [timeout]
         if self._relist_wanted():
             due.append(max(self._listed_at + timedelta(seconds=30) - workflow.now(), timedelta(seconds=1)))
         if self._state.in_flight:
             due.append(max(self._next_watchdog - workflow.now(), timedelta(seconds=1)))
+        due.extend(self._hold_wakeups())
         wait_for = min(due) if due else None
         try:
             await workflow.wait_condition(lambda: bool(self._inbox), timeout=wait_for)
@@ -231,6 +233,9 @@ class FleetActs:
 
     def _relist_wanted(self) -> bool:
         raise NotImplementedError  # FleetWorkflow._relist_wanted
+
+    def _hold_wakeups(self) -> list[timedelta]:
+        raise NotImplementedError  # FleetHolds._hold_wakeups (maintenance windows, continuous gates)
 
 
 def never() -> datetime:

@@ -352,3 +352,16 @@ def test_helm_lint_strict(values: Path) -> None:
     result = subprocess.run([HELM, "lint", "--strict", str(CHART), "--values", str(values)],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@needs_helm
+def test_prometheus_address_reaches_the_worker_only(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """Helm value `prometheus.address` -> NODEROLL_PROMETHEUS_ADDRESS of the worker (the analysis gates)."""
+    def env_of(objects: list[dict[str, Any]], suffix: str) -> dict[str, Any]:
+        dep = next(d for d in kinds(objects)["Deployment"] if d["metadata"]["name"].endswith(suffix))
+        return {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+    assert env_of(rendered["cloud-values"], "-worker")["NODEROLL_PROMETHEUS_ADDRESS"] == (
+        "http://prometheus-operated.monitoring:9090")
+    assert "NODEROLL_PROMETHEUS_ADDRESS" not in env_of(rendered["cloud-values"], "-bridge")
+    assert "NODEROLL_PROMETHEUS_ADDRESS" not in env_of(rendered["default-values"], "-worker")

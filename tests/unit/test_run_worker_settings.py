@@ -61,3 +61,23 @@ def test_the_kubernetes_pool_is_sized_to_the_activity_slots(tmp_path: Path) -> N
         assert kube.api_client().rest_client.pool_manager.connection_pool_kw["maxsize"] == 264
     finally:
         kube.configure(None)
+
+
+def test_prometheus_address_from_flag_or_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--prometheus-address` (env NODEROLL_PROMETHEUS_ADDRESS): what analysis gates query without their own."""
+    from activities import prometheus
+
+    monkeypatch.setenv("NODEROLL_PROMETHEUS_ADDRESS", "http://env-prom:9090")
+    assert build_parser().parse_args(["worker"]).prometheus_address == "http://env-prom:9090"
+    args = build_parser().parse_args(["worker", "--prometheus-address", "https://flag-prom/prefix"])
+    assert args.prometheus_address == "https://flag-prom/prefix"
+    before = prometheus.configured_address()
+    try:
+        prometheus.configure(args.prometheus_address)
+        assert prometheus.configured_address() == "https://flag-prom/prefix"
+        prometheus.configure(None)  # no flag: the environment's value stays
+        assert prometheus.configured_address() == "https://flag-prom/prefix"
+    finally:
+        prometheus.configure(before)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["worker", "--prometheus-address", "prom:9090"])

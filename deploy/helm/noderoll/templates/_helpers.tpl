@@ -63,6 +63,10 @@ app.kubernetes.io/component: {{ .component }}
 - name: NODEROLL_STAGE_PRIORITY_CLASS
   value: {{ . | quote }}
 {{- end }}
+{{- with .Values.prometheus.address }}
+- name: NODEROLL_PROMETHEUS_ADDRESS
+  value: {{ . | quote }}
+{{- end }}
 {{- end -}}
 
 {{/* Environment shared by the worker and the bridge: Temporal connection, metrics port, log level. */}}
