@@ -33,6 +33,7 @@ RESUMED = "Resumed"
 DELETING = "Deleting"
 FINALIZER_REMOVED = "FinalizerRemoved"
 INVALID_SPEC = "InvalidSpec"
+DELETION_BLOCKED = "DeletionBlocked"
 RECONCILE_FAILED = "ReconcileFailed"
 
 
