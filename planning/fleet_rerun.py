@@ -4,6 +4,8 @@ An operator asks with the fleet signal `rerun` (`protocol.fleet.Rerun`: id, Pack
 `noderoll rerun`) or the Package annotation `noderoll.io/rerun: "<id>[:<stage>]"` that the bridge
 hands over in the desired state (`rerun_from_annotation`). Rules:
 
+* a stage other than `apply`, `config`, `interrupt`, `post-interrupt` (or none) is refused (the
+  fleet's message says so); the CLI refuses it before sending;
 * once per id: an id the fleet has taken is ignored when it comes again (a repeated signal, the
   annotation in every desired state the bridge sends); the last `SEEN_IDS` ids are remembered;
 * the nodes are fixed when the fleet first knows its targets after taking the rerun (`resolve`):
@@ -24,8 +26,11 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from planning.fleet_targets import NodeTargets
+from planning.node_plan import RERUN_STAGES
 from protocol.fleet import Rerun
 
+# Stages a rerun may start at ("": the whole install sequence); others are refused (`take`).
+STAGES = ("", *(s.value for s in RERUN_STAGES))
 # Rerun ids a fleet remembers (a repeated id among them is ignored).
 SEEN_IDS = 200
 ANNOTATION_ID_PREFIX = "annotation:"
@@ -55,8 +60,8 @@ def rerun_from_annotation(package: str, value: str) -> Rerun | None:
 
 
 def take(reruns: list[RerunOrder], seen: list[str], request: Rerun) -> bool:
-    """Record `request` unless its id was seen; True when it was taken."""
-    if not request.id or request.id in seen:
+    """Record `request` unless its id was seen or its stage is not a rerun stage; True when it was taken."""
+    if not request.id or request.id in seen or request.stage not in STAGES:
         return False
     seen.append(request.id)
     del seen[:-SEEN_IDS]

@@ -48,8 +48,9 @@ A window needs a drain when its merged interrupt is disruptive (not `noop`).
 Rerun (`noderoll rerun`, fleet windows only): a package named in `rerun` whose plan has no work
 (recorded complete at the desired version, image and config) runs again: the install sequence
 (`apply`, `config`, then `interrupt`, `post-interrupt` when it has an interrupt), from the given
-stage of it on when one is named (`rerun_plan`); a stage that is not part of that sequence is
-`blocked` with the reason. A package that has work anyway gets its normal plan.
+stage of it on when one is named (`rerun_plan`); a stage that is not part of that sequence (the
+interrupt of a package without one) runs nothing: the package is answered up to date, the message
+says the rerun was skipped. A package that has work anyway gets its normal plan.
 
 A dependency is satisfied on this node when it has work in this plan at the required version, or
 is recorded complete there at that version with no work left; otherwise the dependent is
@@ -345,7 +346,7 @@ def rerun_plan(name: str, spec: PackageSpec, rec: PackageNodeState | None, stage
         if stage not in {s.value for s in stages}:
             shown = ", ".join(s.value for s in stages)
             return PackagePlan(name, PlanAction.NONE, spec.version, previous_version=previous,
-                               blocked=f"rerun from {stage}: not a stage of this package ({shown})")
+                               reason=f"up to date; rerun from {stage} skipped: not a stage of this package ({shown})")
         stages = stages[[s.value for s in stages].index(stage):]
     return PackagePlan(name=name, action=PlanAction.INSTALL, version=spec.version, previous_version=previous,
                        stages=stages, interrupt=interrupt, reason=f"rerun from {stages[0].value}")

@@ -44,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from planning import batches
     from planning import fleet_state as fs
     from planning.compartments import DEFAULT_POLICY
-    from planning.fleet_rerun import rerun_from_annotation
+    from planning.fleet_rerun import STAGES, rerun_from_annotation
     from planning.fleet_status import FleetProgress, fleet_progress
     from protocol import names
     from protocol.fleet import Filter, FleetInput, FleetSpec, Rerun, WindowResult
@@ -232,7 +232,10 @@ class FleetWorkflow(FleetActs):
                 self._take_rerun(message.request)
 
     def _take_rerun(self, request: Rerun) -> None:
-        if fs.apply_rerun(self._state, request):
+        if request.stage not in STAGES and request.id not in self._state.rerun_ids:
+            self._state.message = f"rerun {request.id} of {request.package} refused: unknown stage {request.stage!r}"
+            workflow.logger.warning("%s: %s", self._fleet_id(), self._state.message)
+        elif fs.apply_rerun(self._state, request):
             workflow.logger.info("%s: rerun %s of %s from %s", self._fleet_id(), request.id, request.package,
                                  request.stage or "the start")
             self._resolved = False

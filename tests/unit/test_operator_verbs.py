@@ -43,10 +43,16 @@ def test_rerun_plan_runs_the_install_sequence_from_the_stage() -> None:
     assert not plan_node(NodePlanInput("n", complete(package), {"a": package})).packages["a"].has_work
 
 
-def test_rerun_of_a_stage_the_package_does_not_have_is_blocked() -> None:
+def test_rerun_of_a_stage_the_package_does_not_have_runs_nothing() -> None:
     package = spec()
     plan = plan_node(NodePlanInput("n", complete(package), {"a": package}, rerun={"a": "interrupt"}))
-    assert plan.packages["a"].blocked and "not a stage" in str(plan.packages["a"].blocked)
+    assert not plan.packages["a"].has_work and not plan.packages["a"].blocked
+    assert "rerun from interrupt skipped" in plan.packages["a"].reason
+
+
+def test_a_rerun_of_an_unknown_stage_is_refused() -> None:
+    state = fs.FleetState(revisions={"a": "r"})
+    assert not fs.apply_rerun(state, Rerun("r1", "a", [], "reboot")) and not state.reruns
 
 
 def test_a_package_with_work_gets_its_normal_plan_despite_a_rerun() -> None:
@@ -134,3 +140,9 @@ def test_reset_annotation() -> None:
 def test_worker_identity_carries_the_version() -> None:
     assert identity_version(worker_identity()) not in (None, "")
     assert identity_version("12345@host") is None
+
+
+def test_the_cli_refuses_a_rerun_stage_that_does_not_exist(capsys: object) -> None:
+    from worker.cli import main
+
+    assert main(["rerun", "some-package", "--stage", "reboot"]) == 2
