@@ -70,12 +70,18 @@ def cmd_reset(args: argparse.Namespace) -> int:
 
     async def body(ops: Ops) -> int:
         await asyncio.to_thread(_read_node, ops, args.node)
+        task_queue = _task_queue(args)
+        # A signal-with-start on a queue no worker polls would start `node/<node>` where nothing runs it,
+        # and every later window request for the node would wait in that run: refuse instead.
+        if not await _worker_versions(ops, task_queue):
+            raise OpsError(f"no worker polls task queue {task_queue}: give the worker's --task-queue "
+                           "(or NODEROLL_TASK_QUEUE)")
         request = NodeReset(id=args.id or uuid.uuid4().hex[:12], packages=sorted(set(args.package)),
                             source="noderoll node reset")
         try:
             await ops.temporal.start_workflow(
                 names.NODE_WORKFLOW_TYPE, _node_input(args.node), id=names.node_workflow_id(args.node),
-                task_queue=_task_queue(args), start_signal=names.SIGNAL_NODE_RESET, start_signal_args=[request],
+                task_queue=task_queue, start_signal=names.SIGNAL_NODE_RESET, start_signal_args=[request],
                 static_summary=f"node {args.node}")
         except RPCError as err:
             raise OpsError(f"cannot signal reset to {names.node_workflow_id(args.node)}: {err.message}") from err

@@ -166,7 +166,7 @@ async def test_reset_forgets_the_record_and_the_next_window_installs_again(
             before = {p: jobs(kube_api_client, p) for p in (name, other)}
 
             # The CLI, one package on one node: only that package is installed again, only there.
-            noderoll(run, "node", "reset", first, "--package", name)
+            noderoll(run, "node", "reset", first, "--package", name, "--task-queue", run.task_queue)
             expected = before[name] + Counter({(first, "apply"): 1, (first, "config"): 1})
             assert_eventually(lambda: jobs(kube_api_client, name) == expected, timeout=TIMEOUT)
             await settled(temporal_client, policy, name, 3)
@@ -188,7 +188,7 @@ async def test_reset_forgets_the_record_and_the_next_window_installs_again(
                 assert report.packages[name].blocked.get(third), report.packages[name].blocked
 
             await assert_eventually_async(held, timeout=TIMEOUT)
-            noderoll(run, "node", "reset", third)
+            noderoll(run, "node", "reset", third, "--task-queue", run.task_queue)
             expected += Counter({(third, "apply"): 1, (third, "config"): 1})
             others += Counter({(third, "apply"): 1, (third, "config"): 1})
             assert_eventually(lambda: (jobs(kube_api_client, name), jobs(kube_api_client, other)) == (expected, others),
