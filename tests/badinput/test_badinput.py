@@ -448,9 +448,12 @@ def test_m03_policy_deleted_while_referenced(system: System) -> None:
         system.delete(PACKAGE_PLURAL, package)
 
         def policy_gone() -> None:
-            with pytest.raises(client.exceptions.ApiException) as err:
+            try:
                 system.custom.get_cluster_custom_object("noderoll.io", "v1alpha1", POLICY_PLURAL, policy)
-            assert err.value.status == 404
+            except client.exceptions.ApiException as err:
+                assert err.status == 404
+                return
+            raise AssertionError(f"DeploymentPolicy {policy} still there")
 
         assert_eventually(policy_gone, timeout=120, interval=0.5)
 

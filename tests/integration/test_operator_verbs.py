@@ -268,8 +268,10 @@ def test_logs_follow_streams_the_stage_while_it_runs(
             pods = client.CoreV1Api(kube_api_client).list_namespaced_pod(
                 keys.PACKAGE_POD_NAMESPACE, label_selector=f"noderoll.io/package={name},noderoll.io/mode=apply").items
             assert first and [p.status.phase for p in pods] == ["Running"], (first, [p.status.phase for p in pods])
-            rest, errors = follower.communicate(timeout=120)
-            assert follower.returncode == 0, errors
+            # Read through the same buffered stream as `first` (communicate() would skip what it buffered).
+            rest = follower.stdout.read()
+            assert follower.wait(timeout=120) == 0
+            errors = follower.stderr.read() if follower.stderr else ""
             assert "x" * 12 in first + rest and "bench-sleep: apply done after 8s" in rest, first + rest
             assert "fleetsim log file" in errors, errors
         finally:
