@@ -156,6 +156,8 @@ class WriteNodeStateInput:
     erroring: bool
     message: str = ""
     events: list[NodeEvent] = field(default_factory=list)
+    # Node annotations removed in the same patch (a reset removes the `noderoll.io/reset` it applied).
+    clear_annotations: list[str] = field(default_factory=list)
 
 
 @dataclass

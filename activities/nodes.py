@@ -178,6 +178,8 @@ def write_node_state(input: WriteNodeStateInput) -> None:
     metadata: dict[str, Any] = {"labels": {NODE_STATUS_LABEL: input.status}}
     if input.state_annotation is not None:
         metadata["annotations"] = {NODE_STATE_ANNOTATION: input.state_annotation}
+    if input.clear_annotations:
+        metadata.setdefault("annotations", {}).update(dict.fromkeys(input.clear_annotations))
     # No read first and no resourceVersion: the node workflow is the only writer of these two keys
     # and the patch does not depend on the node's content (one request instead of two).
     try:

@@ -173,3 +173,5 @@ class ConditionType(StrEnum):
     PROGRESSING = "Progressing"
     DEGRADED = "Degraded"
     VALID = "Valid"
+    # Deletion protection: True while other Packages use the object (crd_bridge/protection.py).
+    IN_USE = "InUse"

@@ -38,6 +38,17 @@ RUNTIME_REQUIRED_TAINT_EFFECT = "NoSchedule"
 # runtimeRequired Package, not only when it joins (planning/runtime_taint.py).
 RUNTIME_REQUIRED_GATE_LABEL = "noderoll.io/runtime-required-gate"
 FINALIZER = "noderoll.io/uninstall"
+# Deletion protection (like Kubernetes' pvc-protection): on a DeploymentPolicy while Packages name it,
+# on a Package while other Packages depend on it; removed by the bridge once nothing uses it.
+IN_USE_FINALIZER = "noderoll.io/in-use"
+# Package annotation `<id>[:<stage>]`: run the Package again on every node where it is complete
+# (once per id), as `noderoll rerun` does with the fleet signal `rerun`.
+RERUN_ANNOTATION = "noderoll.io/rerun"
+# Node annotation `<id>[:<package>,<package>...]`: forget the node's recorded state (all of it, or
+# those packages) once per id, as `noderoll node reset` does with the node signal `reset`.
+RESET_ANNOTATION = "noderoll.io/reset"
+# Lease annotation: the version of the bridge that holds the Lease (`noderoll version`).
+VERSION_ANNOTATION = "noderoll.io/version"
 CORDONED_BY_VALUE = "noderoll"
 
 # Every node key noderoll reads or writes, with what it means: rendered into docs/api.md
@@ -52,6 +63,10 @@ NODE_KEYS: tuple[tuple[str, str, str], ...] = (
      "window; `blocked` also by a rollout for a targeted node it cannot update (an untolerated taint, an "
      "unreadable state), never over `in-progress` or `erroring`. The next window's state write replaces it."),
     (NODE_IGNORE_LABEL, "label", "`true`: no rollout targets the node (not counted, not labelled)."),
+    (RESET_ANNOTATION, "annotation",
+     "`<id>[:<package>,...]`, set by an operator (`kubectl annotate`): the bridge asks the node workflow to "
+     "forget the node's recorded state (every package, or the listed ones) so the next window installs from "
+     "scratch; the node workflow removes the annotation with the state it writes. Once per id."),
     (CORDONED_BY_ANNOTATION, "annotation",
      f"`{CORDONED_BY_VALUE}` while noderoll holds the node's cordon; noderoll uncordons only what it cordoned."),
     (CONDITION_UPDATING, "condition", "True while a node window runs on the node."),

@@ -34,6 +34,7 @@ from crd_bridge.fleets import raw_fleet
 from crd_bridge.leader import LeaderElector, LeaseSettings
 from crd_bridge.loops import Loop, run_forever
 from crd_bridge.nodes import NodeHandler
+from crd_bridge.protection import package_ref
 from crd_bridge.reconciler import Reconciler
 from crd_bridge.status_poller import StatusPoller
 from crd_bridge.watcher import NODE_KIND, SYNC, Watcher, WatchEvent
@@ -126,6 +127,12 @@ class Bridge:
                 if name in ((o.get("spec") or {}).get("dependsOn") or {})
             }
             self.dirty.taints = True
+            # Deletion protection: what this Package uses, before and after the event, is reconciled too.
+            for obj in (previous, event.obj):
+                if obj is not None:
+                    self.dirty.packages |= set(package_ref(obj).depends_on) & set(self.cache.of(keys.PACKAGE_KIND))
+                    if raw_fleet(obj) != DEFAULT_FLEET:
+                        self.dirty.policies.add(raw_fleet(obj))
         elif event.kind == keys.POLICY_KIND:
             self._changed_at[name] = time.monotonic()
             self.dirty.policies.add(name)
@@ -264,6 +271,9 @@ class Bridge:
         if not (self.is_leader() and self._synced()):
             return
         self._mark_all()
+        for node in self.cache.of(NODE_KIND).values():
+            # A `noderoll.io/reset` set while no bridge led (or not handed over yet): handed over now.
+            self.nodes.note_reset(node)
         try:
             await self._end_orphans()
             await self._retire_legacy()

@@ -33,6 +33,7 @@ RESUMED = "Resumed"
 DELETING = "Deleting"
 FINALIZER_REMOVED = "FinalizerRemoved"
 INVALID_SPEC = "InvalidSpec"
+DELETION_BLOCKED = "DeletionBlocked"
 RECONCILE_FAILED = "ReconcileFailed"
 # On a DeploymentPolicy: an analysis gate failed and halted its fleet (one Event per failure).
 GATE_FAILED = "GateFailed"

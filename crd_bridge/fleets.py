@@ -4,11 +4,13 @@
 * the policy: the DeploymentPolicy object's validated spec and generation (`default`: the built-in
   one-node-at-a-time policy, no object); an invalid or missing policy keeps the one last handed over;
 * every Package naming the policy (or none, for `default`): a valid one as it is now (spec,
-  generation, uid, paused by `spec.paused` or the `noderoll.io/pause` annotation); an invalid one
+  generation, uid, paused by `spec.paused` or the `noderoll.io/pause` annotation, a rerun asked by the
+  `noderoll.io/rerun` annotation); an invalid one
   keeps the entry last handed over, so a rollout of an earlier valid generation keeps its spec
   (its status says Invalid); a Package being deleted with the uninstall finalizer stays, marked
   `uninstall`, until its fleet reports it uninstalled (the finalizer then goes); one being deleted
-  without it is gone.
+  without it is gone; one being deleted that other Packages still use (`held`, deletion protection)
+  keeps its entry as if it were not deleted, so its dependents keep what they need.
 `spec_digest` makes "changed since last sent" a string comparison; `package_changes` names what
 changed per Package (for the Events on the Packages).
 """
@@ -21,6 +23,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
+from api import keys
 from api.package import Package
 from api.policy import DeploymentPolicy
 from protocol.fleet import FleetSpec, PackageEntry
@@ -38,6 +41,8 @@ class PackageFacts:
     package: Package | None = None
     deleting: bool = False
     has_finalizer: bool = False
+    # Being deleted while Packages use it (`crd_bridge.protection`): it keeps its place as it is.
+    held: bool = False
 
 
 @dataclass
@@ -60,6 +65,7 @@ def _entry(package: Package, uninstall: bool = False) -> PackageEntry:
     return PackageEntry(
         name=package.name, spec=package.spec.dump(), generation=package.metadata.generation,
         uid=package.metadata.uid, paused=package.paused, uninstall=uninstall,
+        rerun=package.metadata.annotations.get(keys.RERUN_ANNOTATION, "").strip(),
     )
 
 
@@ -70,7 +76,7 @@ def desired_fleet(name: str, facts: FleetFacts, previous: FleetSpec | None) -> F
     for fact in sorted(facts.packages, key=lambda f: f.name):
         if fact.fleet != name:
             continue
-        if fact.deleting:
+        if fact.deleting and not fact.held:
             if not fact.has_finalizer:
                 continue
             if fact.package is not None and fact.package.spec.uninstall.enabled:

@@ -20,7 +20,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from activities import kube
-from api.keys import PACKAGE_POD_NAMESPACE
+from api.keys import PACKAGE_POD_NAMESPACE, VERSION_ANNOTATION
+from worker.version import noderoll_version
 
 log = logging.getLogger("noderoll.bridge.leader")
 LEASE_NAME = "noderoll-bridge"
@@ -95,6 +96,8 @@ class LeaderElector:
         spec.lease_duration_seconds = s.lease_seconds
         spec.renew_time = now
         lease.spec = spec
+        # `noderoll version`: the holder's version, on the Lease it renews.
+        lease.metadata.annotations = {**(lease.metadata.annotations or {}), VERSION_ANNOTATION: noderoll_version()}
         try:
             api.replace_namespaced_lease(s.name, s.namespace or PACKAGE_POD_NAMESPACE, lease)
         except ApiException as err:
@@ -107,7 +110,8 @@ class LeaderElector:
     def _create(self, api: client.CoordinationV1Api, now: datetime) -> bool:
         s = self.settings
         lease = client.V1Lease(
-            metadata=client.V1ObjectMeta(name=s.name, namespace=s.namespace),
+            metadata=client.V1ObjectMeta(name=s.name, namespace=s.namespace,
+                                         annotations={VERSION_ANNOTATION: noderoll_version()}),
             spec=client.V1LeaseSpec(
                 holder_identity=s.identity,
                 lease_duration_seconds=s.lease_seconds,

@@ -7,8 +7,9 @@ labels (but `noderoll.io/status`, which noderoll itself writes with every node s
 every blocked mark), its taints (an untolerated taint blocks a node; its removal unblocks it), the
 state annotation becoming unreadable or readable again (an unreadable one holds the node), and,
 for a Package with `dependsOn`, a change of a dependency's record in the node's state annotation
-(the rollout holds a node back until its dependency is complete there). Status heartbeats and
-other state-annotation changes do not.
+(the rollout holds a node back until its dependency is complete there), and a package's record
+disappearing (a reset, `noderoll node reset`: the fleet asks the node again). Status heartbeats
+and other state-annotation changes do not.
 
 The runtime-required taint rule itself is `planning.runtime_taint`; here a Node object (API JSON)
 and the bridge's valid Packages are turned into its input.
@@ -25,6 +26,7 @@ from api.node_state import parse_node_state
 from api.package import Package, PackageSpec
 from planning.runtime_taint import RuntimePackage, RuntimeTaintInput
 from planning.targets import UNSCHEDULABLE_TAINT_KEY, NodeView, is_candidate
+from protocol.fleet import NodeReset
 
 
 def node_view(obj: Mapping[str, Any]) -> NodeView:
@@ -81,6 +83,17 @@ def changed_records(old: NodeView | None, new: NodeView) -> set[str]:
     return {name for name in set(before) | set(after) if before.get(name) != after.get(name)}
 
 
+def forgotten_records(old: NodeView | None, new: NodeView) -> set[str]:
+    """Packages recorded in `old`'s readable state annotation and absent from `new`'s (a reset, an uninstall)."""
+    if old is None or old.state_annotation == new.state_annotation:
+        return set()
+    before, problem = parse_node_state(old.state_annotation)
+    after, unreadable = parse_node_state(new.state_annotation)
+    if problem is not None or unreadable is not None:
+        return set()  # readability changes are a targeting change of their own
+    return set(before.packages) - set(after.packages)
+
+
 def packages_to_notify(
     old: NodeView | None, new: NodeView, packages: Mapping[str, PackageSpec]
 ) -> list[str]:
@@ -88,15 +101,27 @@ def packages_to_notify(
     targeting = targeting_change(old, new)
     dependents = [s for s in packages.values() if s.depends_on]
     records = changed_records(old, new) if dependents and not targeting else set()
-    if not targeting and not records:
+    forgotten = forgotten_records(old, new) if not targeting else set()
+    if not targeting and not records and not forgotten:
         return []
     views: Iterable[NodeView] = (new,) if old is None else (old, new)
     return sorted(
         name
         for name, spec in packages.items()
-        if (targeting or records.intersection(spec.depends_on))
+        if (targeting or records.intersection(spec.depends_on) or name in forgotten)
         and any(is_candidate(spec, view.labels) for view in views)
     )
+
+
+def reset_from_annotation(obj: Mapping[str, Any]) -> NodeReset | None:
+    """The reset a Node object's `noderoll.io/reset` annotation (`<id>[:<package>,...]`) asks for, if any."""
+    value = str(((obj.get("metadata") or {}).get("annotations") or {}).get(keys.RESET_ANNOTATION) or "").strip()
+    if not value:
+        return None
+    reset_id, _, listed = value.partition(":")
+    packages = sorted({p.strip() for p in listed.split(",") if p.strip()})
+    return NodeReset(id=f"annotation:{reset_id.strip()}", packages=packages,
+                     source=f"annotation {keys.RESET_ANNOTATION}")
 
 
 def parse_time(text: str | None) -> datetime | None:

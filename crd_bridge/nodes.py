@@ -18,9 +18,16 @@ from typing import Any
 
 from activities.taints import SetTaintInput, set_runtime_required_taint
 from api.package import PackageSpec
-from crd_bridge.node_changes import node_view, packages_to_notify, runtime_package, runtime_taint_input
+from crd_bridge.node_changes import (
+    node_view,
+    packages_to_notify,
+    reset_from_annotation,
+    runtime_package,
+    runtime_taint_input,
+)
 from crd_bridge.reconciler import Reconciler
 from planning.runtime_taint import RuntimePackage, TaintChange, decide_runtime_taint
+from protocol.fleet import NodeReset
 from protocol.names import SIGNAL_NODES_CHANGED, fleet_name
 
 log = logging.getLogger("noderoll.bridge.nodes")
@@ -32,6 +39,9 @@ class NodeHandler:
     def __init__(self, reconciler: Reconciler) -> None:
         self.reconciler = reconciler
         self.to_notify: set[str] = set()
+        # `noderoll.io/reset` annotations to hand to node workflows, and the (node, id) pairs handed over.
+        self.resets: dict[str, NodeReset] = {}
+        self._resets_sent: set[tuple[str, str]] = set()
 
     def specs(self) -> dict[str, PackageSpec]:
         """Specs of the valid Packages that are not being deleted."""
@@ -43,9 +53,25 @@ class NodeHandler:
         specs = self.specs()
         for package in packages_to_notify(old, node_view(current), specs):
             self.to_notify.add(fleet_name(specs[package].deployment_policy))
+        self.note_reset(current)
+
+    def note_reset(self, obj: Mapping[str, Any]) -> None:
+        """Queue the reset a Node's `noderoll.io/reset` annotation asks for (once per node and id)."""
+        request = reset_from_annotation(obj)
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        if request is not None and (name, request.id) not in self._resets_sent:
+            self.resets[name] = request
 
     async def flush(self) -> None:
         """Signal `nodes_changed` to each noted fleet whose workflow runs."""
+        resets, self.resets = dict(self.resets), {}
+        for node, request in sorted(resets.items()):
+            try:
+                await self.reconciler.fleets.reset_node(node, request)
+                self._resets_sent.add((node, request.id))
+                log.info("node %s: reset %s handed to node/%s", node, request.id, node)
+            except Exception as err:  # noqa: BLE001 - retried at the next resync (the annotation stays)
+                log.warning("node %s: reset %s not handed over: %s", node, request.id, err)
         fleets, self.to_notify = sorted(self.to_notify), set()
         for fleet in fleets:
             if fleet not in self.reconciler.active:

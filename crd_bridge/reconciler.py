@@ -11,6 +11,9 @@
   status poller has it) and returns the Packages naming it (their validity depends on it); a new
   analysis gate failure in that progress (`status.gateFailure` with a time the status did not show
   yet) gets one Warning Event `GateFailed` on the policy.
+* deletion protection of both kinds (`protect`, rules in `crd_bridge.protection`): the finalizer
+  `noderoll.io/in-use` while other Packages use the object, the condition `InUse`, and a Warning
+  Event `DeletionBlocked` while its deletion waits for them.
 Blocking Kubernetes calls run in threads; the reconciler itself runs on the event loop only.
 """
 
@@ -24,6 +27,7 @@ from typing import Any
 from temporalio.service import RPCError
 
 from api import keys
+from api.enums import ConditionType
 from crd_bridge import events
 from crd_bridge.cache import ObjectCache
 from crd_bridge.decisions import Action, PackageFacts, RolloutState, decide_package
@@ -31,7 +35,18 @@ from crd_bridge.fleet_client import Fleets
 from crd_bridge.fleets import Change, FleetFacts, desired_fleet, package_changes, raw_fleet, spec_digest
 from crd_bridge.fleets import PackageFacts as FleetPackageFacts
 from crd_bridge.package_meta import set_finalizer
-from crd_bridge.status_writer import StatusWrite, write_status
+from crd_bridge.protection import (
+    FinalizerAction,
+    InUse,
+    Usage,
+    decide_finalizer,
+    in_use_condition,
+    package_ref,
+    usage,
+    users_text,
+    with_condition,
+)
+from crd_bridge.status_writer import StatusWrite, without_empty_strings, write_status
 from crd_bridge.validation import PackageCheck, check_package, parse_policy
 from planning.fleet_status import FleetProgress
 from planning.gates import failure_text
@@ -71,6 +86,8 @@ class Reconciler:
         self.valid: dict[str, PackageCheck] = {}
         # The latest progress of each fleet (the status poller fills it; the policy status shows it).
         self.progress: dict[str, FleetProgress] = {}
+        # (kind, name) -> the users last named in a `DeletionBlocked` Event.
+        self._blocked_shown: dict[tuple[str, str], list[str]] = {}
 
     def forget_memory(self) -> None:
         """Drop what this process remembers (leadership lost: another bridge may have acted since)."""
@@ -96,6 +113,7 @@ class Reconciler:
             forget_package(name)
             return self.fleets_carrying(name)
         meta = obj["metadata"]
+        found = self.usage()
         check = check_package(obj, self.cache.of(keys.PACKAGE_KIND), self.cache.of(keys.POLICY_KIND))
         deleting = bool(meta.get("deletionTimestamp"))
         if check.package is not None and not deleting:
@@ -106,7 +124,7 @@ class Reconciler:
         spec = check.package.spec if check.package is not None else None
         carried = False
         if deleting:
-            wanted = desired_fleet(fleet, self._fleet_facts(fleet), await self._previous(fleet))
+            wanted = desired_fleet(fleet, self._fleet_facts(fleet, found), await self._previous(fleet))
             report = self.progress.get(fleet)
             uninstalled = report is not None and report.packages.get(name) is not None and \
                 report.packages[name].uninstalled
@@ -119,6 +137,7 @@ class Reconciler:
         )
         for action in decide_package(facts):
             await self._act(action, obj, check, facts)
+        await self.protect(keys.PACKAGE_KIND, obj, found)
         return {fleet} | self.fleets_carrying(name)
 
     async def _act(self, action: Action, obj: dict[str, Any], check: PackageCheck, facts: PackageFacts) -> None:
@@ -139,6 +158,7 @@ class Reconciler:
         name = obj["metadata"]["name"]
         previous = obj.get("status") or {}
         status = render_invalid_package_status(check.problems, generation, now_rfc3339(), previous)
+        status = with_condition(status, self.in_use_condition(keys.PACKAGE_KIND, obj), ConditionType.IN_USE.value)
         write = StatusWrite(keys.PACKAGE_KIND, name, status, previous)
         if await asyncio.to_thread(write_status, write):
             # Only when the status changed: a resync does not repeat the Event.
@@ -153,7 +173,8 @@ class Reconciler:
 
     # --- fleets -------------------------------------------------------------------------------------
 
-    def _fleet_facts(self, fleet: str) -> FleetFacts:
+    def _fleet_facts(self, fleet: str, found: Usage | None = None) -> FleetFacts:
+        found = found if found is not None else self.usage()
         carried = {e.name for e in (self.sent[fleet].packages if fleet in self.sent else [])}
         facts = FleetFacts()
         for name, obj in sorted(self.cache.of(keys.PACKAGE_KIND).items()):
@@ -168,7 +189,7 @@ class Reconciler:
                 package = check_package(obj, self.cache.of(keys.PACKAGE_KIND), self.cache.of(keys.POLICY_KIND)).package
             facts.packages.append(FleetPackageFacts(
                 name=name, fleet=named, package=package, deleting=deleting,
-                has_finalizer=keys.FINALIZER in (meta.get("finalizers") or []),
+                has_finalizer=keys.FINALIZER in (meta.get("finalizers") or []), held=name in found.held,
             ))
         if fleet != DEFAULT_FLEET:
             raw = self.cache.get(keys.POLICY_KIND, fleet)
@@ -221,8 +242,10 @@ class Reconciler:
 
     async def reconcile_policy(self, name: str) -> list[str]:
         """Write the policy's status; return the Packages naming it (their validity depends on it)."""
-        if self.cache.get(keys.POLICY_KIND, name) is not None:
+        obj = self.cache.get(keys.POLICY_KIND, name)
+        if obj is not None:
             await self.write_policy_status(name)
+            await self.protect(keys.POLICY_KIND, obj, self.usage())
         return sorted(p for p, o in self.cache.of(keys.PACKAGE_KIND).items() if raw_fleet(o) == name)
 
     async def write_policy_status(self, name: str) -> None:
@@ -234,6 +257,7 @@ class Reconciler:
         previous = obj.get("status") or {}
         generation = int(obj["metadata"].get("generation") or 0)
         status = render_policy_status(problems, generation, now_rfc3339(), previous, self.progress.get(name))
+        status = with_condition(status, self.in_use_condition(keys.POLICY_KIND, obj), ConditionType.IN_USE.value)
         changed = await asyncio.to_thread(write_status, StatusWrite(keys.POLICY_KIND, name, status, previous))
         if changed and problems:
             self._event(obj, events.WARNING, events.INVALID_SPEC,
@@ -245,3 +269,43 @@ class Reconciler:
                         f"{fleet_workflow_id(name)} halted: {failure_text(report.gate_failure)}", kind=keys.POLICY_KIND)
         if changed:
             obj["status"] = status
+
+    # --- deletion protection (crd_bridge.protection) ----------------------------------------------
+
+    def usage(self) -> Usage:
+        """Who uses which Package and policy, from the cached Packages."""
+        return usage(package_ref(o) for o in self.cache.of(keys.PACKAGE_KIND).values())
+
+    def users(self, kind: str, name: str, found: Usage | None = None) -> list[str]:
+        """The active Packages using Package or DeploymentPolicy `name`."""
+        found = found if found is not None else self.usage()
+        return (found.policy_users if kind == keys.POLICY_KIND else found.package_users).get(name, [])
+
+    def in_use_condition(self, kind: str, obj: dict[str, Any], found: Usage | None = None) -> dict[str, Any] | None:
+        """The object's `InUse` condition now (None: it never had users)."""
+        meta = obj["metadata"]
+        subject = InUse(kind, self.users(kind, meta["name"], found), bool(meta.get("deletionTimestamp")),
+                        int(meta.get("generation") or 0))
+        return in_use_condition(subject, now_rfc3339(), (obj.get("status") or {}).get("conditions") or [])
+
+    async def protect(self, kind: str, obj: dict[str, Any], found: Usage) -> None:
+        """The in-use finalizer, the `InUse` condition and the `DeletionBlocked` Event of one object."""
+        meta = obj["metadata"]
+        name, deleting = meta["name"], bool(meta.get("deletionTimestamp"))
+        users = self.users(kind, name, found)
+        plural = keys.POLICY_PLURAL if kind == keys.POLICY_KIND else keys.PACKAGE_PLURAL
+        action = decide_finalizer(users, meta.get("finalizers") or [], deleting)
+        if action is not None:
+            log.info("%s %s: %s (%s)", kind, name, action.value, users_text(kind, users) if users else "unused")
+            await asyncio.to_thread(set_finalizer, name, action is FinalizerAction.ADD, keys.IN_USE_FINALIZER, plural)
+        previous = obj.get("status") or {}
+        status = with_condition(previous, self.in_use_condition(kind, obj, found), ConditionType.IN_USE.value)
+        if await asyncio.to_thread(write_status, StatusWrite(kind, name, status, previous)):
+            obj["status"] = without_empty_strings(status)
+        key = (kind, name)
+        if deleting and users and self._blocked_shown.get(key) != users:
+            self._blocked_shown[key] = list(users)
+            self._event(obj, events.WARNING, events.DELETION_BLOCKED,
+                        f"deletion waits: {users_text(kind, users)}", kind=kind)
+        elif not users:
+            self._blocked_shown.pop(key, None)

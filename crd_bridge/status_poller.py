@@ -20,9 +20,11 @@ from collections.abc import Callable
 from temporalio.service import RPCError, RPCStatusCode
 
 from api import keys
+from api.enums import ConditionType
 from crd_bridge.decisions import RolloutState
 from crd_bridge.fleets import raw_fleet
 from crd_bridge.node_changes import node_view
+from crd_bridge.protection import with_condition
 from crd_bridge.reconciler import Reconciler
 from crd_bridge.status_writer import StatusWrite, without_empty_strings, write_status
 from planning.drain import drain_blocks
@@ -32,6 +34,7 @@ from protocol.names import DEFAULT_FLEET
 from worker.metrics import node_counts, publish_fleet, publish_progress, set_package_nodes
 
 log = logging.getLogger("noderoll.bridge.status")
+IN_USE = ConditionType.IN_USE.value
 
 
 class StatusPoller:
@@ -61,6 +64,7 @@ class StatusPoller:
             raise
         rec.progress[fleet] = progress
         publish_fleet(fleet, progress)
+        found = rec.usage()
         for name, report in sorted(progress.packages.items()):
             obj = rec.cache.get(keys.PACKAGE_KIND, name)
             # The phase gauge shows what the Package shows (`Blocked` for a Complete rollout with blocked nodes).
@@ -77,6 +81,8 @@ class StatusPoller:
             # Drains that wait on someone else's pods, from the cached Nodes' `noderoll.io/Draining`.
             blocked = drain_blocks(name, rec.cache.of("Node").values())
             status = render_package_status(report, report.generation, previous, blocked)
+            # Deletion protection's condition (the reconciler writes it too: both render the same).
+            status = with_condition(status, rec.in_use_condition(keys.PACKAGE_KIND, obj, found), IN_USE)
             if await asyncio.to_thread(write_status, StatusWrite(keys.PACKAGE_KIND, name, status, previous)):
                 # Keep the cache's copy current: the next round compares with what we just wrote.
                 obj["status"] = without_empty_strings(status)

@@ -14,7 +14,8 @@ The containers run in order, as a kubelet runs them, stopping at the first that 
 Pods from before the copy container (no `package` init container) resolve their main container's
 image as the package. The pod ends Succeeded or Failed with each container's real exit code and log
 tail in its `state.terminated.message` (on success too: there is no `kubectl logs` for a simulated
-pod); the whole log stays in `<root>/var/log/noderoll/pods/<pod>.log`.
+pod); the whole log stays in `<root>/var/log/noderoll/pods/<pod>.log`, written line by line as the
+containers print (`noderoll logs --follow` reads it as it grows).
 """
 
 from __future__ import annotations
@@ -164,6 +165,7 @@ def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
         patch_status(ctx.kube, pod, podstatus.running_status(pod, ip, ip, (started, started)))
         mounts = _Mounts(package=package_dir, config=volumes.get(CONFIG_MOUNT), metadata=volumes.get(METADATA_MOUNT))
         results: list[tuple[str, int, str]] = []
+        _log_path(ctx, node, pod).write_text("", encoding="utf-8")
         for container in pod_steps(pod):
             if container.get("name") == PACKAGE_CONTAINER:
                 result: tuple[str, int, str] | None = _copy_package(package_dir, workdir / "package")
@@ -172,6 +174,8 @@ def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
                 result = _run_container(ctx, node, pod, (container, mounts))
             if result is None:
                 return  # hangs (fault) or was deleted: stays as it is until deleted
+            if container.get("name") == PACKAGE_CONTAINER:
+                _append_log(ctx, node, pod, result[2])  # an agent container's output is in the file already
             results.append(result)
             if result[1] != 0:
                 break
@@ -214,6 +218,7 @@ def _run_container(ctx: SimContext, node: SimNode, pod: dict[str, Any],
     fault = ctx.options.faults.take("fail-stage", node.name, mode, package)
     if fault is not None:
         output = f"fleetsim: injected fault fail-stage on {node.name} mode {mode}: exit {fault.exit_code}\n"
+        _append_log(ctx, node, pod, output)
         return container.get("name", mode), fault.exit_code, output
     code, output = _run_agent(ctx, node, pod, (container, mounts))
     if code == 0 and mode == "interrupt" and _is_reboot(env):
@@ -249,13 +254,33 @@ def _run_agent(ctx: SimContext, node: SimNode, pod: dict[str, Any],
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=str(root))
     uid = pod["metadata"]["uid"]
     ctx.procs[uid] = proc
+    lines: list[str] = []
     try:
-        out, _ = proc.communicate()
+        assert proc.stdout is not None
+        # Line by line into the pod's log file, so `noderoll logs --follow` sees it as it runs.
+        with _log_path(ctx, node, pod).open("a", encoding="utf-8") as kept:
+            for raw in proc.stdout:
+                line = raw.decode("utf-8", "replace")
+                lines.append(line)
+                kept.write(line)
+                kept.flush()
+        proc.wait()
     finally:
         ctx.procs.pop(uid, None)
     code = proc.returncode
     # Killed by a signal: report it like a container runtime does (128 + signal number).
-    return (128 - code if code < 0 else code), out.decode("utf-8", "replace")
+    return (128 - code if code < 0 else code), "".join(lines)
+
+
+def _log_path(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> Path:
+    logs = ctx.sandbox(node.name) / "var" / "log" / "noderoll" / "pods"
+    logs.mkdir(parents=True, exist_ok=True)
+    return logs / f"{pod['metadata']['name']}.log"
+
+
+def _append_log(ctx: SimContext, node: SimNode, pod: dict[str, Any], output: str) -> None:
+    with _log_path(ctx, node, pod).open("a", encoding="utf-8") as kept:
+        kept.write(output)
 
 
 def _keep_log(ctx: SimContext, node: SimNode, pod: dict[str, Any], output: str) -> None:

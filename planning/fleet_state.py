@@ -32,10 +32,11 @@ from datetime import datetime, timedelta
 from api.enums import CanaryPhase, State
 from api.policy import DeploymentPolicySpec
 from planning import batches
+from planning import fleet_rerun as rerun
 from planning import gates as gate_rules
 from planning.batch_state import BatchPlannerState
 from planning.fleet_targets import FleetSelection, NodeTargets
-from protocol.fleet import Filter, FleetSpec, PackageEntry, WindowResult
+from protocol.fleet import Filter, FleetSpec, PackageEntry, PackageOrder, Rerun, WindowResult
 
 # Node workflows that closed without answering: how often a request is re-sent before the node is erroring.
 LOST_RESENDS = 2
@@ -52,6 +53,8 @@ class InFlight:
     sent_at: str = ""
     # Times it was re-sent because the node workflow closed without answering.
     resent: int = 0
+    # Ids of the reruns (`planning.fleet_rerun`) this request carries.
+    reruns: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -108,6 +111,9 @@ class FleetState:
     # Analysis gates; while waiting for a maintenance window, its opening (RFC 3339, "" = not waiting).
     gates: gate_rules.GateBook = field(default_factory=gate_rules.GateBook)
     next_window: str = ""
+    # `noderoll rerun`: reruns not finished, and the ids taken (planning.fleet_rerun).
+    reruns: list[rerun.RerunOrder] = field(default_factory=list)
+    rerun_ids: list[str] = field(default_factory=list)
 
 
 # --- desired state ---------------------------------------------------------------------------
@@ -161,6 +167,7 @@ def start_wave(state: FleetState, selection: FleetSelection, policy: DeploymentP
     state.promote = False
     gate_rules.start_wave(state.gates)
     state.targets = dict(selection.nodes)
+    rerun.resolve(state.reruns, state.targets)
     planner = batches.new_planner(batches.PlannerInput(policy, selection.eligible(), identity))
     if not state.changed:
         # Only the policy changed: the Packages passed their canary in an earlier wave.
@@ -196,6 +203,7 @@ def refresh_targets(state: FleetState, selection: FleetSelection, policy: Deploy
         if changed:
             record.fingerprint = ""
     state.targets = dict(selection.nodes)
+    forget_outcomes(state, rerun.resolve(state.reruns, state.targets))
     return joined
 
 
@@ -214,7 +222,8 @@ def wanted(state: FleetState, node: str) -> list[str]:
     record = state.records.get(node)
     done = set(record.outcomes) if record else set()
     current = state.revisions
-    return [p for p in targets.pending if p in current and p not in done and not _operator_paused(state, p)]
+    again = rerun.wanted_again(state.reruns, node, targets, done)
+    return [p for p in [*targets.pending, *again] if p in current and p not in done and not _operator_paused(state, p)]
 
 
 def startable(state: FleetState) -> set[str]:
@@ -238,6 +247,17 @@ def canary_cover(state: FleetState) -> list[list[str]]:
     return cover
 
 
+def package_orders(state: FleetState, node: str, packages: list[str]) -> tuple[list[PackageOrder], list[str]]:
+    """The orders of a window on `node` carrying `packages`, with the reruns they carry (and their ids)."""
+    known, again = entries(state), rerun.for_node(state.reruns, node)
+    orders = []
+    for name in packages:
+        entry, order = known[name], again.get(name)
+        orders.append(PackageOrder(name, entry.spec, entry.generation, entry.uninstall,
+                                   order.id if order else "", order.stage if order else ""))
+    return orders, sorted({again[p].id for p in packages if p in again})
+
+
 def request_id(state: FleetState, fleet: str, node: str) -> str:
     """A new request id, unique within the fleet (fleet, wave, sequence, node)."""
     state.sequence += 1
@@ -257,6 +277,7 @@ def record_result(state: FleetState, result: WindowResult) -> bool:
     del state.in_flight[result.node]
     if result.withdrawn:
         return True
+    rerun.answered(state.reruns, result.node, flight.reruns)
     record = state.records.setdefault(result.node, NodeRecord())
     for package, outcome in sorted(result.outcomes.items()):
         if outcome.state == State.SKIPPED.value:
@@ -307,6 +328,24 @@ def failed_nodes(state: FleetState) -> list[str]:
 
 
 # --- operator signals ----------------------------------------------------------------------------
+
+
+def forget_outcomes(state: FleetState, pairs: Collection[tuple[str, str]]) -> None:
+    """Forget this wave's outcome of each (node, Package): the node is asked for it again."""
+    for node, package in pairs:
+        record = state.records.get(node)
+        if record is not None:
+            record.outcomes.pop(package, None)
+            record.messages.pop(package, None)
+
+
+def apply_rerun(state: FleetState, request: Rerun) -> bool:
+    """`rerun` (planning.fleet_rerun): True when taken (a new id); resolved at once when the wave has targets."""
+    if not rerun.take(state.reruns, state.rerun_ids, request):
+        return False
+    if state.planner is not None and state.targets:
+        forget_outcomes(state, rerun.resolve(state.reruns, state.targets))
+    return True
 
 
 def _add(items: list[str], new: Collection[str]) -> None:

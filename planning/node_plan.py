@@ -45,6 +45,13 @@ stages before the interrupt then see its dependency's stages before the interrup
 post-interrupt stages run after the merged interrupt, before the dependent's).
 A window needs a drain when its merged interrupt is disruptive (not `noop`).
 
+Rerun (`noderoll rerun`, fleet windows only): a package named in `rerun` whose plan has no work
+(recorded complete at the desired version, image and config) runs again: the install sequence
+(`apply`, `config`, then `interrupt`, `post-interrupt` when it has an interrupt), from the given
+stage of it on when one is named (`rerun_plan`); a stage that is not part of that sequence (the
+interrupt of a package without one) runs nothing: the package is answered up to date, the message
+says the rerun was skipped. A package that has work anyway gets its normal plan.
+
 A dependency is satisfied on this node when it has work in this plan at the required version, or
 is recorded complete there at that version with no work left; otherwise the dependent is
 `blocked` with the reason (and left out of the windows).
@@ -79,6 +86,8 @@ class NodePlanInput:
     one_window: bool = False
     # The rule 4 of node workflow runs recorded before `config-stage-on-config-change` (replay only).
     legacy_resume: bool = False
+    # Package name -> the stage a rerun starts at ("" = the whole install sequence); see the module rules.
+    rerun: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -325,6 +334,24 @@ def plan_package(
     return PackagePlan(name, PlanAction.NONE, spec.version, previous_version=rec.version, reason="up to date")
 
 
+RERUN_STAGES = (Stage.APPLY, Stage.CONFIG, Stage.INTERRUPT, Stage.POST_INTERRUPT)
+
+
+def rerun_plan(name: str, spec: PackageSpec, rec: PackageNodeState | None, stage: str) -> PackagePlan:
+    """A forced plan: the install sequence again, from `stage` ("" = all of it); module rules."""
+    interrupt = _request(spec.interrupt)
+    stages = stage_sequence(PlanAction.INSTALL, interrupt is not None)
+    previous = rec.version if rec else None
+    if stage:
+        if stage not in {s.value for s in stages}:
+            shown = ", ".join(s.value for s in stages)
+            return PackagePlan(name, PlanAction.NONE, spec.version, previous_version=previous,
+                               reason=f"up to date; rerun from {stage} skipped: not a stage of this package ({shown})")
+        stages = stages[[s.value for s in stages].index(stage):]
+    return PackagePlan(name=name, action=PlanAction.INSTALL, version=spec.version, previous_version=previous,
+                       stages=stages, interrupt=interrupt, reason=f"rerun from {stages[0].value}")
+
+
 def _dependency_blocker(
     plan: PackagePlan, spec: PackageSpec, plans: Mapping[str, PackagePlan], recorded: NodeState
 ) -> str | None:
@@ -357,6 +384,12 @@ def plan_node(data: NodePlanInput) -> NodePlan:
                            data.legacy_resume)
         for name, spec in sorted(data.desired.items())
     }
+    for name, stage in sorted(data.rerun.items()):
+        plan = plans.get(name)
+        spec = data.desired.get(name)
+        forced = spec is not None and name not in data.uninstall and not spec.uninstall_requested()
+        if forced and plan is not None and plan.action is PlanAction.NONE and not plan.blocked:
+            plans[name] = rerun_plan(name, data.desired[name], data.recorded.packages.get(name), stage)
     for name, plan in list(plans.items()):
         if plan.has_work and plan.action is not PlanAction.UNINSTALL:
             blocker = _dependency_blocker(plan, data.desired[name], plans, data.recorded)

@@ -34,6 +34,8 @@ class PackageEntry:
     paused: bool = False
     # The Package is being deleted with `uninstall.enabled`: uninstall it wherever it is recorded.
     uninstall: bool = False
+    # The `noderoll.io/rerun` annotation (`<id>[:<stage>]`): the fleet runs the Package again once per id.
+    rerun: str = ""
 
 
 @dataclass
@@ -81,6 +83,34 @@ class Filter:
 
 
 @dataclass
+class Rerun:
+    """Payload of the fleet signal `rerun`: run a completed Package again (once per `id`).
+
+    `nodes` empty: every node where the Package is complete. `stage` empty: the whole install
+    sequence (`apply`, `config`, then the interrupt and `post-interrupt` when it has one); else
+    from that stage of it on.
+    """
+
+    id: str
+    package: str
+    nodes: list[str] = field(default_factory=list)
+    stage: str = ""
+
+
+@dataclass
+class NodeReset:
+    """Payload of the node signal `reset` (signal-with-start on `node/<node>`): forget recorded state.
+
+    `packages` empty: the whole record (also an unreadable one). Applied between windows, once per `id`.
+    """
+
+    id: str
+    packages: list[str] = field(default_factory=list)
+    # Who asked (shown in the node's Event): "noderoll node reset", "annotation noderoll.io/reset", ...
+    source: str = ""
+
+
+@dataclass
 class PackageOrder:
     """One Package a window must bring to its spec (or uninstall)."""
 
@@ -88,6 +118,10 @@ class PackageOrder:
     spec: dict[str, Any]
     generation: int
     uninstall: bool = False
+    # A `Rerun` this order carries ("" = none): the Package runs again although it is complete,
+    # from `rerun_stage` ("" = the whole install sequence).
+    rerun: str = ""
+    rerun_stage: str = ""
 
 
 @dataclass

@@ -30,6 +30,10 @@ SIGNAL_RESUME = "resume"
 SIGNAL_HALT = "halt"
 SIGNAL_RETRY = "retry"
 QUERY_PROGRESS = "progress"
+# Operator verbs (issue 16): run a completed Package again (`protocol.fleet.Rerun`, on a fleet), and
+# forget a node's recorded state (`protocol.fleet.NodeReset`, signal-with-start on `node/<node>`).
+SIGNAL_RERUN = "rerun"
+SIGNAL_NODE_RESET = "reset"
 
 # --- internal signals and queries -------------------------------------------------------------
 # bridge -> fleet: the fleet's desired state (`protocol.fleet.FleetSpec`), also the start signal.

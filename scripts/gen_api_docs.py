@@ -23,6 +23,9 @@ import api.maintenance  # noqa: E402
 import api.package  # noqa: E402
 import api.policy  # noqa: E402
 import api.status  # noqa: E402
+import crd_bridge.protection  # noqa: E402
+import planning.fleet_rerun  # noqa: E402
+import planning.node_reset  # noqa: E402
 import planning.runtime_taint  # noqa: E402
 
 CRDS = [("packages", api.package), ("deploymentpolicies", api.policy)]
@@ -143,6 +146,15 @@ def render() -> str:
         "[operations.md](operations.md#the-admission-webhook).",
         "",
     ]
+    lines += ["## Deletion protection (finalizer `noderoll.io/in-use`)", ""]
+    lines += [line.rstrip() for line in (crd_bridge.protection.__doc__ or "").strip().splitlines()[2:]]
+    lines += ["", "The rules are `crd_bridge/protection.py`; how to see and lift a block:",
+              "[operations.md](operations.md#deletion-protection).", ""]
+    lines += ["## Reruns (`noderoll rerun`, annotation `noderoll.io/rerun`)", ""]
+    lines += [line.rstrip() for line in (planning.fleet_rerun.__doc__ or "").strip().splitlines()[2:]]
+    lines += ["", "## Node reset (`noderoll node reset`, annotation `noderoll.io/reset`)", ""]
+    lines += [line.rstrip() for line in (planning.node_reset.__doc__ or "").strip().splitlines()[2:]]
+    lines += ["", "Every operator verb, with and without the CLI: [operations.md](operations.md#operator-verbs).", ""]
     lines += ["## The runtime-required taint", ""]
     lines += [line.rstrip() for line in (planning.runtime_taint.__doc__ or "").strip().splitlines()[2:]]
     lines += ["", "The rule is `planning/runtime_taint.py`; the bridge applies it to every Node.", ""]

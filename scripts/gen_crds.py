@@ -130,7 +130,7 @@ def condition_schema() -> Schema:
     return obj(
         "A Kubernetes condition (metav1.Condition).",
         {
-            "type": string("Condition type: Ready, Progressing, Degraded or Valid."),
+            "type": string("Condition type: Ready, Progressing, Degraded, Valid or InUse."),
             "status": string("True, False or Unknown.", enum=["True", "False", "Unknown"]),
             "reason": string("A CamelCase reason for the last transition."),
             "message": string("A human-readable message."),

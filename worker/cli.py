@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "crd_bridge.command",
     "webhook.command",
     "worker.ops_commands",
+    "worker.node_commands",
     "bench.command",
 )
 

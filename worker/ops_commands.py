@@ -204,6 +204,14 @@ def cmd_logs(args: argparse.Namespace) -> int:
     """`logs PACKAGE --node N [--mode M] [--all]`: the stage Job's log (latest pod unless --all)."""
 
     async def body(ops: Ops) -> int:
+        if args.follow:
+            from worker.log_follow import follow  # noqa: PLC0415 - only `--follow` needs it
+
+            sandboxes = await asyncio.to_thread(ops.sandbox_dirs, args.node, list(args.sandbox_dir))
+            options = (args.mode, args.wait_seconds, sandboxes)
+            source = await asyncio.to_thread(follow, ops, args.package, args.node, options)
+            print(f"== end of log; source: {source}", file=sys.stderr)
+            return 0
         pods = await asyncio.to_thread(ops.stage_pods, args.package, args.node)
         if args.mode:
             pods = [p for p in pods if (p.metadata.labels or {}).get("noderoll.io/mode") == args.mode]
@@ -263,4 +271,8 @@ def register(subparsers: Any) -> None:
     logs.add_argument("--all", action="store_true", help="every stage pod of the package on the node, oldest first")
     logs.add_argument("--sandbox-dir", type=Path, action="append", default=[],
                       help="fleetsim sandbox dir holding full logs of simulated nodes (env NODEROLL_SANDBOX_DIR)")
+    logs.add_argument("-f", "--follow", action="store_true",
+                      help="stream the newest stage pod's log while it runs (waits for one to start)")
+    logs.add_argument("--wait-seconds", type=float, default=600.0,
+                      help="with --follow: how long to wait for a stage pod to appear")
     logs.set_defaults(func=cmd_logs)

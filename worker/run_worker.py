@@ -32,6 +32,7 @@ from localstack.state import resolve_connection
 from worker.metrics import start_metrics_server
 from worker.registry import ACTIVITIES, WORKFLOWS
 from worker.temporal_client import SERVICE_CONNECT_WAIT_SECONDS, connect
+from worker.version import worker_identity
 
 log = logging.getLogger("noderoll.worker")
 # Default activity slots (threads); `--max-concurrent-activities` / NODEROLL_MAX_CONCURRENT_ACTIVITIES.
@@ -162,6 +163,8 @@ async def serve(settings: WorkerSettings, stop: asyncio.Event) -> None:
             activity_executor=pool,
             max_concurrent_activities=slots,
             graceful_shutdown_timeout=timedelta(seconds=10),
+            # `noderoll version` reads the version of every running worker from its identity.
+            identity=worker_identity(),
         )
         log.info("worker on %s namespace=%s task_queue=%s kubeconfig=%s activity slots=%d",
                  settings.temporal_address, settings.namespace, settings.task_queue,

@@ -18,7 +18,9 @@ whatever the number of Packages (ADR 0007: the per-Package `budget/...` workflow
 
 Signals (contract, each with an optional `Filter` {"packages": [...], "nodes": [...]}): `pause`,
 `resume` (without a filter: also clears a halt and promotes a canary awaiting promotion), `halt`
-(requests not yet started are withdrawn), `retry` (erroring or blocked nodes are asked again);
+(requests not yet started are withdrawn), `retry` (erroring or blocked nodes are asked again),
+`rerun` (a `Rerun`: a complete Package runs again on its nodes, once per id; `planning.fleet_rerun`;
+also from the Package's `noderoll.io/rerun` annotation in the desired state);
 from the bridge `desired` and `nodes_changed`. Query `progress`: a
 `planning.fleet_status.FleetProgress`. A node workflow that closes without answering is noticed
 within `watchdog_seconds` and asked again (`planning.fleet_state.lost`).
@@ -44,9 +46,10 @@ with workflow.unsafe.imports_passed_through():
     from planning import batches
     from planning import fleet_state as fs
     from planning.compartments import DEFAULT_POLICY
+    from planning.fleet_rerun import STAGES, rerun_from_annotation
     from planning.fleet_status import FleetProgress, details_note, fleet_progress
     from protocol import names
-    from protocol.fleet import Filter, FleetInput, FleetSpec, WindowResult
+    from protocol.fleet import Filter, FleetInput, FleetSpec, Rerun, WindowResult
     from workflows.fleet_acts import never
     from workflows.fleet_codec import state_from_json, state_to_json
     from workflows.fleet_holds import FleetHolds
@@ -87,7 +90,14 @@ class Answer:
     result: WindowResult
 
 
-Message = Desired | Operator | NodesChanged | Answer
+@dataclass(frozen=True)
+class RerunAsked:
+    """Inbox: `rerun` (or the Package's `noderoll.io/rerun` annotation): run a complete Package again."""
+
+    request: Rerun
+
+
+Message = Desired | Operator | NodesChanged | Answer | RerunAsked
 
 
 @workflow.defn(name=names.FLEET_WORKFLOW_TYPE)
@@ -139,6 +149,11 @@ class FleetWorkflow(FleetHolds):
     def retry(self, scope: Filter = EVERYTHING) -> None:
         """Erroring and blocked nodes (all, or the given Packages / nodes) get another window."""
         self._inbox.append(Operator(names.SIGNAL_RETRY, scope))
+
+    @workflow.signal(name=names.SIGNAL_RERUN)
+    def rerun(self, request: Rerun) -> None:
+        """Run a complete Package again on its nodes (or the given ones), once per id (planning.fleet_rerun)."""
+        self._inbox.append(RerunAsked(request))
 
     @workflow.signal(name=names.SIGNAL_NODES_CHANGED)
     def nodes_changed(self) -> None:
@@ -216,6 +231,17 @@ class FleetWorkflow(FleetHolds):
             elif isinstance(message, Answer):
                 if fs.record_result(state, message.result):
                     self._withdrawing.discard(message.result.node)
+            elif isinstance(message, RerunAsked):
+                self._take_rerun(message.request)
+
+    def _take_rerun(self, request: Rerun) -> None:
+        if request.stage not in STAGES and request.id not in self._state.rerun_ids:
+            self._state.message = f"rerun {request.id} of {request.package} refused: unknown stage {request.stage!r}"
+            workflow.logger.warning("%s: %s", self._fleet_id(), self._state.message)
+        elif fs.apply_rerun(self._state, request):
+            workflow.logger.info("%s: rerun %s of %s from %s", self._fleet_id(), request.id, request.package,
+                                 request.stage or "the start")
+            self._resolved = False
 
     def _operator(self, message: Operator) -> None:
         state = self._state
@@ -243,6 +269,11 @@ class FleetWorkflow(FleetHolds):
         if before is None or before.policy != spec.policy:
             self._set_policy()
         self._show_packages()
+        for entry in spec.packages:
+            # The `noderoll.io/rerun` annotation; its id is taken once (repeated desired states ignore it).
+            asked = rerun_from_annotation(entry.name, entry.rerun)
+            if asked is not None:
+                self._take_rerun(asked)
 
     def _show_packages(self) -> None:
         """`NoderollPackage`: every Package the fleet carries (a keyword list)."""

@@ -19,7 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from planning.fleet_targets import FleetSelection
     from protocol import names
     from protocol.activities import ListFleetNodesInput, ListFleetNodesResult, RequestWindowsInput
-    from protocol.fleet import FleetInput, PackageOrder, WindowCancel, WindowRequest
+    from protocol.fleet import FleetInput, WindowCancel, WindowRequest
     from workflows.fleet_codec import marks_from_json, selection_from_json
     from workflows.node_marks import mark_nodes
 
@@ -120,7 +120,6 @@ class FleetActs:
     async def _send(self, nodes: list[str]) -> None:
         """Hand each node one request for every Package it wants now (signal-with-start)."""
         state = self._state
-        entries = fs.entries(state)
         fleet_id = self._fleet_id()
         now = workflow.now().isoformat()
         requests: list[WindowRequest] = []
@@ -129,10 +128,9 @@ class FleetActs:
             packages = fs.wanted(state, node)
             if not packages or node in state.in_flight:
                 continue
-            orders = [PackageOrder(p, entries[p].spec, entries[p].generation, entries[p].uninstall)
-                      for p in packages]
+            orders, reruns = fs.package_orders(state, node, packages)
             request_id = fs.request_id(state, fleet_id, node)
-            state.in_flight[node] = fs.InFlight(request_id, packages, now)
+            state.in_flight[node] = fs.InFlight(request_id, packages, now, reruns=reruns)
             requests.append(WindowRequest(fleet_id, request_id, orders, state.wave, fs.order_of(state, node)))
             targets.append(node)
         await self._hand_over(requests, targets)
@@ -204,9 +202,8 @@ class FleetActs:
             flight = state.in_flight[node]
             packages = [p for p in flight.packages if p in entries]
             request_id = fs.request_id(state, self._fleet_id(), node)
-            state.in_flight[node] = fs.InFlight(request_id, packages, now, flight.resent + 1)
-            orders = [PackageOrder(p, entries[p].spec, entries[p].generation, entries[p].uninstall)
-                      for p in packages]
+            orders, reruns = fs.package_orders(state, node, packages)
+            state.in_flight[node] = fs.InFlight(request_id, packages, now, flight.resent + 1, reruns)
             requests.append(WindowRequest(self._fleet_id(), request_id, orders, state.wave, fs.order_of(state, node)))
             targets.append(node)
         await self._hand_over(requests, targets)

@@ -26,7 +26,7 @@ from api.package import (
     DEFAULT_STAGE_TIMEOUT_SECONDS,
 )
 from planning.batches import BatchPlannerState
-from protocol.fleet import WindowRequest
+from protocol.fleet import NodeReset, WindowRequest
 
 SIGNAL_NODE_REQUEST = "request"
 SIGNAL_NODE_CANCEL = "cancel"
@@ -192,6 +192,8 @@ class NodeWorkflowInput:
     held: list[NodeRequest] = field(default_factory=list)
     # Carried across continue-as-new only: queued fleet window requests, in arrival order.
     windows: list[WindowRequest] = field(default_factory=list)
+    # Carried across continue-as-new only: `reset` requests not applied yet.
+    resets: list[NodeReset] = field(default_factory=list)
 
 
 @dataclass

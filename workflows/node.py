@@ -23,6 +23,10 @@ A node whose `noderoll.io/state` cannot be read is held (runs started since the 
 reason), nothing runs and nothing is written over the annotation; the node is marked
 (`workflows.node_marks`: condition StateMalformed, Warning Event, label `blocked`). Runs recorded
 before the patch replay as they ran (read as "nothing recorded").
+
+`reset` (a `NodeReset`, signal-with-start; `noderoll node reset`) forgets recorded state between
+windows, once per id (`workflows.node_reset`): the way out of such a held node, and of a node
+reimaged under the same name.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ with workflow.unsafe.imports_passed_through():
     from planning.node_marks import NodeMark
     from planning.node_plan import NodePlanInput, plan_node
     from protocol import names
-    from protocol.fleet import PackageOutcome, WindowCancel, WindowRequest, WindowResult
+    from protocol.fleet import NodeReset, PackageOutcome, WindowCancel, WindowRequest, WindowResult
     from workflows.messages import (
         NODE_WORKFLOW_TYPE,
         QUERY_NODE_STATUS,
@@ -64,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.node_fleet import FleetWindowCall, run_fleet_window
     from workflows.node_marks import mark_nodes
+    from workflows.node_reset import apply_reset
     from workflows.node_window import (
         API_RETRY,
         API_TIMEOUT,
@@ -102,6 +107,8 @@ class NodeWorkflow:
         # Packages this run carried for fleets (search attribute NoderollPackage).
         self._carried: list[str] = []
         self._node_missing = False
+        # `reset` requests not applied yet (applied between windows, in order).
+        self._resets: list[NodeReset] = []
 
     @workflow.run
     async def run(self, input: NodeWorkflowInput) -> None:
@@ -112,8 +119,15 @@ class NodeWorkflow:
             self._held.setdefault(request.package, request)
         for window in input.windows:
             self._fleet_queue.setdefault(window.fleet_workflow_id, window)
+        self._resets.extend(input.resets)
         workflow.upsert_search_attributes([NODE_KEY.value_set(input.node)])
         while True:
+            if self._resets:
+                # Between windows only: a running window finishes (and writes) first.
+                request = self._resets.pop(0)
+                done = await apply_reset(input.node, request)
+                workflow.logger.info("node %s: reset %s: %s", input.node, request.id, done)
+                continue
             if self._retry:
                 self._retry = False
                 self._pending.update({n: r for n, r in self._held.items() if n not in self._pending})
@@ -127,12 +141,13 @@ class NodeWorkflow:
                 if not self._held:
                     # Complete only when no handler runs and, right before returning, nothing is queued.
                     await workflow.wait_condition(workflow.all_handlers_finished)
-                    if not self._pending and not self._held and not self._retry and not self._fleet_queue:
+                    if not (self._pending or self._held or self._retry or self._fleet_queue or self._resets):
                         self._set_phase("Idle")
                         return
                     continue
                 self._set_phase("Erroring")
-                await workflow.wait_condition(lambda: self._retry or bool(self._pending) or bool(self._fleet_queue))
+                await workflow.wait_condition(
+                    lambda: self._retry or bool(self._pending) or bool(self._fleet_queue) or bool(self._resets))
                 continue
             if self._should_continue_as_new():
                 await self._continue_as_new(input)
@@ -146,7 +161,7 @@ class NodeWorkflow:
         await workflow.wait_condition(workflow.all_handlers_finished)
         workflow.continue_as_new(dataclasses.replace(
             input, pending=list(self._pending.values()), held=list(self._held.values()),
-            windows=list(self._fleet_queue.values())))
+            windows=list(self._fleet_queue.values()), resets=list(self._resets)))
 
     # --- messages ---------------------------------------------------------------------------
 
@@ -163,6 +178,15 @@ class NodeWorkflow:
             await self._answer_fleet(replaced.fleet_workflow_id, WindowResult(
                 node=self._node(), request_id=replaced.request_id, withdrawn=True,
                 message=f"superseded by request {request.request_id}"))
+
+    @workflow.signal(name=names.SIGNAL_NODE_RESET)
+    def reset(self, request: NodeReset) -> None:
+        """Forget recorded state (all, or some packages) between windows, once per id (workflows.node_reset)."""
+        if request.id in self._seen:
+            return
+        self._seen.add(request.id)
+        self._resets.append(request)
+        self._changed = True
 
     @workflow.signal(name=names.SIGNAL_WINDOW_CANCEL)
     async def window_cancel(self, cancel: WindowCancel) -> None:

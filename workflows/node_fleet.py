@@ -72,8 +72,10 @@ async def run_fleet_window(call: FleetWindowCall) -> WindowResult:
             outcomes[order.name] = PackageOutcome(State.ERRORING.value, str(order.spec.get("version", "")),
                                                   message=f"{errors.INVALID_SPEC}: {err}")
     uninstall = frozenset(o.name for o in request.packages if o.uninstall and o.name in specs)
+    # `noderoll rerun`: Packages the fleet asks to run again although they are complete (node_plan rules).
+    rerun = {o.name: o.rerun_stage for o in request.packages if o.rerun and o.name in specs}
     plan = plan_node(NodePlanInput(node=node, recorded=recorded, desired=specs, uninstall=uninstall,
-                                   one_window=True))
+                                   one_window=True, rerun=rerun))
     if plan.error:
         return WindowResult(node, request.request_id, _all(request, State.BLOCKED, plan.error))
     for name, package_plan in sorted(plan.packages.items()):

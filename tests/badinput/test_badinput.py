@@ -23,11 +23,13 @@ from kubernetes import client
 
 from api.keys import (
     CORDONED_BY_ANNOTATION,
+    IN_USE_FINALIZER,
     NODE_IGNORE_LABEL,
     NODE_STATE_ANNOTATION,
     NODE_STATUS_LABEL,
     PACKAGE_PLURAL,
     POLICY_PLURAL,
+    RESET_ANNOTATION,
 )
 from fleetsim.fleet import Fleet
 from fleetsim.workloads import create_pdb
@@ -427,19 +429,52 @@ def test_m02_package_deleted_mid_rollout(system: System) -> None:
 
 
 def test_m03_policy_deleted_while_referenced(system: System) -> None:
+    """Deletion protection (issue 16): the policy is kept while its Package names it; the rollout goes on."""
     with system.fleet(3) as fleet:
         policy = system.policy(budget_percent=34, initial_batch=1)
         package = system.package(fleet, env={"BENCH_STAGE_SECONDS": "2"}, deploymentPolicy=policy)
         _first_job(system, package)
         system.delete(POLICY_PLURAL, policy)
-        # The Package says which policy is missing ...
-        system.wait_status(package, lambda s: policy in json.dumps(s.get("conditions", [])) + s.get("message", ""))
-        # ... and nothing is lost: recreate it and the rollout completes.
-        system.custom.create_cluster_custom_object("noderoll.io", "v1alpha1", POLICY_PLURAL, {
-            "apiVersion": "noderoll.io/v1alpha1", "kind": "DeploymentPolicy", "metadata": {"name": policy},
-            "spec": {"default": {"budget": {"percent": 34}, "strategy": {"type": "fixed", "initialBatch": 1}}}})
+
+        def kept_and_says_why() -> None:
+            obj = system.custom.get_cluster_custom_object("noderoll.io", "v1alpha1", POLICY_PLURAL, policy)
+            assert IN_USE_FINALIZER in obj["metadata"]["finalizers"] and obj["metadata"]["deletionTimestamp"]
+            in_use = next(c for c in obj["status"]["conditions"] if c["type"] == "InUse")
+            assert in_use["reason"] == "DeletionBlocked" and package in in_use["message"], in_use
+
+        assert_eventually(kept_and_says_why, timeout=120, interval=0.5)
         system.wait_complete(package, 3)
         assert system.cordoned(fleet) == []
+        system.delete(PACKAGE_PLURAL, package)
+
+        def policy_gone() -> None:
+            try:
+                system.custom.get_cluster_custom_object("noderoll.io", "v1alpha1", POLICY_PLURAL, policy)
+            except client.exceptions.ApiException as err:
+                assert err.status == 404
+                return
+            raise AssertionError(f"DeploymentPolicy {policy} still there")
+
+        assert_eventually(policy_gone, timeout=120, interval=0.5)
+
+
+def test_m09_reset_of_a_package_the_node_never_recorded(system: System) -> None:
+    """`noderoll.io/reset` naming an unknown package: the record stays, nothing runs, the Event says so."""
+    with system.fleet(1) as fleet:
+        package = system.package(fleet, env={"BENCH_STAGE_SECONDS": "0"})
+        system.wait_complete(package, 1)
+        node, jobs = fleet.node_names[0], len(system.jobs(package))
+        before = system.node_state(node)[0].packages[package]
+        system.core.patch_node(node, {"metadata": {"annotations": {RESET_ANNOTATION: "m09:ghost-package"}}})
+
+        def applied() -> None:
+            assert RESET_ANNOTATION not in (system.node(node).metadata.annotations or {})
+            assert any("not recorded: ghost-package" in e for e in system.events(node)), system.events(node)
+
+        assert_eventually(applied, timeout=120, interval=0.5)
+        assert system.node_state(node)[0].packages[package] == before
+        system.wait_complete(package, 1)
+        assert len(system.jobs(package)) == jobs
 
 
 def test_m04_node_relabelled_out_of_the_selector(system: System) -> None:

@@ -57,6 +57,7 @@ GRANTED_WITHOUT_CALL = {
     # Setting metadata.finalizers needs update on <kind>/finalizers where the
     # OwnerReferencesPermissionEnforcement admission plugin is enabled.
     (NODEROLL, "packages/finalizers", "update"),
+    (NODEROLL, "deploymentpolicies/finalizers", "update"),
 }
 CALL = re.compile(
     r"\.(create|read|get|list|patch|replace|delete_collection|delete)_"

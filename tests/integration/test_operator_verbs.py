@@ -1,0 +1,290 @@
+"""Operator verbs on the real stack (issue 16 item 3): `noderoll rerun`, `node reset`, `node ignore`,
+`logs --follow`, `version`, each as the CLI runs them and the non-CLI way (annotations).
+
+Every Package uses the bench-sleep image, whose stage Jobs are counted per node and mode: a rerun or
+a reset must run exactly the Jobs it says (and none on the other nodes).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client import ApiClient
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from api import keys
+from localstack.state import StackInfo
+from planning.fleet_status import FleetProgress
+from protocol import names
+from tests.helpers import assert_eventually, assert_eventually_async, unique_name
+from tests.helpers.fleet import running_fleet
+from tests.integration.bridge_support import (
+    BridgeRun,
+    create_package,
+    create_policy,
+    delete_package,
+    delete_policy,
+    patch_package,
+    wait_leading,
+)
+from worker.version import noderoll_version
+from workflows.fleet_codec import progress_from_json
+
+pytestmark = pytest.mark.integration
+SLEEP_IMAGE = "bench.local/bench-sleep:1.0.0"
+BENCH_PACKAGES = Path(__file__).resolve().parents[2] / "bench" / "packages"
+TIMEOUT = 240.0
+
+
+@pytest.fixture(scope="module")
+def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
+    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("verbs"))
+    try:
+        bridge_run.start_worker(env={"NODEROLL_NODE_RETRY_BACKOFF_SECONDS": "1"})
+        wait_leading(bridge_run, bridge_run.start_bridge())
+        yield bridge_run
+    finally:
+        bridge_run.stop_all()
+
+
+def noderoll(run: BridgeRun, *argv: str) -> subprocess.CompletedProcess[str]:
+    """Run the `noderoll` CLI against the test stack (as an operator would)."""
+    connection = ["--temporal-address", run.stack.temporal_address, "--kubeconfig", str(run.stack.kubeconfig)]
+    result = subprocess.run([sys.executable, "-m", "worker.cli", *argv, *connection], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, (argv, result.stdout, result.stderr)
+    return result
+
+
+def sleep_spec(policy: str, labels: dict[str, str], seconds: int = 1, **extra: Any) -> dict[str, Any]:
+    env = [{"name": "BENCH_STAGE_SECONDS", "value": str(seconds)}, *extra.pop("env", [])]
+    return {"version": "1.0.0", "image": SLEEP_IMAGE, "deploymentPolicy": policy,
+            "nodeSelector": {"matchLabels": labels}, "env": env, **extra}
+
+
+def jobs(api: ApiClient, package: str) -> Counter[tuple[str, str]]:
+    """(node, mode) -> stage Jobs of `package`."""
+    found = client.BatchV1Api(api).list_namespaced_job(
+        keys.PACKAGE_POD_NAMESPACE, label_selector=f"noderoll.io/package={package}").items
+    return Counter((j.metadata.labels["noderoll.io/node"], j.metadata.labels["noderoll.io/mode"]) for j in found)
+
+
+def windows_of(api: ApiClient, node: str) -> int:
+    events = client.CoreV1Api(api).list_namespaced_event(
+        "default", field_selector=f"involvedObject.name={node},reason=WindowStarted").items
+    return len(events)
+
+
+async def fleet_progress(temporal: Client, policy: str) -> FleetProgress:
+    try:
+        answer = await temporal.get_workflow_handle(names.fleet_workflow_id(policy)).query(names.QUERY_PROGRESS)
+    except RPCError as err:
+        raise AssertionError(f"fleet/{policy} does not answer yet: {err}") from err
+    return progress_from_json(answer)
+
+
+async def settled(temporal: Client, policy: str, package: str, nodes: int) -> None:
+    """Until the fleet is Complete with `package` complete on `nodes` nodes."""
+
+    async def check() -> None:
+        report = await fleet_progress(temporal, policy)
+        assert report.phase.value == "Complete", (report.phase, report.message)
+        assert report.packages[package].counts.get("complete") == nodes, report.packages[package].counts
+
+    await assert_eventually_async(check, timeout=TIMEOUT)
+
+
+def recorded(api: ApiClient, node: str) -> dict[str, Any]:
+    annotation = (client.CoreV1Api(api).read_node(node).metadata.annotations or {}).get(keys.NODE_STATE_ANNOTATION)
+    return dict(json.loads(annotation or "{}").get("packages", {}))
+
+
+async def test_rerun_runs_exactly_what_it_says(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+) -> None:
+    labels = {"verbs-test": unique_name("rerun")}
+    policy, name = unique_name("pol"), unique_name("again")
+    with running_fleet(local_stack, nodes=3, labels=labels, image_stores=[BENCH_PACKAGES]) as fleet:
+        first, second, third = sorted(fleet.node_names)
+        try:
+            create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 3}}})
+            create_package(kube_api_client, run.package(name, sleep_spec(policy, labels)))
+            await settled(temporal_client, policy, name, 3)
+            before = jobs(kube_api_client, name)
+            assert before == Counter({(n, m): 1 for n in fleet.node_names for m in ("apply", "config")}), before
+
+            # The CLI: one node, from the config stage. Then the same id again (ignored), then another node.
+            noderoll(run, "rerun", name, "--node", first, "--stage", "config", "--id", "r-one")
+            noderoll(run, "rerun", name, "--node", first, "--stage", "config", "--id", "r-one")
+            noderoll(run, "rerun", name, "--node", second, "--id", "r-two")
+            expected = before + Counter({(first, "config"): 1, (second, "apply"): 1, (second, "config"): 1})
+            assert_eventually(lambda: jobs(kube_api_client, name) == expected, timeout=TIMEOUT)
+            await settled(temporal_client, policy, name, 3)
+            assert jobs(kube_api_client, name) == expected
+
+            # The annotation (kubectl annotate): every node, the whole sequence, once per id.
+            patch_package(kube_api_client, name, {"metadata": {"annotations": {keys.RERUN_ANNOTATION: "a1"}}})
+            expected += Counter({(n, m): 1 for n in fleet.node_names for m in ("apply", "config")})
+            assert_eventually(lambda: jobs(kube_api_client, name) == expected, timeout=TIMEOUT)
+            await settled(temporal_client, policy, name, 3)
+            # Another annotation edit re-sends the desired state with the same rerun id: nothing runs.
+            patch_package(kube_api_client, name, {"metadata": {"annotations": {"touched": "yes"}}})
+            noderoll(run, "rerun", name, "--node", third, "--stage", "config", "--id", "r-three")
+            expected += Counter({(third, "config"): 1})
+            assert_eventually(lambda: jobs(kube_api_client, name) == expected, timeout=TIMEOUT)
+            await settled(temporal_client, policy, name, 3)
+            assert jobs(kube_api_client, name) == expected
+            assert all(recorded(kube_api_client, n)[name]["state"] == "complete" for n in fleet.node_names)
+        finally:
+            delete_package(kube_api_client, name)
+            delete_policy(kube_api_client, policy)
+
+
+async def test_reset_forgets_the_record_and_the_next_window_installs_again(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+) -> None:
+    labels = {"verbs-test": unique_name("reset")}
+    policy, name, other = unique_name("pol"), unique_name("kept"), unique_name("other")
+    with running_fleet(local_stack, nodes=3, labels=labels, image_stores=[BENCH_PACKAGES]) as fleet:
+        first, second, third = sorted(fleet.node_names)
+        core = client.CoreV1Api(kube_api_client)
+        try:
+            create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 3}}})
+            create_package(kube_api_client, run.package(name, sleep_spec(policy, labels)))
+            create_package(kube_api_client, run.package(other, sleep_spec(policy, labels)))
+            await settled(temporal_client, policy, name, 3)
+            await settled(temporal_client, policy, other, 3)
+            before = {p: jobs(kube_api_client, p) for p in (name, other)}
+
+            # The CLI, one package on one node: only that package is installed again, only there.
+            noderoll(run, "node", "reset", first, "--package", name, "--task-queue", run.task_queue)
+            expected = before[name] + Counter({(first, "apply"): 1, (first, "config"): 1})
+            assert_eventually(lambda: jobs(kube_api_client, name) == expected, timeout=TIMEOUT)
+            await settled(temporal_client, policy, name, 3)
+            assert jobs(kube_api_client, other) == before[other]
+
+            # The annotation (kubectl annotate), the whole record of another node: both packages again there.
+            core.patch_node(second, {"metadata": {"annotations": {keys.RESET_ANNOTATION: "k1"}}})
+            expected += Counter({(second, "apply"): 1, (second, "config"): 1})
+            others = before[other] + Counter({(second, "apply"): 1, (second, "config"): 1})
+            assert_eventually(lambda: (jobs(kube_api_client, name), jobs(kube_api_client, other)) == (expected, others),
+                              timeout=TIMEOUT)
+            assert keys.RESET_ANNOTATION not in (core.read_node(second).metadata.annotations or {})
+
+            # The way out of an unreadable record: held (blocked) until reset, then installed again.
+            core.patch_node(third, {"metadata": {"annotations": {keys.NODE_STATE_ANNOTATION: "{garbage"}}})
+
+            async def held() -> None:
+                report = await fleet_progress(temporal_client, policy)
+                assert report.packages[name].blocked.get(third), report.packages[name].blocked
+
+            await assert_eventually_async(held, timeout=TIMEOUT)
+            noderoll(run, "node", "reset", third, "--task-queue", run.task_queue)
+            expected += Counter({(third, "apply"): 1, (third, "config"): 1})
+            others += Counter({(third, "apply"): 1, (third, "config"): 1})
+            assert_eventually(lambda: (jobs(kube_api_client, name), jobs(kube_api_client, other)) == (expected, others),
+                              timeout=TIMEOUT)
+            await settled(temporal_client, policy, name, 3)
+            await settled(temporal_client, policy, other, 3)
+            assert (jobs(kube_api_client, name), jobs(kube_api_client, other)) == (expected, others)
+        finally:
+            for package in (name, other):
+                delete_package(kube_api_client, package)
+            delete_policy(kube_api_client, policy)
+
+
+async def test_ignore_keeps_the_node_out_of_the_next_batch(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+) -> None:
+    labels = {"verbs-test": unique_name("ign")}
+    policy, name = unique_name("pol"), unique_name("one")
+    with running_fleet(local_stack, nodes=3, labels=labels, image_stores=[BENCH_PACKAGES]) as fleet:
+        try:
+            create_policy(kube_api_client, run, policy, {
+                "default": {"budget": {"count": 1}, "strategy": {"type": "fixed", "initialBatch": 1}}})
+            create_package(kube_api_client, run.package(name, sleep_spec(policy, labels, seconds=4)))
+
+            async def one_in_window() -> str:
+                report = await fleet_progress(temporal_client, policy)
+                out = [n for n, p in report.nodes.items() if p.state == "in_progress"]
+                assert len(out) == 1, report.counts
+                return out[0]
+
+            busy = await assert_eventually_async(one_in_window, timeout=TIMEOUT)
+            left_out = sorted(n for n in fleet.node_names if n != busy)[0]
+            rest = next(n for n in fleet.node_names if n not in (busy, left_out))
+            # The node in flight finishes its window; the other one gets none while ignored.
+            noderoll(run, "node", "ignore", busy)
+            noderoll(run, "node", "ignore", left_out)
+
+            def others_done() -> None:
+                assert recorded(kube_api_client, busy).get(name, {}).get("state") == "complete"
+                assert recorded(kube_api_client, rest).get(name, {}).get("state") == "complete"
+
+            assert_eventually(others_done, timeout=TIMEOUT)
+
+            async def idle() -> None:
+                report = await fleet_progress(temporal_client, policy)
+                assert report.phase.value == "Complete" and not report.counts.get("in_progress"), report
+
+            await assert_eventually_async(idle, timeout=TIMEOUT)
+            assert windows_of(kube_api_client, left_out) == 0 and recorded(kube_api_client, left_out) == {}
+            noderoll(run, "node", "unignore", left_out)
+            assert_eventually(lambda: recorded(kube_api_client, left_out).get(name, {}).get("state") == "complete",
+                              timeout=TIMEOUT)
+            assert windows_of(kube_api_client, left_out) == 1 and windows_of(kube_api_client, busy) == 1
+        finally:
+            delete_package(kube_api_client, name)
+            delete_policy(kube_api_client, policy)
+
+
+def test_logs_follow_streams_the_stage_while_it_runs(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient
+) -> None:
+    labels = {"verbs-test": unique_name("follow")}
+    policy, name = unique_name("pol"), unique_name("talk")
+    with running_fleet(local_stack, nodes=1, labels=labels, image_stores=[BENCH_PACKAGES]) as fleet:
+        node = fleet.node_names[0]
+        argv = [sys.executable, "-m", "worker.cli", "logs", name, "--node", node, "--mode", "apply", "--follow",
+                "--sandbox-dir", str(fleet.options.sandbox_dir), "--wait-seconds", "120",
+                "--temporal-address", local_stack.temporal_address, "--kubeconfig", str(local_stack.kubeconfig)]
+        follower = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 1}}})
+            create_package(kube_api_client, run.package(name, sleep_spec(
+                policy, labels, seconds=8, env=[{"name": "BENCH_STAGE_OUTPUT_BYTES", "value": "12"}])))
+            assert follower.stdout is not None
+            first = follower.stdout.readline()
+            # The stage printed its first line and sleeps: the pod still runs while we read it.
+            pods = client.CoreV1Api(kube_api_client).list_namespaced_pod(
+                keys.PACKAGE_POD_NAMESPACE, label_selector=f"noderoll.io/package={name},noderoll.io/mode=apply").items
+            assert first and [p.status.phase for p in pods] == ["Running"], (first, [p.status.phase for p in pods])
+            # Read through the same buffered stream as `first` (communicate() would skip what it buffered).
+            rest = follower.stdout.read()
+            assert follower.wait(timeout=120) == 0
+            errors = follower.stderr.read() if follower.stderr else ""
+            assert "x" * 12 in first + rest and "bench-sleep: apply done after 8s" in rest, first + rest
+            assert "fleetsim log file" in errors, errors
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+            delete_package(kube_api_client, name)
+            delete_policy(kube_api_client, policy)
+
+
+def test_version_names_the_client_the_worker_and_the_bridge(run: BridgeRun) -> None:
+    result = noderoll(run, "version", "-o", "json", "--task-queue", run.task_queue, "--lease-name", run.lease_name)
+    report = json.loads(result.stdout)
+    version = noderoll_version()
+    assert report["client"] == version
+    assert [w["version"] for w in report["workers"]] == [version], report["workers"]
+    assert report["bridge"]["version"] == version and report["bridge"]["holder"] == "bridge", report["bridge"]
