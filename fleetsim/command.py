@@ -61,6 +61,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--sandbox-dir", type=Path, help="per-node host roots (default /tmp/noderoll-fleetsim/<prefix>)")
     p.add_argument("--image-store", type=Path, action="append", default=[], help="image store folder (repeatable)")
     p.add_argument("--reboot-seconds", type=float, default=3.0, help="how long a reboot keeps a node NotReady")
+    p.add_argument("--pod-startup-seconds", type=float, default=1.0,
+                   help="delay before a stage pod's containers start (the kubelet's sandbox and image pulls; default 1)")
     p.add_argument("--heartbeat-seconds", type=float, default=60.0, help="Lease renewal period per node")
     p.add_argument("--max-grace-seconds", type=float, default=30.0, help="cap on honoured termination grace periods")
     p.add_argument("--workers", type=int, default=8, help="worker threads (agent runs, status writes)")
@@ -119,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         image_stores=args.image_store,
         faults=_faults(args),
         reboot_seconds=args.reboot_seconds,
+        pod_startup_seconds=max(0.0, args.pod_startup_seconds),
         heartbeat_seconds=args.heartbeat_seconds,
         max_grace_seconds=args.max_grace_seconds,
         workers=args.workers,

@@ -6,11 +6,11 @@ separate modules without a class hierarchy.
 
 from __future__ import annotations
 
-import subprocess
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fleetsim.agents import AgentRun, AgentZygote
 from fleetsim.faults import Faults
 from fleetsim.images import ImageStore
 from fleetsim.kube import Kube
@@ -42,6 +42,9 @@ class FleetOptions:
     max_grace_seconds: float = 30.0
     workers: int = 8
     delete_nodes_on_stop: bool = False
+    # Seconds between a stage pod being bound and its containers starting (what a kubelet spends on
+    # the pod sandbox and image pulls); 0 starts it at once.
+    pod_startup_seconds: float = 1.0
 
 
 @dataclass
@@ -71,8 +74,11 @@ class SimContext:
     terminating: set[str] = field(default_factory=set)  # pod uids being terminated
     syncing: set[str] = field(default_factory=set)  # pod uids whose Ready condition is posted again soon
     runs: dict[str, str] = field(default_factory=dict)  # pod uid -> start of its timed run (run-seconds)
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)  # running agents by pod uid
+    procs: dict[str, AgentRun] = field(default_factory=dict)  # running agents by pod uid
+    agents: AgentZygote = field(default_factory=AgentZygote)  # forks every agent run
     stopping: threading.Event = field(default_factory=threading.Event)
+    # The resourceVersion the pod watch has delivered up to ("" before its first list).
+    pods_version: str = ""
 
     def sandbox(self, node: str) -> Path:
         """The node's host root: `<sandbox-dir>/<node>/`."""

@@ -73,6 +73,7 @@ class Fleet:
         for proc in list(self.ctx.procs.values()):
             proc.kill()
         self.ctx.scheduler.stop()
+        self.ctx.agents.close()
         if self.options.delete_nodes_on_stop:
             with ThreadPoolExecutor(REGISTER_THREADS) as pool:
                 list(pool.map(lambda name: nodes.delete_node(self.ctx, name), list(self.ctx.nodes)))

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import logging
 import signal
-import subprocess
 import time
 from typing import Any
 
 from fleetsim import podstatus, stagepods
+from fleetsim.agents import AgentRun
 from fleetsim.context import (
     RUN_SECONDS_ANNOTATION,
     STAGE_COMPONENT,
@@ -73,7 +73,8 @@ def on_pod_event(ctx: SimContext, kind: str, pod: dict[str, Any]) -> None:
             return
         ctx.started.add(uid)
     if is_stage_pod(pod):
-        ctx.scheduler.submit(lambda: stagepods.run_stage_pod(ctx, node, pod))
+        # The kubelet's pod start-up (sandbox, image pulls), modelled as a fixed delay.
+        ctx.scheduler.call_later(ctx.options.pod_startup_seconds, lambda: stagepods.run_stage_pod(ctx, node, pod))
     else:
         ctx.scheduler.submit(lambda: start_pod(ctx, node, pod))
 
@@ -155,7 +156,12 @@ def resume_node(ctx: SimContext, node: SimNode) -> dict[str, int]:
     meanwhile are removed at once (nothing runs any more: no grace period to wait for). Stage pods are left to their runner (the one
     running at a reboot is the interrupt pod that asked for it). Returns counts per outcome.
     """
-    listing = ctx.kube.request("GET", "/api/v1/pods", query={"fieldSelector": f"spec.nodeName={node.name}"})
+    # From the watch cache, not older than what the pod watch delivered (and ignored while the node
+    # was down): every pod bound meanwhile is in it (docs/architecture.md, "Reads").
+    query = {"fieldSelector": f"spec.nodeName={node.name}"}
+    if ctx.pods_version:
+        query.update(resourceVersion=ctx.pods_version, resourceVersionMatch="NotOlderThan")
+    listing = ctx.kube.request("GET", "/api/v1/pods", query=query)
     now = now_rfc3339()
     counts = {"restarted": 0, "failed": 0, "other": 0}
     for pod in listing.get("items", []):
@@ -207,7 +213,7 @@ def _terminate(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
     ctx.scheduler.call_later(delay, lambda: _remove(ctx, pod, proc))
 
 
-def _remove(ctx: SimContext, pod: dict[str, Any], proc: subprocess.Popen[bytes] | None) -> None:
+def _remove(ctx: SimContext, pod: dict[str, Any], proc: AgentRun | None) -> None:
     if proc is not None and proc.poll() is None:
         proc.kill()  # grace period over: SIGKILL, like the kubelet
     uid = pod["metadata"]["uid"]
@@ -226,16 +232,17 @@ def watch_pods(ctx: SimContext) -> None:
     """List then watch all pods until stopped, re-listing when the watch expires or errs (410)."""
     while not ctx.stopping.is_set():
         try:
-            listing = ctx.kube.request("GET", "/api/v1/pods")
+            # From the watch cache (as an informer lists): the watch from its version sees the rest.
+            listing = ctx.kube.request("GET", "/api/v1/pods", query={"resourceVersion": "0"})
             for pod in listing.get("items", []):
                 on_pod_event(ctx, "ADDED", pod)
-            version = listing["metadata"]["resourceVersion"]
+            version = ctx.pods_version = listing["metadata"]["resourceVersion"]
             while not ctx.stopping.is_set():
                 query = {"resourceVersion": version, "allowWatchBookmarks": "true", "timeoutSeconds": "300"}
                 for event in ctx.kube.watch("/api/v1/pods", query):
                     if event.type == "ERROR":
                         raise KubeError(int(event.object.get("code", 500)), "WATCH", "/api/v1/pods", str(event.object))
-                    version = event.object["metadata"].get("resourceVersion", version)
+                    version = ctx.pods_version = event.object["metadata"].get("resourceVersion", version)
                     if event.type != "BOOKMARK":
                         on_pod_event(ctx, event.type, event.object)
         except (KubeError, OSError, KeyError) as err:

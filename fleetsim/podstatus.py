@@ -112,6 +112,26 @@ def running_status(pod: dict[str, Any], host_ip: str, pod_ip: str, times: tuple[
     }
 
 
+def stage_running_status(pod: dict[str, Any], host_ip: str, pod_ip: str, started: str) -> dict[str, Any]:
+    """A stage pod while its containers run in order: Running, every container still to finish shown
+    waiting (`PodInitializing`), so that the finished status may end each one as terminated or leave
+    it waiting (the apiserver refuses a terminated container that turns waiting again)."""
+    uid = pod["metadata"]["uid"]
+
+    def waiting(c: dict[str, Any]) -> dict[str, Any]:
+        return {"name": c["name"], "image": c.get("image", ""), "imageID": _image_id(c.get("image", "")),
+                "containerID": container_id(uid, c["name"], 0), "ready": False, "started": False,
+                "restartCount": 0, "state": {"waiting": {"reason": "PodInitializing"}}}
+
+    return {
+        "phase": "Running", "hostIP": host_ip, "podIP": pod_ip, "podIPs": [{"ip": pod_ip}], "startTime": started,
+        "qosClass": pod.get("status", {}).get("qosClass", "BestEffort"),
+        "conditions": kubelet_conditions(pod, False, started, "ContainersNotReady"),
+        "initContainerStatuses": [waiting(c) for c in _containers(pod, "initContainers")],
+        "containerStatuses": [waiting(c) for c in _containers(pod)],
+    }
+
+
 def lost_in_reboot_status(pod: dict[str, Any], finished: str) -> dict[str, Any]:
     """A `restartPolicy: Never` pod whose containers were running when the node rebooted: Failed."""
     uid = pod["metadata"]["uid"]
@@ -153,11 +173,14 @@ def terminated_status(pod: dict[str, Any], exit_code: int, message: str, times: 
     return status
 
 
-def finished_status(pod: dict[str, Any], results: list[tuple[str, int, str]], times: tuple[str, str]) -> dict[str, Any]:
+def finished_status(pod: dict[str, Any], results: list[tuple[str, int, str]], times: tuple[str, str],
+                    container_times: dict[str, tuple[str, str]] | None = None) -> dict[str, Any]:
     """A pod whose containers ran in order (init containers first) with `results` = [(name, exit code,
-    log tail)]: those that ran are terminated, the others never started; Succeeded only when every
-    container ran and exited 0, as a kubelet reports it."""
+    log tail)]: those that ran are terminated (`container_times`: each one's start and end, else the
+    pod's), the others never started; Succeeded only when every container ran and exited 0, as a
+    kubelet reports it."""
     started, finished = times
+    each = container_times or {}
     uid = pod["metadata"]["uid"]
     ran = {name: (code, message) for name, code, message in results}
 
@@ -165,8 +188,9 @@ def finished_status(pod: dict[str, Any], results: list[tuple[str, int, str]], ti
         state: dict[str, Any] = {"waiting": {"reason": "PodInitializing"}}
         if c["name"] in ran:
             code, message = ran[c["name"]]
+            began, ended = each.get(c["name"], (started, finished))
             state = {"terminated": {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
-                                    "message": message, "startedAt": started, "finishedAt": finished,
+                                    "message": message, "startedAt": began, "finishedAt": ended,
                                     "containerID": container_id(uid, c["name"], 0)}}
         return {"name": c["name"], "image": c.get("image", ""), "imageID": _image_id(c.get("image", "")),
                 "containerID": container_id(uid, c["name"], 0), "ready": False, "started": False,

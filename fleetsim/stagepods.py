@@ -4,12 +4,17 @@ The containers run in order, as a kubelet runs them, stopping at the first that 
 
 * the init container `package` (the copy from the Package's image): its image resolves through the
   image store to a package folder, copied into the pod's temporary `package` folder;
-* every other container is noderoll's agent (whatever its image): `python -m agent <mode> --simulate`
+* every other container is noderoll's agent (whatever its image): the agent's `<mode> --simulate`
   against `<sandbox-dir>/<node>/` with the container's environment, the package copy, and the
   ConfigMap volumes (the package's config, the node's metadata) read through the API into temporary
-  folders. With `--simulate` the agent confines every step to the sandbox (agent.sandbox: a private
-  mount namespace and a chroot), so a step writing `/etc/x` writes `<sandbox>/etc/x`, never the
-  machine's; where that is impossible the agent refuses and the pod fails (exit 71).
+  folders. It runs in a child forked from fleetsim's warm agent zygote (`fleetsim.zygote`), not in a
+  new interpreter (issue #14: the simulator's own CPU must stay small). With `--simulate` the agent
+  confines every step to the sandbox (agent.sandbox: a private mount namespace and a chroot, entered
+  by that child alone), so a step writing `/etc/x` writes `<sandbox>/etc/x`, never the machine's;
+  where that is impossible the agent refuses and the pod fails (exit 71).
+
+The pod starts `pod_startup_seconds` (default 1 s) after fleetsim saw it bound: the kubelet's pod
+sandbox and image pulls, modelled as a fixed delay (`fleetsim/kubelet.py`).
 
 Pods from before the copy container (no `package` init container) resolve their main container's
 image as the package. The pod ends Succeeded or Failed with each container's real exit code and log
@@ -25,8 +30,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,6 +145,9 @@ def _is_reboot(env: dict[str, str]) -> bool:
 def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
     """Play kubelet for one stage pod, from Pending to Succeeded/Failed (runs on the pool)."""
     uid = pod["metadata"]["uid"]
+    with ctx.lock:
+        if uid in ctx.terminating or uid not in ctx.started:
+            return  # deleted during its start-up
     if node.rebooting:
         with ctx.lock:
             ctx.started.discard(uid)  # the node went down first: `kubelet.resume_node` starts it
@@ -162,11 +168,13 @@ def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
             return
         started = now_rfc3339()
         ip = node_ip(node.index)
-        patch_status(ctx.kube, pod, podstatus.running_status(pod, ip, ip, (started, started)))
+        patch_status(ctx.kube, pod, podstatus.stage_running_status(pod, ip, ip, started))
         mounts = _Mounts(package=package_dir, config=volumes.get(CONFIG_MOUNT), metadata=volumes.get(METADATA_MOUNT))
         results: list[tuple[str, int, str]] = []
+        times: dict[str, tuple[str, str]] = {}
         _log_path(ctx, node, pod).write_text("", encoding="utf-8")
         for container in pod_steps(pod):
+            began = now_rfc3339()
             if container.get("name") == PACKAGE_CONTAINER:
                 result: tuple[str, int, str] | None = _copy_package(package_dir, workdir / "package")
                 mounts = _Mounts(package=workdir / "package", config=mounts.config, metadata=mounts.metadata)
@@ -176,12 +184,13 @@ def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
                 return  # hangs (fault) or was deleted: stays as it is until deleted
             if container.get("name") == PACKAGE_CONTAINER:
                 _append_log(ctx, node, pod, result[2])  # an agent container's output is in the file already
+            times[result[0]] = (began, now_rfc3339())
             results.append(result)
             if result[1] != 0:
                 break
         _keep_log(ctx, node, pod, "".join(output for _, _, output in results))
         tails = [(name, code, podstatus.log_tail(output)) for name, code, output in results]
-        patch_status(ctx.kube, pod, podstatus.finished_status(pod, tails, (started, now_rfc3339())))
+        patch_status(ctx.kube, pod, podstatus.finished_status(pod, tails, (started, now_rfc3339()), times))
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -245,13 +254,13 @@ def _run_agent(ctx: SimContext, node: SimNode, pod: dict[str, Any],
     env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
     env.update(pod_env(pod, container))
     env.update(NODEROLL_SIMULATE="1", NODEROLL_NODE=node.name)
-    argv = [sys.executable, "-m", "agent", mode, "--root", str(root), "--simulate"]
+    argv = [mode, "--root", str(root), "--simulate"]
     for flag, folder in (("--package-dir", mounts.package), ("--config-dir", mounts.config),
                          ("--node-metadata-dir", mounts.metadata)):
         # An absent folder is passed as one that does not exist: the agent must not look at the
         # machine's own /noderoll-config (the container's variables name those paths).
         argv += [flag, str(folder if folder is not None else root / ".absent" / flag.strip("-"))]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=str(root))
+    proc = ctx.agents.run(argv, env, str(root))
     uid = pod["metadata"]["uid"]
     ctx.procs[uid] = proc
     lines: list[str] = []
@@ -264,10 +273,11 @@ def _run_agent(ctx: SimContext, node: SimNode, pod: dict[str, Any],
                 lines.append(line)
                 kept.write(line)
                 kept.flush()
+        proc.stdout.close()
         proc.wait()
     finally:
         ctx.procs.pop(uid, None)
-    code = proc.returncode
+    code = proc.returncode if proc.returncode is not None else -1
     # Killed by a signal: report it like a container runtime does (128 + signal number).
     return (128 - code if code < 0 else code), "".join(lines)
 
