@@ -52,6 +52,9 @@ COLUMNS = (
     ("fleet_drains_per_node", "fleet: drains/node"), ("fleet_interrupts_per_node", "fleet: interrupts/node"),
     ("throughput_windows_per_s", "win/s"), ("floor_windows_per_s", "floor win/s"),
     ("ratio_to_floor", "÷floor"), ("worker_peak_rss_mib", "worker MiB"), ("bridge_peak_rss_mib", "bridge MiB"),
+    ("stage_pods_per_window_median", "pods/win"), ("noderoll_cpu_share", "noderoll CPU"),
+    ("fleetsim_cpu_share", "fleetsim CPU"), ("apiserver_etcd_peak_rss_mib", "apiserver+etcd MiB"),
+    ("objects_left", "objects left"),
 )
 
 
@@ -71,6 +74,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--skip-floor", action="store_true", help="no bare Temporal floor")
     p.add_argument("--skip-drain", action="store_true", help="no drain comparison")
     p.add_argument("--drain-rounds", type=int, default=3)
+    p.add_argument("--workers", type=int, default=1,
+                   help="`noderoll worker` processes on the run's task queue, sharing the work (default 1)")
+    p.add_argument("--pod-startup-seconds", type=float, default=1.0,
+                   help="fleetsim's modelled stage pod start-up (default 1, as `noderoll sim`)")
     p.add_argument("--workdir", type=Path, help="logs of the benchmark's processes (default: a temp dir)")
     p.set_defaults(func=run)
 
@@ -102,6 +109,8 @@ def _environment(args: argparse.Namespace) -> dict[str, Any]:
         "cpus": psutil.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
         "python": platform.python_version(), "stage_seconds": args.stage_seconds, "packages": args.packages,
         "reboot_seconds": args.reboot_seconds, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "workers": args.workers, "pod_startup_seconds": args.pod_startup_seconds,
+        "load_average_at_start": [round(x, 2) for x in psutil.getloadavg()],
     }
 
 
@@ -114,6 +123,7 @@ async def _measure_size(args: argparse.Namespace, target: Target, temporal: Clie
     tag = uuid.uuid4().hex[:4]
     sc = Scenario(f"bench{size}-{tag}", size, args.stage_seconds, args.reboot_seconds, packages=args.packages)
     row = await run_rollout(target, sc, temporal, _log)
+    row["objects_left"] = objects_left(row.get("objects_before") or {}, row.get("objects_after") or {})
     _log(f"{size} nodes, {args.packages} package(s): makespan {row['makespan_s']} s, ideal "
          f"{row['ideal_makespan_s']} s, ratio {row['overhead_ratio']}; per node: windows {row['windows_per_node']}, "
          f"drains {row['drains_per_node']}, interrupts {row['interrupts_per_node']}")
@@ -143,16 +153,26 @@ async def _measure_size(args: argparse.Namespace, target: Target, temporal: Clie
 
 async def _measure(args: argparse.Namespace, stack: StackInfo, workdir: Path) -> dict[str, Any]:
     temporal = await connect(stack.temporal_address)
-    target = Target(stack.temporal_address, stack.kubeconfig, workdir)
+    target = Target(stack.temporal_address, stack.kubeconfig, workdir, workers=max(1, args.workers),
+                    components={name: c.pid for name, c in stack.components.items()},
+                    pod_startup_seconds=max(0.0, args.pod_startup_seconds))
     report: dict[str, Any] = {"results": [], "environment": _environment(args)}
     if not args.skip_drain:
         _log("drain: one node, 10 pods, noderoll vs kubectl drain")
         report["drain"] = await asyncio.to_thread(lambda: compare_drains(stack.kubeconfig, args.drain_rounds).as_dict())
         _save(args, report)
     for size in args.nodes:
-        report["results"].append(await _measure_size(args, target, temporal, size))
+        row = await _measure_size(args, target, temporal, size)
+        row["load_average_after"] = [round(x, 2) for x in psutil.getloadavg()]
+        report["results"].append(row)
         _save(args, report)  # partial results survive an interrupted run
     return report
+
+
+def objects_left(before: dict[str, int], after: dict[str, int]) -> str:
+    """What a rollout left in the apiserver: `+N kind` per kind that grew, "none" when nothing did. Pure."""
+    grown = [f"+{after[k] - before.get(k, 0)} {k}" for k in sorted(after) if after[k] > before.get(k, 0)]
+    return ", ".join(grown) or "none"
 
 
 def render(report: dict[str, Any]) -> Table:

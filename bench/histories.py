@@ -40,20 +40,38 @@ class WindowStats:
     cordons: int = 0
     drains: int = 0
     interrupts: int = 0
+    # Stage Jobs (pods) the window ran: stage pods, stage Jobs of older runs, interrupt pods.
+    stage_pods: int = 0
 
 
 def _epoch(event: HistoryEvent) -> float:
     return event.event_time.seconds + event.event_time.nanos / 1e9
 
 
+STAGE_ACTIVITIES = ("run_stage_job", "run_stage_pod", "run_interrupt")
+
+
+def _carries_interrupt(event: HistoryEvent) -> bool:
+    """A `run_stage_pod` whose pod runs the window's interrupt (its input's `job.interrupt` is set)."""
+    payloads = event.activity_task_scheduled_event_attributes.input.payloads
+    try:
+        data = json.loads(payloads[0].data) if payloads else {}
+    except ValueError:
+        return False
+    return bool(isinstance(data, dict) and (data.get("job") or {}).get("interrupt"))
+
+
 def window_stats(node: str, events: Sequence[HistoryEvent]) -> WindowStats:
     """Duration, event count, activity count and disruptive activities of one node workflow history. Pure."""
     first, last = _epoch(events[0]), _epoch(events[-1])
-    types = [e.activity_task_scheduled_event_attributes.activity_type.name for e in events
-             if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+    scheduled = [e for e in events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+    types = [e.activity_task_scheduled_event_attributes.activity_type.name for e in scheduled]
+    carried = sum(1 for e in scheduled if e.activity_task_scheduled_event_attributes.activity_type.name
+                  == "run_stage_pod" and _carries_interrupt(e))
     return WindowStats(node, last - first, len(events), len(types), first, last,
                        cordons=types.count("cordon_node"), drains=types.count("drain_node"),
-                       interrupts=types.count("run_interrupt"))
+                       interrupts=types.count("run_interrupt") + carried,
+                       stage_pods=sum(types.count(t) for t in STAGE_ACTIVITIES))
 
 
 async def node_windows(client: Client, nodes: Sequence[str], since: float) -> list[WindowStats]:

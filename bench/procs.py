@@ -61,10 +61,15 @@ class Managed:
 
 @dataclass
 class ProcessSet:
-    """The processes of one run, sampled for memory until stopped."""
+    """The processes of one run, sampled for memory until stopped.
+
+    `external`: processes it did not start but samples too (the stack's apiserver and etcd), by name.
+    """
 
     workdir: Path
     procs: dict[str, Managed] = field(default_factory=dict)
+    external: dict[str, int] = field(default_factory=dict)
+    external_peak_rss: dict[str, int] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _sampler: threading.Thread | None = None
 
@@ -114,6 +119,16 @@ class ProcessSet:
         while not self._stop.wait(SAMPLE_SECONDS):
             for managed in list(self.procs.values()):
                 managed.peak_rss = max(managed.peak_rss, managed.rss())
+            for name, pid in list(self.external.items()):
+                try:
+                    rss = psutil.Process(pid).memory_info().rss
+                except psutil.Error:
+                    continue
+                self.external_peak_rss[name] = max(self.external_peak_rss.get(name, 0), rss)
+
+    def pids(self, prefix: str) -> list[int]:
+        """Pids of the started processes whose name starts with `prefix` (`worker` finds every worker)."""
+        return [m.proc.pid for name, m in self.procs.items() if name.startswith(prefix)]
 
     def check_alive(self) -> None:
         """Raise when a started process has exited (its log tail in the message)."""

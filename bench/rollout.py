@@ -15,17 +15,18 @@ import statistics
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client
 from temporalio.service import RPCError
 
 from api.keys import GROUP, NODE_STATUS_LABEL, PACKAGE_PLURAL, POLICY_PLURAL, VERSION
-from bench import apimetrics, histories
+from bench import apimetrics, histories, resources
 from bench.procs import Connection, ProcessSet
 from bench.scenario import (
     PACKAGES_DIR,
@@ -42,6 +43,10 @@ from protocol.names import QUERY_PROGRESS, fleet_workflow_id
 from workflows.fleet_codec import progress_from_json
 
 POLL_SECONDS = 1.0
+OBJECTS_SETTLE_SECONDS = 10.0
+WORKER = "worker"
+# The stack's processes whose CPU and memory a run reports (names as in stack.json).
+STACK_CPU = ("kube-apiserver", "etcd", "temporal", "kube-controller-manager", "kube-scheduler")
 FAILED_PHASES = ("Failed", "Halted", "Invalid")
 MIB = 2**20
 Log = Callable[[str], None]
@@ -49,11 +54,18 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Target:
-    """The stack the benchmark runs on and where it keeps its logs."""
+    """The stack the benchmark runs on, where it keeps its logs, and how many workers it starts.
+
+    `components`: the stack's processes by name (pid), for their CPU and memory.
+    """
 
     temporal_address: str
     kubeconfig: str
     workdir: Path
+    workers: int = 1
+    components: dict[str, int] = field(default_factory=dict)
+    # Seconds fleetsim waits before a stage pod's containers start (`noderoll sim --pod-startup-seconds`).
+    pod_startup_seconds: float = 1.0
 
 
 class Kube:
@@ -90,11 +102,14 @@ def start_processes(target: Target, sc: Scenario, procs: ProcessSet, task_queue:
         ["--nodes", str(sc.nodes), "--name-prefix", sc.name, "--labels", f"{RUN_LABEL}={sc.name}",
          "--image-store", str(PACKAGES_DIR), "--reboot-seconds", f"{sc.reboot_seconds:g}",
          "--max-grace-seconds", "5", "--workers", str(workers), "--delete-on-exit",
+         "--pod-startup-seconds", f"{target.pod_startup_seconds:g}",
          "--sandbox-dir", str(target.workdir / "sandboxes")],
         target.kubeconfig,
     )
     conn = Connection(target.temporal_address, target.kubeconfig, task_queue)
-    procs.start_noderoll("worker", ["worker"], conn)
+    # `--workers N`: N `noderoll worker` processes on the one task queue share the work (issue #14).
+    for index in range(1, max(1, target.workers) + 1):
+        procs.start_noderoll(WORKER if target.workers <= 1 else f"{WORKER}-{index}", ["worker"], conn)
     # Its own leader Lease and only this run's objects: other bridges on a shared stack do not interfere.
     procs.start_noderoll("bridge", ["bridge", "--lease-name", f"bench-{task_queue}",
                                     "--label-selector", f"{RUN_LABEL}={sc.name}"], conn)
@@ -162,14 +177,14 @@ def disruptions(sc: Scenario, nodes: list[str], windows: list[histories.WindowSt
                 fleet: FleetProgress | None) -> dict[str, Any]:
     """Windows, drains and interrupts per node, from the node histories and from the fleet. Pure."""
     found: dict[str, Any] = {"packages": sc.packages}
-    for field in ("windows", "drains", "interrupts"):
-        counts = histories.per_node(windows, nodes, field)
-        found[f"{field}_per_node"] = histories.histogram_text(counts)
-        found[f"{field}_per_node_histogram"] = histories.histogram(counts)
+    for kind in ("windows", "drains", "interrupts"):
+        counts = histories.per_node(windows, nodes, kind)
+        found[f"{kind}_per_node"] = histories.histogram_text(counts)
+        found[f"{kind}_per_node_histogram"] = histories.histogram(counts)
     if fleet is not None:
-        for field in ("drains", "interrupts"):
-            counts = {n: int(getattr(fleet.nodes[n], field)) if n in fleet.nodes else 0 for n in nodes}
-            found[f"fleet_{field}_per_node"] = histories.histogram_text(counts)
+        for kind in ("drains", "interrupts"):
+            counts = {n: int(getattr(fleet.nodes[n], kind)) if n in fleet.nodes else 0 for n in nodes}
+            found[f"fleet_{kind}_per_node"] = histories.histogram_text(counts)
         found["fleet_waves"] = fleet.wave
     return found
 
@@ -193,6 +208,8 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
     for name in ("worker", "bridge"):
         for key, value in measured[f"{name}_requests"].items():
             noderoll_counts[key] = noderoll_counts.get(key, 0) + value
+    cpu = measured.get("cpu") or {"seconds": {}, "share": {}}
+    share = cpu["share"]
     n = max(1, len(windows))
     span = max((w.closed for w in windows), default=0.0) - min((w.started for w in windows), default=0.0)
     return {
@@ -222,13 +239,24 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
         "worker_requests_per_window": round(sum(measured["worker_requests"].values()) / n, 1),
         "bridge_requests_total": sum(measured["bridge_requests"].values()),
         "history_events_per_window_median": statistics.median([w.events for w in windows]) if windows else None,
+        "stage_pods_per_window_median": statistics.median([w.stage_pods for w in windows]) if windows else None,
         "history_events_per_window_max": max((w.events for w in windows), default=None),
         "activities_per_window_median": statistics.median([w.activities for w in windows]) if windows else None,
         "fleet_history_events": measured["rollout_events"],
         **measured.get("disruptions", {}),
         "worker_peak_rss_mib": round(measured["worker_rss"] / MIB, 1),
+        "workers": measured.get("workers", 1),
         "bridge_peak_rss_mib": round(measured["bridge_rss"] / MIB, 1),
         "nodes_left_cordoned": measured["cordoned"],
+        # CPU over the rollout, per component (seconds, and share of the machine: wall x cores).
+        "cpu_seconds": cpu["seconds"],
+        "cpu_share": share,
+        "noderoll_cpu_share": round(share.get("worker", 0.0) + share.get("bridge", 0.0), 3),
+        "fleetsim_cpu_share": share.get("fleetsim", 0.0),
+        "apiserver_etcd_peak_rss_mib": round(measured.get("stack_rss", 0) / MIB, 1),
+        "stack_peak_rss_mib": {k: round(v / MIB, 1) for k, v in (measured.get("stack_peak_rss") or {}).items()},
+        "objects_before": measured.get("objects_before", {}),
+        "objects_after": measured.get("objects_after", {}),
     }
 
 
@@ -240,14 +268,21 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
     try:
         log(f"{sc.name}: starting {sc.nodes} simulated nodes, worker and bridge (task queue {task_queue})")
         start_processes(target, sc, procs, task_queue)
+        for name in ("kube-apiserver", "etcd"):
+            if name in target.components:
+                procs.external[name] = target.components[name]
         node_names = sorted(n.metadata.name for n in kube.nodes(sc.name))
         kube.create(POLICY_PLURAL, policy_manifest(sc))
+        objects_before = resources.count_objects(target.kubeconfig)
         before = apimetrics.scrape(target.kubeconfig)
+        cpu_pids = _cpu_pids(target, procs)
+        cpu_before = resources.snapshot(cpu_pids)
         started, started_epoch = time.monotonic(), time.time()
         for manifest in package_manifests(sc):
             kube.create(PACKAGE_PLURAL, manifest)
         ideal = ideal_makespan(sc, node_names)
         done = await wait_complete(kube, sc, procs, timeout=3 * ideal + 600, log=log)
+        cpu_after = resources.snapshot(cpu_pids)
         after = apimetrics.scrape(target.kubeconfig)
         fleet = await fleet_progress(temporal, sc.name)
         windows = await histories.node_windows(temporal, node_names, started_epoch - 1)
@@ -259,15 +294,24 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
             "critical_path_s": node_critical_path(sc),
             "batches": batch_sizes(sc, node_names),
             "apiserver_delta": apimetrics.delta(before, after),
-            "worker_requests": procs.procs["worker"].request_counts(),
+            "worker_requests": _summed_counts(procs, WORKER),
             "bridge_requests": procs.procs["bridge"].request_counts(),
             "rollout_events": await histories.fleet_events(temporal, sc.name),
             "actual_batches": await histories.fleet_batches(temporal, sc.name),
             "disruptions": disruptions(sc, node_names, windows, fleet),
-            "worker_rss": procs.procs["worker"].peak_rss,
+            "worker_rss": max(m.peak_rss for n, m in procs.procs.items() if n.startswith(WORKER)),
+            "workers": target.workers,
             "bridge_rss": procs.procs["bridge"].peak_rss,
             "cordoned": sum(1 for n in kube.nodes(sc.name) if n.spec.unschedulable),
+            "cpu": resources.cpu_report(cpu_before, cpu_after, psutil.cpu_count() or 1),
+            "stack_rss": sum(procs.external_peak_rss.values()),
+            "stack_peak_rss": dict(procs.external_peak_rss),
+            "objects_before": objects_before,
         }
+        # The window's Jobs go once their outcome is written (issue #14): give the garbage collector
+        # a moment to remove the pods of the last batch before counting what is left.
+        await asyncio.sleep(OBJECTS_SETTLE_SECONDS)
+        measured["objects_after"] = resources.count_objects(target.kubeconfig)
         return summarize(sc, measured, windows)
     finally:
         procs.stop_all()
@@ -276,6 +320,24 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
         kube.remove(POLICY_PLURAL, sc.name)
         kube.api.close()
         await _end_fleet(temporal, sc.name)
+
+
+def _cpu_pids(target: Target, procs: ProcessSet) -> dict[str, int | list[int]]:
+    """The process trees whose CPU a run reports: noderoll's, fleetsim's, and the stack's components."""
+    pids: dict[str, int | list[int]] = {"worker": procs.pids(WORKER), "bridge": procs.procs["bridge"].proc.pid,
+                                        "fleetsim": procs.procs["sim"].proc.pid}
+    pids.update({name: pid for name, pid in target.components.items() if name in STACK_CPU})
+    return pids
+
+
+def _summed_counts(procs: ProcessSet, prefix: str) -> dict[str, int]:
+    """The request counts of every process named `prefix...` (several workers), summed."""
+    total: dict[str, int] = {}
+    for name, managed in procs.procs.items():
+        if name.startswith(prefix):
+            for key, value in managed.request_counts().items():
+                total[key] = total.get(key, 0) + value
+    return total
 
 
 async def _end_fleet(temporal: Client, policy: str) -> None:
