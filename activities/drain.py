@@ -11,8 +11,8 @@ block the drain unless `deleteEmptyDirData`. Eviction speaks `policy/v1` and fal
 Both report while they wait, not only when they give up (`_Report`, decisions in
 `planning.drain`): the node condition `noderoll.io/Draining` (True while evicting, reason
 `EvictionRefused` once PDBs refused for `BLOCKED_AFTER_SECONDS`, `WaitingForProtectedPods`; False
-when done), one Event per wait updated in place, and the blockers in the heartbeat details. These
-two activities are the only writers of that condition.
+when done), one Event per node and reason updated in place by every wait, and the blockers in
+the heartbeat details. These two activities are the only writers of that condition.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ from activities.io import (
     WaitProtectedPodsInput,
     WaitProtectedPodsResult,
 )
-from activities.nodes import record_event, set_draining
+from activities.node_events import record_event
+from activities.nodes import set_draining
 from api.enums import DrainReason
 from api.keys import PACKAGE_POD_NAMESPACE
 from api.selectors import LabelSelector
@@ -124,7 +125,7 @@ class _Report:
     def __init__(self, node: str) -> None:
         info = activity.info()
         self.node = node
-        # Stable across retries of the activity, new per window: one Event per wait.
+        # Stable across retries of the activity, new per window (activities.node_events).
         self.key = f"{info.workflow_run_id}/{info.activity_id}"
         self.notice = DrainNotice()
         self.writes = 0
@@ -139,11 +140,11 @@ class _Report:
         now = time.monotonic()
         if not self.notice.due(now, reason, message):
             return
-        set_draining(self.node, True, reason.value, message, transition=not self.notice.active)
+        uid = set_draining(self.node, True, reason.value, message, transition=not self.notice.active)
         self.writes += 1
         if event is not None:
             warning = reason is DrainReason.EVICTION_REFUSED
-            record_event(self.node, NodeEvent(event, message, key=self.key, warning=warning), count or self.writes)
+            record_event(self.node, NodeEvent(event, message, key=self.key, warning=warning), count or self.writes, uid)
         self.notice.written(now, reason, message)
 
     def finish(self, reason: DrainReason, message: str) -> None:

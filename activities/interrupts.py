@@ -65,7 +65,8 @@ def _rebooted_since(input: RunInterruptInput) -> bool:
     return bool(boot_id) and bool(input.boot_id_before) and boot_id != input.boot_id_before
 
 
-def _confirm_reboot(input: RunInterruptInput, name: str) -> RunInterruptResult:
+def confirm_reboot(input: RunInterruptInput, name: str) -> RunInterruptResult:
+    """Wait for the node's reboot (new boot id, Ready) while the interrupt Job `name` has not failed."""
     node = input.job.node
     deadline = time.monotonic() + input.reboot_timeout_seconds
     current = _read_node(node)
@@ -111,10 +112,10 @@ def run_interrupt(input: RunInterruptInput) -> RunInterruptResult:
         # for Ready; creating another interrupt Job would reboot the node a second time.
         name = job_name(input.job)
     else:
-        name, _ = ensure_job(input.job)
+        name, _, _ = ensure_job(input.job)
     try:
         if kind == InterruptType.REBOOT:
-            result = _confirm_reboot(input, name)
+            result = confirm_reboot(input, name)
         else:
             outcome = wait_job(name, time.monotonic() + input.job.timeout_seconds + 30, input.job.node)
             boot_id, _ = _node_view(input.job.node)

@@ -226,6 +226,9 @@ class StageJob:
     image_pull_secrets: list[str] = field(default_factory=list)
     # The node's position in its rollout's order (NodeWright's SKYHOOK_NODE_ORDER).
     node_order: int = 0
+    # Every container's mode, in order, for a pod that runs several stages (each followed by its
+    # check, the merged `interrupt` last when the pod carries it); empty: `mode` then `check`.
+    modes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -240,11 +243,43 @@ class RunStageJobResult:
     # The mode whose container decided the outcome: the stage, or its check when the check failed
     # (or, on success, the last one that ran). "" from workers before stage+check Jobs.
     mode: str = ""
+    # The modes whose containers exited 0, in order (a pod of several stages: how far it got).
+    completed: list[str] = field(default_factory=list)
 
     @property
     def succeeded(self) -> bool:
         """Exit code 0."""
         return self.exit_code == 0
+
+
+@dataclass
+class RunStagePodInput:
+    """One stage pod of several stages (`job.modes`), the window's merged interrupt last when
+    `job.interrupt` is set (a reboot is then confirmed by a new boot id, as `run_interrupt` does)."""
+
+    job: StageJob
+    boot_id_before: str = ""
+    reboot_timeout_seconds: int = 900
+
+
+@dataclass
+class RunStagePodResult:
+    """How far the pod got. `exit_code`, `mode` and `log_tail` are the stages': the container that
+    failed (a stage or its check), else the last stage container (exit 0). When the pod carried the
+    interrupt and every stage succeeded, `interrupt_exit` is the interrupt's outcome."""
+
+    job_name: str
+    exit_code: int
+    log_tail: str = ""
+    mode: str = ""
+    # Modes whose containers exited 0, in order (stages and checks, not the interrupt).
+    completed: list[str] = field(default_factory=list)
+    adopted: bool = False
+    # None: the pod carried no interrupt or never reached it; else 0 (done; a reboot confirmed by a
+    # new boot id with Ready) or the failure's exit code (-1: not confirmed in time).
+    interrupt_exit: int | None = None
+    interrupt_log: str = ""
+    boot_id_after: str = ""
 
 
 @dataclass
@@ -273,3 +308,21 @@ class AcquireLeaseInput:
 
     budget_workflow_id: str
     request: LeaseRequest
+
+
+@dataclass
+class DeleteStageJobsInput:
+    """Delete the stage Jobs (pods, ConfigMaps) of `packages` on `node`, all but the Jobs in `keep`."""
+
+    node: str
+    packages: list[str] = field(default_factory=list)
+    # Job names kept: the latest failed attempt of each package that ended erroring (`noderoll logs`).
+    keep: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DeleteStageJobsResult:
+    """Jobs deleted one by one (empty when one collection delete did it) and the Jobs kept."""
+
+    deleted: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)

@@ -19,7 +19,7 @@ run the stage again in a replacement pod under the same attempt, unseen by noder
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client, watch
@@ -41,6 +41,8 @@ def job_name(job: StageJob) -> str:
     parts = [job.package, job.version, job.node, job.mode, str(job.attempt), job.window]
     if job.check:
         parts.append(job.check)  # a stage+check Job never shares a name with a stage-only one
+    if job.modes:
+        parts.append(",".join(job.modes))  # a pod of several stages (and maybe the interrupt)
     digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
     prefix = f"nr-{job.package[:24].rstrip('-')}-{job.mode[:18].rstrip('-')}"
     return f"{prefix}-{digest}"
@@ -51,10 +53,11 @@ def job_modes(job: StageJob) -> list[str]:
     return stage_pod.modes(job)
 
 
-def jobs_per_window(stages: int, interrupt: bool) -> int:
-    """Stage Jobs one node window creates for a package when every attempt succeeds (pure): one per
-    stage (its check runs in the stage's pod) and one for the interrupt. Tests count Jobs with it."""
-    return stages + int(interrupt)
+def jobs_per_window(interrupt: bool) -> int:
+    """Stage Jobs one node window creates for a package (fresh install, every attempt succeeds; pure):
+    one pod for every stage before the interrupt (each with its check, the interrupt last) and one for
+    the post-interrupt stage (issue #14). Tests count Jobs with it."""
+    return 2 if interrupt else 1
 
 
 def job_manifest(job: StageJob, name: str, identity: StagePodIdentity | None = None,
@@ -84,13 +87,13 @@ def _read_node(node: str) -> dict[str, Any]:
         kube.raise_for(err, f"read node {node}")
 
 
-def ensure_job(job: StageJob) -> tuple[str, bool]:
+def ensure_job(job: StageJob) -> tuple[str, bool, str]:
     """Create the ConfigMap (the package's config and the node's metadata; none for an interrupt)
-    and the Job, or adopt them; return (name, adopted)."""
+    and the Job, or adopt them; return (name, adopted, the created Job's resourceVersion or "")."""
     name = job_name(job)
     settings = stage_pod.current_settings()
     uid, generation = _package_identity(job.package)
-    identity = StagePodIdentity(package_uid=uid, generation=generation, metadata=job.interrupt is None)
+    identity = StagePodIdentity(package_uid=uid, generation=generation, metadata=stage_pod.runs_package(job))
     if identity.metadata:
         data = {**stage_pod.node_metadata(_read_node(job.node), job, settings), **dict(job.config)}
         config_map = {
@@ -105,11 +108,11 @@ def ensure_job(job: StageJob) -> tuple[str, bool]:
             if not kube.is_conflict(err):
                 kube.raise_for(err, f"create ConfigMap {name}")
     try:
-        kube.batch().create_namespaced_job(PACKAGE_POD_NAMESPACE, job_manifest(job, name, identity, settings))
-        return name, False
+        created = kube.batch().create_namespaced_job(PACKAGE_POD_NAMESPACE, job_manifest(job, name, identity, settings))
+        return name, False, str(created.metadata.resource_version or "")
     except ApiException as err:
         if kube.is_conflict(err):
-            return name, True  # created by an earlier attempt of this activity: adopt it
+            return name, True, ""  # created by an earlier attempt of this activity: adopt it
         kube.raise_for(err, f"create Job {name}")
 
 
@@ -123,6 +126,10 @@ class PodOutcome:
     exit_code: int
     log_tail: str
     mode: str = ""
+    # Agent containers (modes) that exited 0, in order (the package copy is not a mode).
+    completed: tuple[str, ...] = ()
+    # Seconds each finished container ran (by name), from its terminated state.
+    durations: dict[str, float] = field(default_factory=dict)
 
 
 def _statuses(pod: client.V1Pod) -> list[client.V1ContainerStatus]:
@@ -130,6 +137,29 @@ def _statuses(pod: client.V1Pod) -> list[client.V1ContainerStatus]:
     if status is None:
         return []
     return [*(status.init_container_statuses or []), *(status.container_statuses or [])]
+
+
+def completed_modes(pod: client.V1Pod) -> tuple[str, ...]:
+    """The agent containers (modes) that exited 0, in the order they run, up to the first that did
+    not (pure): how far a pod of several stages got."""
+    done: list[str] = []
+    for container in _statuses(pod):
+        terminated = container.state.terminated if container.state else None
+        if terminated is None or int(terminated.exit_code) != 0:
+            break
+        if container.name != stage_pod.PACKAGE_CONTAINER:
+            done.append(container.name)
+    return tuple(done)
+
+
+def container_seconds(pod: client.V1Pod) -> dict[str, float]:
+    """How long each finished container ran (terminated startedAt to finishedAt), by name. Pure."""
+    found: dict[str, float] = {}
+    for container in _statuses(pod):
+        terminated = container.state.terminated if container.state else None
+        if terminated is not None and terminated.started_at and terminated.finished_at:
+            found[container.name] = max(0.0, (terminated.finished_at - terminated.started_at).total_seconds())
+    return found
 
 
 def pod_outcome(pod: client.V1Pod) -> PodOutcome | None:
@@ -144,18 +174,21 @@ def pod_outcome(pod: client.V1Pod) -> PodOutcome | None:
         return None
     last: PodOutcome | None = None
     pending = ""
+    completed = completed_modes(pod)
     for container in _statuses(pod):
         terminated = container.state.terminated if container.state else None
         if terminated is None:
             pending = container.name
             break
-        last = PodOutcome(int(terminated.exit_code), terminated.message or "", container.name)
+        last = PodOutcome(int(terminated.exit_code), terminated.message or "", container.name, completed,
+                          container_seconds(pod))
         if last.exit_code != 0:
             return last
     if status.phase == "Succeeded" and last is not None:
         return last
     message = status.message or status.reason or ""
-    return PodOutcome(0 if status.phase == "Succeeded" else -1, message, pending or (last.mode if last else ""))
+    return PodOutcome(0 if status.phase == "Succeeded" else -1, message, pending or (last.mode if last else ""),
+                      completed, container_seconds(pod))
 
 
 # Waiting reasons of a stage pod that waiting does not cure: the attempt fails at once and its Job is
@@ -218,9 +251,13 @@ def finished_outcome(name: str, pod: client.V1Pod) -> PodOutcome | None:
 
 
 def check_job(name: str) -> tuple[PodOutcome | None, str]:
-    """One look at the Job's pods: (outcome or None, list resourceVersion to watch from)."""
+    """One look at the Job's pods: (outcome or None, list resourceVersion to watch from).
+
+    Served from the watch cache (`resourceVersion=0`): a pod it does not show yet only means no
+    outcome yet (the Job's own failure is read fresh), and the watch from the list's version sees it."""
     try:
-        pods = kube.core().list_namespaced_pod(PACKAGE_POD_NAMESPACE, label_selector=f"job-name={name}")
+        pods = kube.core().list_namespaced_pod(PACKAGE_POD_NAMESPACE, label_selector=f"job-name={name}",
+                                               resource_version="0")
     except ApiException as err:
         kube.raise_for(err, f"list pods of Job {name}")
     for pod in pods.items:

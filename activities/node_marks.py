@@ -6,8 +6,8 @@ between (a node window starting: label `in-progress`) is read and decided again 
 overwritten (409). Nothing is written while a window runs on the node: the node workflow stays the
 single writer of a node in a window. Per node, in this order: the `noderoll.io/status` label (a
 merge patch), the condition `noderoll.io/StateMalformed` (a strategic merge patch of the status:
-conditions merge by type, so the kubelet's and the window's stay), then the Event (named after a
-digest of the annotation, so a repeated mark records it once). A node that no longer exists is
+conditions merge by type, so the kubelet's and the window's stay), then the Event (one per node and
+reason, `activities.node_events`; keyed by a digest of the annotation, so a repeated mark counts once). A node that no longer exists is
 skipped. Idempotent: a repeated call finds everything shown already and writes nothing.
 """
 
@@ -19,7 +19,8 @@ from temporalio import activity
 
 from activities import kube
 from activities.io import MarkBlockedNodesInput, MarkBlockedNodesResult, NodeEvent
-from activities.nodes import CONFLICT_RETRIES, emit_event, node_condition
+from activities.node_events import emit_event
+from activities.nodes import CONFLICT_RETRIES, node_condition
 from api.keys import CONDITION_STATE_MALFORMED, NODE_STATE_ANNOTATION, NODE_STATUS_LABEL
 from planning.node_marks import NodeMark, decide_mark
 from planning.targets import NodeView
@@ -78,7 +79,8 @@ def _mark_one(mark: NodeMark) -> bool:
             kube.raise_for(err, f"mark node {mark.node} {mark.kind.value}")
         if write.event is not None:
             event = write.event
-            emit_event(mark.node, NodeEvent(event.reason, event.message, event.key, event.warning))
+            emit_event(mark.node, NodeEvent(event.reason, event.message, event.key, event.warning),
+                       node.metadata.uid or "")
         return True
     raise RuntimeError(f"mark node {mark.node}: still conflicting after {CONFLICT_RETRIES} attempts")
 

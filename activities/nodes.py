@@ -1,8 +1,8 @@
 """Node activities: read, cordon, uncordon, write noderoll state (+ conditions, Events). Does I/O.
 
 Also the node writes of the drain activities (activities/drain.py, their only caller, so each key
-keeps one writer): the `noderoll.io/Draining` condition (`set_draining`) and an Event updated in
-place while a wait lasts (`record_event`).
+keeps one writer): the `noderoll.io/Draining` condition (`set_draining`). Events on Nodes are
+aggregated per (node, reason) by `activities.node_events` (module `activities.node_events`).
 
 Each is idempotent. Ownership of a cordon is recorded in `noderoll.io/cordoned-by`: `cordon_node`
 never claims a node someone else cordoned, and `uncordon_node` only undoes our own cordon, so a node
@@ -13,7 +13,6 @@ re-read and re-apply instead of overwriting blindly.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -31,6 +30,7 @@ from activities.io import (
     UncordonNodeResult,
     WriteNodeStateInput,
 )
+from activities.node_events import emit_event, emit_events
 from api.keys import (
     CONDITION_DRAINING,
     CONDITION_ERRORING,
@@ -44,8 +44,6 @@ from api.keys import (
 from planning.node_marks import READABLE_MESSAGE, REASON_READABLE
 
 CONFLICT_RETRIES = 8
-EVENT_NAMESPACE = "default"
-EVENT_SOURCE = "noderoll"
 
 
 def get_node(name: str) -> client.V1Node:
@@ -130,12 +128,13 @@ def cordon_node(input: NodeInput) -> CordonNodeResult:
             "spec": {"unschedulable": True},
         }
 
-    patch_node_with_retry(input.node, build)
+    node = patch_node_with_retry(input.node, build)
     if outcome.cordoned_by_noderoll and not outcome.was_unschedulable:
         # Keyed by the activity's identity: stable across retries of this activity, new per window.
         info = activity.info()
         key = f"{info.workflow_run_id}/{info.activity_id}"
-        emit_event(input.node, NodeEvent("Cordoned", "noderoll cordoned the node for a node window", key=key))
+        emit_event(input.node, NodeEvent("Cordoned", "noderoll cordoned the node for a node window", key=key),
+                   node.metadata.uid or "")
     return outcome
 
 
@@ -183,7 +182,8 @@ def write_node_state(input: WriteNodeStateInput) -> None:
     # No read first and no resourceVersion: the node workflow is the only writer of these two keys
     # and the patch does not depend on the node's content (one request instead of two).
     try:
-        kube.core().patch_node(input.node, {"metadata": metadata}, _content_type="application/merge-patch+json")
+        written = kube.core().patch_node(input.node, {"metadata": metadata},
+                                         _content_type="application/merge-patch+json")
     except ApiException as err:
         if kube.is_not_found(err):
             raise errors.fatal(f"node {input.node} does not exist", errors.NODE_NOT_FOUND) from err
@@ -205,69 +205,22 @@ def write_node_state(input: WriteNodeStateInput) -> None:
         )
     except ApiException as err:
         kube.raise_for(err, f"patch conditions of node {input.node}")
-    for event in input.events:
-        emit_event(input.node, event)
-        activity.heartbeat(event.key)
+    # One Event per (node, reason), updated in place (activities.node_events): a node's Events do
+    # not grow with the windows run on it.
+    emit_events(input.node, list(input.events), written.metadata.uid or "")
 
 
-def _event_name(node: str, event: NodeEvent) -> str:
-    digest = hashlib.sha256(f"{node}/{event.key}/{event.reason}".encode()).hexdigest()[:16]
-    return f"{node}.noderoll.{digest}"
-
-
-def emit_event(node: str, event: NodeEvent, count: int = 1) -> bool:
-    """Create an Event on the Node; its name derives from (node, key), so a retry does not duplicate it.
-
-    Returns False when it exists already (an earlier attempt, or an earlier write of the same wait).
-    """
-    now = datetime.now(UTC)
-    body = client.CoreV1Event(
-        metadata=client.V1ObjectMeta(name=_event_name(node, event), namespace=EVENT_NAMESPACE),
-        involved_object=client.V1ObjectReference(kind="Node", name=node, api_version="v1", uid=node),
-        reason=event.reason,
-        message=event.message[:1024],
-        type="Warning" if event.warning else "Normal",
-        source=client.V1EventSource(component=EVENT_SOURCE, host=node),
-        first_timestamp=now,
-        last_timestamp=now,
-        count=count,
-    )
-    try:
-        kube.core().create_namespaced_event(EVENT_NAMESPACE, body)
-        return True
-    except ApiException as err:
-        if kube.is_conflict(err):
-            return False  # already recorded by an earlier attempt of this activity
-        kube.raise_for(err, f"record event {event.reason} on node {node}")
-
-
-def record_event(node: str, event: NodeEvent, count: int) -> None:
-    """Create the Event of a wait, or update it in place: message, `count` and `lastTimestamp`.
-
-    Kubernetes' own recorder aggregates repeats the same way, so `kubectl describe node` shows one
-    line (`x69 over 6m`) instead of one Event per refused eviction.
-    """
-    if emit_event(node, event, count):
-        return
-    patch = {"message": event.message[:1024], "count": count,
-             "lastTimestamp": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")}
-    try:
-        kube.core().patch_namespaced_event(_event_name(node, event), EVENT_NAMESPACE, patch,
-                                           _content_type="application/merge-patch+json")
-    except ApiException as err:
-        if not kube.is_not_found(err):  # expired meanwhile (event TTL): the next update creates it
-            kube.raise_for(err, f"update event {event.reason} on node {node}")
-
-
-def set_draining(node: str, draining: bool, reason: str, message: str, transition: bool) -> None:
-    """Write the `noderoll.io/Draining` condition; `transition`: its status changes now (sets the time)."""
+def set_draining(node: str, draining: bool, reason: str, message: str, transition: bool) -> str:
+    """Write the `noderoll.io/Draining` condition; `transition`: its status changes now (sets the time).
+    Returns the node's uid (for its Events)."""
     condition = node_condition(CONDITION_DRAINING, draining, reason, message)
     if not transition:
         del condition["lastTransitionTime"]  # strategic merge keeps the stored one
     try:
-        kube.core().patch_node_status(node, {"status": {"conditions": [condition]}},
-                                      _content_type="application/strategic-merge-patch+json")
+        written = kube.core().patch_node_status(node, {"status": {"conditions": [condition]}},
+                                                _content_type="application/strategic-merge-patch+json")
     except ApiException as err:
         if kube.is_not_found(err):
             raise errors.fatal(f"node {node} does not exist", errors.NODE_NOT_FOUND) from err
         kube.raise_for(err, f"patch condition {CONDITION_DRAINING} of node {node}")
+    return str(written.metadata.uid or "")

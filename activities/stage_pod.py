@@ -7,12 +7,16 @@ Shape (as NodeWright's package pods; docs/architecture.md, "The stage pod contra
   Any image with a shell works: a NodeWright image (busybox plus files), or one built FROM noderoll's
   package-base;
 * one agent container per mode, in order: noderoll's agent image (the worker's pinned
-  `--agent-image`, or the Package's `agentImage`), `args: [<mode>]`, the stage as an init container
-  and its check as the pod's container, so the check starts only after the stage succeeded and the
-  container that failed names the mode; an interrupt pod has only its `interrupt` agent container;
+  `--agent-image`, or the Package's `agentImage`), `args: [<mode>]`, every container but the last
+  an init container, so each starts only after the one before succeeded and the container that
+  failed names the mode. A pod runs one stage and its check, or (issue #14) every stage of the
+  package before or after the window's interrupt, each followed by its check, with the merged
+  `interrupt` last when the pod carries it (`NODEROLL_INTERRUPT` on that container only); an
+  interrupt pod has only its `interrupt` agent container;
 * volumes: the host root (`/host`), the package copy (`/noderoll-package`), the package's config
   (`/noderoll-config`) and the node's metadata (`/noderoll-node-metadata`), the last two projected
-  from the Job's ConfigMap (an interrupt pod has the host root only, and no ConfigMap);
+  from the Job's ConfigMap (an interrupt pod has the host root only, and no ConfigMap; an interrupt
+  container mounts the host root and the metadata only);
 * NodeWright's environment: `SKYHOOK_RESOURCE_ID` (`<package>-<uid>-<generation>_<package>_<version>`,
   NodeWright's form with the Package in place of the Skyhook) and `SKYHOOK_NODE_ORDER`.
 
@@ -145,9 +149,21 @@ def resource_id(job: StageJob, identity: StagePodIdentity) -> str:
     return f"{job.package}-{identity.package_uid}-{identity.generation}_{job.package}_{job.version}"
 
 
+INTERRUPT_MODE = "interrupt"
+
+
 def modes(job: StageJob) -> list[str]:
-    """The modes the Job's pod runs, in order: the stage, then its check when it has one. Pure."""
+    """The modes the Job's pod runs, in order: `job.modes` when given (several stages, each with its
+    check, maybe the interrupt last), else the stage, then its check when it has one. Pure."""
+    if job.modes:
+        return list(job.modes)
     return [job.mode] if not job.check else [job.mode, job.check]
+
+
+def runs_package(job: StageJob) -> bool:
+    """True when a container of the pod runs package steps (anything but the interrupt): the pod then
+    gets the copy container, the package and config volumes and the node's metadata. Pure."""
+    return any(mode != INTERRUPT_MODE for mode in modes(job))
 
 
 def labels(job: StageJob) -> dict[str, str]:
@@ -168,16 +184,16 @@ def _env(job: StageJob, mode: str, identity: StagePodIdentity) -> list[dict[str,
         {"name": "SKYHOOK_RESOURCE_ID", "value": resource_id(job, identity)},
         {"name": "SKYHOOK_NODE_ORDER", "value": str(job.node_order)},
     ]
-    if job.interrupt is not None:
+    if job.interrupt is not None and mode == INTERRUPT_MODE:
         env.append({"name": "NODEROLL_INTERRUPT", "value": json.dumps(job.interrupt, sort_keys=True)})
     return env + list(job.env)
 
 
 def _agent_container(job: StageJob, mode: str, identity: StagePodIdentity, image: str) -> dict[str, Any]:
     mounts = [{"name": "host", "mountPath": HOST_ROOT}]
-    if job.interrupt is None:
+    if mode != INTERRUPT_MODE:
         mounts.append({"name": "package", "mountPath": PACKAGE_DIR, "readOnly": True})
-    if job.config and job.interrupt is None:
+    if job.config and mode != INTERRUPT_MODE:
         mounts.append({"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
     if identity.metadata:
         mounts.append({"name": "node-metadata", "mountPath": METADATA_DIR, "readOnly": True})
@@ -210,9 +226,9 @@ def _copy_container(job: StageJob) -> dict[str, Any]:
 
 def _volumes(job: StageJob, name: str, identity: StagePodIdentity) -> list[dict[str, Any]]:
     volumes: list[dict[str, Any]] = [{"name": "host", "hostPath": {"path": "/"}}]
-    if job.interrupt is None:
+    if runs_package(job):
         volumes.append({"name": "package", "emptyDir": {}})
-    if job.config and job.interrupt is None:
+    if job.config and runs_package(job):
         items = [{"key": key, "path": key} for key in sorted(job.config)]
         volumes.append({"name": "config", "configMap": {"name": name, "items": items}})
     if identity.metadata:
@@ -225,7 +241,7 @@ def pod_spec(job: StageJob, name: str, identity: StagePodIdentity, settings: Sta
     """The pod of a stage Job (pure): copy container, agent containers per mode, options."""
     image = agent_image(job, settings)
     agents = [_agent_container(job, mode, identity, image) for mode in modes(job)]
-    inits = ([] if job.interrupt is not None else [_copy_container(job)]) + agents[:-1]
+    inits = ([_copy_container(job)] if runs_package(job) else []) + agents[:-1]
     spec: dict[str, Any] = {
         "nodeName": job.node,
         "restartPolicy": "Never",

@@ -11,9 +11,10 @@ evictions have been refused by PodDisruptionBudgets for 15 s in a row, the reaso
 them with `disruptionsAllowed`, `currentHealthy`, `desiredHealthy` and `expectedPods`; while the
 window waits for pods matching `podNonInterruptLabels` the reason is `WaitingForProtectedPods`
 and the message names them. The message follows the blockers (re-read with every eviction round,
-at least every 10 s). The same text is on one Event per wait on the node, updated rather than
-repeated when the blockers change and at least every minute (`count`: the refused evictions so
-far, or the updates of a protected-pods wait): Warning `DrainBlocked`, or Normal
+at least every 10 s). The same text is on one Event per node and reason (each wait updates it in
+place, issue #14), updated rather than repeated when the blockers change and at least every minute
+(`count`: the refused evictions of the current wait so far, or the updates of a protected-pods
+wait): Warning `DrainBlocked`, or Normal
 `WaitingForProtectedPods`. When the drain
 ends the condition turns False (`Drained`, `ProtectedPodsFinished`, or `DrainFailed` with the
 failure). A Package whose window on a node is held up this way lists the node in

@@ -129,7 +129,7 @@ def _run_demo(console: Console, args: argparse.Namespace, record: procs.DemoReco
         outcome = Outcome(EXIT_SETUP, f"{type(err).__name__}: {err}")
     finally:
         if outcome.snapshot.packages:
-            evidence = _evidence(stack, outcome)
+            evidence = _evidence(stack, outcome, record.sandbox_dir)
             console.print(packages_summary(outcome, evidence))
             console.print(fleet_summary(outcome, evidence))
         _where_to_look(console, stack, record)
@@ -237,8 +237,9 @@ def _settled(package: str, progress: RolloutProgress, snapshot: LiveSnapshot) ->
     return is_finished(progress) and not working
 
 
-def _evidence(stack: StackInfo, outcome: Outcome) -> NodeEvidence | None:
-    """Cordon Events and stage Jobs on the demo's nodes (independent of the fleet's accounting)."""
+def _evidence(stack: StackInfo, outcome: Outcome, sandbox_dir: str) -> NodeEvidence | None:
+    """Cordon Events, interrupts recorded on the hosts and failed stage Jobs kept, on the demo's nodes
+    (independent of the fleet's accounting)."""
     from kubernetes import client as k8s
     from kubernetes import config as k8s_config
 
@@ -247,9 +248,10 @@ def _evidence(stack: StackInfo, outcome: Outcome) -> NodeEvidence | None:
         return None
     api = k8s_config.new_client_from_config(config_file=stack.kubeconfig)
     try:
-        jobs = procs.count_jobs(k8s.BatchV1Api(api), nodes, set(outcome.snapshot.packages), outcome.started)
+        failed = procs.failed_jobs(k8s.BatchV1Api(api), nodes, set(outcome.snapshot.packages), outcome.started)
         events = procs.count_cordon_events(k8s.CoreV1Api(api), nodes, outcome.started)
-        return NodeEvidence(events, jobs.interrupts, jobs.failed)
+        interrupts = procs.count_interrupts(sandbox_dir, nodes, outcome.started)
+        return NodeEvidence(events, interrupts, failed)
     except Exception as err:  # noqa: BLE001 - the summary must print even when the API is gone
         print(f"demo: could not count Events and stage Jobs: {err}", file=sys.stderr)
         return None

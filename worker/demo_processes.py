@@ -23,7 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from activities.nodes import EVENT_NAMESPACE
+from activities.node_events import EVENT_NAMESPACE
 from api import keys
 from fleetsim.context import PREFIX_LABEL
 from fleetsim.kube import Kube
@@ -269,39 +269,45 @@ async def terminate_workflows(temporal: Client, record: DemoRecord, nodes: list[
     return ended
 
 
-@dataclass
-class JobCounts:
-    """The demo's stage Jobs: interrupts that ran per node, failed Jobs per package."""
-
-    interrupts: dict[str, int] = field(default_factory=dict)
-    failed: dict[str, int] = field(default_factory=dict)
-
-
-def count_jobs(batch: k8s.BatchV1Api, nodes: set[str], packages: set[str], since: datetime) -> JobCounts:
-    """Stage Jobs of the demo's Packages on its nodes created since `since` (an earlier demo on the same
-    stack used the same names): interrupts that ran and stage Jobs that failed."""
+def failed_jobs(batch: k8s.BatchV1Api, nodes: set[str], packages: set[str], since: datetime) -> dict[str, int]:
+    """Failed stage Jobs of the demo's Packages on its nodes created since `since` (an earlier demo on the
+    same stack used the same names), per package. A window deletes its stage Jobs once their outcome
+    is on the node and keeps the latest failed one of an erroring package (issue #14): this counts
+    those, one per erroring node."""
     jobs = batch.list_namespaced_job(keys.PACKAGE_POD_NAMESPACE, label_selector="noderoll.io/component=stage").items
-    counts = JobCounts()
+    failed: dict[str, int] = {}
     for job in jobs:
         labels: dict[str, Any] = job.metadata.labels or {}
         node, package = labels.get("noderoll.io/node"), labels.get("noderoll.io/package")
         created = job.metadata.creation_timestamp
         if node not in nodes or package not in packages or created is None or created < since.replace(microsecond=0):
             continue
-        if labels.get("noderoll.io/mode") == "interrupt" and (job.status.succeeded or 0) > 0:
-            counts.interrupts[node] = counts.interrupts.get(node, 0) + 1
         if (job.status.failed or 0) > 0:
-            counts.failed[package] = counts.failed.get(package, 0) + 1
+            failed[package] = failed.get(package, 0) + 1
+    return failed
+
+
+def count_interrupts(sandbox_dir: str, nodes: set[str], since: datetime) -> dict[str, int]:
+    """Interrupts the agent recorded on each node's host since `since` (its `interrupts.log` in the
+    fleet's sandbox): what ran on the nodes, whatever noderoll counted."""
+    counts: dict[str, int] = {}
+    stamp = since.strftime("%Y-%m-%dT%H:%M:%SZ")
+    for node in nodes:
+        log = Path(sandbox_dir) / node / "var" / "lib" / "noderoll" / "interrupts.log"
+        lines = log.read_text(encoding="utf-8").splitlines() if log.is_file() else []
+        counts[node] = sum(1 for line in lines if json.loads(line).get("time", "") >= stamp)
     return counts
 
 
 def count_cordon_events(core: k8s.CoreV1Api, nodes: set[str], since: datetime) -> dict[str, int]:
-    """`Cordoned` Events noderoll recorded on the demo's nodes since `since` (one per cordon it made)."""
+    """Cordons noderoll recorded on the demo's nodes since `since`: the `count` of each node's `Cordoned`
+    Event (one Event per node, raised by each cordon; issue #14; a node of an earlier demo under the
+    same name had another uid, so another Event)."""
     events = core.list_namespaced_event(EVENT_NAMESPACE, field_selector="involvedObject.kind=Node,reason=Cordoned")
     counts: dict[str, int] = {}
     for event in events.items:
         node = event.involved_object.name
         at = event.first_timestamp or event.event_time or (event.metadata.creation_timestamp if event.metadata else None)
         if node in nodes and at is not None and at >= since.replace(microsecond=0):
-            counts[node] = counts.get(node, 0) + 1
+            counts[node] = counts.get(node, 0) + (event.count or 1)
     return counts

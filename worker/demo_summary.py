@@ -2,7 +2,7 @@
 
 Two sources are set side by side on purpose: what the fleet reports (its `progress`: windows,
 drains and interrupts per node) and what the nodes show independently of that accounting (boot id
-changes seen while the demo watched, `Cordoned` Events on the Nodes, interrupt Jobs that ran).
+changes seen while the demo watched, `Cordoned` Events on the Nodes, interrupts recorded on the hosts).
 With one window per node they agree: `24 nodes, 1 drain and 1 reboot each`.
 """
 
@@ -45,8 +45,9 @@ class NodeEvidence:
     """What the nodes show, independently of the fleet's accounting (per node)."""
 
     cordon_events: dict[str, int] = field(default_factory=dict)
-    interrupt_jobs: dict[str, int] = field(default_factory=dict)
-    # package -> stage Jobs that failed
+    # node -> interrupts the agent recorded on its host
+    interrupts: dict[str, int] = field(default_factory=dict)
+    # package -> failed stage Jobs kept (the latest failed attempt per erroring node)
     failed_jobs: dict[str, int] = field(default_factory=dict)
 
 
@@ -116,5 +117,5 @@ def fleet_summary(outcome: Outcome, evidence: NodeEvidence | None) -> Table:
     table.add_row("boot id changes", per_node(snapshot.reboots_seen(), nodes) + " (seen on the Nodes)")
     if evidence is not None:
         table.add_row("cordon Events", per_node(evidence.cordon_events, nodes) + " (on the Nodes)")
-        table.add_row("interrupt Jobs", per_node(evidence.interrupt_jobs, nodes) + " (that ran)")
+        table.add_row("interrupts recorded", per_node(evidence.interrupts, nodes) + " (on the hosts)")
     return table

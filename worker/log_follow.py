@@ -22,16 +22,16 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from api import keys
-from worker.ops_client import FLEETSIM_LABEL, FLEETSIM_POD_LOGS, LABEL_MODE, Ops, OpsError
+from worker.ops_client import FLEETSIM_LABEL, FLEETSIM_POD_LOGS, Ops, OpsError
 
 POLL_SECONDS = 0.5
-FINISHED = ("Succeeded", "Failed")
+# A pod deleted while it was followed is taken as ended (phase "Unknown": its last state is not known).
+GONE = "Unknown"
+FINISHED = ("Succeeded", "Failed", GONE)
 
 
 def _newest(ops: Ops, package: str, node: str, mode: str | None) -> k8s.V1Pod | None:
-    pods = ops.stage_pods(package, node)
-    if mode:
-        pods = [p for p in pods if (p.metadata.labels or {}).get(LABEL_MODE) == mode]
+    pods = ops.stage_pods(package, node, mode)
     return pods[-1] if pods else None
 
 
@@ -48,7 +48,16 @@ def _wait_for_pod(ops: Ops, package: str, node: str, mode: str | None, wait_seco
 
 
 def _read(ops: Ops, pod: k8s.V1Pod) -> k8s.V1Pod:
-    return ops.core.read_namespaced_pod(pod.metadata.name, keys.PACKAGE_POD_NAMESPACE)
+    """The pod now; once deleted (its window recorded the outcome and deleted its Job), the pod as last
+    seen, taken as ended."""
+    try:
+        return ops.core.read_namespaced_pod(pod.metadata.name, keys.PACKAGE_POD_NAMESPACE)
+    except ApiException as err:
+        if err.status != 404:
+            raise
+    if pod.status is not None and (pod.status.phase or "") not in FINISHED:
+        pod.status.phase = GONE  # it ran: its outcome is on the node (`noderoll nodes`)
+    return pod
 
 
 def _started(pod: k8s.V1Pod, container: str) -> bool:

@@ -60,6 +60,7 @@ SANDBOX_ENV = "NODEROLL_SANDBOX_DIR"
 LABEL_PACKAGE = "noderoll.io/package"
 LABEL_NODE = "noderoll.io/node"
 LABEL_MODE = "noderoll.io/mode"
+PACKAGE_CONTAINER = "package"
 
 
 class OpsError(RuntimeError):
@@ -213,6 +214,24 @@ def _pod_exit(pod: k8s.V1Pod) -> tuple[int | None, str, str]:
     return outcome.exit_code, outcome.log_tail, outcome.mode
 
 
+def pod_modes(pod: k8s.V1Pod) -> list[str]:
+    """The modes a stage pod runs: its containers but the package copy, in order. Pure."""
+    spec = pod.spec
+    containers = [*((spec.init_containers or []) if spec else []), *((spec.containers or []) if spec else [])]
+    return [c.name for c in containers if c.name != PACKAGE_CONTAINER]
+
+
+def _container_exit(pod: k8s.V1Pod, container: str) -> tuple[int | None, str, str]:
+    """(exit code, terminated message, container) of one container; (None, "", name) while it has not ended."""
+    status = pod.status
+    for item in [*((status.init_container_statuses or []) if status else []),
+                 *((status.container_statuses or []) if status else [])]:
+        terminated = item.state.terminated if item.state else None
+        if item.name == container and terminated is not None:
+            return int(terminated.exit_code), terminated.message or "", container
+    return None, "", container
+
+
 class Ops:
     """A connected pair of clients (Temporal, Kubernetes) with the commands' reads and writes."""
 
@@ -364,16 +383,22 @@ class Ops:
         nodes = self.core.list_node(label_selector=selector or "").items
         return sorted((node_view(n) for n in nodes), key=lambda v: v.name)
 
-    def stage_pods(self, package: str, node: str) -> list[k8s.V1Pod]:
-        """The stage pods of `package` on `node`, oldest first."""
+    def stage_pods(self, package: str, node: str, mode: str | None = None) -> list[k8s.V1Pod]:
+        """The stage pods of `package` on `node`, oldest first; with `mode`, those that run it (a pod
+        of several stages runs each as a container named after its mode)."""
         selector = f"{LABEL_PACKAGE}={package},{LABEL_NODE}={node}"
         pods = self.core.list_namespaced_pod(keys.PACKAGE_POD_NAMESPACE, label_selector=selector).items
+        if mode:
+            pods = [p for p in pods if mode in pod_modes(p) or (p.metadata.labels or {}).get(LABEL_MODE) == mode]
         return sorted(pods, key=lambda p: (p.metadata.creation_timestamp, p.metadata.name))
 
-    def stage_log(self, pod: k8s.V1Pod, sandbox_dirs: list[Path]) -> StageLog:
-        """The pod's log from the best source available (see the module docstring)."""
+    def stage_log(self, pod: k8s.V1Pod, sandbox_dirs: list[Path], mode: str | None = None) -> StageLog:
+        """The pod's log from the best source available (see the module docstring): of `mode`'s
+        container when given, else of the container that decided the pod (the failing one, else the last)."""
         name, labels = pod.metadata.name, pod.metadata.labels or {}
         exit_code, message, container = _pod_exit(pod)
+        if mode and mode in pod_modes(pod) and mode != container:
+            exit_code, message, container = _container_exit(pod, mode)
         base = StageLog(name, container or labels.get(LABEL_MODE, ""), pod.status.phase if pod.status else "",
                         exit_code, "", "")
         try:

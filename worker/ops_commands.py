@@ -212,16 +212,15 @@ def cmd_logs(args: argparse.Namespace) -> int:
             source = await asyncio.to_thread(follow, ops, args.package, args.node, options)
             print(f"== end of log; source: {source}", file=sys.stderr)
             return 0
-        pods = await asyncio.to_thread(ops.stage_pods, args.package, args.node)
-        if args.mode:
-            pods = [p for p in pods if (p.metadata.labels or {}).get("noderoll.io/mode") == args.mode]
+        pods = await asyncio.to_thread(ops.stage_pods, args.package, args.node, args.mode)
         if not pods:
             raise OpsError(f"no stage pod of {args.package} on {args.node}"
                            + (f" with mode {args.mode}" if args.mode else "")
-                           + f" in namespace {keys.PACKAGE_POD_NAMESPACE}")
+                           + f" in namespace {keys.PACKAGE_POD_NAMESPACE} (a window deletes its stage pods once"
+                           " their outcome is on the node; the latest failed attempt of an erroring package stays)")
         sandboxes = await asyncio.to_thread(ops.sandbox_dirs, args.node, list(args.sandbox_dir))
         for pod in pods if args.all else pods[-1:]:
-            log = await asyncio.to_thread(ops.stage_log, pod, sandboxes)
+            log = await asyncio.to_thread(ops.stage_log, pod, sandboxes, args.mode)
             code = "-" if log.exit_code is None else str(log.exit_code)
             # Headers on stderr: stdout is the log itself, ready for grep or a file.
             print(f"== {log.pod} (mode {log.mode}, {log.phase}, exit {code}); source: {log.source}",

@@ -18,6 +18,8 @@ from activities.node_marks import mark_blocked_nodes
 from activities.node_requests import request_node_windows
 from activities.nodes import cordon_node, read_node, uncordon_node, write_node_state
 from activities.prometheus import query_prometheus
+from activities.stage_cleanup import delete_stage_jobs
+from activities.stage_run import run_stage_pod
 from activities.stage_wait import run_stage_job
 from activities.targets import list_target_nodes
 from workflows.budget import BudgetWorkflow
@@ -42,7 +44,9 @@ ACTIVITIES: list[Callable[..., Any]] = [
     wait_protected_pods,
     drain_node,
     run_stage_job,
+    run_stage_pod,
     run_interrupt,
+    delete_stage_jobs,
     acquire_lease,
     # budget
     describe_workflow_runs,

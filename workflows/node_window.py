@@ -7,12 +7,16 @@ The plan comes from `planning.node_plan` (one `NodeWindow`); this module only se
 2. when the window needs a drain: a lease from every budget of its requests (sorted, one at a
    time, so two windows never deadlock holding one budget each), cordon, wait for protected pods,
    drain;
-3. every package's stages before the interrupt, each stage and its check in one Job (one pod: the
-   stage, then the check); a failed stage or check is retried (new Job) up to `stage_attempts`
+3. every package's stages before the interrupt, in one pod per package (each stage followed by its
+   check; `workflows/node_pods.py`, runs since the patch `stages-in-one-pod`; before it, one Job per
+   stage); a failed stage or check is retried from that stage (new pod) up to `stage_attempts`
    times with doubling backoff;
-4. the merged interrupt of the packages still healthy, then their post-interrupt stages;
+4. the merged interrupt of the packages still healthy (the last container of the last package's
+   pre-interrupt pod, else its own pod), then their post-interrupt stages (one pod per package);
 5. uncordon (only our cordon, and not when a package failed after the node was drained), write the
-   final state, release the leases (also on failure), return one result per package.
+   final state, delete the window's stage Jobs but the latest failed one of an erroring package
+   (`delete_stage_jobs`, since the patch `delete-stage-jobs`), release the leases (also on
+   failure), return one result per package.
 
 A node deleted during the window (`NodeNotFound` from any activity) ends it at once: every package
 errors with "node ... does not exist", nothing is retried and nothing more is written.
@@ -29,6 +33,8 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities.io import (
         CordonNodeResult,
+        DeleteStageJobsInput,
+        DeleteStageJobsResult,
         DrainNodeInput,
         DrainNodeResult,
         NodeEvent,
@@ -63,6 +69,7 @@ with workflow.unsafe.imports_passed_through():
         NodeResult,
     )
     from workflows.node_leases import WindowLeases
+    from workflows.node_pods import PodStages
     from workflows.node_window_types import Failure, WindowContext, WindowOutcome, cause, node_gone
 
 # Short Kubernetes calls: retried quickly, a handful of times; non-retryable types stop at once.
@@ -82,6 +89,10 @@ STAGE_AND_CHECK_ONE_JOB = "stage-and-check-one-job"
 SKIP_DEPENDENTS_OF_FAILED = "skip-dependents-of-failed"
 # Runs recorded before this patch planned with `legacy_resume` and wrote no `targetConfig` (issue #12).
 CONFIG_STAGE_ON_CONFIG_CHANGE = "config-stage-on-config-change"
+# Runs recorded before these patches ran a Job per stage and one for the interrupt, and kept every
+# stage Job (issue #14; workflows/node_pods.py).
+STAGES_IN_ONE_POD = "stages-in-one-pod"
+DELETE_STAGE_JOBS = "delete-stage-jobs"
 
 
 class WindowRun:
@@ -99,6 +110,11 @@ class WindowRun:
         self.interrupted = False
         # Events gathered during the window, written with the final state (one write per window).
         self.notes: list[NodeEvent] = []
+        # Stage Jobs (issue #14): packages that ran one in this window, the latest failed one per
+        # package, and the package and Job of the last interrupt attempt (deleted or kept at the end).
+        self.job_packages: set[str] = set()
+        self.failed_jobs: dict[str, str] = {}
+        self.last_interrupt_job: tuple[str, str] = ("", "")
 
     # --- activities -------------------------------------------------------------------------
 
@@ -123,7 +139,7 @@ class WindowRun:
         return NodeEvent(reason=reason, message=message, key=f"{self.ctx.key}/{reason}/{message[:40]}",
                          warning=warning)
 
-    def _job(self, name: str, mode: str, attempt: int, check: str | None = None) -> StageJob:
+    def stage_job(self, name: str, mode: str, attempt: int, check: str | None = None) -> StageJob:
         spec = self.ctx.specs[name]
         return StageJob(
             package=name, version=spec.version, node=self.node, mode=mode, image=spec.image,
@@ -131,19 +147,19 @@ class WindowRun:
             env=[{"name": e.name, "value": e.value} for e in spec.env],
             resources=spec.resources.model_dump(by_alias=True) if spec.resources else {},
             tolerations=stage_tolerations(self.ctx.snapshot.taints, spec),
-            config=dict(spec.config), timeout_seconds=package_limits(spec, self._default_limits()).stage,
+            config=dict(spec.config), timeout_seconds=package_limits(spec, self.default_limits()).stage,
             agent_image=spec.agent_image or "", image_pull_secrets=[s.name for s in spec.image_pull_secrets],
             node_order=self.ctx.requests[name].node_order if name in self.ctx.requests else 0,
         )
 
-    def _default_limits(self) -> TimeLimits:
+    def default_limits(self) -> TimeLimits:
         settings = self.ctx.settings
         return TimeLimits(settings.protected_pods_timeout_seconds, settings.stage_timeout_seconds,
                           settings.reboot_timeout_seconds)
 
-    def _limits(self, names: list[str]) -> TimeLimits:
+    def limits(self, names: list[str]) -> TimeLimits:
         # The Packages' `limits` (the largest of the window's packages); the settings are the defaults.
-        return window_limits([self.ctx.specs[n] for n in names], self._default_limits())
+        return window_limits([self.ctx.specs[n] for n in names], self.default_limits())
 
     async def _run_job(self, job: StageJob) -> RunStageJobResult:
         try:
@@ -161,7 +177,14 @@ class WindowRun:
 
     # --- the steps --------------------------------------------------------------------------
 
-    def _set(self, name: str, update: EntryUpdate) -> None:
+    def note_job(self, package: str, job_name: str, failed: bool) -> None:
+        """A stage Job ran for `package` (and failed): deleted, or kept as its latest failure, at the end."""
+        if job_name:
+            self.job_packages.add(package)
+            if failed:
+                self.failed_jobs[package] = job_name
+
+    def set_entry(self, name: str, update: EntryUpdate) -> None:
         self.state.packages[name] = updated_entry(self.state.packages[name], update, workflow.now().isoformat())
 
     def _start_entries(self) -> None:
@@ -175,7 +198,7 @@ class WindowRun:
                 # What this operation applies, so a resume after it stopped can tell a newer config.
                 update["target_config"] = config_hashes(spec.config)
             self.state.packages[name] = base.model_copy(update=update)
-            self._set(name, EntryUpdate(package_plan.stages[0], State.IN_PROGRESS))
+            self.set_entry(name, EntryUpdate(package_plan.stages[0], State.IN_PROGRESS))
 
     async def _prepare_node(self) -> None:
         """Cordon, wait for protected pods, drain (raises ActivityError when bounded waits expire)."""
@@ -187,7 +210,7 @@ class WindowRun:
         self.cordoned = cordon.cordoned_by_noderoll
         selectors = protected_selectors(specs)
         if selectors:
-            timeout = self._limits(list(self.ctx.window.packages)).protected_pods
+            timeout = self.limits(list(self.ctx.window.packages)).protected_pods
             await workflow.execute_activity(
                 "wait_protected_pods", WaitProtectedPodsInput(self.node, selectors, timeout),
                 result_type=WaitProtectedPodsResult,
@@ -210,17 +233,18 @@ class WindowRun:
         last = RunStageJobResult(job_name="", exit_code=-1)
         failed_mode = step.mode
         for attempt in range(1, attempts + 1):
-            self._set(name, EntryUpdate(step.stage, State.IN_PROGRESS, attempt))
+            self.set_entry(name, EntryUpdate(step.stage, State.IN_PROGRESS, attempt))
             if workflow.patched(STAGE_AND_CHECK_ONE_JOB):
-                last = await self._run_job(self._job(name, step.mode, attempt, step.check))
+                last = await self._run_job(self.stage_job(name, step.mode, attempt, step.check))
                 # The check's own exit code and log, reported as the check's failure.
                 failed_mode = step.check if step.check and last.mode == step.check else step.mode
             else:
-                last = await self._run_job(self._job(name, step.mode, attempt))
+                last = await self._run_job(self.stage_job(name, step.mode, attempt))
                 failed_mode = step.mode
                 if last.succeeded and step.check is not None:
-                    last = await self._run_job(self._job(name, step.check, attempt))
+                    last = await self._run_job(self.stage_job(name, step.check, attempt))
                     failed_mode = step.check
+            self.note_job(name, last.job_name, not last.succeeded)
             if last.succeeded:
                 return True
             if attempt < attempts:
@@ -228,7 +252,7 @@ class WindowRun:
         tail = log_tail(last.log_tail)
         message = f"{failed_mode} failed after {attempts} attempts (exit code {last.exit_code})"
         self.failures[name] = Failure(step.stage.value, message, tail)
-        self._set(name, EntryUpdate(step.stage, State.ERRORING, attempts, f"{message}: {tail}"[-2000:]))
+        self.set_entry(name, EntryUpdate(step.stage, State.ERRORING, attempts, f"{message}: {tail}"[-2000:]))
         return False
 
     async def _run_steps(self, name: str, steps: tuple[StageStep, ...]) -> None:
@@ -243,19 +267,21 @@ class WindowRun:
         return next((n for n in sorted(names) if plans[n].interrupt and plans[n].interrupt.type is merged.type),
                     sorted(names)[0])
 
-    async def _interrupt(self, names: list[str]) -> None:
+    async def interrupt(self, names: list[str], first_attempt: int = 1, last: RunInterruptResult | None = None) -> None:
+        """The merged interrupt of `names` in interrupt pods, attempts `first_attempt`.. (`last`: the
+        result of the attempt before, made in a stage pod that carried it)."""
         merged = merge_interrupts(self.ctx.plan.packages[n].interrupt for n in names)
         if merged is None:
             return
         self.ctx.set_phase("Interrupting")
         owner = self._interrupt_owner(names, merged)
         attempts = self.ctx.settings.stage_attempts
-        reboot_timeout = self._limits(names).interrupt
-        result = RunInterruptResult(job_name="", exit_code=-1)
-        for attempt in range(1, attempts + 1):
+        reboot_timeout = self.limits(names).interrupt
+        result = last or RunInterruptResult(job_name="", exit_code=-1)
+        for attempt in range(first_attempt, attempts + 1):
             for name in names:
-                self._set(name, EntryUpdate(Stage.INTERRUPT, State.IN_PROGRESS, attempt))
-            job = self._job(owner, Stage.INTERRUPT.value, attempt)
+                self.set_entry(name, EntryUpdate(Stage.INTERRUPT, State.IN_PROGRESS, attempt))
+            job = self.stage_job(owner, Stage.INTERRUPT.value, attempt)
             job.interrupt = {"type": merged.type.value, "services": list(merged.services)}
             try:
                 result = await workflow.execute_activity(
@@ -270,19 +296,26 @@ class WindowRun:
                     raise
                 result = RunInterruptResult(job_name="", exit_code=-1, log_tail=cause(err))
             self.interrupted = True
+            if result.job_name:
+                self.last_interrupt_job = (owner, result.job_name)
             if result.exit_code == 0:
-                self.notes.append(self._event("Interrupted", f"{merged.type.value} for {', '.join(names)}" + (
-                    f" (boot id {result.boot_id_after})" if merged.type.value == "reboot" else "")))
+                self.note_interrupt(merged, names, result)
                 for name in names:
-                    self._set(name, EntryUpdate(Stage.INTERRUPT, State.COMPLETE, attempt))
+                    self.set_entry(name, EntryUpdate(Stage.INTERRUPT, State.COMPLETE, attempt))
                 return
             if attempt < attempts:
                 await workflow.sleep(retry_backoff(self.ctx.settings.retry_backoff_seconds, attempt))
         tail = log_tail(result.log_tail)
         message = f"interrupt {merged.type.value} failed after {attempts} attempts (exit code {result.exit_code})"
+        self.note_job(*self.last_interrupt_job, failed=True)
         for name in names:
             self.failures[name] = Failure(Stage.INTERRUPT.value, message, tail)
-            self._set(name, EntryUpdate(Stage.INTERRUPT, State.ERRORING, attempts, f"{message}: {tail}"[-2000:]))
+            self.set_entry(name, EntryUpdate(Stage.INTERRUPT, State.ERRORING, attempts, f"{message}: {tail}"[-2000:]))
+
+    def note_interrupt(self, merged: InterruptRequest, names: list[str], result: RunInterruptResult) -> None:
+        """The interrupt succeeded: its Event."""
+        self.notes.append(self._event("Interrupted", f"{merged.type.value} for {', '.join(names)}" + (
+            f" (boot id {result.boot_id_after})" if merged.type.value == "reboot" else "")))
 
     def _finish_entries(self) -> None:
         for name in self.ctx.window.packages:
@@ -296,14 +329,14 @@ class WindowRun:
             entry = self.state.packages[name]
             self.state.packages[name] = entry.model_copy(
                 update={"config": config_hashes(self.ctx.specs[name].config), "target_config": None})
-            self._set(name, EntryUpdate(plan.stages[-1], State.COMPLETE, entry.attempts))
+            self.set_entry(name, EntryUpdate(plan.stages[-1], State.COMPLETE, entry.attempts))
 
     def _fail_all(self, stage: str, message: str) -> None:
         for name in self.ctx.window.packages:
             if name not in self.failures and name not in self.skipped:
                 self.failures[name] = Failure(stage, message)
                 entry = self.state.packages[name]
-                self._set(name, EntryUpdate(entry.stage, State.ERRORING, entry.attempts, f"{stage}: {message}"[-2000:]))
+                self.set_entry(name, EntryUpdate(entry.stage, State.ERRORING, entry.attempts, f"{stage}: {message}"[-2000:]))
 
     # --- the window -------------------------------------------------------------------------
 
@@ -330,9 +363,28 @@ class WindowRun:
             left_cordoned = self.cordoned and bool(self.failures) and (self.drained or self.interrupted)
             if not gone:  # a deleted node has no cordon to lift and no state to write
                 await self._close(left_cordoned)
+            await self._delete_jobs()
         finally:
             await leases.release()
         return WindowOutcome(results=self._results(), left_cordoned=left_cordoned and not gone, node_gone=gone)
+
+    async def _delete_jobs(self) -> None:
+        """Once the outcome is on the node: delete the window's stage Jobs (older ones of its packages
+        too), keeping the latest failed one of each package that ended erroring (issue #14)."""
+        # A package that failed without a Job of its own this window (drain, dependency, API) keeps
+        # what it had: its last failed Job is still the one worth reading.
+        packages = sorted(n for n in self.job_packages if n not in self.failures or n in self.failed_jobs)
+        if not packages or not workflow.patched(DELETE_STAGE_JOBS):
+            return
+        keep = sorted({self.failed_jobs[n] for n in packages if n in self.failures and n in self.failed_jobs})
+        try:
+            await workflow.execute_activity(
+                "delete_stage_jobs", DeleteStageJobsInput(self.node, packages, keep),
+                result_type=DeleteStageJobsResult, start_to_close_timeout=API_TIMEOUT, retry_policy=API_RETRY,
+                summary="delete stage Jobs")
+        except ActivityError as err:
+            # Left for the next window of these packages on this node (and the Jobs' TTL).
+            workflow.logger.warning("deleting stage Jobs of %s on %s failed: %s", packages, self.node, cause(err))
 
     async def _close(self, left_cordoned: bool) -> None:
         """Uncordon (unless left cordoned) and write the final state; failures here are only logged."""
@@ -353,18 +405,21 @@ class WindowRun:
                 # The host was not touched: fail the window, uncordon (left_cordoned needs a drain).
                 self._fail_all(DRAIN_STAGE, cause(err))
                 return
+        if workflow.patched(STAGES_IN_ONE_POD):
+            await PodStages(self).run_window(window, WAIT_RETRY)
+            return
         for name in window.packages:
-            if self._dependency_failed(name):
+            if self.dependency_failed(name):
                 continue
             await self._run_steps(name, self.ctx.plan.packages[name].steps_before_interrupt())
         healthy = [n for n in window.packages if n not in self.failures and n not in self.skipped]
         with_interrupt = [n for n in healthy if self.ctx.plan.packages[n].needs_interrupt]
-        await self._interrupt(with_interrupt)
+        await self.interrupt(with_interrupt)
         for name in with_interrupt:
             if name not in self.failures:
                 await self._run_steps(name, self.ctx.plan.packages[name].steps_after_interrupt())
 
-    def _dependency_failed(self, name: str) -> bool:
+    def dependency_failed(self, name: str) -> bool:
         """True (and `name` skipped) when a `dependsOn` package failed or was skipped earlier in this window."""
         failed = sorted(d for d in self.ctx.specs[name].depends_on if d in self.failures or d in self.skipped)
         if not failed or not workflow.patched(SKIP_DEPENDENTS_OF_FAILED):

@@ -27,6 +27,7 @@ from activities.stage_pod import PACKAGE_CONTAINER
 from api.keys import NODE_STATE_ANNOTATION, PACKAGE_POD_NAMESPACE, node_workflow_id
 from api.node_state import NodeState, parse_node_state
 from tests.helpers import assert_eventually, new_task_queue
+from tests.helpers.stagejobs import StageRecorder
 from tests.workflows.node_collector import ResultCollector
 from worker.registry import ACTIVITIES, WORKFLOWS
 from workflows.messages import SIGNAL_NODE_REQUEST, BudgetRef, NodeRequest, NodeResult, NodeWorkflowInput
@@ -61,6 +62,16 @@ class Window:
     node: str
     task_queue: str = field(default_factory=new_task_queue)
     collector: WorkflowHandle[Any, Any] | None = None
+    # Every stage Job and pod of the node, recorded as they come (a window deletes them at its end).
+    recorder: StageRecorder | None = None
+
+    def __post_init__(self) -> None:
+        self.recorder = StageRecorder(self.api, self.node).start()
+
+    def close(self) -> None:
+        """Stop recording (the fixtures call it)."""
+        if self.recorder is not None:
+            self.recorder.stop()
 
     @property
     def core(self) -> client.CoreV1Api:
@@ -102,12 +113,27 @@ class Window:
         return state
 
     def stage_jobs(self) -> list[client.V1Job]:
-        """Every stage Job noderoll created for this node."""
-        return client.BatchV1Api(self.api).list_namespaced_job(
-            PACKAGE_POD_NAMESPACE, label_selector=f"noderoll.io/node={self.node}").items
+        """Every stage Job noderoll created for this node (recorded: a window deletes them at its end)."""
+        assert self.recorder is not None
+        return self.recorder.jobs()
+
+    def live_jobs(self) -> list[str]:
+        """Names of the node's stage Jobs the apiserver holds now."""
+        return [j.metadata.name for j in client.BatchV1Api(self.api).list_namespaced_job(
+            PACKAGE_POD_NAMESPACE, label_selector=f"noderoll.io/node={self.node}").items]
+
+    def config_map(self, job: str) -> client.V1ConfigMap | None:
+        """The ConfigMap of Job `job` (recorded)."""
+        assert self.recorder is not None
+        return self.recorder.config_map(job)
+
+    def pods_of(self, job: str) -> list[str]:
+        """Uids of every pod the Job had (recorded)."""
+        assert self.recorder is not None
+        return self.recorder.pods_of(job)
 
     def modes_run(self) -> list[str]:
-        """Modes run in this node's stage Jobs (a stage and its check share a Job: agent containers
+        """Modes of this node's stage Jobs (a pod runs its stages and their checks: agent containers
         named after their modes, after the `package` copy container), sorted (creation timestamps
         have 1 s resolution)."""
         return sorted(c.name for j in self.stage_jobs()

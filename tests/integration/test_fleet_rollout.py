@@ -2,8 +2,8 @@
 
 * Three Packages applied at once under one DeploymentPolicy (canary, exponential, budget 3): two
   reboot Packages (one depends on the other) and a `service` Package. Every node is cordoned once
-  and rebooted once (a Node watch counts cordon transitions and boot-id changes), gets ONE interrupt
-  pod (the service restart folded into the reboot), the budget is never exceeded, and
+  and rebooted once (a Node watch counts cordon transitions and boot-id changes), records ONE
+  interrupt on its host (the service restart folded into the reboot), the budget is never exceeded, and
   `NoderollPackage = '<pkg>'` finds the fleet and the node windows in Temporal's visibility.
 * A Package added while the fleet is mid-batch: nodes not yet reached get both in one window; nodes
   already done get exactly one more window.
@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from api.enums import RolloutPhase
 from api.package import Package
 from api.policy import DeploymentPolicySpec
 from fleetsim.faults import Fault
+from fleetsim.fleet import Fleet
 from localstack.state import StackInfo
 from planning.fleet_status import FleetProgress
 from planning.status import RolloutProgress
@@ -87,18 +89,28 @@ async def fleet_progress(temporal: Client, policy: str) -> FleetProgress:
     return progress_from_json(answer)
 
 
-def interrupt_jobs(api: ApiClient, node: str) -> list[str]:
-    """Names of the interrupt Jobs that ran on `node`."""
-    jobs = client.BatchV1Api(api).list_namespaced_job(
-        keys.PACKAGE_POD_NAMESPACE, label_selector=f"noderoll.io/node={node},noderoll.io/mode=interrupt")
-    return [j.metadata.name for j in jobs.items]
+def interrupts_on(fleet: Fleet, node: str) -> list[str]:
+    """The interrupts the agent recorded on `node`'s host (its `interrupts.log`; the stage pods that
+    ran them are deleted after their window, issue #14)."""
+    log = fleet.sandbox(node) / "var" / "lib" / "noderoll" / "interrupts.log"
+    return log.read_text().splitlines() if log.exists() else []
 
 
-def windows_of(api: ApiClient, node: str) -> list[str]:
-    """The `WindowStarted` Event messages of `node` (one per window), oldest first."""
+@dataclass(frozen=True)
+class Windows:
+    """A node's windows as its aggregated `WindowStarted` Event shows them (one Event per node, issue
+    #14): how many, and the last one's message."""
+
+    count: int
+    last: str
+
+
+def windows_of(api: ApiClient, node: str) -> Windows:
+    """The `WindowStarted` Event of `node` (count and latest message; 0 and "" when none)."""
     events = client.CoreV1Api(api).list_namespaced_event(
         "default", field_selector=f"involvedObject.name={node},reason=WindowStarted").items
-    return [e.message for e in sorted(events, key=lambda e: (e.first_timestamp or e.metadata.creation_timestamp))]
+    latest = max(events, key=lambda e: e.last_timestamp or e.metadata.creation_timestamp, default=None)
+    return Windows(sum(e.count or 1 for e in events), latest.message if latest else "")
 
 
 def spec(policy: str | None, selector: dict[str, str], image: str = SYSCTL_IMAGE, **extra: Any) -> dict[str, Any]:
@@ -135,8 +147,8 @@ async def test_change_set_costs_one_cordon_one_reboot_one_interrupt_per_node(
             for node in fleet.node_names:
                 assert seen.cordons.get(node) == 1, (node, seen.cordons)
                 assert seen.reboots(node) == 1, (node, seen.boot_ids.get(node))
-                assert len(interrupt_jobs(kube_api_client, node)) == 1, (node, interrupt_jobs(kube_api_client, node))
-                assert len(windows_of(kube_api_client, node)) == 1, (node, windows_of(kube_api_client, node))
+                assert len(interrupts_on(fleet, node)) == 1, (node, interrupts_on(fleet, node))
+                assert windows_of(kube_api_client, node).count == 1, (node, windows_of(kube_api_client, node))
                 progress = report.nodes[node]
                 assert (progress.windows, progress.drains, progress.interrupts) == (1, 1, 1), (node, progress)
             assert 1 <= seen.peak <= budget, f"{seen.peak} nodes cordoned at once; budget {budget}"
@@ -184,9 +196,10 @@ async def test_package_added_mid_batch_joins_windows_not_yet_started(
             create_package(kube_api_client, run.package(second, spec(policy, labels)))
             kubectl_wait_ready(local_stack, first)
             kubectl_wait_ready(local_stack, second)
-            shapes = {node: [carried(m) for m in windows_of(kube_api_client, node)] for node in fleet.node_names}
-            once = [n for n, w in shapes.items() if w == [sorted([first, second])]]
-            twice = [n for n, w in shapes.items() if w == [[first], [second]]]
+            # One window with both, or two: the first with `first` alone, the last with `second`.
+            shapes = {node: windows_of(kube_api_client, node) for node in fleet.node_names}
+            once = [n for n, w in shapes.items() if (w.count, carried(w.last)) == (1, sorted([first, second]))]
+            twice = [n for n, w in shapes.items() if (w.count, carried(w.last)) == (2, [second])]
             assert sorted(once + twice) == sorted(fleet.node_names), shapes
             # Batches 1 and 2 (4 nodes) were reached before the second Package: one more window each.
             assert len(twice) >= 4 and once, shapes
@@ -289,8 +302,8 @@ async def test_node_workflow_terminated_mid_window_is_noticed_and_asked_again(
             await temporal_client.get_workflow_handle(names.node_workflow_id(first)).terminate("operator")
             kubectl_wait_ready(local_stack, name, timeout=300)
             windows = windows_of(kube_api_client, first)
-            assert len(windows) == 2, windows  # the terminated window, then the one asked again
-            assert all(len(windows_of(kube_api_client, n)) == 1 for n in fleet.node_names if n != first)
+            assert windows.count == 2, windows  # the terminated window, then the one asked again
+            assert all(windows_of(kube_api_client, n).count == 1 for n in fleet.node_names if n != first)
             assert not client.CoreV1Api(kube_api_client).read_node(first).spec.unschedulable
         finally:
             delete_package(kube_api_client, name)
@@ -375,7 +388,8 @@ async def test_two_fleets_one_window_each_and_a_dependency_across_fleets(
             kubectl_wait_ready(local_stack, base, timeout=180)
             kubectl_wait_ready(local_stack, dependent, timeout=180)
             for node in fleet.node_names:
-                assert [carried(m) for m in windows_of(kube_api_client, node)] == [[base], [dependent]], node
+                windows = windows_of(kube_api_client, node)
+                assert (windows.count, carried(windows.last)) == (2, [dependent]), (node, windows)
         finally:
             for name in (dependent, base):
                 delete_package(kube_api_client, name)

@@ -107,7 +107,7 @@ def policy_events(api: ApiClient, name: str, reason: str) -> list[client.CoreV1E
 
 
 def window_events(api: ApiClient, node: str) -> list[client.CoreV1Event]:
-    """The `WindowStarted` Events of `node` (one per node window)."""
+    """The `WindowStarted` Event of `node` (one per node, counting its windows: issue #14)."""
     selector = f"involvedObject.name={node},reason=WindowStarted"
     return list(client.CoreV1Api(api).list_namespaced_event("default", field_selector=selector).items)
 

@@ -10,11 +10,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from kubernetes import client
 from temporalio.client import Client
 
-from activities.jobs import LABEL_MODE
-from api.keys import PACKAGE_POD_NAMESPACE
+from activities.stage_pod import METADATA_PREFIX
 from api.node_state import config_hashes
 from tests.helpers import assert_eventually_async
 from tests.helpers.fleet import running_fleet
@@ -38,6 +36,7 @@ async def window(temporal_client: Client, kube_api_client: Any, local_stack: Any
         w = Window(temporal_client, kube_api_client, fleet.node_names[0])
         await w.start_collector()
         yield w
+        w.close()
         assert w.collector is not None
         await close_workflows(temporal_client, [f"node/{w.node}", w.collector.id])
 
@@ -60,11 +59,14 @@ async def run_request(w: Window, config: dict[str, str], answered: int) -> NodeR
 
 
 def config_job_data(w: Window) -> list[dict[str, str]]:
-    """The config handed to each `config` stage Job of the node (its ConfigMap), in a stable order
-    (creation timestamps have a 1 s resolution, too coarse to order windows that follow quickly)."""
-    jobs = [j for j in w.stage_jobs() if j.metadata.labels[LABEL_MODE] == "config"]
-    core = client.CoreV1Api(w.api)
-    data = [dict(core.read_namespaced_config_map(j.metadata.name, PACKAGE_POD_NAMESPACE).data or {}) for j in jobs]
+    """The config handed to each stage Job of the node that ran `config` (its ConfigMap, recorded: the
+    window deletes it at its end; the node's metadata left out), in a stable order (creation timestamps
+    have a 1 s resolution, too coarse to order windows that follow quickly)."""
+    jobs = [j for j in w.stage_jobs()
+            if any(c.name == "config" for c in [*(j.spec.template.spec.init_containers or []),
+                                                 *j.spec.template.spec.containers])]
+    maps = [w.config_map(j.metadata.name) for j in jobs]
+    data = [{k: v for k, v in (m.data or {}).items() if not k.startswith(METADATA_PREFIX)} for m in maps if m]
     return sorted(data, key=lambda d: sorted(d.items()))
 
 
@@ -79,14 +81,17 @@ async def test_config_change_after_a_finished_config_change_runs_the_config_stag
         assert installed.state == "complete", installed
         after_a = await run_request(window, a_changed, 2)
         assert after_a.state == "complete", after_a
-        # a.conf matches no configInterrupt: config (+ its check) only.
-        assert window.job_modes() == ["apply", "config", "config"]
+        # a.conf matches no configInterrupt: config (+ its check) only. One pod per window for the
+        # stages before the interrupt (issue #14): the install's pod runs apply, then config.
+        assert window.job_modes() == ["apply", "config"]
         entry = window.state().packages["script-config"]
         assert (entry.action, entry.stage, entry.state) == ("config", "config", "complete")
         after_b = await run_request(window, b_changed, 3)
         assert after_b.state == "complete", after_b
     # The b.conf change ran its config stage (with b.conf's new content), then the interrupt of b.conf.
-    assert window.job_modes() == ["apply", "config", "config", "config", "interrupt", "post-interrupt"]
+    # The config pod carries b.conf's interrupt as its last container; post-interrupt in its own pod.
+    assert window.job_modes() == ["apply", "config", "config", "post-interrupt"]
+    assert window.modes_run().count("interrupt") == 1
     assert config_job_data(window) == sorted([first, a_changed, b_changed], key=lambda d: sorted(d.items()))
     entry = window.state().packages["script-config"]
     assert entry.config == config_hashes(b_changed)

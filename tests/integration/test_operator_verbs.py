@@ -22,6 +22,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from api import keys
+from fleetsim.fleet import Fleet
 from localstack.state import StackInfo
 from planning.fleet_status import FleetProgress
 from protocol import names
@@ -71,17 +72,24 @@ def sleep_spec(policy: str, labels: dict[str, str], seconds: int = 1, **extra: A
             "nodeSelector": {"matchLabels": labels}, "env": env, **extra}
 
 
-def jobs(api: ApiClient, package: str) -> Counter[tuple[str, str]]:
-    """(node, mode) -> stage Jobs of `package`."""
-    found = client.BatchV1Api(api).list_namespaced_job(
-        keys.PACKAGE_POD_NAMESPACE, label_selector=f"noderoll.io/package={package}").items
-    return Counter((j.metadata.labels["noderoll.io/node"], j.metadata.labels["noderoll.io/mode"]) for j in found)
+def runs(fleet: Fleet, package: str) -> Counter[tuple[str, str]]:
+    """(node, mode) -> how often each stage (not check) of `package` ran on the nodes, from the agent's
+    step journal on each host (`history.jsonl`): stage pods are deleted after their window (issue #14)."""
+    found: Counter[tuple[str, str]] = Counter()
+    for node in fleet.node_names:
+        for journal in (fleet.sandbox(node) / "var" / "lib" / "noderoll" / package).glob("*/history.jsonl"):
+            for line in journal.read_text().splitlines():
+                mode = json.loads(line)["mode"]
+                if not mode.endswith("-check"):
+                    found[(node, mode)] += 1
+    return found
 
 
 def windows_of(api: ApiClient, node: str) -> int:
+    """Windows run on `node`: the count of its aggregated `WindowStarted` Event (one per node, issue #14)."""
     events = client.CoreV1Api(api).list_namespaced_event(
         "default", field_selector=f"involvedObject.name={node},reason=WindowStarted").items
-    return len(events)
+    return sum(e.count or 1 for e in events)
 
 
 async def fleet_progress(temporal: Client, policy: str) -> FleetProgress:
@@ -119,7 +127,7 @@ async def test_rerun_runs_exactly_what_it_says(
             create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 3}}})
             create_package(kube_api_client, run.package(name, sleep_spec(policy, labels)))
             await settled(temporal_client, policy, name, 3)
-            before = jobs(kube_api_client, name)
+            before = runs(fleet, name)
             assert before == Counter({(n, m): 1 for n in fleet.node_names for m in ("apply", "config")}), before
 
             # The CLI: one node, from the config stage. Then the same id again (ignored), then another node.
@@ -127,22 +135,22 @@ async def test_rerun_runs_exactly_what_it_says(
             noderoll(run, "rerun", name, "--node", first, "--stage", "config", "--id", "r-one")
             noderoll(run, "rerun", name, "--node", second, "--id", "r-two")
             expected = before + Counter({(first, "config"): 1, (second, "apply"): 1, (second, "config"): 1})
-            assert_eventually(lambda: jobs(kube_api_client, name) == expected, timeout=TIMEOUT)
+            assert_eventually(lambda: runs(fleet, name) == expected, timeout=TIMEOUT)
             await settled(temporal_client, policy, name, 3)
-            assert jobs(kube_api_client, name) == expected
+            assert runs(fleet, name) == expected
 
             # The annotation (kubectl annotate): every node, the whole sequence, once per id.
             patch_package(kube_api_client, name, {"metadata": {"annotations": {keys.RERUN_ANNOTATION: "a1"}}})
             expected += Counter({(n, m): 1 for n in fleet.node_names for m in ("apply", "config")})
-            assert_eventually(lambda: jobs(kube_api_client, name) == expected, timeout=TIMEOUT)
+            assert_eventually(lambda: runs(fleet, name) == expected, timeout=TIMEOUT)
             await settled(temporal_client, policy, name, 3)
             # Another annotation edit re-sends the desired state with the same rerun id: nothing runs.
             patch_package(kube_api_client, name, {"metadata": {"annotations": {"touched": "yes"}}})
             noderoll(run, "rerun", name, "--node", third, "--stage", "config", "--id", "r-three")
             expected += Counter({(third, "config"): 1})
-            assert_eventually(lambda: jobs(kube_api_client, name) == expected, timeout=TIMEOUT)
+            assert_eventually(lambda: runs(fleet, name) == expected, timeout=TIMEOUT)
             await settled(temporal_client, policy, name, 3)
-            assert jobs(kube_api_client, name) == expected
+            assert runs(fleet, name) == expected
             assert all(recorded(kube_api_client, n)[name]["state"] == "complete" for n in fleet.node_names)
         finally:
             delete_package(kube_api_client, name)
@@ -163,20 +171,20 @@ async def test_reset_forgets_the_record_and_the_next_window_installs_again(
             create_package(kube_api_client, run.package(other, sleep_spec(policy, labels)))
             await settled(temporal_client, policy, name, 3)
             await settled(temporal_client, policy, other, 3)
-            before = {p: jobs(kube_api_client, p) for p in (name, other)}
+            before = {p: runs(fleet, p) for p in (name, other)}
 
             # The CLI, one package on one node: only that package is installed again, only there.
             noderoll(run, "node", "reset", first, "--package", name, "--task-queue", run.task_queue)
             expected = before[name] + Counter({(first, "apply"): 1, (first, "config"): 1})
-            assert_eventually(lambda: jobs(kube_api_client, name) == expected, timeout=TIMEOUT)
+            assert_eventually(lambda: runs(fleet, name) == expected, timeout=TIMEOUT)
             await settled(temporal_client, policy, name, 3)
-            assert jobs(kube_api_client, other) == before[other]
+            assert runs(fleet, other) == before[other]
 
             # The annotation (kubectl annotate), the whole record of another node: both packages again there.
             core.patch_node(second, {"metadata": {"annotations": {keys.RESET_ANNOTATION: "k1"}}})
             expected += Counter({(second, "apply"): 1, (second, "config"): 1})
             others = before[other] + Counter({(second, "apply"): 1, (second, "config"): 1})
-            assert_eventually(lambda: (jobs(kube_api_client, name), jobs(kube_api_client, other)) == (expected, others),
+            assert_eventually(lambda: (runs(fleet, name), runs(fleet, other)) == (expected, others),
                               timeout=TIMEOUT)
             assert keys.RESET_ANNOTATION not in (core.read_node(second).metadata.annotations or {})
 
@@ -191,11 +199,11 @@ async def test_reset_forgets_the_record_and_the_next_window_installs_again(
             noderoll(run, "node", "reset", third, "--task-queue", run.task_queue)
             expected += Counter({(third, "apply"): 1, (third, "config"): 1})
             others += Counter({(third, "apply"): 1, (third, "config"): 1})
-            assert_eventually(lambda: (jobs(kube_api_client, name), jobs(kube_api_client, other)) == (expected, others),
+            assert_eventually(lambda: (runs(fleet, name), runs(fleet, other)) == (expected, others),
                               timeout=TIMEOUT)
             await settled(temporal_client, policy, name, 3)
             await settled(temporal_client, policy, other, 3)
-            assert (jobs(kube_api_client, name), jobs(kube_api_client, other)) == (expected, others)
+            assert (runs(fleet, name), runs(fleet, other)) == (expected, others)
         finally:
             for package in (name, other):
                 delete_package(kube_api_client, package)

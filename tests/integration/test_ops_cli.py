@@ -259,18 +259,22 @@ def test_nodes_show_fleet_state_disruptions_and_package_state(
 
 
 def test_logs_of_a_stage_job(rollout: Rollout, capsys: pytest.CaptureFixture[str]) -> None:
-    done = rollout.nodes[0]
-    code, out, err = _cli(capsys, "logs", rollout.package, "--node", done, "--mode", "apply",
+    failing = rollout.failing
+    code, out, err = _cli(capsys, "logs", rollout.package, "--node", failing, "--mode", "apply",
                           "--sandbox-dir", str(rollout.sandbox), *rollout.flags)
     assert code == 0, err
-    assert "source: fleetsim log file" in err and out.strip()
+    assert "source: fleetsim log file" in err and "injected fault fail-stage" in out
     # Without the sandbox (not on this machine) the kubelet's copy of the log tail is what remains.
-    code, tail, err = _cli(capsys, "logs", rollout.package, "--node", done, "--mode", "apply", *rollout.flags)
+    code, tail, err = _cli(capsys, "logs", rollout.package, "--node", failing, "--mode", "apply", *rollout.flags)
     assert code == 0 and "source: terminated container message" in err, err
     assert tail.strip() and tail.strip().splitlines()[-1] in out
-    code, out, err = _cli(capsys, "logs", rollout.package, "--node", rollout.failing, "--mode", "apply",
+    # Issue #14: of the three failed attempts only the latest stage pod is kept.
+    code, out, err = _cli(capsys, "logs", rollout.package, "--node", failing, "--mode", "apply",
                           "--all", *rollout.flags)
-    assert code == 0 and out.count("injected fault fail-stage") == 3, (out, err)
+    assert code == 0 and out.count("injected fault fail-stage") == 1, (out, err)
+    # A node whose package completed keeps no stage pod: its window deleted them.
+    code, _, err = _cli(capsys, "logs", rollout.package, "--node", rollout.nodes[0], *rollout.flags)
+    assert code == 1 and "no stage pod" in err and "deletes its stage pods" in err, err
     code, _, err = _cli(capsys, "logs", rollout.package, "--node", "no-such-node", *rollout.flags)
     assert code == 1 and "no stage pod" in err
 

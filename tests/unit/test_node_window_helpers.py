@@ -181,3 +181,21 @@ def test_waits_are_sliced_below_the_heartbeat_timeout() -> None:
     none.info = dataclasses.replace(info, heartbeat_timeout=None)
     assert none.run(lambda: wait_slice(5)) == 5
     assert wait_slice(5) == 5  # outside an activity
+
+
+def test_completed_modes_are_the_agent_containers_that_exited_zero_in_order() -> None:
+    from kubernetes import client as k8s
+
+    from activities.jobs import completed_modes
+
+    def status(name: str, code: int | None) -> k8s.V1ContainerStatus:
+        state = k8s.V1ContainerState(terminated=k8s.V1ContainerStateTerminated(exit_code=code)) if code is not None \
+            else k8s.V1ContainerState(running=k8s.V1ContainerStateRunning())
+        return k8s.V1ContainerStatus(name=name, state=state, image="i", image_id="", ready=False, restart_count=0)
+
+    pod = k8s.V1Pod(status=k8s.V1PodStatus(
+        phase="Failed",
+        init_container_statuses=[status("package", 0), status("apply", 0), status("apply-check", 0),
+                                 status("config", 0), status("config-check", 4)],
+        container_statuses=[status("interrupt", None)]))
+    assert completed_modes(pod) == ("apply", "apply-check", "config")

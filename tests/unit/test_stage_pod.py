@@ -164,3 +164,26 @@ def test_copy_script_fails_with_the_agent_code_without_a_package_folder(tmp_path
     result = _run_copy(_image(tmp_path, {"etc/motd": "hi"}))
     assert result.returncode == 66
     assert result.stderr.strip().splitlines()[-1].startswith("noderoll-agent: FAILED: image has no /noderoll-package")
+
+
+def test_a_pod_of_several_stages_runs_each_then_its_check_and_the_interrupt_last() -> None:
+    # Issue #14: everything before the interrupt in one pod, the merged interrupt as its last container.
+    modes = ["apply", "apply-check", "config", "config-check", "interrupt"]
+    pod = pod_of(a_job(modes=modes, interrupt={"type": "reboot", "services": []}))
+    assert [c["name"] for c in pod["initContainers"]] == ["package", *modes[:-1]]
+    [interrupt] = pod["containers"]
+    assert interrupt["name"] == "interrupt" and interrupt["args"] == ["interrupt"]
+    assert json.loads(env_of(interrupt)["NODEROLL_INTERRUPT"]) == {"type": "reboot", "services": []}
+    assert all("NODEROLL_INTERRUPT" not in env_of(c) for c in pod["initContainers"][1:])
+    # The interrupt needs no package files; the stages do.
+    assert {m["name"] for m in interrupt["volumeMounts"]} == {"host", "node-metadata"}
+    assert {m["name"] for m in pod["initContainers"][3]["volumeMounts"]} == {"host", "package", "config",
+                                                                              "node-metadata"}
+    assert {v["name"] for v in pod["volumes"]} == {"host", "package", "config", "node-metadata"}
+
+
+def test_an_interrupt_pod_alone_has_no_copy_container_and_no_package_volume() -> None:
+    pod = pod_of(a_job(mode="interrupt", check=None, interrupt={"type": "reboot", "services": []}),
+                 identity=StagePodIdentity())
+    assert "initContainers" not in pod
+    assert [v["name"] for v in pod["volumes"]] == ["host"]

@@ -17,6 +17,8 @@ from temporalio import activity
 from activities import errors
 from activities.io import (
     CordonNodeResult,
+    DeleteStageJobsInput,
+    DeleteStageJobsResult,
     DrainNodeInput,
     DrainNodeResult,
     MarkBlockedNodesInput,
@@ -26,6 +28,8 @@ from activities.io import (
     RunInterruptInput,
     RunInterruptResult,
     RunStageJobResult,
+    RunStagePodInput,
+    RunStagePodResult,
     StageJob,
     UncordonNodeResult,
     WaitProtectedPodsInput,
@@ -54,10 +58,21 @@ class FakeNode:
     # When set, the stage Job of this mode finds the node deleted (NodeNotFound).
     deleted_at: str = ""
     ran: list[str] = field(default_factory=list)
+    # `delete_stage_jobs` calls: (packages, kept Job names).
+    cleanups: list[tuple[list[str], list[str]]] = field(default_factory=list)
 
     def names(self) -> list[str]:
         """The activity names called, in order."""
         return [name for name, _ in self.calls]
+
+    def stage_jobs(self) -> list[StageJob]:
+        """Every stage Job the window asked for (stage pods, stage Jobs of older runs, interrupt pods), in order."""
+        jobs = [arg for name, arg in self.calls if name in ("run_stage_job", "run_stage_pod", "run_interrupt")]
+        return [getattr(job, "job", job) for job in jobs]
+
+    def interrupts(self) -> list[StageJob]:
+        """The Jobs that ran an interrupt: interrupt pods and stage pods carrying it."""
+        return [job for job in self.stage_jobs() if job.interrupt is not None]
 
     def modes(self) -> list[str]:
         """The modes that ran (a stage, then its check in the same Job when the stage succeeded) and
@@ -134,6 +149,37 @@ class FakeNode:
             self.boot_id = f"boot-{uuid.uuid4().hex[:6]}"
         return RunInterruptResult(job_name(input.job), code, boot_id_after=self.boot_id)
 
+    @activity.defn(name="run_stage_pod")
+    def run_stage_pod(self, input: RunStagePodInput) -> RunStagePodResult:
+        self.calls.append(("run_stage_pod", input))
+        job = input.job
+        name = job_name(job)
+        self.jobs.append(name)
+        completed: list[str] = []
+        for mode in [m for m in job.modes if m != "interrupt"]:
+            if mode == self.deleted_at:
+                raise errors.fatal(f"node {self.name} does not exist (deleted during the window)",
+                                   errors.NODE_NOT_FOUND)
+            code = self._exit(mode)
+            self.ran.append(mode)
+            if code != 0:
+                return RunStagePodResult(name, code, f"{mode} exited {code}\nlast line", mode, completed)
+            completed.append(mode)
+        result = RunStagePodResult(name, 0, "", completed[-1] if completed else "", completed)
+        if job.interrupt is not None:
+            self.ran.append(f"interrupt:{job.interrupt['type']}")
+            result.interrupt_exit = self._exit("interrupt")
+            if result.interrupt_exit == 0 and job.interrupt["type"] == "reboot":
+                self.boot_id = f"boot-{uuid.uuid4().hex[:6]}"
+            result.boot_id_after = self.boot_id
+        return result
+
+    @activity.defn(name="delete_stage_jobs")
+    def delete_stage_jobs(self, input: DeleteStageJobsInput) -> DeleteStageJobsResult:
+        self.calls.append(("delete_stage_jobs", input))
+        self.cleanups.append((list(input.packages), list(input.keep)))
+        return DeleteStageJobsResult(kept=list(input.keep))
+
     @activity.defn(name="mark_blocked_nodes")
     def mark_blocked_nodes(self, input: MarkBlockedNodesInput) -> MarkBlockedNodesResult:
         self.calls.append(("mark_blocked_nodes", input))
@@ -143,4 +189,4 @@ class FakeNode:
         """Every fake, for `Worker(activities=...)`."""
         return [self.read_node, self.cordon_node, self.uncordon_node, self.write_node_state,
                 self.wait_protected_pods, self.drain_node, self.run_stage_job, self.run_interrupt,
-                self.mark_blocked_nodes]
+                self.run_stage_pod, self.delete_stage_jobs, self.mark_blocked_nodes]

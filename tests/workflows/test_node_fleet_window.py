@@ -57,17 +57,17 @@ async def test_three_packages_one_window_one_drain_one_merged_interrupt(temporal
         assert (result.cordoned, result.drained, result.interrupt) == (True, True, "reboot")
         names = h.node.names()
         assert names.count("cordon_node") == 1 and names.count("drain_node") == 1
-        assert names.count("run_interrupt") == 1 and names.count("uncordon_node") == 1
-        # Every stage before the merged interrupt, in dependency order; post-interrupt stages after it.
-        calls = [(c[0], getattr(c[1], "package", ""), getattr(c[1], "mode", "")) for c in h.node.calls
-                 if c[0] in ("run_stage_job", "run_interrupt")]
-        cut = [c[0] for c in calls].index("run_interrupt")
-        before, after = calls[:cut], calls[cut + 1:]
-        assert [(p, m) for _, p, m in before if p == "kernel"] == [("kernel", "apply"), ("kernel", "config")]
-        assert max(i for i, c in enumerate(before) if c[1] == "kernel") < min(
-            i for i, c in enumerate(before) if c[1] == "driver")
-        assert {m for _, _, m in after} == {"post-interrupt"}
-        order_after = [p for _, p, _ in after]
+        assert len(h.node.interrupts()) == 1 and names.count("uncordon_node") == 1
+        # One pod per package before the merged interrupt, in dependency order, the last one carrying
+        # the interrupt; one pod per package with post-interrupt stages after it (issue #14).
+        jobs = h.node.stage_jobs()
+        cut = next(i for i, job in enumerate(jobs) if job.interrupt is not None)
+        before, after = jobs[:cut + 1], jobs[cut + 1:]
+        assert [j.modes for j in before if j.package == "kernel"] == [["apply", "apply-check", "config", "config-check"]]
+        assert [j.package for j in before].index("kernel") < [j.package for j in before].index("driver")
+        assert before[-1].modes[-1] == "interrupt" and before[-1].interrupt == {"type": "reboot", "services": []}
+        assert {m for j in after for m in j.modes} == {"post-interrupt", "post-interrupt-check"}
+        order_after = [j.package for j in after]
         assert sorted(order_after) == ["driver", "kernel", "tuned"]
         assert order_after.index("kernel") < order_after.index("driver")
 
@@ -79,7 +79,7 @@ async def test_a_dependent_of_a_failed_package_is_not_run(temporal_test_env: Wor
         [result] = await windows(h, 1)
         assert result.outcomes["base"].state == "erroring"
         assert result.outcomes["dep"].state == "blocked" and "dependency base failed" in result.outcomes["dep"].message
-        assert all(c[1].package == "base" for c in h.node.calls if c[0] == "run_stage_job")
+        assert {job.package for job in h.node.stage_jobs()} == {"base"}
 
 
 async def test_queued_request_is_withdrawn_and_a_duplicate_dropped(temporal_test_env: WorkflowEnvironment) -> None:
@@ -92,7 +92,7 @@ async def test_queued_request_is_withdrawn_and_a_duplicate_dropped(temporal_test
     async with harness(temporal_test_env, before=queue_two) as h:
         [result] = await windows(h, 1)
         assert result.request_id == "first" and result.withdrawn
-        assert "run_stage_job" not in h.node.names()
+        assert h.node.stage_jobs() == []
 
 
 async def test_unreadable_state_holds_the_node(temporal_test_env: WorkflowEnvironment) -> None:
@@ -102,5 +102,5 @@ async def test_unreadable_state_holds_the_node(temporal_test_env: WorkflowEnviro
         [result] = await windows(h, 1)
         assert {o.state for o in result.outcomes.values()} == {"blocked"}
         assert "unreadable" in result.outcomes["a"].message
-        assert "run_stage_job" not in h.node.names() and "write_node_state" not in h.node.names()
+        assert h.node.stage_jobs() == [] and "write_node_state" not in h.node.names()
         assert h.node.state_annotation == "{not json"

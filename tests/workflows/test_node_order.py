@@ -34,7 +34,6 @@ async def test_stage_jobs_carry_the_order_agent_image_and_pull_secrets_of_the_re
         await h.request("tuning", spec, node_order=7)
         [result] = await h.results(1)
     assert result.state == "complete"
-    jobs = [job for name, job in h.node.calls if name in ("run_stage_job", "run_interrupt")]
-    stage_jobs = [getattr(job, "job", job) for job in jobs]
+    stage_jobs = h.node.stage_jobs()
     assert stage_jobs and {(j.node_order, j.agent_image, tuple(j.image_pull_secrets)) for j in stage_jobs} == {
         (7, "mirror.local/noderoll-agent:9.9.9", ("corp",))}

@@ -197,7 +197,7 @@ async def test_a_node_deleted_during_its_window_ends_it_without_retries(
         assert result.state == "erroring" and "does not exist" in result.message
         assert h.node.modes() == ["apply", "apply-check"]  # config was not retried
         # Nothing written to (or uncordoned on) the deleted node after its deletion.
-        assert h.node.names()[-1] == "run_stage_job"
+        assert h.node.names()[-1] == "run_stage_pod"
         # Nothing held for a retry: the workflow completes.
         assert await h.closed() == WorkflowExecutionStatus.COMPLETED
 
@@ -212,7 +212,13 @@ async def test_reboot_package_cordons_drains_interrupts_and_uncordons(
         assert h.node.names()[:4] == ["read_node", "write_node_state", "cordon_node", "drain_node"]
         assert h.node.modes() == ["apply", "apply-check", "config", "config-check", "interrupt:reboot",
                                   "post-interrupt", "post-interrupt-check"]
-        assert h.node.names()[-2:] == ["uncordon_node", "write_node_state"]
+        # Two stage pods (issue #14): everything before the interrupt, the interrupt last, then the rest.
+        assert [job.modes for job in h.node.stage_jobs()] == [
+            ["apply", "apply-check", "config", "config-check", "interrupt"], ["post-interrupt", "post-interrupt-check"]]
+        assert "run_interrupt" not in h.node.names() and "run_stage_job" not in h.node.names()
+        # Once the outcome is written, the window's stage Jobs go.
+        assert h.node.names()[-3:] == ["uncordon_node", "write_node_state", "delete_stage_jobs"]
+        assert h.node.cleanups == [(["kernel"], [])]
         assert not h.node.unschedulable
         state, _ = parse_node_state(h.node.state_annotation)
         assert (state.packages["kernel"].stage, state.packages["kernel"].state) == ("post-interrupt", "complete")
@@ -227,9 +233,9 @@ async def test_two_packages_share_one_merged_interrupt(temporal_test_env: Workfl
     async with harness(temporal_test_env, before=queue_both) as h:
         results = await h.results(2)
         assert sorted(r.state for r in results) == ["complete", "complete"]
-        interrupts = [arg for name, arg in h.node.calls if name == "run_interrupt"]
+        interrupts = h.node.interrupts()
         assert len(interrupts) == 1
-        assert interrupts[0].job.interrupt == {"type": "service", "services": ["containerd", "cron"]}
+        assert interrupts[0].interrupt == {"type": "service", "services": ["containerd", "cron"]}
         assert h.node.names().count("drain_node") == 1
 
 
@@ -245,7 +251,7 @@ async def test_leases_from_two_budgets_are_taken_in_order_and_all_released(
     async with harness(temporal_test_env, before=queue_both) as h:
         results = await h.results(2)
         assert [r.state for r in results] == ["complete", "complete"]
-        assert h.node.names().count("run_interrupt") == 1
+        assert len(h.node.interrupts()) == 1
         for compartment in ("cpu", "gpu"):
             budget = h.client.get_workflow_handle(f"budget/{policy}/{compartment}")
             status = await budget.query(QUERY_BUDGET_STATUS, result_type=BudgetStatus)

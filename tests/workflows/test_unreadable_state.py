@@ -36,7 +36,7 @@ async def test_node_workflow_holds_a_node_whose_state_is_unreadable(temporal_tes
         assert result.message.startswith("noderoll.io/state unreadable: not JSON") and "held" in result.message
         await h.closed()
     names = node.names()
-    assert "run_stage_job" not in names and "write_node_state" not in names and "cordon_node" not in names
+    assert node.stage_jobs() == [] and "write_node_state" not in names and "cordon_node" not in names
     assert node.state_annotation == GARBAGE, "the garbage is kept for inspection"
     [marked] = [call for name, call in node.calls if name == "mark_blocked_nodes"]
     assert [(m.node, m.kind) for m in marked.marks] == [("node-held", NodeMarkKind.STATE_MALFORMED)]

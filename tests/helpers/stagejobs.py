@@ -1,0 +1,95 @@
+"""Every stage Job, stage pod and stage ConfigMap noderoll creates for a node, as seen while they exist. Threads.
+
+A window deletes its stage Jobs (and so their pods) once its outcome is written on the node
+(issue #14), so a test that asserts on what ran reads this record instead of the apiserver's
+current objects: three watches (Jobs, pods and ConfigMaps by `noderoll.io/node`) started before the
+window and kept until `stop()`, recording every object by uid (its latest version seen).
+
+    recorder = StageRecorder(api, node).start()
+    ...
+    recorder.jobs()          # every Job, oldest first
+    recorder.pods_of(name)   # uids of the pods of Job `name`
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client import ApiClient
+
+from api.keys import PACKAGE_POD_NAMESPACE
+
+WATCH_SECONDS = 10
+
+
+class StageRecorder:
+    """Records the stage Jobs and pods of one node (module docstring)."""
+
+    def __init__(self, api: ApiClient, node: str) -> None:
+        self.api = api
+        self.selector = f"noderoll.io/node={node}"
+        self._jobs: dict[str, client.V1Job] = {}
+        self._pods: dict[str, client.V1Pod] = {}
+        self._config_maps: dict[str, client.V1ConfigMap] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ready = threading.Barrier(4)
+
+    def start(self) -> StageRecorder:
+        """Start the watches; returns once each listed (nothing created afterwards is missed)."""
+        batch, core = client.BatchV1Api(self.api), client.CoreV1Api(self.api)
+        threading.Thread(target=self._run, args=(batch.list_namespaced_job, self._jobs), daemon=True).start()
+        threading.Thread(target=self._run, args=(core.list_namespaced_pod, self._pods), daemon=True).start()
+        threading.Thread(target=self._run, args=(core.list_namespaced_config_map, self._config_maps),
+                         daemon=True).start()
+        self._ready.wait(timeout=30)
+        return self
+
+    def _run(self, lister: Any, into: dict[str, Any]) -> None:
+        listing = lister(PACKAGE_POD_NAMESPACE, label_selector=self.selector)
+        self._record(listing.items, into)
+        version = listing.metadata.resource_version
+        self._ready.wait(timeout=30)
+        while not self._stop.is_set():
+            stream = watch.Watch()
+            try:
+                for event in stream.stream(lister, PACKAGE_POD_NAMESPACE, label_selector=self.selector,
+                                           resource_version=version, timeout_seconds=WATCH_SECONDS):
+                    obj = event["object"]
+                    version = obj.metadata.resource_version or version
+                    if event["type"] in ("ADDED", "MODIFIED"):
+                        self._record([obj], into)
+                    if self._stop.is_set():
+                        break
+            except client.exceptions.ApiException:
+                listing = lister(PACKAGE_POD_NAMESPACE, label_selector=self.selector)  # 410: list again
+                self._record(listing.items, into)
+                version = listing.metadata.resource_version
+            finally:
+                stream.stop()
+
+    def _record(self, objects: list[Any], into: dict[str, Any]) -> None:
+        with self._lock:
+            for obj in objects:
+                into[obj.metadata.uid] = obj
+
+    def jobs(self) -> list[client.V1Job]:
+        """Every stage Job seen, oldest first."""
+        with self._lock:
+            return sorted(self._jobs.values(), key=lambda j: (j.metadata.creation_timestamp, j.metadata.name))
+
+    def pods_of(self, job: str) -> list[str]:
+        """Uids of the pods seen of Job `job`."""
+        with self._lock:
+            return [uid for uid, pod in self._pods.items() if (pod.metadata.labels or {}).get("job-name") == job]
+
+    def config_map(self, name: str) -> client.V1ConfigMap | None:
+        """The ConfigMap named `name` (a stage Job's: the same name), as last seen."""
+        with self._lock:
+            return next((c for c in self._config_maps.values() if c.metadata.name == name), None)
+
+    def stop(self) -> None:
+        """End the watches (within one watch slice)."""
+        self._stop.set()
