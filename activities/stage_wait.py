@@ -142,6 +142,17 @@ class JobWait:
             return None
         return job_failure(self.name)
 
+    def on_event(self, event: dict[str, Any]) -> PodOutcome | None:
+        """One watch event: the resourceVersion to resume from, and the outcome when our pod finished."""
+        if event["type"] == "BOOKMARK":
+            # Only a newer resourceVersion to resume from (the object is the raw JSON).
+            raw = (event.get("raw_object") or {}).get("metadata") or {}
+            self.resource_version = str(raw.get("resourceVersion") or self.resource_version)
+            return None
+        pod = event["object"]
+        self.resource_version = pod.metadata.resource_version or self.resource_version
+        return self._see(pod, self.resource_version, deleted=event["type"] == "DELETED")
+
     def watch(self, seconds: int) -> PodOutcome | None:
         """Watch from the last resourceVersion for `seconds`; an outcome, or None (resourceVersion
         cleared when the watch has to be replaced by a fresh list)."""
@@ -151,11 +162,7 @@ class JobWait:
                 kube.core().list_namespaced_pod, PACKAGE_POD_NAMESPACE, label_selector=f"job-name={self.name}",
                 resource_version=self.resource_version, timeout_seconds=seconds, allow_watch_bookmarks=True,
             ):
-                pod = event["object"]
-                self.resource_version = pod.metadata.resource_version or self.resource_version
-                if event["type"] == "BOOKMARK":
-                    continue
-                outcome = self._see(pod, self.resource_version, deleted=event["type"] == "DELETED")
+                outcome = self.on_event(event)
                 if outcome is not None:
                     return outcome
         except ApiException as err:

@@ -65,8 +65,11 @@ def list_node_snapshots(label_selector: str = "", package: str = "", also: Seque
     nodes: list[NodeSnapshot] = []
     token: str | None = None
     while True:
+        # From the apiserver's watch cache (one answer, `limit` ignored there): fresh enough, since
+        # every window reads its node again before it plans (docs/architecture.md, "Reads").
+        version = {"_continue": token} if token else {"resource_version": "0"}
         try:
-            page = kube.core().list_node(label_selector=label_selector or None, limit=PAGE_SIZE, _continue=token)
+            page = kube.core().list_node(label_selector=label_selector or None, limit=PAGE_SIZE, **version)
         except ApiException as err:
             kube.raise_for(err, "list nodes")
         nodes.extend(node_snapshot(n, package, also) for n in page.items)

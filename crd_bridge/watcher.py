@@ -95,8 +95,14 @@ class Watcher:
             self._loop.call_soon_threadsafe(self._sink, event)
 
     def _list(self) -> str:
-        """List every object, emit SYNC, return the list's resourceVersion."""
-        result = list_function(self.kind, self.label_selector)()
+        """List every object, emit SYNC, return the list's resourceVersion.
+
+        Served from the apiserver's watch cache, as an informer lists (`resourceVersion=0`), and once
+        a version was seen, not older than it (`NotOlderThan`): a relist never goes back in time, and
+        the watch from the list's version delivers whatever came after it."""
+        version = {"resource_version": self._last_version, "resource_version_match": "NotOlderThan"} \
+            if self._last_version else {"resource_version": "0"}
+        result = list_function(self.kind, self.label_selector)(**version)
         # Custom objects come back as dicts, Nodes as models: one (camelCase JSON) shape for the cache.
         data = result if isinstance(result, dict) else kube.api_client().sanitize_for_serialization(result)
         self._emit(WatchEvent(self.kind, SYNC, objects=list(data.get("items") or [])))

@@ -246,6 +246,21 @@ async def activity_results(temporal: Client, node: str, activity_type: str, resu
     return results
 
 
+async def activity_attempts(temporal: Client, node: str, activity_type: str) -> list[int]:
+    """The attempt that completed each `activity_type` in the latest run of `node/<node>` (1: no retry)."""
+    history = await temporal.get_workflow_handle(node_workflow_id(node)).fetch_history()
+    scheduled: dict[int, str] = {}
+    attempts: list[int] = []
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            scheduled[event.event_id] = event.activity_task_scheduled_event_attributes.activity_type.name
+        if event.HasField("activity_task_started_event_attributes"):
+            attrs = event.activity_task_started_event_attributes
+            if scheduled.get(attrs.scheduled_event_id) == activity_type:
+                attempts.append(attrs.attempt)
+    return attempts
+
+
 HISTORY_DIR_ENV = "NODEROLL_RECORD_HISTORIES"
 
 

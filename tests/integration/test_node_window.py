@@ -29,6 +29,7 @@ from tests.integration.node_window_support import (
     SYSCTL_IMAGE,
     HealthyPodsWatch,
     Window,
+    activity_attempts,
     activity_results,
     close_workflows,
     cordon,
@@ -221,6 +222,8 @@ async def test_reboot_package_reboots_checks_and_uncordons(
     assert window.modes_run() == sorted(["apply", "apply-check", "config", "config-check", "interrupt",
                                          "post-interrupt", "post-interrupt-check"])
     assert len(window.stage_jobs()) == jobs_per_window(interrupt=True)  # issue #14: two pods
+    # Each pod's activity ended on its first attempt (a retry would adopt the Job and hide a failure).
+    assert await activity_attempts(window.temporal, window.node, "run_stage_pod") == [1, 1]
     # Once the outcome was written, the window deleted its Jobs (and with them their pods).
     assert_eventually(lambda: window.live_jobs() == [], timeout=30)
     entry = window.state().packages["script-config"]

@@ -199,3 +199,22 @@ def test_completed_modes_are_the_agent_containers_that_exited_zero_in_order() ->
                                  status("config", 0), status("config-check", 4)],
         container_statuses=[status("interrupt", None)]))
     assert completed_modes(pod) == ("apply", "apply-check", "config")
+
+
+def test_a_bookmark_moves_the_pod_watch_on_and_a_finished_pod_ends_it() -> None:
+    # Issue #14: the stage pod watch asks for bookmarks; their object is raw JSON, not a pod.
+    from kubernetes import client as k8s
+
+    from activities.stage_wait import JobWait
+
+    wait = JobWait("nr-job", "", created="100")
+    assert wait.on_event({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "150"}},
+                          "raw_object": {"kind": "Pod", "metadata": {"resourceVersion": "150"}}}) is None
+    assert wait.resource_version == "150"
+    done = k8s.V1ContainerStatus(name="apply", image="i", image_id="", ready=False, restart_count=0,
+                                 state=k8s.V1ContainerState(terminated=k8s.V1ContainerStateTerminated(exit_code=0)))
+    pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(uid="u1", name="nr-job-x", resource_version="160"),
+                    status=k8s.V1PodStatus(phase="Succeeded", container_statuses=[done]))
+    outcome = wait.on_event({"type": "MODIFIED", "object": pod})
+    assert outcome is not None and (outcome.exit_code, outcome.completed) == (0, ("apply",))
+    assert (wait.resource_version, wait.pod_uid, wait.seen) == ("160", "u1", "160")
