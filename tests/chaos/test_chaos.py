@@ -1,7 +1,8 @@
 """Reliability: a rollout survives SIGKILLed workers, a restarted Temporal server, a restarted
 kube-apiserver and a killed bridge, with nothing lost: it completes, no node stays cordoned, no
 (node, package, version, stage) Job is created twice, no stage runs twice on a host, no
-PodDisruptionBudget goes under its minimum, and the Package status is right.
+PodDisruptionBudget goes under its minimum, and the Package status is right. Two workers on one
+task queue share the work, and the rollout survives one of them killed for good.
 
 Sizes fit the README test command (see docs/reliability.md): `NODEROLL_CHAOS_NODES` (default 8)
 and `NODEROLL_CHAOS_KILLS` (default 3) scale test (a) (the issue's size: 30 and 10);
@@ -10,6 +11,7 @@ and `NODEROLL_CHAOS_KILLS` (default 3) scale test (a) (the issue's size: 30 and 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 from collections.abc import Callable, Iterator
@@ -32,13 +34,15 @@ from bench.scenario import (
 )
 from fleetsim.fleet import Fleet
 from fleetsim.workloads import WorkloadSpec, create_workloads
+from protocol import names
 from tests.helpers import unique_name
 from tests.helpers.chaos import ChaosStack, JobAudit, Noderoll, PdbWatcher, package_status, wait_for
 from tests.helpers.fleet import running_fleet
+from worker.temporal_client import connect
 
-# A fresh install of bench-sleep with a reboot: apply, config, post-interrupt (each with its check
-# in the same Job), plus the interrupt.
-JOBS_PER_NODE = jobs_per_window(stages=3, interrupt=True)
+# A fresh install of bench-sleep with a reboot: one pod for apply and config (each followed by its
+# check) and the interrupt, one for post-interrupt (issue #14).
+JOBS_PER_NODE = jobs_per_window(interrupt=True)
 SMALL = int(os.environ.get("NODEROLL_CHAOS_SMALL_NODES", "6"))
 ROLLOUT_TIMEOUT = 900.0
 # A restarted component or a killed worker stalls a rollout for up to a minute: more than the default.
@@ -75,8 +79,10 @@ def _workload_pods_running(core: client.CoreV1Api, namespace: str, expected: int
 
 
 @contextmanager
-def chaos_rollout(stack: ChaosStack, tmp_path: Path, nodes: int) -> Iterator[Rollout]:
-    """Fleet with PDB-covered workloads, watchers, worker and bridge; then the Package is applied."""
+def chaos_rollout(stack: ChaosStack, tmp_path: Path, nodes: int, workers: int = 1) -> Iterator[Rollout]:
+    """Fleet with PDB-covered workloads, watchers, worker(s) and bridge; then the Package is applied.
+
+    `workers` > 1: that many `noderoll worker` processes on the task queue, named `worker-1`, ...."""
     name = unique_name("chaos")
     scenario = Scenario(name, nodes, stage_seconds=1.0, reboot_seconds=1.0, initial_batch=2, budget_percent=34)
     kubeconfig = stack.info.kubeconfig
@@ -92,7 +98,8 @@ def chaos_rollout(stack: ChaosStack, tmp_path: Path, nodes: int) -> Iterator[Rol
         pdbs = PdbWatcher(kubeconfig, name).start()
         procs = Noderoll(stack.info, tmp_path / "procs")
         try:
-            procs.start("worker")
+            for index in range(1, workers + 1):
+                procs.start("worker" if workers == 1 else f"worker-{index}", "worker")
             procs.start("bridge")
             custom.create_cluster_custom_object(GROUP, VERSION, POLICY_PLURAL, policy_manifest(scenario))
             custom.create_cluster_custom_object(GROUP, VERSION, PACKAGE_PLURAL, package_manifest(scenario))
@@ -183,3 +190,29 @@ def test_bridge_killed_mid_rollout(chaos_stack: ChaosStack, tmp_path: Path) -> N
 def test_critical_path_of_the_chaos_package() -> None:
     # The Job count the kill points are drawn from assumes this stage sequence.
     assert node_critical_path(Scenario("x", 1, stage_seconds=1.0, reboot_seconds=0.0)) == 3.0
+
+
+async def _worker_identities(stack: ChaosStack, nodes: list[str]) -> set[str]:
+    """The worker identities (`pid@host`) that ran the activities of the nodes' windows."""
+    client = await connect(stack.info.temporal_address)
+    found: set[str] = set()
+    for node in nodes:
+        async for execution in client.list_workflows(f"WorkflowId = '{names.node_workflow_id(node)}'"):
+            history = await client.get_workflow_handle(execution.id, run_id=execution.run_id).fetch_history()
+            found.update(e.activity_task_started_event_attributes.identity for e in history.events
+                         if e.HasField("activity_task_started_event_attributes"))
+    return found
+
+
+def test_two_workers_share_the_work_and_the_rollout_survives_one_killed(
+    chaos_stack: ChaosStack, tmp_path: Path
+) -> None:
+    # Issue #14 item 5: `noderoll worker` scales out on one task queue; a SIGKILLed one is not replaced.
+    with chaos_rollout(chaos_stack, tmp_path, SMALL, workers=2) as rollout:
+        rollout.wait_jobs(rollout.total_jobs // 2)
+        pids = {f"{m.proc.pid}@" for m in rollout.procs.procs.procs.values() if m.name.startswith("worker-")}
+        rollout.procs.kill("worker-1", restart=False)
+        assert [n for n in rollout.procs.procs.procs if n.startswith("worker")] == ["worker-2"]
+    # Both workers ran window activities: they shared the work before one of them died.
+    identities = asyncio.run(_worker_identities(chaos_stack, rollout.fleet.node_names))
+    assert all(any(i.startswith(pid) for i in identities) for pid in pids), (pids, identities)

@@ -74,19 +74,25 @@ class Noderoll:
         self.conn = Connection(info.temporal_address, info.kubeconfig, f"tq-{uuid.uuid4()}")
         self.env = dict(env or {})
         self.kills = 0
+        # Process name -> `noderoll` command, for processes named otherwise (`worker-2` runs `worker`).
+        self.commands: dict[str, str] = {}
 
-    def start(self, name: str) -> None:
+    def start(self, name: str, command: str = "") -> None:
+        """Start `noderoll <command>` (default: `name`, e.g. `worker`) as process `name`."""
+        self.commands[name] = command or name
         # ProcessSet passes os.environ to the child: set the extras only around the start.
         with pytest.MonkeyPatch.context() as patch:
             for key, value in self.env.items():
                 patch.setenv(key, value)
-            self.procs.start_noderoll(name, [name], self.conn)
+            self.procs.start_noderoll(name, [command or name], self.conn)
 
-    def kill(self, name: str) -> None:
-        """SIGKILL the process (no graceful shutdown), then start a fresh one."""
+    def kill(self, name: str, restart: bool = True) -> None:
+        """SIGKILL the process (no graceful shutdown), then (unless `restart` is False) start a fresh one."""
+        command = self.commands.get(name, name)
         self.procs.stop(name, signal.SIGKILL)
         self.kills += 1
-        self.start(name)
+        if restart:
+            self.start(name, command)
 
     def stop(self) -> None:
         self.procs.stop_all()
