@@ -218,3 +218,16 @@ def test_a_bookmark_moves_the_pod_watch_on_and_a_finished_pod_ends_it() -> None:
     outcome = wait.on_event({"type": "MODIFIED", "object": pod})
     assert outcome is not None and (outcome.exit_code, outcome.completed) == (0, ("apply",))
     assert (wait.resource_version, wait.pod_uid, wait.seen) == ("160", "u1", "160")
+
+
+@pytest.mark.parametrize(("version", "floor", "expected"), [
+    pytest.param("120", "100", True, id="cache-ahead"),
+    pytest.param("100", "100", True, id="cache-at-the-cordon"),
+    pytest.param("99", "100", False, id="cache-behind"),
+    pytest.param("", "100", False, id="no-version"),
+    pytest.param("abc", "100", False, id="not-etcd"),
+])
+def test_the_drain_uses_the_cache_only_when_it_has_seen_the_cordon(version: str, floor: str, expected: bool) -> None:
+    from activities.drain import _at_least
+
+    assert _at_least(version, floor) is expected
