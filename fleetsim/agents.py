@@ -29,9 +29,12 @@ START_TIMEOUT_SECONDS = 30.0
 class AgentRun:
     """One agent run in a zygote child (the parts of `subprocess.Popen` fleetsim uses)."""
 
-    def __init__(self, ident: str, stdout: IO[bytes]) -> None:
+    def __init__(self, ident: str, stdout: IO[bytes], zygote: object) -> None:
         self.ident = ident
         self.stdout = stdout
+        # The zygote connection this run was sent on: when it ends, only its own runs are lost (a
+        # zygote started again after it may already run others).
+        self.zygote = zygote
         self.pid = 0
         self.returncode: int | None = None
         self._lock = threading.Lock()
@@ -119,7 +122,7 @@ class AgentZygote:
                     raise RuntimeError("fleetsim agent zygote closed")
                 sock = self._sock if self._sock is not None and self._alive() else self._start()
                 ident = str(next(self._ids))
-                run = AgentRun(ident, os.fdopen(read_end, "rb"))
+                run = AgentRun(ident, os.fdopen(read_end, "rb"), sock)
                 self._runs[ident] = run
                 message = json.dumps({"id": ident, "argv": argv, "env": env, "cwd": cwd}).encode()
                 socket.send_fds(sock, [message], [write_end])
@@ -148,10 +151,12 @@ class AgentZygote:
                 with self._lock:
                     self._runs.pop(run.ident, None)
                 run._set_exit(int(message["exit"]))
-        # The zygote is gone: runs it never answered end as failed.
+        # The zygote is gone: runs it never answered end as failed. Runs sent to a zygote started
+        # again since are not its own.
         with self._lock:
-            orphans = [r for r in self._runs.values()]
-            self._runs.clear()
+            orphans = [r for r in self._runs.values() if r.zygote is sock]
+            for run in orphans:
+                self._runs.pop(run.ident, None)
             if self._sock is sock:
                 self._sock = None
         for run in orphans:
@@ -168,6 +173,12 @@ class AgentZygote:
         for run in runs:
             run.kill()
         if sock is not None:
+            # shutdown, not only close: the reader thread blocked in recv holds the socket open, and
+            # the zygote must see the end of its socket to exit.
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             sock.close()
         if proc is not None:
             try:
