@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 from temporalio.client import Client
 
-from activities.jobs import LABEL_MODE
+from activities.stage_pod import LABEL_MODE
 from api.keys import PACKAGE_POD_NAMESPACE
 from api.node_state import config_hashes
 from tests.helpers import assert_eventually_async
