@@ -86,6 +86,10 @@ class Reconciler:
         self.valid: dict[str, PackageCheck] = {}
         # The latest progress of each fleet (the status poller fills it; the policy status shows it).
         self.progress: dict[str, FleetProgress] = {}
+        # Fleets found running on another task queue (warned once).
+        self._warned_queue: set[str] = set()
+        # Policy -> time of the gate failure whose Warning Event was emitted.
+        self._gate_announced: dict[str, str] = {}
         # (kind, name) -> the users last named in a `DeletionBlocked` Event.
         self._blocked_shown: dict[tuple[str, str], list[str]] = {}
 
@@ -224,6 +228,12 @@ class Reconciler:
         if not spec.packages and (previous is None or not previous.packages):
             # Nothing to roll out and nothing handed over: no fleet to start.
             return
+        if fleet not in self._warned_queue and (queue := await self.fleets.foreign_queue(fleet)):
+            # Workers poll this bridge's queue: a fleet on another one would never act on what it is given.
+            self._warned_queue.add(fleet)
+            log.warning("%s runs on task queue %r, this bridge serves %r: its desired state reaches it, but only "
+                        "workers polling %r act on it (terminate it to start it on %r)",
+                        fleet_workflow_id(fleet), queue, self.fleets.task_queue, queue, self.fleets.task_queue)
         await self.fleets.send(spec)
         log.info("%s: desired state handed over (%d Package(s))", fleet_workflow_id(fleet), len(spec.packages))
         self.sent[fleet], self._sent_digest[fleet] = spec, digest
@@ -263,8 +273,12 @@ class Reconciler:
             self._event(obj, events.WARNING, events.INVALID_SPEC,
                         "; ".join(f"{p.field}: {p.message}" for p in problems), kind=keys.POLICY_KIND)
         report = self.progress.get(name)
+        # Announced once per failure: remembered here (the cache may briefly hold an older status from
+        # the watch) and read from the status written (a restarted bridge does not repeat it).
         if changed and report is not None and report.gate_failure is not None and \
+                self._gate_announced.get(name) != report.gate_failure.at and \
                 (previous.get("gateFailure") or {}).get("time") != report.gate_failure.at:
+            self._gate_announced[name] = report.gate_failure.at
             self._event(obj, events.WARNING, events.GATE_FAILED,
                         f"{fleet_workflow_id(name)} halted: {failure_text(report.gate_failure)}", kind=keys.POLICY_KIND)
         if changed:

@@ -64,7 +64,9 @@ def config_job_data(w: Window) -> list[dict[str, str]]:
     (creation timestamps have a 1 s resolution, too coarse to order windows that follow quickly)."""
     jobs = [j for j in w.stage_jobs() if j.metadata.labels[LABEL_MODE] == "config"]
     core = client.CoreV1Api(w.api)
-    data = [dict(core.read_namespaced_config_map(j.metadata.name, PACKAGE_POD_NAMESPACE).data or {}) for j in jobs]
+    maps = [core.read_namespaced_config_map(j.metadata.name, PACKAGE_POD_NAMESPACE).data or {} for j in jobs]
+    # The package's config only: the ConfigMap also carries the node metadata (`noderoll.` keys).
+    data = [{k: v for k, v in m.items() if not k.startswith("noderoll.")} for m in maps]
     return sorted(data, key=lambda d: sorted(d.items()))
 
 
