@@ -276,6 +276,20 @@ def test_a_filtered_halt_leaves_rollback_windows_alone() -> None:
     assert fs.apply_halt(state, Filter()) == [node] and not fs.rolling_back(state)
 
 
+def test_retry_goes_on_with_a_rollback_halted_before_its_windows_started() -> None:
+    state = rolled_back_state()
+    rollback = state.rollback
+    assert rollback is not None
+    [node] = list(rollback.nodes)
+    send(state, node)
+    fs.apply_halt(state, Filter())
+    assert fs.record_result(state, WindowResult(node, state.in_flight[node].request_id, withdrawn=True))
+    assert "halted while rolling back wave 2" in rb.message(rollback, halted=True)
+    assert rb.report(rollback, halted=True).phase is RolloutPhase.HALTED
+    fs.apply_retry(state, Filter())
+    assert not state.halted and fs.rolling_back(state) and rb.pending(rollback) == [node]
+
+
 def test_a_node_workflow_that_keeps_closing_fails_its_rollback() -> None:
     state = rolled_back_state()
     [node] = list(state.rollback.nodes)  # type: ignore[union-attr]

@@ -5,10 +5,14 @@ Covers: the canary node gets ONE rollback window (the previous version of the ch
 uninstall of the new one) and no other node gets a window of the failed wave; the same desired state
 sent again changes nothing; a fixed spec starts a new wave, canary first; a policy edit after the
 rollback runs the canary again; a rollback that fails halts with both reasons and `retry` repeats it;
-`resume` re-attempts the wave; the default (`halt`) sends no rollback window.
+`resume` re-attempts the wave; the default (`halt`) sends no rollback window; the rollback goes out
+while the fleet is paused and outside its maintenance windows; setting the previous spec back
+completes the fleet without a window.
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 from temporalio.testing import WorkflowEnvironment
 
@@ -18,7 +22,7 @@ from protocol.fleet import FleetSpec
 from tests.helpers import assert_eventually_async, unique_name
 from tests.workflows.fleet_fakes import FakeNodes
 from tests.workflows.test_fleet import fleet, package, policy, progress, settled
-from tests.workflows.test_fleet_holds import details
+from tests.workflows.test_fleet_holds import details, whole_minute, window
 
 ROLLBACK = {"count": 1, "onFailure": "rollback"}
 FIXED = {"type": "fixed", "initialBatch": 2}
@@ -144,3 +148,52 @@ async def test_the_default_halts_without_a_rollback_window(temporal_test_env: Wo
 
         await assert_eventually_async(halted, timeout=60)
         assert len(nodes.requests) == 5 and (await progress(handle)).rollback is None
+
+
+async def test_the_rollback_goes_out_while_paused_and_outside_the_maintenance_windows(
+    temporal_test_env: WorkflowEnvironment,
+) -> None:
+    env = temporal_test_env
+    start = whole_minute(await env.get_current_time()) - timedelta(minutes=1)
+    nodes = FakeNodes.of(4)
+    name = unique_name("rbw")
+    pol = policy(FIXED, budget=2, canary=ROLLBACK) | {"maintenanceWindows": [window(start, 31)]}
+    async with fleet(env, nodes, FleetSpec(name, pol, 1, [package("a")])) as handle:
+        await settled(handle)
+        nodes.auto = False
+        nodes.fail_versions.add("2.0.0")
+        await handle.signal(names.SIGNAL_FLEET_SPEC, FleetSpec(name, pol, 1, [package("a", "2.0.0", generation=2)]))
+
+        async def canary_out() -> str:
+            assert len(nodes.outstanding) == 1, nodes.outstanding
+            return next(iter(nodes.outstanding))
+
+        canary = await assert_eventually_async(canary_out)
+        await handle.signal(names.SIGNAL_PAUSE)
+        await env.sleep(timedelta(minutes=45))  # the maintenance window closed
+        await nodes.finish(env.client)  # the canary's window ran anyway and failed
+
+        async def rolling_back() -> None:
+            report = await progress(handle)
+            assert report.phase is RolloutPhase.ROLLING_BACK, (report.phase, report.message)
+            assert [o.spec["version"] for o in nodes.outstanding[canary].packages] == ["1.0.0"]
+
+        await assert_eventually_async(rolling_back)
+        await nodes.finish(env.client)
+        await settled(handle, RolloutPhase.ROLLED_BACK, wave=2)
+        assert nodes.nodes[canary].recorded["a"][0] == "1.0.0"
+
+
+async def test_setting_the_previous_spec_back_completes_without_a_window(temporal_test_env: WorkflowEnvironment) -> None:
+    nodes = FakeNodes.of(4)
+    name = unique_name("rbs")
+    pol = policy(FIXED, budget=2, canary=ROLLBACK)
+    async with fleet(temporal_test_env, nodes, FleetSpec(name, pol, 1, [package("a")])) as handle:
+        await settled(handle)
+        nodes.fail_versions.add("2.0.0")
+        await handle.signal(names.SIGNAL_FLEET_SPEC, FleetSpec(name, pol, 1, [package("a", "2.0.0", generation=2)]))
+        await settled(handle, RolloutPhase.ROLLED_BACK, wave=2)
+        sent = len(nodes.requests)
+        await handle.signal(names.SIGNAL_FLEET_SPEC, FleetSpec(name, pol, 1, [package("a", generation=3)]))
+        report = await settled(handle, wave=3)
+        assert len(nodes.requests) == sent and report.packages["a"].counts == {"complete": 4}
