@@ -17,12 +17,16 @@ from datetime import timedelta
 from temporalio.testing import WorkflowEnvironment
 
 from api.enums import CanaryPhase, RolloutPhase
+from api.policy import DeploymentPolicySpec
+from planning import fleet_state as fs
+from planning.fleet_targets import FleetSelection, NodeTargets
 from protocol import names
 from protocol.fleet import FleetSpec
 from tests.helpers import assert_eventually_async, unique_name
 from tests.workflows.fleet_fakes import FakeNodes
 from tests.workflows.test_fleet import fleet, package, policy, progress, settled
 from tests.workflows.test_fleet_holds import details, whole_minute, window
+from workflows.fleet_codec import state_to_json
 
 ROLLBACK = {"count": 1, "onFailure": "rollback"}
 FIXED = {"type": "fixed", "initialBatch": 2}
@@ -197,3 +201,25 @@ async def test_setting_the_previous_spec_back_completes_without_a_window(tempora
         await handle.signal(names.SIGNAL_FLEET_SPEC, FleetSpec(name, pol, 1, [package("a", generation=3)]))
         report = await settled(handle, wave=3)
         assert len(nodes.requests) == sent and report.packages["a"].counts == {"complete": 4}
+
+
+async def test_without_a_known_previous_spec_the_canary_halts_and_says_why(
+    temporal_test_env: WorkflowEnvironment,
+) -> None:
+    """A fleet carried over from a release that kept no previous specs, in the middle of its wave."""
+    nodes = FakeNodes.of(3, fail_versions={"2.0.0"})
+    for node in nodes.nodes.values():
+        node.recorded["a"] = ("1.0.0", {})
+    name = unique_name("rbu")
+    pol = policy(FIXED, budget=2, canary=ROLLBACK)
+    spec = FleetSpec(name, pol, 1, [package("a", "2.0.0", generation=2)])
+    state = fs.FleetState()
+    fs.set_spec(state, spec)
+    fs.start_wave(state, FleetSelection({n: NodeTargets(pending=["a"]) for n in nodes.nodes}),
+                  DeploymentPolicySpec.model_validate(pol), names.fleet_workflow_id(name))
+    state.previous = {}  # the old release kept no previous specs
+    async with fleet(temporal_test_env, nodes, spec, carry=state_to_json(state)) as handle:
+        report = await settled(handle, RolloutPhase.HALTED)
+        assert report.message.startswith(f"halted: canary failed on {report.canary_nodes[0]}; not rolled back: "
+                                         "the spec before wave 1 of a is unknown")
+        assert report.wave == 1 and report.rollback is None and len(nodes.requests) == 1
