@@ -10,7 +10,8 @@
 * `reconcile_policy(name)`: writes the policy's status (validity, and the fleet's progress when the
   status poller has it) and returns the Packages naming it (their validity depends on it); a new
   analysis gate failure in that progress (`status.gateFailure` with a time the status did not show
-  yet) gets one Warning Event `GateFailed` on the policy.
+  yet) gets one Warning Event `GateFailed` on the policy, and a finished canary rollback (a phase
+  other than `RollingBack` the status did not show yet for that wave) one Warning Event `CanaryRolledBack`.
 * deletion protection of both kinds (`protect`, rules in `crd_bridge.protection`): the finalizer
   `noderoll.io/in-use` while other Packages use the object, the condition `InUse`, and a Warning
   Event `DeletionBlocked` while its deletion waits for them.
@@ -48,6 +49,7 @@ from crd_bridge.protection import (
 )
 from crd_bridge.status_writer import StatusWrite, without_empty_strings, write_status
 from crd_bridge.validation import PackageCheck, check_package, parse_policy
+from planning.fleet_rollback import rollback_event
 from planning.fleet_status import FleetProgress
 from planning.gates import failure_text
 from planning.status import render_invalid_package_status, render_policy_status
@@ -281,6 +283,10 @@ class Reconciler:
             self._gate_announced[name] = report.gate_failure.at
             self._event(obj, events.WARNING, events.GATE_FAILED,
                         f"{fleet_workflow_id(name)} halted: {failure_text(report.gate_failure)}", kind=keys.POLICY_KIND)
+        rolled_back = rollback_event(previous.get("rollback"), report.rollback if report is not None else None)
+        if changed and rolled_back:
+            self._event(obj, events.WARNING, events.CANARY_ROLLED_BACK, f"{fleet_workflow_id(name)}: {rolled_back}",
+                        kind=keys.POLICY_KIND)
         if changed:
             obj["status"] = status
 

@@ -19,6 +19,8 @@ per wave for a Package: only `retry` (or a new wave) clears an outcome, except a
 outcome, cleared when the node itself changes (its fingerprint), and a `complete` one whose work is
 pending again at a later listing (the node's record was removed or reset: it is asked again).
 `gates` and `next_window`: analysis gates and maintenance windows (`planning/gates.py`, `maintenance.py`).
+`previous`, `outgoing` and `rollback`: what a failed canary goes back to, and its rollback
+(`planning/fleet_rollback.py`, `canary.onFailure: rollback`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from api.enums import CanaryPhase, State
 from api.policy import DeploymentPolicySpec
 from planning import batches
 from planning import fleet_rerun as rerun
+from planning import fleet_rollback as rollbacks
 from planning import gates as gate_rules
 from planning.batch_state import BatchPlannerState
 from planning.fleet_targets import FleetSelection, NodeTargets
@@ -55,6 +58,8 @@ class InFlight:
     resent: int = 0
     # Ids of the reruns (`planning.fleet_rerun`) this request carries.
     reruns: list[str] = field(default_factory=list)
+    # A rollback window (`planning.fleet_rollback`): its answer goes to `FleetState.rollback`.
+    rollback: bool = False
 
 
 @dataclass
@@ -114,6 +119,12 @@ class FleetState:
     # `noderoll rerun`: reruns not finished, and the ids taken (planning.fleet_rerun).
     reruns: list[rerun.RerunOrder] = field(default_factory=list)
     rerun_ids: list[str] = field(default_factory=list)
+    # Per Package the wave changes: the spec a rollback restores (None: it was new; absent: unknown);
+    # specs the wave rolls out that the desired state has since replaced (the next wave's previous);
+    # the rollback of the wave's failed canary (planning.fleet_rollback).
+    previous: dict[str, PackageEntry | None] = field(default_factory=dict)
+    outgoing: dict[str, PackageEntry] = field(default_factory=dict)
+    rollback: rollbacks.Rollback | None = None
 
 
 # --- desired state ---------------------------------------------------------------------------
@@ -141,8 +152,14 @@ def entries(state: FleetState) -> dict[str, PackageEntry]:
 
 def set_spec(state: FleetState, spec: FleetSpec) -> bool:
     """Take a new desired state; True when it wants a new wave (a revision or the policy changed)."""
-    state.spec = spec
     wanted = {e.name: package_revision(e) for e in spec.packages}
+    for entry in state.spec.packages if state.spec else []:
+        # The spec the wave rolls out, replaced now: the next wave's previous (kept once, only when replaced).
+        rolled = state.revisions.get(entry.name)
+        replaced = entry.name in wanted and wanted[entry.name] != rolled
+        if replaced and rolled == package_revision(entry):
+            state.outgoing.setdefault(entry.name, entry)
+    state.spec = spec
     if any(state.revisions.get(p) != r for p, r in wanted.items()) or policy_revision(spec) != state.policy_revision:
         state.wave_wanted = True
     elif not state.wave_wanted:
@@ -151,11 +168,24 @@ def set_spec(state: FleetState, spec: FleetSpec) -> bool:
     return state.wave_wanted
 
 
-def start_wave(state: FleetState, selection: FleetSelection, policy: DeploymentPolicySpec, identity: str) -> None:
-    """Begin a new wave over `selection` (call only with nothing in flight)."""
+def start_wave(state: FleetState, selection: FleetSelection, policy: DeploymentPolicySpec, identity: str,
+               recount: bool = True) -> None:
+    """Begin a new wave over `selection` (call only with nothing in flight).
+
+    `recount`: the Packages of the ending wave whose canary did not pass count as changed again
+    (False only when replaying fleet runs recorded before that rule: their canary stays as it was).
+    """
     assert state.spec is not None
     revisions = {e.name: package_revision(e) for e in state.spec.packages}
-    state.changed = sorted(p for p, r in revisions.items() if state.revisions.get(p) != r)
+    before = state.planner
+    passed = before is None or rollbacks.canary_passed(before.canary_phase, before.canary_count)
+    # A change whose canary did not pass (rolled back, halted, superseded) is still a change.
+    unproven = rollbacks.unproven(state.changed, passed)
+    changed = sorted(p for p, r in revisions.items() if state.revisions.get(p) != r or (recount and p in unproven))
+    state.previous = rollbacks.previous_specs(rollbacks.PreviousInput(
+        changed, state.previous, unproven, set(state.revisions), state.outgoing))
+    state.outgoing, state.rollback = {}, None
+    state.changed = changed
     state.revisions = revisions
     state.policy_revision = policy_revision(state.spec)
     state.wave += 1
@@ -277,6 +307,21 @@ def record_result(state: FleetState, result: WindowResult) -> bool:
     del state.in_flight[result.node]
     if result.withdrawn:
         return True
+    if flight.rollback:
+        if state.rollback is not None:  # None: `resume` gave the rollback up meanwhile
+            rollbacks.answered(state.rollback, result)
+    else:
+        _record_outcomes(state, result, flight)
+    if result.cordoned or result.drained or result.interrupt:
+        tally = state.disruptions.setdefault(result.node, Disruptions())
+        tally.windows += 1
+        tally.cordons += int(result.cordoned)
+        tally.drains += int(result.drained)
+        tally.interrupts += int(bool(result.interrupt))
+    return True
+
+
+def _record_outcomes(state: FleetState, result: WindowResult, flight: InFlight) -> None:
     rerun.answered(state.reruns, result.node, flight.reruns)
     record = state.records.setdefault(result.node, NodeRecord())
     for package, outcome in sorted(result.outcomes.items()):
@@ -287,13 +332,6 @@ def record_result(state: FleetState, result: WindowResult) -> bool:
         if outcome.state == State.BLOCKED.value:
             targets = state.targets.get(result.node)
             record.fingerprint = targets.fingerprint if targets else ""
-    if result.cordoned or result.drained or result.interrupt:
-        tally = state.disruptions.setdefault(result.node, Disruptions())
-        tally.windows += 1
-        tally.cordons += int(result.cordoned)
-        tally.drains += int(result.drained)
-        tally.interrupts += int(bool(result.interrupt))
-    return True
 
 
 def node_failed(state: FleetState, node: str) -> bool:
@@ -325,6 +363,31 @@ def batch_results(state: FleetState, batch: Collection[str]) -> tuple[list[str],
 def failed_nodes(state: FleetState) -> list[str]:
     """Nodes where a Package ended erroring in this wave."""
     return sorted(n for n in state.records if node_failed(state, n))
+
+
+# --- canary rollback (planning.fleet_rollback) ------------------------------------------------------
+
+
+def start_rollback(state: FleetState) -> str:
+    """The wave's canary failed and the policy rolls back: plan it; returns "" or why there is none."""
+    planner = state.planner
+    assert planner is not None
+    planned = rollbacks.plan(rollbacks.RollbackInput(
+        wave=state.wave, canary=planner.canary_nodes, changed=state.changed, previous=state.previous,
+        entries=entries(state), outcomes={n: r.outcomes for n, r in state.records.items()},
+        messages={n: r.messages for n, r in state.records.items()},
+    ))
+    if isinstance(planned, str):
+        return planned
+    if not planned.nodes:
+        return "no canary node ran a Package the wave changes"
+    state.rollback = planned
+    return ""
+
+
+def rolling_back(state: FleetState) -> bool:
+    """A rollback has nodes left and is not halted: a new wave waits until it is done."""
+    return state.rollback is not None and not state.halted and not rollbacks.finished(state.rollback)
 
 
 # --- operator signals ----------------------------------------------------------------------------
@@ -365,6 +428,10 @@ def apply_resume(state: FleetState, scope: Filter) -> None:
     if scope.is_empty():
         gate_rules.override(state.gates)
         state.paused, state.halted, state.promote = False, False, True
+        if state.rollback is not None:
+            # Re-attempt the rolled-back wave: a new wave of the same desired state, canary first
+            # (its changes are unproven: `start_wave` counts them as changed again).
+            state.rollback, state.wave_wanted = None, True
         state.paused_packages.clear()
         state.paused_nodes.clear()
         if state.planner is not None and state.planner.halted:
@@ -384,15 +451,19 @@ def apply_halt(state: FleetState, scope: Filter) -> list[str]:
         state.halted = True
         return sorted(state.in_flight)
     apply_pause(state, Filter(scope.packages, scope.nodes))
+    # Rollback windows ignore pauses: withdrawing one would only send it again.
     return sorted(
         node for node, flight in state.in_flight.items()
-        if node in scope.nodes or set(flight.packages) & set(scope.packages)
+        if not flight.rollback and (node in scope.nodes or set(flight.packages) & set(scope.packages))
     )
 
 
 def apply_retry(state: FleetState, scope: Filter) -> list[str]:
     """`retry`: erroring and blocked outcomes (all, or of these Packages / nodes) are asked again; clears a halt
-    (a failed gate is evaluated again)."""
+    (a failed gate is evaluated again). After a canary rollback: the nodes whose rollback failed are asked again."""
+    if state.rollback is not None:
+        state.halted = False
+        return rollbacks.retry(state.rollback, scope.nodes)
     retried = []
     for node, record in sorted(state.records.items()):
         if scope.nodes and node not in scope.nodes:
@@ -435,9 +506,13 @@ def lost(state: FleetState, node: str, how: str) -> bool:
     if flight.resent < LOST_RESENDS:
         return True
     del state.in_flight[node]
-    record = state.records.setdefault(node, NodeRecord())
     message = (f"node workflow node/{node} closed ({how}) without answering, {flight.resent + 1} times; "
                "signal retry to ask again")
+    if flight.rollback:
+        if state.rollback is not None:
+            rollbacks.lost(state.rollback, node, message)
+        return False
+    record = state.records.setdefault(node, NodeRecord())
     for package in flight.packages:
         record.outcomes[package] = State.ERRORING.value
         record.messages[package] = message

@@ -280,7 +280,9 @@ async def test_node_workflow_terminated_mid_window_is_noticed_and_asked_again(
 
             async def first_in_window() -> str:
                 report = await fleet_progress(temporal_client, policy)
-                out = [n for n, p in report.nodes.items() if p.state == "in_progress"]
+                # In flight is not yet started: wait for the window's own Event (its stage takes 4 s), or the
+                # termination may hit the node workflow before its window began (then it has only one).
+                out = [n for n, p in report.nodes.items() if p.state == "in_progress" and windows_of(kube_api_client, n)]
                 assert out, report.counts
                 return out[0]
 
