@@ -16,14 +16,17 @@ without uninstall starts no wave: it just leaves the windows not yet handed out.
 
 Per node and wave the fleet records each carried Package's outcome. A node is asked at most once
 per wave for a Package: only `retry` (or a new wave) clears an outcome, except `blocked`
-outcomes, which are cleared when the node itself changes (its fingerprint).
+outcomes, which are cleared when the node itself changes (its fingerprint). A window carries a
+dependent only together with each of its dependencies pending on that node: a dependency paused by
+signal (or answered erroring or blocked) keeps its dependents out, as `spec.paused` does in target
+selection.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -191,14 +194,41 @@ def _operator_paused(state: FleetState, package: str) -> bool:
 
 
 def wanted(state: FleetState, node: str) -> list[str]:
-    """Packages the node's next window would carry now (pending, not paused, not yet answered this wave)."""
+    """Packages the node's next window would carry now (pending, not paused, not yet answered this wave).
+
+    A dependent stays out while a dependency pending on the node is not carried with it (paused by
+    signal, or answered erroring or blocked in this wave): its window would only answer it blocked,
+    and the dependency's later window would then cost the node a second drain and interrupt.
+    """
     targets = state.targets.get(node)
     if targets is None or node in state.paused_nodes or node in state.departed:
         return []
     record = state.records.get(node)
-    done = set(record.outcomes) if record else set()
+    answered = record.outcomes if record else {}
     current = state.revisions
-    return [p for p in targets.pending if p in current and p not in done and not _operator_paused(state, p)]
+    carried = [p for p in targets.pending if p in current and p not in answered and not _operator_paused(state, p)]
+    return _with_their_dependencies(state, targets.pending, carried, answered)
+
+
+def _with_their_dependencies(
+    state: FleetState, pending: Collection[str], carried: list[str], answered: Mapping[str, str]
+) -> list[str]:
+    """`carried` without the dependents of a Package pending on the node but not carried (a fixpoint)."""
+    specs = entries(state)
+    kept = list(carried)
+    changed = True
+    while changed:
+        changed = False
+        for package in list(kept):
+            entry = specs.get(package)
+            if entry is None or entry.uninstall:
+                continue
+            held = [d for d in entry.spec.get("dependsOn") or {}
+                    if d in pending and d not in kept and answered.get(d) != State.COMPLETE.value]
+            if held:
+                kept.remove(package)
+                changed = True
+    return kept
 
 
 def startable(state: FleetState) -> set[str]:

@@ -345,3 +345,74 @@ async def test_upgrade_from_a_per_package_rollout_disrupts_no_node_twice(
                 wait_leading(run, run.start_bridge())
             delete_package(kube_api_client, name)
             delete_policy(kube_api_client, policy)
+
+
+async def fleet_decided_after_listing(temporal: Client, fleet_id: str, after_event: int) -> None:
+    """The fleet listed its nodes after event `after_event` and then completed a workflow task (decided)."""
+    events = [e async for e in temporal.get_workflow_handle(fleet_id).fetch_history_events()]
+    listings = {e.event_id for e in events if e.event_id > after_event
+                and e.HasField("activity_task_scheduled_event_attributes")
+                and e.activity_task_scheduled_event_attributes.activity_type.name == "list_fleet_nodes"}
+    listed = [e.event_id for e in events if e.HasField("activity_task_completed_event_attributes")
+              and e.activity_task_completed_event_attributes.scheduled_event_id in listings]
+    assert listed, f"no listing of {fleet_id} after event {after_event} yet"
+    assert any(e.event_id > listed[0] and e.HasField("workflow_task_completed_event_attributes") for e in events)
+
+
+async def test_a_dependency_paused_by_signal_keeps_its_dependent_out_of_the_windows(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+) -> None:
+    """Regression: with the dependency paused by the `pause` signal, windows carried the dependent alone.
+
+    Each such window answered it blocked ("needs kernel ..."); once the dependency was resumed and had
+    run, the node changed, the dependent was asked again, and every node got a second drain and reboot.
+    """
+    labels = {"fleet-test": unique_name("dep")}
+    selector = ",".join(f"{k}={v}" for k, v in labels.items())
+    policy, kernel, driver = unique_name("pol"), unique_name("kernel"), unique_name("driver")
+    fleet_id = names.fleet_workflow_id(policy)
+    reboot = {"type": "reboot"}
+    with running_fleet(local_stack, nodes=3, labels=labels) as fleet, watching_nodes(kube_api_client, selector) as seen:
+        try:
+            create_policy(kube_api_client, run, policy, {
+                "default": {"budget": {"count": 1}, "strategy": {"type": "fixed", "initialBatch": 1}}})
+            # The dependency starts paused by its annotation: the fleet runs, nothing is handed out.
+            create_package(kube_api_client, run.package(kernel, spec(policy, labels, interrupt=reboot),
+                                                        annotations={keys.PAUSE_ANNOTATION: "true"}))
+            create_package(kube_api_client, run.package(driver, spec(
+                policy, labels, image="example.local/kmod-blocklist:1.0.0", interrupt=reboot,
+                dependsOn={kernel: "1.0.0"})))
+
+            async def both_known() -> None:
+                assert sorted((await fleet_progress(temporal_client, policy)).packages) == sorted([kernel, driver])
+
+            await assert_eventually_async(both_known, timeout=120)
+            # The operator pauses it by signal, then its annotation goes: only the signal holds it now.
+            temporal_signal(local_stack, fleet_id, names.SIGNAL_PAUSE, {"packages": [kernel]})
+            patch_package(kube_api_client, kernel, {"metadata": {"annotations": {keys.PAUSE_ANNOTATION: None}}})
+
+            async def unpaused_spec_taken() -> int:
+                handle = temporal_client.get_workflow_handle(fleet_id)
+                desired = await handle.query(names.QUERY_FLEET_SPEC)
+                assert not next(e for e in desired["packages"] if e["name"] == kernel)["paused"], desired
+                events = [e async for e in handle.fetch_history_events()]
+                return max(e.event_id for e in events if e.HasField("workflow_execution_signaled_event_attributes")
+                           and e.workflow_execution_signaled_event_attributes.signal_name == names.SIGNAL_FLEET_SPEC)
+
+            signalled = await assert_eventually_async(unpaused_spec_taken, timeout=60)
+            await assert_eventually_async(
+                lambda: fleet_decided_after_listing(temporal_client, fleet_id, signalled), timeout=60)
+            report = await fleet_progress(temporal_client, policy)
+            assert report.packages[driver].counts == {"waiting": 3}, report.packages[driver]
+            assert not any(windows_of(kube_api_client, n) for n in fleet.node_names)
+
+            temporal_signal(local_stack, fleet_id, names.SIGNAL_RESUME, {"packages": [kernel]})
+            for name in (kernel, driver):
+                kubectl_wait_ready(local_stack, name, timeout=300)
+            for node in fleet.node_names:
+                assert [carried(m) for m in windows_of(kube_api_client, node)] == [sorted([kernel, driver])], node
+                assert seen.cordons.get(node) == 1 and seen.reboots(node) == 1, (node, seen.cordons, seen.boot_ids)
+        finally:
+            for name in (driver, kernel):
+                delete_package(kube_api_client, name)
+            delete_policy(kube_api_client, policy)

@@ -176,6 +176,27 @@ def test_wanted_is_pending_work_not_answered_not_paused_and_of_this_wave() -> No
     assert fs.wanted(state, "n2") == [] and fs.wanted(state, "n3") == [] and fs.wanted(state, "n9") == []
 
 
+DEPENDENCY_HOLDS = [
+    pytest.param({}, ["driver", "kernel"], id="both-in-one-window"),
+    pytest.param({"paused": ["kernel"]}, [], id="dependency-paused-by-signal"),
+    pytest.param({"kernel": "erroring"}, [], id="dependency-erroring"),
+    pytest.param({"kernel": "blocked"}, [], id="dependency-blocked"),
+    pytest.param({"kernel": "complete"}, ["driver"], id="dependency-complete-in-this-wave"),
+    pytest.param({"paused": ["driver"]}, ["kernel"], id="dependent-paused"),
+]
+
+
+@pytest.mark.parametrize(("given", "expected"), DEPENDENCY_HOLDS)
+def test_a_window_carries_a_dependent_only_with_its_pending_dependency(given: dict[str, Any],
+                                                                        expected: list[str]) -> None:
+    kernel, driver = an_entry("kernel"), an_entry("driver", dependsOn={"kernel": "1.0.0"})
+    state = in_wave(a_fleet_spec(kernel, driver), ["n1"], pending=["driver", "kernel"])
+    state.paused_packages = list(given.pop("paused", []))
+    if given:
+        state.records["n1"] = NodeRecord(dict(given))
+    assert fs.wanted(state, "n1") == expected
+
+
 def test_startable_and_remaining() -> None:
     state = in_wave(a_fleet_spec(A), ["n1", "n2", "n3"])
     send(state, "n1")
