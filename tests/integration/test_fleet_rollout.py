@@ -9,11 +9,16 @@
   already done get exactly one more window.
 * Pausing one Package (annotation) leaves the other rolling; halt and resume of the fleet; retry of
   one node after a stage failure.
+* A dependency paused by the `pause` signal keeps its dependent out of the windows: after `resume`
+  both go in ONE window per node (one cordon, one reboot).
+* The fleet's history and a node's fleet window replay against the worker's workflows (recorded into
+  tests/histories with `NODEROLL_RECORD_FLEET_HISTORIES=tests/histories`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +28,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client import ApiClient
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
+from temporalio.worker import Replayer
 
 from api import keys
 from api.enums import RolloutPhase
@@ -48,6 +55,7 @@ from tests.integration.bridge_support import (
     read_package,
     wait_leading,
 )
+from worker.registry import WORKFLOWS
 from workflows.fleet_codec import progress_from_json
 from workflows.messages import RolloutInput
 
@@ -416,3 +424,55 @@ async def test_a_dependency_paused_by_signal_keeps_its_dependent_out_of_the_wind
             for name in (driver, kernel):
                 delete_package(kube_api_client, name)
             delete_policy(kube_api_client, policy)
+
+
+# Set to a histories root (tests/histories) to save the histories below as <root>/fleet/<name>.json
+# and <root>/node/<name>.json for tests/workflows/test_replay.py.
+RECORD_FLEET_HISTORIES_ENV = "NODEROLL_RECORD_FLEET_HISTORIES"
+RECORDED_AS = {"fleet": "fleet-canary-then-batch-two-packages", "node": "fleet-window-reboot-dependency"}
+
+
+async def test_fleet_and_node_window_histories_replay(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+) -> None:
+    """Three nodes, two Packages (a reboot one depending on the other), a canary: the fleet's history (to
+    its end, once its Packages are gone) and a node's fleet window replay against the worker's workflows."""
+    labels = {"fleet-test": unique_name("rec")}
+    policy, base, driver = unique_name("pol"), unique_name("base"), unique_name("driver")
+    fleet_id = names.fleet_workflow_id(policy)
+    with running_fleet(local_stack, nodes=3, labels=labels) as fleet:
+        try:
+            create_policy(kube_api_client, run, policy, {
+                "canary": {"count": 1, "soakSeconds": 1, "promotion": "auto"},
+                "default": {"budget": {"count": 2}, "strategy": {"type": "fixed", "initialBatch": 2}}})
+            create_package(kube_api_client, run.package(base, spec(policy, labels)))
+            create_package(kube_api_client, run.package(driver, spec(
+                policy, labels, image="example.local/kmod-blocklist:1.0.0", interrupt={"type": "reboot"},
+                dependsOn={base: "1.0.0"})))
+            for name in (base, driver):
+                kubectl_wait_ready(local_stack, name)
+            node = fleet.node_names[0]
+            assert [carried(m) for m in windows_of(kube_api_client, node)] == [sorted([base, driver])]
+        finally:
+            for name in (driver, base):
+                delete_package(kube_api_client, name)
+            delete_policy(kube_api_client, policy)
+
+        async def fleet_ended() -> None:
+            status = (await temporal_client.get_workflow_handle(fleet_id).describe()).status
+            assert status == WorkflowExecutionStatus.COMPLETED, status
+
+        await assert_eventually_async(fleet_ended, timeout=120)
+        histories = {
+            "fleet": await temporal_client.get_workflow_handle(fleet_id).fetch_history(),
+            "node": await temporal_client.get_workflow_handle(names.node_workflow_id(node)).fetch_history(),
+        }
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    for kind, history in histories.items():
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None, (kind, result.replay_failure)
+    target = os.environ.get(RECORD_FLEET_HISTORIES_ENV)
+    if target:
+        for kind, history in histories.items():
+            (Path(target) / kind).mkdir(parents=True, exist_ok=True)
+            (Path(target) / kind / f"{RECORDED_AS[kind]}.json").write_text(history.to_json())
