@@ -288,7 +288,8 @@ async def test_node_workflow_terminated_mid_window_is_noticed_and_asked_again(
 
             async def first_in_window() -> str:
                 report = await fleet_progress(temporal_client, policy)
-                out = [n for n, p in report.nodes.items() if p.state == "in_progress"]
+                # In progress for the fleet as soon as it is requested: wait for the window itself.
+                out = [n for n, p in report.nodes.items() if p.state == "in_progress" and windows_of(kube_api_client, n)]
                 assert out, report.counts
                 return out[0]
 
@@ -476,3 +477,4 @@ async def test_fleet_and_node_window_histories_replay(
         for kind, history in histories.items():
             (Path(target) / kind).mkdir(parents=True, exist_ok=True)
             (Path(target) / kind / f"{RECORDED_AS[kind]}.json").write_text(history.to_json())
+
