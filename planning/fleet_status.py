@@ -11,7 +11,10 @@
   or signal) with work left, `Halted` while the fleet is, `Canary` while the fleet's canary runs,
   `Progressing`, `Uninstalling`, then `Failed` (erroring nodes) or `Complete`;
 * per node its state, each Package's state, the reason when blocked or erroring, and the
-  disruptions the fleet's windows caused there (windows, cordons, drains, interrupts).
+  disruptions the fleet's windows caused there (windows, cordons, drains, interrupts);
+* the fleet's message, also on each Package while it works, names the nodes that left the targets
+  (relabelled out of the selector, ignored, deleted) before they were updated (`departed`: they
+  are no longer in the listing, so in no count).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from api.enums import CanaryPhase, RolloutPhase, State
 from planning.fleet_state import FleetState, entries, package_revision
 from planning.status import RolloutProgress
 
+# Nodes that left the targets before they were updated, named in a message (all are counted).
+DEPARTED_SHOWN = 5
 # A node's state from its Packages' states: the first that any Package has, in this order.
 _NODE_STATE_ORDER = (State.ERRORING, State.IN_PROGRESS, State.WAITING, State.BLOCKED, State.COMPLETE)
 
@@ -130,13 +135,25 @@ def _package_phase(
     return RolloutPhase.COMPLETE
 
 
+def _fleet_message(state: FleetState) -> str:
+    """The fleet's message, naming the nodes that left the targets before they were updated."""
+    if not state.departed:
+        return state.message
+    names = sorted(state.departed)
+    more = f" and {len(names) - DEPARTED_SHOWN} more" if len(names) > DEPARTED_SHOWN else ""
+    note = (f"{len(names)} node(s) no longer targeted (left the selector, ignored or deleted), not updated: "
+            f"{', '.join(names[:DEPARTED_SHOWN])}{more}")
+    return f"{state.message}; {note}" if state.message else note
+
+
 def _package_message(name: str, phase: RolloutPhase, fleet: str, state: FleetState) -> str:
     if phase is RolloutPhase.PENDING:
         return f"waiting for {fleet} to start a wave with this spec"
     if phase is RolloutPhase.PAUSED:
         return "paused: kept out of new windows (spec.paused, noderoll.io/pause or the pause signal)"
     if phase in (RolloutPhase.HALTED, RolloutPhase.CANARY, RolloutPhase.PROGRESSING) or state.departed:
-        return f"{fleet}: {state.message}" if state.message else ""
+        message = _fleet_message(state)
+        return f"{fleet}: {message}" if message else ""
     return ""
 
 
@@ -152,7 +169,7 @@ def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str) -> Fl
         batch_size=len(planner.current_batch) if planner else 0,
         canary_phase=planner.canary_phase if planner else CanaryPhase.NONE,
         canary_nodes=list(planner.canary_nodes) if planner else [],
-        message=state.message, total_nodes=len(nodes), nodes=nodes, updated_at=now,
+        message=_fleet_message(state), total_nodes=len(nodes), nodes=nodes, updated_at=now,
     )
     for progress in nodes.values():
         report.counts[progress.state] = report.counts.get(progress.state, 0) + 1

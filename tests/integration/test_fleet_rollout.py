@@ -11,6 +11,8 @@
   one node after a stage failure.
 * A dependency paused by the `pause` signal keeps its dependent out of the windows: after `resume`
   both go in ONE window per node (one cordon, one reboot).
+* A node relabelled out of the selector before its batch gets no window and is named in the
+  Package's status message.
 * The fleet's history and a node's fleet window replay against the worker's workflows (recorded into
   tests/histories with `NODEROLL_RECORD_FLEET_HISTORIES=tests/histories`).
 """
@@ -478,3 +480,35 @@ async def test_fleet_and_node_window_histories_replay(
             (Path(target) / kind).mkdir(parents=True, exist_ok=True)
             (Path(target) / kind / f"{RECORDED_AS[kind]}.json").write_text(history.to_json())
 
+
+async def test_a_node_relabelled_out_before_its_batch_is_named_in_the_package_status(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+) -> None:
+    """Regression: a node that left the selector before its batch was dropped from the fleet's progress
+    without a word; the Package's status now names it (as the README promises), and it gets no window."""
+    labels = {"fleet-test": unique_name("left")}
+    policy, name = unique_name("pol"), unique_name("pkg")
+    with running_fleet(local_stack, nodes=3, labels=labels, image_stores=[BENCH_PACKAGES]) as fleet:
+        try:
+            create_policy(kube_api_client, run, policy, {
+                "default": {"budget": {"count": 1}, "strategy": {"type": "fixed", "initialBatch": 1}}})
+            create_package(kube_api_client, run.package(name, spec(
+                policy, labels, image=SLEEP_IMAGE, env=[{"name": "BENCH_STAGE_SECONDS", "value": "3"}])))
+
+            async def first_batch_out() -> str:
+                report = await fleet_progress(temporal_client, policy)
+                waiting = [n for n, p in report.nodes.items() if p.state == "waiting"]
+                assert report.counts.get("in_progress") == 1 and waiting, report.counts
+                return waiting[0]
+
+            untouched = await assert_eventually_async(first_batch_out, timeout=120)
+            client.CoreV1Api(kube_api_client).patch_node(untouched, {"metadata": {"labels": {"fleet-test": None}}})
+            kubectl_wait_ready(local_stack, name)
+            status = read_package(kube_api_client, name)["status"]
+            assert "no longer targeted" in status["message"] and untouched in status["message"], status
+            assert status["progress"] == "2/2", status
+            assert windows_of(kube_api_client, untouched) == []
+            assert all(len(windows_of(kube_api_client, n)) == 1 for n in fleet.node_names if n != untouched)
+        finally:
+            delete_package(kube_api_client, name)
+            delete_policy(kube_api_client, policy)

@@ -196,6 +196,26 @@ def test_the_message_names_the_fleet_while_it_works() -> None:
     assert fleet_progress(done, RolloutPhase.COMPLETE, NOW).packages["a"].message == ""
 
 
+DEPARTED = [
+    pytest.param({"n9": "gone"}, "batch 2", RolloutPhase.COMPLETE,
+                 "batch 2; 1 node(s) no longer targeted (left the selector, ignored or deleted), not updated: n9",
+                 id="one-node-after-the-message"),
+    pytest.param({f"n{i}": "gone" for i in range(3, 10)}, "", RolloutPhase.PROGRESSING,
+                 "7 node(s) no longer targeted (left the selector, ignored or deleted), not updated: "
+                 "n3, n4, n5, n6, n7 and 2 more", id="five-named-then-counted"),
+]
+
+
+@pytest.mark.parametrize(("departed", "message", "fleet_phase", "expected"), DEPARTED)
+def test_nodes_that_left_before_they_were_updated_are_named(departed: dict[str, str], message: str,
+                                                             fleet_phase: RolloutPhase, expected: str) -> None:
+    state = a_state(A, nodes={"n1": targets(done=["a"])}, departed=departed, message=message)
+    report = fleet_progress(state, fleet_phase, NOW)
+    assert report.message == expected
+    assert report.packages["a"].message == f"fleet/gpu: {expected}"
+    assert report.total_nodes == 1 and report.packages["a"].counts == {"complete": 1}
+
+
 # --- budgets ---------------------------------------------------------------------------------------------
 
 
