@@ -293,8 +293,9 @@ def node_failed(state: FleetState, node: str) -> bool:
 def batch_results(state: FleetState, batch: Collection[str]) -> tuple[list[str], list[str]] | None:
     """(succeeded, failed) once no node of `batch` is in flight, else None.
 
-    A node succeeded when every Package its window carried completed; it failed when one ended
-    erroring; a node whose Packages were all blocked or withdrawn counts as neither.
+    A node failed when a Package ended erroring there; it succeeded when none did and one completed
+    (a Package answered blocked next to it does not fail the node); a node whose Packages were all
+    blocked or withdrawn counts as neither.
     """
     if any(n in state.in_flight for n in batch):
         return None

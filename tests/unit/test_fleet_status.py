@@ -219,7 +219,7 @@ def test_nodes_that_left_before_they_were_updated_are_named(departed: dict[str, 
 # --- budgets ---------------------------------------------------------------------------------------------
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(st.integers(1, 12), st.integers(1, 4), st.integers(0, 2), st.sampled_from(["fixed", "linear", "exponential"]),
        st.data())
 def test_budget_in_use_never_above_its_limit_when_requests_follow_batches(

@@ -305,7 +305,7 @@ def _has_work(name: str, package: FleetPackage, node: NodeView) -> bool:
     return plan_package(name, package.spec, state.packages.get(name), package.uninstall).has_work
 
 
-@settings(max_examples=250, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(query_st())
 def test_select_fleet_properties(query: FleetQuery) -> None:
     """The docstring's rules on random snapshots (one generation, three checks: the unit tier stays fast)."""
@@ -380,7 +380,7 @@ taints_st = st.lists(st.builds(taint, st.sampled_from(["k", "dedicated", "exampl
 annotations_st = st.sampled_from(["", GARBAGE, recorded(a="1.0.0"), recorded(a="1.1.0"), recorded(b="1.0.0")])
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(labels_st, taints_st, annotations_st, labels_st, taints_st, annotations_st, st.randoms())
 def test_fingerprint_changes_iff_labels_taints_or_annotation_change(
     labels: dict[str, str], taints: list[dict[str, str]], annotation: str,
