@@ -43,6 +43,7 @@ def policy(strategy: dict[str, Any], budget: int = 10, canary: dict[str, Any] | 
 
 
 EXPONENTIAL = {"type": "exponential", "initialBatch": 1, "growthFactor": 2}
+RELIST_NEVER = 30 * 24 * 3600
 
 
 @asynccontextmanager
@@ -53,6 +54,11 @@ async def fleet(
     task_queue = new_task_queue()
     await register_search_attributes(env.client)
     async with Worker(env.client, task_queue=task_queue, workflows=[FleetWorkflow], activities=nodes.activities()):
+        # No periodic re-list within a test (the fleet re-lists before every batch anyway): a re-list
+        # that runs when the test terminates the fleet leaves the time-skipping test server's lock
+        # taken, and every later test that sleeps in virtual time hangs (seen after
+        # test_watchdog_reports_a_node_that_keeps_closing, whose 600 s ended on the 300 s re-list).
+        extra.setdefault("relist_seconds", RELIST_NEVER)
         handle = await env.client.start_workflow(
             FleetWorkflow.run, FleetInput(policy_name=spec.policy_name, **extra),
             id=names.fleet_workflow_id(spec.policy_name), task_queue=task_queue,
