@@ -156,7 +156,10 @@ def test_a_blocked_outcome_is_cleared_when_the_node_changes(outcome: State, fing
     state = in_wave(a_fleet_spec(A), ["n1"])
     state.targets["n1"].fingerprint = "f1"
     fs.record_result(state, a_result("n1", send(state, "n1"), a=outcome.value))
-    fs.refresh_targets(state, everywhere(["n1"], ["a"], fingerprint=fingerprint), a_policy())
+    # The listing after the answer: a completed Package is done there, the others still pending.
+    listed = targets(done=["a"]) if outcome is State.COMPLETE else targets(["a"])
+    listed.fingerprint = fingerprint
+    fs.refresh_targets(state, a_selection(n1=listed), a_policy())
     assert state.records["n1"].outcomes.get("a") == (after.value if after else None)
     assert (fs.startable(state) == {"n1"}) is (after is None)
 
