@@ -115,6 +115,8 @@ WAVES = [
 def test_start_wave_names_the_changed_packages_and_starts_empty(new: FleetSpec, changed: list[str],
                                                                  canary: CanaryPhase) -> None:
     state = in_wave(a_fleet_spec(A, B, policy=CANARY_POLICY), ["n1", "n2"], policy=a_policy(canary=1))
+    assert state.planner is not None
+    state.planner.canary_phase = CanaryPhase.PASSED  # wave 1 went through its canary
     state.records["n1"] = NodeRecord({"a": State.COMPLETE.value})
     state.departed["n3"] = fs.DEPARTED_REASON
     state.soak_until, state.promote = NOW.isoformat(), True
