@@ -21,13 +21,16 @@ pending again at a later listing (the node's record was removed or reset: it is 
 `gates` and `next_window`: analysis gates and maintenance windows (`planning/gates.py`, `maintenance.py`).
 `previous`, `outgoing` and `rollback`: what a failed canary goes back to, and its rollback
 (`planning/fleet_rollback.py`, `canary.onFailure: rollback`).
+A window carries a dependent only together with each of its dependencies pending on that node: a
+dependency paused by signal (or answered erroring or blocked) keeps its dependents out, as
+`spec.paused` does in target selection.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -245,15 +248,43 @@ def _operator_paused(state: FleetState, package: str) -> bool:
 
 
 def wanted(state: FleetState, node: str) -> list[str]:
-    """Packages the node's next window would carry now (pending, not paused, not yet answered this wave)."""
+    """Packages the node's next window would carry now (pending, not paused, not yet answered this wave).
+
+    A dependent stays out while a dependency pending on the node is not carried with it (paused by
+    signal, or answered erroring or blocked in this wave): its window would only answer it blocked,
+    and the dependency's later window would then cost the node a second drain and interrupt.
+    """
     targets = state.targets.get(node)
     if targets is None or node in state.paused_nodes or node in state.departed:
         return []
     record = state.records.get(node)
-    done = set(record.outcomes) if record else set()
+    answered = record.outcomes if record else {}
     current = state.revisions
-    again = rerun.wanted_again(state.reruns, node, targets, done)
-    return [p for p in [*targets.pending, *again] if p in current and p not in done and not _operator_paused(state, p)]
+    again = rerun.wanted_again(state.reruns, node, targets, answered)
+    carried = [p for p in [*targets.pending, *again]
+               if p in current and p not in answered and not _operator_paused(state, p)]
+    return _with_their_dependencies(state, targets.pending, carried, answered)
+
+
+def _with_their_dependencies(
+    state: FleetState, pending: Collection[str], carried: list[str], answered: Mapping[str, str]
+) -> list[str]:
+    """`carried` without the dependents of a Package pending on the node but not carried (a fixpoint)."""
+    specs = entries(state)
+    kept = list(carried)
+    changed = True
+    while changed:
+        changed = False
+        for package in list(kept):
+            entry = specs.get(package)
+            if entry is None or entry.uninstall:
+                continue
+            held = [d for d in entry.spec.get("dependsOn") or {}
+                    if d in pending and d not in kept and answered.get(d) != State.COMPLETE.value]
+            if held:
+                kept.remove(package)
+                changed = True
+    return kept
 
 
 def startable(state: FleetState) -> set[str]:
@@ -343,8 +374,9 @@ def node_failed(state: FleetState, node: str) -> bool:
 def batch_results(state: FleetState, batch: Collection[str]) -> tuple[list[str], list[str]] | None:
     """(succeeded, failed) once no node of `batch` is in flight, else None.
 
-    A node succeeded when every Package its window carried completed; it failed when one ended
-    erroring; a node whose Packages were all blocked or withdrawn counts as neither.
+    A node failed when a Package ended erroring there; it succeeded when none did and one completed
+    (a Package answered blocked next to it does not fail the node); a node whose Packages were all
+    blocked or withdrawn counts as neither.
     """
     if any(n in state.in_flight for n in batch):
         return None

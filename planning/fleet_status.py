@@ -24,6 +24,9 @@
   the analysis gate that halted it (`gate_failure`: gate, query, value, time), each gate's
   latest sample (`gates`) and the rollback of the wave's failed canary (`rollback`).
 `details_note` is what the Temporal UI's details line adds for a waiting, gate-halted or rolled-back fleet.
+* the fleet's message, also on each Package while it works, names the nodes that left the targets
+  (relabelled out of the selector, ignored, deleted) before they were updated (`departed`: they
+  are no longer in the listing, so in no count).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from planning.fleet_state import FleetState, entries, package_revision
 from planning.gates import GateFailure, GateTrack, failure_text
 from planning.status import RolloutProgress
 
+# Nodes that left the targets before they were updated, named in a message (all are counted).
+DEPARTED_SHOWN = 5
 # A node's state from its Packages' states: the first that any Package has, in this order.
 _NODE_STATE_ORDER = (State.ERRORING, State.IN_PROGRESS, State.WAITING, State.BLOCKED, State.COMPLETE)
 
@@ -176,6 +181,17 @@ def _package_phase(
     return RolloutPhase.COMPLETE
 
 
+def _fleet_message(state: FleetState) -> str:
+    """The fleet's message, naming the nodes that left the targets before they were updated."""
+    if not state.departed:
+        return state.message
+    names = sorted(state.departed)
+    more = f" and {len(names) - DEPARTED_SHOWN} more" if len(names) > DEPARTED_SHOWN else ""
+    note = (f"{len(names)} node(s) no longer targeted (left the selector, ignored or deleted), not updated: "
+            f"{', '.join(names[:DEPARTED_SHOWN])}{more}")
+    return f"{state.message}; {note}" if state.message else note
+
+
 def _package_message(name: str, phase: RolloutPhase, fleet: str, state: FleetState) -> str:
     if phase is RolloutPhase.PENDING:
         return f"waiting for {fleet} to start a wave with this spec"
@@ -183,7 +199,8 @@ def _package_message(name: str, phase: RolloutPhase, fleet: str, state: FleetSta
         return "paused: kept out of new windows (spec.paused, noderoll.io/pause or the pause signal)"
     if phase in (RolloutPhase.HALTED, RolloutPhase.CANARY, RolloutPhase.PROGRESSING, RolloutPhase.WAITING,
                  *_ROLLBACK_PHASES) or state.departed:
-        return f"{fleet}: {state.message}" if state.message else ""
+        message = _fleet_message(state)
+        return f"{fleet}: {message}" if message else ""
     return ""
 
 
@@ -199,7 +216,7 @@ def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str) -> Fl
         batch_size=len(planner.current_batch) if planner else 0,
         canary_phase=planner.canary_phase if planner else CanaryPhase.NONE,
         canary_nodes=list(planner.canary_nodes) if planner else [],
-        message=state.message, total_nodes=len(nodes), nodes=nodes, updated_at=now,
+        message=_fleet_message(state), total_nodes=len(nodes), nodes=nodes, updated_at=now,
         next_window=state.next_window if fleet_phase is RolloutPhase.WAITING else "",
         gate_failure=state.gates.failure, gates={**state.gates.continuous, **state.gates.tracks},
         rollback=rollbacks.report(state.rollback, fleet_phase is RolloutPhase.HALTED) if state.rollback else None,
