@@ -87,6 +87,16 @@ class Promotion(StrEnum):
     MANUAL = "manual"
 
 
+class CanaryFailure(StrEnum):
+    """What a fleet does when its canary fails (`canary.onFailure` of a DeploymentPolicy)."""
+
+    # Halt the fleet (the canary nodes keep what their windows left); `resume`/`retry` go on.
+    HALT = "halt"
+    # Bring the canary nodes back to the previous spec of each Package the wave changed, then end
+    # the wave `RolledBack` (ADR 0009).
+    ROLLBACK = "rollback"
+
+
 class RolloutPhase(StrEnum):
     """Phase of a Package rollout (also the `NoderollPhase` search attribute on rollouts).
 
@@ -106,6 +116,10 @@ class RolloutPhase(StrEnum):
     UNINSTALLING = "Uninstalling"
     # Fleets: work is left but no maintenance window is open (`spec.maintenanceWindows`).
     WAITING = "Waiting"
+    # Fleets (`canary.onFailure: rollback`): the failed canary's nodes go back to the previous specs,
+    # then the wave ends rolled back (`planning/fleet_rollback.py`).
+    ROLLING_BACK = "RollingBack"
+    ROLLED_BACK = "RolledBack"
 
 
 class Weekday(StrEnum):

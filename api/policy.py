@@ -6,6 +6,8 @@ policy) and a batch `strategy`. Checks made here: the object name, budget `count
 unique compartment names (and `default` reserved), no two compartments with identical selectors,
 strategy fields that belong to the strategy type (`delta` only for linear, `growthFactor` only
 for exponential), and a canary that cannot fit in the budgets (when all budgets are counts).
+`canary.onFailure` is `halt` (the default) or `rollback` (ADR 0009); it lives in `canary`, so a
+rollback always has a canary to judge (a policy without `canary` never rolls back).
 Maintenance windows (`maintenanceWindows`, `api/maintenance.py`): times in `HH:MM`, no empty
 window (`start` == `end`), each day once, known IANA time zones, no two windows overlapping.
 Analysis gates (`analysis`, `api/analysis.py`): a success condition that parses, gate names
@@ -23,7 +25,7 @@ from pydantic import Field, field_validator, model_validator
 from api import keys
 from api.analysis import AnalysisGate
 from api.base import LenientModel, SpecModel
-from api.enums import Promotion, StrategyType
+from api.enums import CanaryFailure, Promotion, StrategyType
 from api.maintenance import MaintenanceWindow, check_overlaps
 from api.names import check_name
 from api.package import ObjectMeta
@@ -83,11 +85,16 @@ class Strategy(SpecModel):
 
 
 class Canary(SpecModel):
-    """A first batch of `count` nodes, soaked for `soakSeconds`, then promoted auto or manually."""
+    """A first batch of `count` nodes, soaked for `soakSeconds`, then promoted auto or manually.
+
+    `onFailure`: `halt` (the default) stops the fleet when a canary node fails; `rollback` first
+    brings the canary nodes back to the previous spec of each Package the wave changed (ADR 0009).
+    """
 
     count: int = Field(default=1, ge=1)
     soak_seconds: int = Field(default=0, ge=0)
     promotion: Promotion = Promotion.AUTO
+    on_failure: CanaryFailure = CanaryFailure.HALT
 
 
 class PolicyDefault(SpecModel):

@@ -34,6 +34,18 @@ analysis gate fails, the fleet halts: phase `Halted`, and `status.gateFailure` (
 halt holds back, the same text in the message and in the `Degraded` condition, and one Warning
 Event `GateFailed` on the DeploymentPolicy per failure. `resume` clears it (the gate counts as
 passed once), `retry` evaluates the gate again.
+
+Canary rollback (the DeploymentPolicy's `canary.onFailure: rollback`, ADR 0009): when the canary of a
+wave fails, the DeploymentPolicy and each Package the rollback carries show phase `RollingBack`,
+then `RolledBack` (`Halted` when the rollback failed on a node), and `status.rollback`: `wave`,
+`phase`, `reason` (the canary nodes that failed and why, one line), `canaryFailures` (the same per
+node), `nodes` (the canary nodes rolled back), `versions` (per Package the version it went back to),
+`uninstalled` (the Packages that were new in the wave, uninstalled) and `failedNodes` (nodes where the
+rollback itself failed, with why).
+The message says the same; `Ready` is False and `Degraded` True with reason `RollingBack` or
+`RolledBack`; the bridge emits one Warning Event `CanaryRolledBack` on the DeploymentPolicy per
+rolled-back wave. A rolled-back node counts as `waiting` for the Package (reason `rolled back to
+...`). The status stays until the next wave starts (a new desired state, or `resume`).
 """
 
 from __future__ import annotations
@@ -107,6 +119,20 @@ class GateFailureStatus(StatusModel):
     when: str = ""
 
 
+class RollbackStatus(StatusModel):
+    """The rollback of a failed canary (`planning.fleet_rollback.RollbackReport`)."""
+
+    wave: int = 0
+    phase: RolloutPhase = RolloutPhase.ROLLING_BACK
+    reason: str = ""
+    canary_failures: list[NodeReason] = Field(default_factory=list)
+    nodes: list[str] = Field(default_factory=list)
+    # Package -> the version it went back to; the Packages uninstalled (they were new in the wave).
+    versions: dict[str, str] = Field(default_factory=dict)
+    uninstalled: list[str] = Field(default_factory=list)
+    failed_nodes: list[NodeReason] = Field(default_factory=list)
+
+
 class BatchStatus(StatusModel):
     """The batch the rollout is working on."""
 
@@ -137,6 +163,7 @@ class PackageStatus(StatusModel):
     drain_blocked_nodes: list[DrainBlockedNode] = Field(default_factory=list)
     next_window: str | None = None
     gate_failure: GateFailureStatus | None = None
+    rollback: RollbackStatus | None = None
     conditions: list[Condition] = Field(default_factory=list)
 
 
@@ -153,4 +180,5 @@ class PolicyStatus(StatusModel):
     packages: list[str] | None = None
     next_window: str | None = None
     gate_failure: GateFailureStatus | None = None
+    rollback: RollbackStatus | None = None
     conditions: list[Condition] = Field(default_factory=list)

@@ -37,6 +37,8 @@ DELETION_BLOCKED = "DeletionBlocked"
 RECONCILE_FAILED = "ReconcileFailed"
 # On a DeploymentPolicy: an analysis gate failed and halted its fleet (one Event per failure).
 GATE_FAILED = "GateFailed"
+# On a DeploymentPolicy: its fleet's failed canary was rolled back, or the rollback failed (once per outcome).
+CANARY_ROLLED_BACK = "CanaryRolledBack"
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,18 @@ class Fleets:
         """Whether `fleet/<fleet>` is running, closed, or was never started."""
         return await _state(self.handle(fleet))
 
+    async def foreign_queue(self, fleet: str) -> str | None:
+        """The task queue `fleet/<fleet>` runs on when it runs on another than this bridge's, else None."""
+        try:
+            description = await self.handle(fleet).describe()
+        except RPCError as err:
+            if err.status is RPCStatusCode.NOT_FOUND:
+                return None
+            raise
+        if description.status is not WorkflowExecutionStatus.RUNNING or description.task_queue == self.task_queue:
+            return None
+        return description.task_queue
+
     async def send(self, spec: FleetSpec) -> None:
         """Hand `spec` to its fleet: signal-with-start `desired`."""
         shown = ", ".join(f"{e.name} {e.spec.get('version', '?')}" for e in spec.packages) or "no Packages"

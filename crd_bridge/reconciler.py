@@ -10,7 +10,8 @@
 * `reconcile_policy(name)`: writes the policy's status (validity, and the fleet's progress when the
   status poller has it) and returns the Packages naming it (their validity depends on it); a new
   analysis gate failure in that progress (`status.gateFailure` with a time the status did not show
-  yet) gets one Warning Event `GateFailed` on the policy.
+  yet) gets one Warning Event `GateFailed` on the policy, and a finished canary rollback (a phase
+  other than `RollingBack` the status did not show yet for that wave) one Warning Event `CanaryRolledBack`.
 * deletion protection of both kinds (`protect`, rules in `crd_bridge.protection`): the finalizer
   `noderoll.io/in-use` while other Packages use the object, the condition `InUse`, and a Warning
   Event `DeletionBlocked` while its deletion waits for them.
@@ -48,6 +49,7 @@ from crd_bridge.protection import (
 )
 from crd_bridge.status_writer import StatusWrite, without_empty_strings, write_status
 from crd_bridge.validation import PackageCheck, check_package, parse_policy
+from planning.fleet_rollback import rollback_event
 from planning.fleet_status import FleetProgress
 from planning.gates import failure_text
 from planning.status import render_invalid_package_status, render_policy_status
@@ -86,6 +88,10 @@ class Reconciler:
         self.valid: dict[str, PackageCheck] = {}
         # The latest progress of each fleet (the status poller fills it; the policy status shows it).
         self.progress: dict[str, FleetProgress] = {}
+        # Fleets found running on another task queue (warned once).
+        self._warned_queue: set[str] = set()
+        # Policy -> time of the gate failure whose Warning Event was emitted.
+        self._gate_announced: dict[str, str] = {}
         # (kind, name) -> the users last named in a `DeletionBlocked` Event.
         self._blocked_shown: dict[tuple[str, str], list[str]] = {}
 
@@ -224,6 +230,12 @@ class Reconciler:
         if not spec.packages and (previous is None or not previous.packages):
             # Nothing to roll out and nothing handed over: no fleet to start.
             return
+        if fleet not in self._warned_queue and (queue := await self.fleets.foreign_queue(fleet)):
+            # Workers poll this bridge's queue: a fleet on another one would never act on what it is given.
+            self._warned_queue.add(fleet)
+            log.warning("%s runs on task queue %r, this bridge serves %r: its desired state reaches it, but only "
+                        "workers polling %r act on it (terminate it to start it on %r)",
+                        fleet_workflow_id(fleet), queue, self.fleets.task_queue, queue, self.fleets.task_queue)
         await self.fleets.send(spec)
         log.info("%s: desired state handed over (%d Package(s))", fleet_workflow_id(fleet), len(spec.packages))
         self.sent[fleet], self._sent_digest[fleet] = spec, digest
@@ -263,10 +275,18 @@ class Reconciler:
             self._event(obj, events.WARNING, events.INVALID_SPEC,
                         "; ".join(f"{p.field}: {p.message}" for p in problems), kind=keys.POLICY_KIND)
         report = self.progress.get(name)
+        # Announced once per failure: remembered here (the cache may briefly hold an older status from
+        # the watch) and read from the status written (a restarted bridge does not repeat it).
         if changed and report is not None and report.gate_failure is not None and \
+                self._gate_announced.get(name) != report.gate_failure.at and \
                 (previous.get("gateFailure") or {}).get("time") != report.gate_failure.at:
+            self._gate_announced[name] = report.gate_failure.at
             self._event(obj, events.WARNING, events.GATE_FAILED,
                         f"{fleet_workflow_id(name)} halted: {failure_text(report.gate_failure)}", kind=keys.POLICY_KIND)
+        rolled_back = rollback_event(previous.get("rollback"), report.rollback if report is not None else None)
+        if changed and rolled_back:
+            self._event(obj, events.WARNING, events.CANARY_ROLLED_BACK, f"{fleet_workflow_id(name)}: {rolled_back}",
+                        kind=keys.POLICY_KIND)
         if changed:
             obj["status"] = status
 

@@ -3,7 +3,8 @@
 Kinds: `fail-stage` (the stage pod fails with `exitCode` without running the agent), `hang` (the
 stage pod stays Running until deleted), `reboot-never-returns` (a rebooted node stays NotReady) and
 `slow-termination` (deleted pods take `seconds`, still bounded by their grace period). `nodes` is a
-regular expression matched against the whole node name; `mode` and `package` are shell patterns;
+regular expression matched against the whole node name; `mode`, `package` and `version` (the stage
+pod's Package version, so a fault can hit one version of a Package and spare the others) are shell patterns;
 `times` limits how many matches a fault applies to (then it is spent).
 """
 
@@ -30,6 +31,7 @@ class Fault:
     nodes: str = ".*"
     mode: str = "*"
     package: str = "*"
+    version: str = "*"
     exit_code: int = 1
     seconds: float = 0.0
     times: int | None = None
@@ -40,14 +42,15 @@ class Fault:
             raise ValueError(f"unknown fault kind {self.kind!r}; known: {', '.join(KINDS)}")
         self._pattern = re.compile(self.nodes)
 
-    def matches(self, node: str, mode: str = "", package: str = "") -> bool:
-        """Whether the rule covers this node (and stage pod mode/package)."""
+    def matches(self, node: str, mode: str = "", package: str = "", version: str = "") -> bool:
+        """Whether the rule covers this node (and stage pod mode/package/version)."""
         if self.times is not None and self.times <= 0:
             return False
         return (
             self._pattern.fullmatch(node) is not None
             and fnmatch.fnmatchcase(mode, self.mode)
             and fnmatch.fnmatchcase(package, self.package)
+            and fnmatch.fnmatchcase(version, self.version)
         )
 
 
@@ -68,11 +71,11 @@ class Faults:
         with self._lock:
             self._rules = list(rules)
 
-    def take(self, kind: str, node: str, mode: str = "", package: str = "") -> Fault | None:
+    def take(self, kind: str, node: str, mode: str = "", package: str = "", version: str = "") -> Fault | None:
         """The first matching rule of a kind, spending one of its `times`."""
         with self._lock:
             for rule in self._rules:
-                if rule.kind == kind and rule.matches(node, mode, package):
+                if rule.kind == kind and rule.matches(node, mode, package, version):
                     if rule.times is not None:
                         rule.times -= 1
                     return rule
@@ -87,6 +90,7 @@ def _rule(raw: Any) -> Fault:
         nodes=str(raw.get("nodes", ".*")),
         mode=str(raw.get("mode", "*")),
         package=str(raw.get("package", "*")),
+        version=str(raw.get("version", "*")),
         exit_code=int(raw.get("exitCode", 1)),
         seconds=float(raw.get("seconds", 0)),
         times=int(raw["times"]) if raw.get("times") is not None else None,

@@ -220,11 +220,11 @@ def _run_container(ctx: SimContext, node: SimNode, pod: dict[str, Any],
     with ctx.lock:
         if uid in ctx.terminating or uid not in ctx.started:
             return None  # deleted between two containers
-    package = env.get("NODEROLL_PACKAGE", "")
-    if ctx.options.faults.take("hang", node.name, mode, package) is not None:
+    package, version = env.get("NODEROLL_PACKAGE", ""), env.get("NODEROLL_VERSION", "")
+    if ctx.options.faults.take("hang", node.name, mode, package, version) is not None:
         log.info("pod %s on %s hangs in %s (fault)", pod["metadata"]["name"], node.name, mode)
         return None
-    fault = ctx.options.faults.take("fail-stage", node.name, mode, package)
+    fault = ctx.options.faults.take("fail-stage", node.name, mode, package, version)
     if fault is not None:
         output = f"fleetsim: injected fault fail-stage on {node.name} mode {mode}: exit {fault.exit_code}\n"
         _append_log(ctx, node, pod, output)

@@ -45,6 +45,12 @@ WAVES: tuple[tuple[str, ...], ...] = ((ETCD, TEMPORAL), (APISERVER,), (CONTROLLE
 Progress = Callable[[str], None]
 
 
+# Bound of the first-run cluster set-up (CRDs Established, service-account tokens, webhook answering):
+# 5-15 s on an idle 2-core machine; over 90 s was seen at a load average above 20 (several stacks and a
+# Kubernetes build at once), when the token controller had not run yet: a bound, not an expected wait.
+CLUSTER_SETUP_SECONDS = 240.0
+
+
 class StackError(RuntimeError):
     """A component did not start or get ready; the message names it and its log file."""
 
@@ -189,7 +195,7 @@ def up(state_dir: Path, progress: Progress = _quiet, *, die_with_parent: bool = 
         except SearchAttributeTypeError as err:
             raise StackError(str(err)) from err
         try:
-            crds = setup_cluster(SetupRequest(kubeconfig, deadline=time.monotonic() + 90.0,
+            crds = setup_cluster(SetupRequest(kubeconfig, deadline=time.monotonic() + CLUSTER_SETUP_SECONDS,
                                               webhook_url=layout.webhook_url, ca_bundle=pki.ca_cert.read_bytes()))
         except ClusterSetupError as err:
             log = info.components[CONTROLLER_MANAGER].log

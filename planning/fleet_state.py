@@ -19,13 +19,18 @@ per wave for a Package: only `retry` (or a new wave) clears an outcome, except a
 outcome, cleared when the node itself changes (its fingerprint), and a `complete` one whose work is
 pending again at a later listing (the node's record was removed or reset: it is asked again).
 `gates` and `next_window`: analysis gates and maintenance windows (`planning/gates.py`, `maintenance.py`).
+`previous`, `outgoing` and `rollback`: what a failed canary goes back to, and its rollback
+(`planning/fleet_rollback.py`, `canary.onFailure: rollback`).
+A window carries a dependent only together with each of its dependencies pending on that node: a
+dependency paused by signal (or answered erroring or blocked) keeps its dependents out, as
+`spec.paused` does in target selection.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -33,6 +38,7 @@ from api.enums import CanaryPhase, State
 from api.policy import DeploymentPolicySpec
 from planning import batches
 from planning import fleet_rerun as rerun
+from planning import fleet_rollback as rollbacks
 from planning import gates as gate_rules
 from planning.batch_state import BatchPlannerState
 from planning.fleet_targets import FleetSelection, NodeTargets
@@ -55,6 +61,8 @@ class InFlight:
     resent: int = 0
     # Ids of the reruns (`planning.fleet_rerun`) this request carries.
     reruns: list[str] = field(default_factory=list)
+    # A rollback window (`planning.fleet_rollback`): its answer goes to `FleetState.rollback`.
+    rollback: bool = False
 
 
 @dataclass
@@ -114,6 +122,12 @@ class FleetState:
     # `noderoll rerun`: reruns not finished, and the ids taken (planning.fleet_rerun).
     reruns: list[rerun.RerunOrder] = field(default_factory=list)
     rerun_ids: list[str] = field(default_factory=list)
+    # Per Package the wave changes: the spec a rollback restores (None: it was new; absent: unknown);
+    # specs the wave rolls out that the desired state has since replaced (the next wave's previous);
+    # the rollback of the wave's failed canary (planning.fleet_rollback).
+    previous: dict[str, PackageEntry | None] = field(default_factory=dict)
+    outgoing: dict[str, PackageEntry] = field(default_factory=dict)
+    rollback: rollbacks.Rollback | None = None
 
 
 # --- desired state ---------------------------------------------------------------------------
@@ -141,8 +155,14 @@ def entries(state: FleetState) -> dict[str, PackageEntry]:
 
 def set_spec(state: FleetState, spec: FleetSpec) -> bool:
     """Take a new desired state; True when it wants a new wave (a revision or the policy changed)."""
-    state.spec = spec
     wanted = {e.name: package_revision(e) for e in spec.packages}
+    for entry in state.spec.packages if state.spec else []:
+        # The spec the wave rolls out, replaced now: the next wave's previous (kept once, only when replaced).
+        rolled = state.revisions.get(entry.name)
+        replaced = entry.name in wanted and wanted[entry.name] != rolled
+        if replaced and rolled == package_revision(entry):
+            state.outgoing.setdefault(entry.name, entry)
+    state.spec = spec
     if any(state.revisions.get(p) != r for p, r in wanted.items()) or policy_revision(spec) != state.policy_revision:
         state.wave_wanted = True
     elif not state.wave_wanted:
@@ -151,11 +171,24 @@ def set_spec(state: FleetState, spec: FleetSpec) -> bool:
     return state.wave_wanted
 
 
-def start_wave(state: FleetState, selection: FleetSelection, policy: DeploymentPolicySpec, identity: str) -> None:
-    """Begin a new wave over `selection` (call only with nothing in flight)."""
+def start_wave(state: FleetState, selection: FleetSelection, policy: DeploymentPolicySpec, identity: str,
+               recount: bool = True) -> None:
+    """Begin a new wave over `selection` (call only with nothing in flight).
+
+    `recount`: the Packages of the ending wave whose canary did not pass count as changed again
+    (False only when replaying fleet runs recorded before that rule: their canary stays as it was).
+    """
     assert state.spec is not None
     revisions = {e.name: package_revision(e) for e in state.spec.packages}
-    state.changed = sorted(p for p, r in revisions.items() if state.revisions.get(p) != r)
+    before = state.planner
+    passed = before is None or rollbacks.canary_passed(before.canary_phase, before.canary_count)
+    # A change whose canary did not pass (rolled back, halted, superseded) is still a change.
+    unproven = rollbacks.unproven(state.changed, passed)
+    changed = sorted(p for p, r in revisions.items() if state.revisions.get(p) != r or (recount and p in unproven))
+    state.previous = rollbacks.previous_specs(rollbacks.PreviousInput(
+        changed, state.previous, unproven, set(state.revisions), state.outgoing))
+    state.outgoing, state.rollback = {}, None
+    state.changed = changed
     state.revisions = revisions
     state.policy_revision = policy_revision(state.spec)
     state.wave += 1
@@ -215,15 +248,43 @@ def _operator_paused(state: FleetState, package: str) -> bool:
 
 
 def wanted(state: FleetState, node: str) -> list[str]:
-    """Packages the node's next window would carry now (pending, not paused, not yet answered this wave)."""
+    """Packages the node's next window would carry now (pending, not paused, not yet answered this wave).
+
+    A dependent stays out while a dependency pending on the node is not carried with it (paused by
+    signal, or answered erroring or blocked in this wave): its window would only answer it blocked,
+    and the dependency's later window would then cost the node a second drain and interrupt.
+    """
     targets = state.targets.get(node)
     if targets is None or node in state.paused_nodes or node in state.departed:
         return []
     record = state.records.get(node)
-    done = set(record.outcomes) if record else set()
+    answered = record.outcomes if record else {}
     current = state.revisions
-    again = rerun.wanted_again(state.reruns, node, targets, done)
-    return [p for p in [*targets.pending, *again] if p in current and p not in done and not _operator_paused(state, p)]
+    again = rerun.wanted_again(state.reruns, node, targets, answered)
+    carried = [p for p in [*targets.pending, *again]
+               if p in current and p not in answered and not _operator_paused(state, p)]
+    return _with_their_dependencies(state, targets.pending, carried, answered)
+
+
+def _with_their_dependencies(
+    state: FleetState, pending: Collection[str], carried: list[str], answered: Mapping[str, str]
+) -> list[str]:
+    """`carried` without the dependents of a Package pending on the node but not carried (a fixpoint)."""
+    specs = entries(state)
+    kept = list(carried)
+    changed = True
+    while changed:
+        changed = False
+        for package in list(kept):
+            entry = specs.get(package)
+            if entry is None or entry.uninstall:
+                continue
+            held = [d for d in entry.spec.get("dependsOn") or {}
+                    if d in pending and d not in kept and answered.get(d) != State.COMPLETE.value]
+            if held:
+                kept.remove(package)
+                changed = True
+    return kept
 
 
 def startable(state: FleetState) -> set[str]:
@@ -277,6 +338,21 @@ def record_result(state: FleetState, result: WindowResult) -> bool:
     del state.in_flight[result.node]
     if result.withdrawn:
         return True
+    if flight.rollback:
+        if state.rollback is not None:  # None: `resume` gave the rollback up meanwhile
+            rollbacks.answered(state.rollback, result)
+    else:
+        _record_outcomes(state, result, flight)
+    if result.cordoned or result.drained or result.interrupt:
+        tally = state.disruptions.setdefault(result.node, Disruptions())
+        tally.windows += 1
+        tally.cordons += int(result.cordoned)
+        tally.drains += int(result.drained)
+        tally.interrupts += int(bool(result.interrupt))
+    return True
+
+
+def _record_outcomes(state: FleetState, result: WindowResult, flight: InFlight) -> None:
     rerun.answered(state.reruns, result.node, flight.reruns)
     record = state.records.setdefault(result.node, NodeRecord())
     for package, outcome in sorted(result.outcomes.items()):
@@ -287,13 +363,6 @@ def record_result(state: FleetState, result: WindowResult) -> bool:
         if outcome.state == State.BLOCKED.value:
             targets = state.targets.get(result.node)
             record.fingerprint = targets.fingerprint if targets else ""
-    if result.cordoned or result.drained or result.interrupt:
-        tally = state.disruptions.setdefault(result.node, Disruptions())
-        tally.windows += 1
-        tally.cordons += int(result.cordoned)
-        tally.drains += int(result.drained)
-        tally.interrupts += int(bool(result.interrupt))
-    return True
 
 
 def node_failed(state: FleetState, node: str) -> bool:
@@ -305,8 +374,9 @@ def node_failed(state: FleetState, node: str) -> bool:
 def batch_results(state: FleetState, batch: Collection[str]) -> tuple[list[str], list[str]] | None:
     """(succeeded, failed) once no node of `batch` is in flight, else None.
 
-    A node succeeded when every Package its window carried completed; it failed when one ended
-    erroring; a node whose Packages were all blocked or withdrawn counts as neither.
+    A node failed when a Package ended erroring there; it succeeded when none did and one completed
+    (a Package answered blocked next to it does not fail the node); a node whose Packages were all
+    blocked or withdrawn counts as neither.
     """
     if any(n in state.in_flight for n in batch):
         return None
@@ -325,6 +395,31 @@ def batch_results(state: FleetState, batch: Collection[str]) -> tuple[list[str],
 def failed_nodes(state: FleetState) -> list[str]:
     """Nodes where a Package ended erroring in this wave."""
     return sorted(n for n in state.records if node_failed(state, n))
+
+
+# --- canary rollback (planning.fleet_rollback) ------------------------------------------------------
+
+
+def start_rollback(state: FleetState) -> str:
+    """The wave's canary failed and the policy rolls back: plan it; returns "" or why there is none."""
+    planner = state.planner
+    assert planner is not None
+    planned = rollbacks.plan(rollbacks.RollbackInput(
+        wave=state.wave, canary=planner.canary_nodes, changed=state.changed, previous=state.previous,
+        entries=entries(state), outcomes={n: r.outcomes for n, r in state.records.items()},
+        messages={n: r.messages for n, r in state.records.items()},
+    ))
+    if isinstance(planned, str):
+        return planned
+    if not planned.nodes:
+        return "no canary node ran a Package the wave changes"
+    state.rollback = planned
+    return ""
+
+
+def rolling_back(state: FleetState) -> bool:
+    """A rollback has nodes left and is not halted: a new wave waits until it is done."""
+    return state.rollback is not None and not state.halted and not rollbacks.finished(state.rollback)
 
 
 # --- operator signals ----------------------------------------------------------------------------
@@ -365,6 +460,10 @@ def apply_resume(state: FleetState, scope: Filter) -> None:
     if scope.is_empty():
         gate_rules.override(state.gates)
         state.paused, state.halted, state.promote = False, False, True
+        if state.rollback is not None:
+            # Re-attempt the rolled-back wave: a new wave of the same desired state, canary first
+            # (its changes are unproven: `start_wave` counts them as changed again).
+            state.rollback, state.wave_wanted = None, True
         state.paused_packages.clear()
         state.paused_nodes.clear()
         if state.planner is not None and state.planner.halted:
@@ -384,15 +483,19 @@ def apply_halt(state: FleetState, scope: Filter) -> list[str]:
         state.halted = True
         return sorted(state.in_flight)
     apply_pause(state, Filter(scope.packages, scope.nodes))
+    # Rollback windows ignore pauses: withdrawing one would only send it again.
     return sorted(
         node for node, flight in state.in_flight.items()
-        if node in scope.nodes or set(flight.packages) & set(scope.packages)
+        if not flight.rollback and (node in scope.nodes or set(flight.packages) & set(scope.packages))
     )
 
 
 def apply_retry(state: FleetState, scope: Filter) -> list[str]:
     """`retry`: erroring and blocked outcomes (all, or of these Packages / nodes) are asked again; clears a halt
-    (a failed gate is evaluated again)."""
+    (a failed gate is evaluated again). After a canary rollback: the nodes whose rollback failed are asked again."""
+    if state.rollback is not None:
+        state.halted = False
+        return rollbacks.retry(state.rollback, scope.nodes)
     retried = []
     for node, record in sorted(state.records.items()):
         if scope.nodes and node not in scope.nodes:
@@ -435,9 +538,13 @@ def lost(state: FleetState, node: str, how: str) -> bool:
     if flight.resent < LOST_RESENDS:
         return True
     del state.in_flight[node]
-    record = state.records.setdefault(node, NodeRecord())
     message = (f"node workflow node/{node} closed ({how}) without answering, {flight.resent + 1} times; "
                "signal retry to ask again")
+    if flight.rollback:
+        if state.rollback is not None:
+            rollbacks.lost(state.rollback, node, message)
+        return False
+    record = state.records.setdefault(node, NodeRecord())
     for package in flight.packages:
         record.outcomes[package] = State.ERRORING.value
         record.messages[package] = message

@@ -13,25 +13,35 @@
   or signal) with work left, `Halted` while the fleet is, `Canary` while the fleet's canary runs,
   `Waiting` while the fleet waits for a maintenance window, `Progressing`, `Uninstalling`, then
   `Failed` (erroring nodes) or `Complete`; with the fleet's next window opening and its failed
-  analysis gate, if any;
+  analysis gate, if any; a Package the rollback of a failed canary carries shows `RollingBack`, then
+  `RolledBack` (or `Halted` when the rollback failed) with the rollback (restricted to it), and other
+  Packages with work left in that wave show `Halted` (the wave ended);
+* per node and Package after its rollback window answered: `waiting` with the reason ("rolled back to
+  1.0.0: the canary of wave 2 failed here") when it is back, `erroring` with the rollback's failure when not;
 * per node its state, each Package's state, the reason when blocked or erroring, and the
   disruptions the fleet's windows caused there (windows, cordons, drains, interrupts);
 * for the fleet: the next opening of a maintenance window while it waits for one (`next_window`),
-  the analysis gate that halted it (`gate_failure`: gate, query, value, time) and each gate's
-  latest sample (`gates`).
-`details_note` is what the Temporal UI's details line adds for a waiting or gate-halted fleet.
+  the analysis gate that halted it (`gate_failure`: gate, query, value, time), each gate's
+  latest sample (`gates`) and the rollback of the wave's failed canary (`rollback`).
+`details_note` is what the Temporal UI's details line adds for a waiting, gate-halted or rolled-back fleet.
+* the fleet's message, also on each Package while it works, names the nodes that left the targets
+  (relabelled out of the selector, ignored, deleted) before they were updated (`departed`: they
+  are no longer in the listing, so in no count).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from api.enums import CanaryPhase, RolloutPhase, State
+from planning import fleet_rollback as rollbacks
 from planning.fleet_state import FleetState, entries, package_revision
 from planning.gates import GateFailure, GateTrack, failure_text
 from planning.status import RolloutProgress
 
+# Nodes that left the targets before they were updated, named in a message (all are counted).
+DEPARTED_SHOWN = 5
 # A node's state from its Packages' states: the first that any Package has, in this order.
 _NODE_STATE_ORDER = (State.ERRORING, State.IN_PROGRESS, State.WAITING, State.BLOCKED, State.COMPLETE)
 
@@ -84,6 +94,11 @@ class FleetProgress:
     # The analysis gate that halted the fleet (cleared by resume or retry), and each gate's latest samples.
     gate_failure: GateFailure | None = None
     gates: dict[str, GateTrack] = field(default_factory=dict)
+    # The rollback of the wave's failed canary (`canary.onFailure: rollback`), None when there is none.
+    rollback: rollbacks.RollbackReport | None = None
+
+
+_ROLLBACK_PHASES = (RolloutPhase.ROLLING_BACK, RolloutPhase.ROLLED_BACK)
 
 
 def details_note(state: FleetState, phase: RolloutPhase) -> str:
@@ -92,6 +107,8 @@ def details_note(state: FleetState, phase: RolloutPhase) -> str:
         return f"; next maintenance window opens {state.next_window}"
     if phase is RolloutPhase.HALTED and state.gates.failure is not None:
         return f"; {failure_text(state.gates.failure)}"
+    if state.rollback is not None and (phase in _ROLLBACK_PHASES or phase is RolloutPhase.HALTED):
+        return f"; {state.rollback.reason}"
     return ""
 
 
@@ -100,6 +117,12 @@ def _package_state(state: FleetState, node: str, package: str) -> tuple[str, str
     flight = state.in_flight.get(node)
     if flight is not None and package in flight.packages:
         return State.IN_PROGRESS.value, ""
+    rollback = state.rollback
+    if rollback is not None and package in rollback.nodes.get(node, []):
+        if node in rollback.failed:
+            return State.ERRORING.value, f"rollback failed: {rollback.failed[node]}"
+        if node in rollback.done:
+            return State.WAITING.value, rollbacks.node_reason(rollback, node, package)
     record = state.records.get(node)
     targets = state.targets[node]
     outcome = record.outcomes.get(package) if record is not None else None
@@ -122,7 +145,7 @@ def _node_progress(state: FleetState, node: str) -> NodeProgress:
     for package in targets.packages():
         value, reason = _package_state(state, node, package)
         packages[package] = value
-        if reason and value in (State.BLOCKED.value, State.ERRORING.value, State.SKIPPED.value):
+        if reason and value != State.COMPLETE.value:
             reasons.append(f"{package}: {reason}")
     present = set(packages.values())
     node_state = next((s.value for s in _NODE_STATE_ORDER if s.value in present), State.COMPLETE.value)
@@ -143,15 +166,30 @@ def _package_phase(
     left = counts.get(State.WAITING.value, 0) + counts.get(State.IN_PROGRESS.value, 0)
     if entry.uninstall:
         return RolloutPhase.UNINSTALLING if left or counts.get(State.ERRORING.value) else RolloutPhase.COMPLETE
+    if state.rollback is not None and name in state.rollback.orders:
+        return rollbacks.phase(state.rollback) if fleet_phase is not RolloutPhase.HALTED else fleet_phase
     if left:
         if paused and not counts.get(State.IN_PROGRESS.value):
             return RolloutPhase.PAUSED
         if fleet_phase in (RolloutPhase.HALTED, RolloutPhase.PAUSED, RolloutPhase.CANARY, RolloutPhase.WAITING):
             return fleet_phase
+        if fleet_phase in _ROLLBACK_PHASES:
+            return RolloutPhase.HALTED  # the wave ended with the rollback: its nodes wait for the next one
         return RolloutPhase.PROGRESSING
     if counts.get(State.ERRORING.value):
         return RolloutPhase.FAILED
     return RolloutPhase.COMPLETE
+
+
+def _fleet_message(state: FleetState) -> str:
+    """The fleet's message, naming the nodes that left the targets before they were updated."""
+    if not state.departed:
+        return state.message
+    names = sorted(state.departed)
+    more = f" and {len(names) - DEPARTED_SHOWN} more" if len(names) > DEPARTED_SHOWN else ""
+    note = (f"{len(names)} node(s) no longer targeted (left the selector, ignored or deleted), not updated: "
+            f"{', '.join(names[:DEPARTED_SHOWN])}{more}")
+    return f"{state.message}; {note}" if state.message else note
 
 
 def _package_message(name: str, phase: RolloutPhase, fleet: str, state: FleetState) -> str:
@@ -159,9 +197,10 @@ def _package_message(name: str, phase: RolloutPhase, fleet: str, state: FleetSta
         return f"waiting for {fleet} to start a wave with this spec"
     if phase is RolloutPhase.PAUSED:
         return "paused: kept out of new windows (spec.paused, noderoll.io/pause or the pause signal)"
-    if phase in (RolloutPhase.HALTED, RolloutPhase.CANARY, RolloutPhase.PROGRESSING, RolloutPhase.WAITING) or \
-            state.departed:
-        return f"{fleet}: {state.message}" if state.message else ""
+    if phase in (RolloutPhase.HALTED, RolloutPhase.CANARY, RolloutPhase.PROGRESSING, RolloutPhase.WAITING,
+                 *_ROLLBACK_PHASES) or state.departed:
+        message = _fleet_message(state)
+        return f"{fleet}: {message}" if message else ""
     return ""
 
 
@@ -177,9 +216,10 @@ def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str) -> Fl
         batch_size=len(planner.current_batch) if planner else 0,
         canary_phase=planner.canary_phase if planner else CanaryPhase.NONE,
         canary_nodes=list(planner.canary_nodes) if planner else [],
-        message=state.message, total_nodes=len(nodes), nodes=nodes, updated_at=now,
+        message=_fleet_message(state), total_nodes=len(nodes), nodes=nodes, updated_at=now,
         next_window=state.next_window if fleet_phase is RolloutPhase.WAITING else "",
         gate_failure=state.gates.failure, gates={**state.gates.continuous, **state.gates.tracks},
+        rollback=rollbacks.report(state.rollback, fleet_phase is RolloutPhase.HALTED) if state.rollback else None,
     )
     for progress in nodes.values():
         report.counts[progress.state] = report.counts.get(progress.state, 0) + 1
@@ -209,5 +249,18 @@ def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str) -> Fl
             uninstalled=entry.uninstall and phase is RolloutPhase.COMPLETE,
             next_window=report.next_window if phase is RolloutPhase.WAITING else "",
             gate_failure=report.gate_failure if phase is RolloutPhase.HALTED else None,
+            rollback=_package_rollback(report.rollback, state, name),
         )
     return report
+
+
+def _package_rollback(report: rollbacks.RollbackReport | None, state: FleetState,
+                      name: str) -> rollbacks.RollbackReport | None:
+    """The fleet's rollback as one Package shows it: its nodes and its version (None: not carried)."""
+    rollback = state.rollback
+    if report is None or rollback is None or name not in rollback.orders:
+        return None
+    nodes = sorted(n for n, packages in rollback.nodes.items() if name in packages)
+    return replace(report, nodes=nodes, versions={p: v for p, v in report.versions.items() if p == name},
+                   uninstalled=[p for p in report.uninstalled if p == name],
+                   failed={n: why for n, why in report.failed.items() if n in nodes})

@@ -11,8 +11,10 @@ Conditions follow Kubernetes conventions (metav1.Condition):
   node updated"); `observedGeneration` set. While nodes are blocked it is False with reason
   `NodesBlocked` (unless the rollout halted, failed or is invalid: that phase is the reason) and the
   message names them with their reasons (`blocked_summary`: the first `BLOCKED_SHOWN`, then a count);
-* `Progressing`: True while the rollout works (Pending, Canary, Progressing, Uninstalling);
-* `Degraded`: True when nodes are erroring or blocked, or the rollout halted, failed or is invalid.
+* `Progressing`: True while the rollout works (Pending, Canary, Progressing, Uninstalling, Waiting,
+  RollingBack);
+* `Degraded`: True when nodes are erroring or blocked, or the rollout halted, failed, is invalid, or
+  its canary failed and is being (or was) rolled back (RollingBack, RolledBack).
 Nodes whose drain waits on someone else's pods (`drain_blocked`, read by the bridge from the nodes'
 `noderoll.io/Draining` condition, `planning.drain`) are listed in `drainBlockedNodes` and named in
 the `Progressing` message: the window still runs within its bounds, so they are not `Degraded`.
@@ -40,13 +42,16 @@ from api.status import (
     NodeReason,
     PackageStatus,
     PolicyStatus,
+    RollbackStatus,
 )
 from planning.drain import DrainBlock, drain_summary
+from planning.fleet_rollback import RollbackReport
 from planning.gates import GateFailure
 
 _WORKING = {RolloutPhase.PENDING, RolloutPhase.CANARY, RolloutPhase.PROGRESSING, RolloutPhase.UNINSTALLING,
-            RolloutPhase.WAITING}
-_BAD = {RolloutPhase.HALTED, RolloutPhase.FAILED, RolloutPhase.INVALID}
+            RolloutPhase.WAITING, RolloutPhase.ROLLING_BACK}
+_BAD = {RolloutPhase.HALTED, RolloutPhase.FAILED, RolloutPhase.INVALID, RolloutPhase.ROLLING_BACK,
+        RolloutPhase.ROLLED_BACK}
 NODES_BLOCKED = "NodesBlocked"
 # Blocked nodes named in a condition or message (all of them are in `status.blockedNodes`).
 BLOCKED_SHOWN = 5
@@ -79,6 +84,8 @@ class RolloutProgress:
     # Fleets: while waiting for a maintenance window, its opening (RFC 3339); the gate that halted the fleet.
     next_window: str = ""
     gate_failure: GateFailure | None = None
+    # Fleets: the rollback of the failed canary that carries this Package (`canary.onFailure: rollback`).
+    rollback: RollbackReport | None = None
 
 
 def _count(progress: RolloutProgress, state: State) -> int:
@@ -200,6 +207,7 @@ def render_package_status(
                              for b in sorted(drain_blocked, key=lambda b: b.node)],
         next_window=progress.next_window or None,
         gate_failure=gate_failure_status(progress.gate_failure),
+        rollback=rollback_status(progress.rollback),
         conditions=conditions,
     )
     return status.dump()
@@ -211,6 +219,18 @@ def gate_failure_status(failure: GateFailure | None) -> GateFailureStatus | None
         return None
     return GateFailureStatus(gate=failure.gate, query=failure.query, condition=failure.condition,
                              value=failure.value, time=failure.at, reason=failure.reason, when=failure.when)
+
+
+def rollback_status(report: RollbackReport | None) -> RollbackStatus | None:
+    """`status.rollback` of a failed canary's rollback (None: none)."""
+    if report is None:
+        return None
+    return RollbackStatus(
+        wave=report.wave, phase=report.phase, reason=report.reason,
+        canary_failures=[NodeReason(node=n, reason=r) for n, r in sorted(report.failures.items())],
+        nodes=sorted(report.nodes), versions=dict(report.versions), uninstalled=sorted(report.uninstalled),
+        failed_nodes=[NodeReason(node=n, reason=r) for n, r in sorted(report.failed.items())],
+    )
 
 
 def _problem_text(problems: Sequence[ValidationProblem]) -> str:
@@ -270,6 +290,7 @@ def render_policy_status(
             "message": message or fleet.message,
             "next_window": fleet.next_window or None,
             "gate_failure": gate_failure_status(fleet.gate_failure),
+            "rollback": rollback_status(fleet.rollback),
         })
     return status.dump()
 
@@ -287,6 +308,7 @@ class FleetReport(Protocol):
     message: str
     next_window: str
     gate_failure: GateFailure | None
+    rollback: RollbackReport | None
 
     @property
     def packages(self) -> Mapping[str, Any]: ...

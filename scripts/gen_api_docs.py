@@ -25,6 +25,7 @@ import api.policy  # noqa: E402
 import api.status  # noqa: E402
 import crd_bridge.protection  # noqa: E402
 import planning.fleet_rerun  # noqa: E402
+import planning.fleet_rollback  # noqa: E402
 import planning.node_reset  # noqa: E402
 import planning.runtime_taint  # noqa: E402
 
@@ -135,6 +136,10 @@ def render() -> str:
         lines += [f"## {title}", ""]
         lines += [line.rstrip() for line in (module.__doc__ or "").strip().splitlines()[2:]]
         lines.append("")
+    lines += ["## Canary rollback (`canary.onFailure: rollback`)", ""]
+    lines += [line.rstrip() for line in (planning.fleet_rollback.__doc__ or "").strip().splitlines()[2:]]
+    lines += ["", "Design: [ADR 0009](adr/0009-canary-rollback.md); how to operate it: "
+              "[operations.md](operations.md#canary-rollback).", ""]
     lines += ["## Admission: the validating webhook", ""]
     lines += [line.rstrip() for line in (api.admission.__doc__ or "").strip().splitlines()[2:]]
     lines += [

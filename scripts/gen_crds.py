@@ -21,7 +21,16 @@ sys.path.insert(0, str(ROOT))
 
 from api import keys  # noqa: E402
 from api.analysis import CONDITION_HINT  # noqa: E402
-from api.enums import CanaryPhase, GateWhen, InterruptType, Promotion, RolloutPhase, StrategyType, Weekday  # noqa: E402
+from api.enums import (  # noqa: E402
+    CanaryFailure,
+    CanaryPhase,
+    GateWhen,
+    InterruptType,
+    Promotion,
+    RolloutPhase,
+    StrategyType,
+    Weekday,
+)
 from api.maintenance import TIME_PATTERN  # noqa: E402
 from api.package import (  # noqa: E402
     DEFAULT_INTERRUPT_TIMEOUT_SECONDS,
@@ -327,6 +336,24 @@ def gate_failure() -> Schema:
     )
 
 
+def rollback_status() -> Schema:
+    return obj(
+        "The rollback of the fleet's failed canary (canary.onFailure: rollback); kept until the next wave starts.",
+        {
+            "wave": integer("The wave whose canary failed.", minimum=0),
+            "phase": string("RollingBack, RolledBack, or Halted (the operator halted it, or it failed on a node).",
+                            enum=[p.value for p in (RolloutPhase.ROLLING_BACK, RolloutPhase.ROLLED_BACK,
+                                                    RolloutPhase.HALTED)]),
+            "reason": string("Why: the canary nodes that failed and their errors."),
+            "canaryFailures": node_reasons("The canary nodes that failed, with the error."),
+            "nodes": array("The canary nodes rolled back (each got one rollback window).", {"type": "string"}),
+            "versions": string_map("Per Package the version it went back to."),
+            "uninstalled": array("The Packages that were new in the wave: uninstalled.", {"type": "string"}),
+            "failedNodes": node_reasons("Nodes where the rollback itself failed (they stay erroring), with the error."),
+        },
+    )
+
+
 def next_window() -> Schema:
     return string("While the fleet waits for a maintenance window: when the next one opens (RFC 3339).",
                   format="date-time")
@@ -382,6 +409,7 @@ def package_status() -> Schema:
             ),
             "nextWindow": next_window(),
             "gateFailure": gate_failure(),
+            "rollback": rollback_status(),
             "conditions": conditions(),
         },
     )
@@ -515,6 +543,13 @@ def policy_spec() -> Schema:
                         enum=[p.value for p in Promotion],
                         default="auto",
                     ),
+                    "onFailure": string(
+                        "When a canary node fails: halt the fleet, or rollback (the canary nodes go back to the "
+                        "previous spec of each Package the wave changed, uninstalling new ones; the wave ends "
+                        "RolledBack). Nodes outside the canary are never touched.",
+                        enum=[f.value for f in CanaryFailure],
+                        default=CanaryFailure.HALT.value,
+                    ),
                 },
             ),
             "maintenanceWindows": array(
@@ -625,6 +660,7 @@ def policy_crd() -> Schema:
             "packages": array("Packages the fleet rolls out.", {"type": "string"}),
             "nextWindow": next_window(),
             "gateFailure": gate_failure(),
+            "rollback": rollback_status(),
             "conditions": conditions(),
         },
     )

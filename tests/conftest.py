@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.helpers import unique_name
+from tests.helpers.workflows_cleanup import STARTED_STACKS
 
 if TYPE_CHECKING:
     from kubernetes.client import ApiClient
@@ -57,6 +58,7 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]
     if shared:
         info = load_stack_info(shared)
         if info is not None and info.is_running():
+            STARTED_STACKS.append(info)
             yield info
             return
         print(f"\n{TEST_STACK_ENV}={shared} runs no stack; starting a private one", file=sys.stderr)
@@ -67,9 +69,11 @@ def local_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]
     except BaseException:
         down(state_dir)
         raise
+    STARTED_STACKS.append(info)
     try:
         yield info
     finally:
+        STARTED_STACKS.clear()
         down(state_dir)
 
 

@@ -45,7 +45,7 @@ from worker.ops_fleets import fleet_view
 POLL_SECONDS = 1.5
 # A snapshot that takes longer (a workflow failing its tasks answers no query) is skipped.
 SNAPSHOT_TIMEOUT = 20.0
-BAD_PHASES = {RolloutPhase.FAILED, RolloutPhase.HALTED, RolloutPhase.INVALID}
+BAD_PHASES = {RolloutPhase.FAILED, RolloutPhase.HALTED, RolloutPhase.INVALID, RolloutPhase.ROLLED_BACK}
 EXIT_FAILED, EXIT_SETUP, EXIT_TIMEOUT = 1, 2, 3
 
 

@@ -41,7 +41,7 @@ STATE_STYLE = {
 PHASE_STYLE = {
     RolloutPhase.COMPLETE: "bold green", RolloutPhase.FAILED: "bold red", RolloutPhase.HALTED: "bold red",
     RolloutPhase.INVALID: "bold red", RolloutPhase.PAUSED: "bold yellow", RolloutPhase.CANARY: "bold cyan",
-    RolloutPhase.BLOCKED: "bold magenta",
+    RolloutPhase.BLOCKED: "bold magenta", RolloutPhase.ROLLING_BACK: "bold yellow", RolloutPhase.ROLLED_BACK: "bold red",
 }
 COUNT_ORDER = (State.WAITING, State.IN_PROGRESS, State.COMPLETE, State.ERRORING, State.BLOCKED, State.SKIPPED)
 COUNT_COLUMNS = (State.WAITING, State.IN_PROGRESS, State.ERRORING, State.BLOCKED)

@@ -25,7 +25,8 @@ from the bridge `desired` and `nodes_changed`. Query `progress`: a
 `planning.fleet_status.FleetProgress`. A node workflow that closes without answering is noticed
 within `watchdog_seconds` and asked again (`planning.fleet_state.lost`).
 
-Maintenance windows and analysis gates of the policy hold the next batch (`workflows.fleet_holds`).
+Maintenance windows and analysis gates of the policy hold the next batch (`workflows.fleet_holds`);
+with `canary.onFailure: rollback` a failed canary is rolled back (`workflows.fleet_rollback`).
 
 Handlers only queue typed messages; the loop applies them in order.
 """
@@ -52,7 +53,7 @@ with workflow.unsafe.imports_passed_through():
     from protocol.fleet import Filter, FleetInput, FleetSpec, Rerun, WindowResult
     from workflows.fleet_acts import never
     from workflows.fleet_codec import state_from_json, state_to_json
-    from workflows.fleet_holds import FleetHolds
+    from workflows.fleet_rollback import FleetRollbacks
 
 PACKAGE_KEY = SearchAttributeKey.for_keyword_list(names.SEARCH_ATTR_PACKAGE)
 PHASE_KEY = SearchAttributeKey.for_keyword(names.SEARCH_ATTR_PHASE)
@@ -101,7 +102,7 @@ Message = Desired | Operator | NodesChanged | Answer | RerunAsked
 
 
 @workflow.defn(name=names.FLEET_WORKFLOW_TYPE)
-class FleetWorkflow(FleetHolds):
+class FleetWorkflow(FleetRollbacks):
     """The fleet of one DeploymentPolicy (see the module docstring)."""
 
     def __init__(self) -> None:
@@ -202,7 +203,7 @@ class FleetWorkflow(FleetHolds):
                     self._set_phase(RolloutPhase.COMPLETE)
                     return
                 continue
-            if state.wave_wanted and not state.in_flight:
+            if state.wave_wanted and not state.in_flight and not fs.rolling_back(state):
                 await self._start_wave()
             elif state.planner is not None and (
                 (self._relist_wanted() and workflow.now() >= self._listed_at + RELIST_MIN_INTERVAL)
@@ -299,10 +300,13 @@ class FleetWorkflow(FleetHolds):
         """Do one thing the planner asks for (or wait)."""
         state = self._state
         planner = state.planner
-        if planner is None or state.wave_wanted:
+        if planner is None or (state.wave_wanted and not fs.rolling_back(state)):
             if state.in_flight:
                 state.message = f"finishing {len(state.in_flight)} window(s) before wave {state.wave + 1}"
             await self._wait_unfinished(next_relist)
+            return
+        if state.rollback is not None:
+            await self._roll_back(state.rollback, next_relist)
             return
         phase = batches.planner_phase(planner, fs.remaining(state))
         if state.halted or phase is batches.PlannerPhase.HALTED:
@@ -371,6 +375,8 @@ class FleetWorkflow(FleetHolds):
         if planner.canary_phase is CanaryPhase.SOAKING:
             state.soak_until = (workflow.now() + timedelta(seconds=decision.soak_seconds)).isoformat()
             state.promote = False
+        if was_canary and planner.canary_phase is CanaryPhase.FAILED:
+            self._canary_failed(planner)
         self._open_gates(was_canary, planner)
 
     async def _hold_canary(self, planner: batches.BatchPlannerState) -> None:

@@ -15,6 +15,7 @@ with workflow.unsafe.imports_passed_through():
     from activities.io import DescribeWorkflowRunsInput, DescribeWorkflowRunsResult
     from api.enums import RolloutPhase
     from api.policy import DeploymentPolicySpec
+    from planning import fleet_rollback as rollbacks
     from planning import fleet_state as fs
     from planning.fleet_targets import FleetSelection
     from protocol import names
@@ -24,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.node_marks import mark_nodes
 
 ACTIVITY_TIMEOUT = timedelta(minutes=5)
+UNPROVEN_CHANGES_PATCH = "unproven-changes-count-again"
 # Requests per `request_windows` call: keeps each activity payload well under 2 MB.
 REQUEST_CHUNK = 50
 
@@ -103,7 +105,8 @@ class FleetActs:
             self._apply_inbox()
             if state.spec is listed_for:
                 break
-        fs.start_wave(state, selection, self._policy, self._fleet_id())
+        # Runs recorded before the rule (planning.fleet_rollback: unproven changes) replay without it.
+        fs.start_wave(state, selection, self._policy, self._fleet_id(), workflow.patched(UNPROVEN_CHANGES_PATCH))
         state.message = (f"wave {state.wave}: {len(fs.startable(state))} node(s) to update"
                          + (f" (changes {', '.join(state.changed)})" if state.changed else " (policy changed)"))
         workflow.logger.info("%s: %s", self._fleet_id(), state.message)
@@ -200,10 +203,15 @@ class FleetActs:
         now = workflow.now().isoformat()
         for node in nodes:
             flight = state.in_flight[node]
-            packages = [p for p in flight.packages if p in entries]
             request_id = fs.request_id(state, self._fleet_id(), node)
-            orders, reruns = fs.package_orders(state, node, packages)
-            state.in_flight[node] = fs.InFlight(request_id, packages, now, flight.resent + 1, reruns)
+            if flight.rollback and state.rollback is not None:
+                orders, reruns = rollbacks.orders_for(state.rollback, node), []
+                packages = [o.name for o in orders]
+            else:
+                packages = [p for p in flight.packages if p in entries]
+                orders, reruns = fs.package_orders(state, node, packages)
+            state.in_flight[node] = fs.InFlight(request_id, packages, now, flight.resent + 1, reruns,
+                                                rollback=flight.rollback)
             requests.append(WindowRequest(self._fleet_id(), request_id, orders, state.wave, fs.order_of(state, node)))
             targets.append(node)
         await self._hand_over(requests, targets)

@@ -7,7 +7,6 @@ never touches another test's Packages, and another test's bridge never holds its
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -22,6 +21,7 @@ from kubernetes import client
 from api import keys
 from localstack.state import StackInfo
 from tests.helpers import assert_eventually, new_task_queue, unique_name
+from tests.helpers.workflows_cleanup import end_workflows
 
 TEST_LABEL = "noderoll-test"
 SYSCTL_IMAGE = "example.local/sysctl-tuning:1.0.0"
@@ -67,21 +67,9 @@ class BridgeRun:
         proc.wait(timeout=30)
 
     def end_fleets(self) -> None:
-        """Terminate the fleets still running on this run's task queue.
-
-        `fleet/default` (Packages without a policy) is one workflow id per Temporal namespace: a fleet
-        left running on this run's task queue, whose worker is about to stop, would hold that id for
-        the next test module's bridge.
-        """
-        temporal = str(Path(sys.executable).parent / "temporal")
-        query = f"TaskQueue = '{self.task_queue}' AND WorkflowType = 'FleetWorkflow' AND ExecutionStatus = 'Running'"
-        listed = subprocess.run([temporal, "workflow", "list", "--address", self.stack.temporal_address,
-                                 "--query", query, "--output", "json"], capture_output=True, text=True, timeout=60)
-        for execution in json.loads(listed.stdout or "[]") or []:
-            workflow_id = execution.get("execution", {}).get("workflowId", "")
-            subprocess.run([temporal, "workflow", "terminate", "--address", self.stack.temporal_address,
-                            "--workflow-id", workflow_id, "--reason", "test module over"],
-                           capture_output=True, timeout=60)
+        """Terminate the fleets still running on this run's task queue (tests/helpers/workflows_cleanup.py)."""
+        end_workflows(self.stack.temporal_address, f"TaskQueue = '{self.task_queue}' AND "
+                      "WorkflowType = 'FleetWorkflow' AND ExecutionStatus = 'Running'")
 
     def stop_all(self) -> None:
         """Stop every process still running (SIGTERM, then SIGKILL), after ending this run's fleets."""

@@ -267,7 +267,7 @@ HISTORY_DIR_ENV = "NODEROLL_RECORD_HISTORIES"
 async def record_history(temporal: Client, node: str, name: str) -> None:
     """With `NODEROLL_RECORD_HISTORIES=<dir>`, save the node workflow's history as `<dir>/<name>.json`.
 
-    The replay test (tests/workflows/test_node_replay.py) replays the committed ones, so a change to
+    The replay test (tests/workflows/test_replay.py) replays the committed ones, so a change to
     the workflow that breaks determinism fails there; re-record with this variable after a
     deliberate, `workflow.patched`-guarded change.
     """

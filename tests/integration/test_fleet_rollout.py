@@ -9,11 +9,18 @@
   already done get exactly one more window.
 * Pausing one Package (annotation) leaves the other rolling; halt and resume of the fleet; retry of
   one node after a stage failure.
+* A dependency paused by the `pause` signal keeps its dependent out of the windows: after `resume`
+  both go in ONE window per node (one cordon, one reboot).
+* A node relabelled out of the selector before its batch gets no window and is named in the
+  Package's status message.
+* The fleet's history and a node's fleet window replay against the worker's workflows (recorded into
+  tests/histories with `NODEROLL_RECORD_FLEET_HISTORIES=tests/histories`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +31,9 @@ import pytest
 from kubernetes import client
 from kubernetes.client import ApiClient
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
+from temporalio.worker import Replayer
 
 from api import keys
 from api.enums import RolloutPhase
@@ -50,6 +59,7 @@ from tests.integration.bridge_support import (
     read_package,
     wait_leading,
 )
+from worker.registry import WORKFLOWS
 from workflows.fleet_codec import progress_from_json
 from workflows.messages import RolloutInput
 
@@ -293,7 +303,9 @@ async def test_node_workflow_terminated_mid_window_is_noticed_and_asked_again(
 
             async def first_in_window() -> str:
                 report = await fleet_progress(temporal_client, policy)
-                out = [n for n, p in report.nodes.items() if p.state == "in_progress"]
+                # In flight is not yet started: wait for the window's own Event (its stage takes 4 s), or the
+                # termination may hit the node workflow before its window began (then it has only one).
+                out = [n for n, p in report.nodes.items() if p.state == "in_progress" and windows_of(kube_api_client, n)]
                 assert out, report.counts
                 return out[0]
 
@@ -395,3 +407,159 @@ async def test_two_fleets_one_window_each_and_a_dependency_across_fleets(
                 delete_package(kube_api_client, name)
             for policy in (first_policy, second_policy):
                 delete_policy(kube_api_client, policy)
+
+
+async def fleet_decided_after_listing(temporal: Client, fleet_id: str, after_event: int) -> None:
+    """The fleet listed its nodes after event `after_event` and then completed a workflow task (decided)."""
+    events = [e async for e in temporal.get_workflow_handle(fleet_id).fetch_history_events()]
+    listings = {e.event_id for e in events if e.event_id > after_event
+                and e.HasField("activity_task_scheduled_event_attributes")
+                and e.activity_task_scheduled_event_attributes.activity_type.name == "list_fleet_nodes"}
+    listed = [e.event_id for e in events if e.HasField("activity_task_completed_event_attributes")
+              and e.activity_task_completed_event_attributes.scheduled_event_id in listings]
+    assert listed, f"no listing of {fleet_id} after event {after_event} yet"
+    assert any(e.event_id > listed[0] and e.HasField("workflow_task_completed_event_attributes") for e in events)
+
+
+async def test_a_dependency_paused_by_signal_keeps_its_dependent_out_of_the_windows(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+) -> None:
+    """Regression: with the dependency paused by the `pause` signal, windows carried the dependent alone.
+
+    Each such window answered it blocked ("needs kernel ..."); once the dependency was resumed and had
+    run, the node changed, the dependent was asked again, and every node got a second drain and reboot.
+    """
+    labels = {"fleet-test": unique_name("dep")}
+    selector = ",".join(f"{k}={v}" for k, v in labels.items())
+    policy, kernel, driver = unique_name("pol"), unique_name("kernel"), unique_name("driver")
+    fleet_id = names.fleet_workflow_id(policy)
+    reboot = {"type": "reboot"}
+    with running_fleet(local_stack, nodes=3, labels=labels) as fleet, watching_nodes(kube_api_client, selector) as seen:
+        try:
+            create_policy(kube_api_client, run, policy, {
+                "default": {"budget": {"count": 1}, "strategy": {"type": "fixed", "initialBatch": 1}}})
+            # The dependency starts paused by its annotation: the fleet runs, nothing is handed out.
+            create_package(kube_api_client, run.package(kernel, spec(policy, labels, interrupt=reboot),
+                                                        annotations={keys.PAUSE_ANNOTATION: "true"}))
+            create_package(kube_api_client, run.package(driver, spec(
+                policy, labels, image="example.local/kmod-blocklist:1.0.0", interrupt=reboot,
+                dependsOn={kernel: "1.0.0"})))
+
+            async def both_known() -> None:
+                assert sorted((await fleet_progress(temporal_client, policy)).packages) == sorted([kernel, driver])
+
+            await assert_eventually_async(both_known, timeout=120)
+            # The operator pauses it by signal, then its annotation goes: only the signal holds it now.
+            temporal_signal(local_stack, fleet_id, names.SIGNAL_PAUSE, {"packages": [kernel]})
+            patch_package(kube_api_client, kernel, {"metadata": {"annotations": {keys.PAUSE_ANNOTATION: None}}})
+
+            async def unpaused_spec_taken() -> int:
+                handle = temporal_client.get_workflow_handle(fleet_id)
+                desired = await handle.query(names.QUERY_FLEET_SPEC)
+                assert not next(e for e in desired["packages"] if e["name"] == kernel)["paused"], desired
+                events = [e async for e in handle.fetch_history_events()]
+                return max(e.event_id for e in events if e.HasField("workflow_execution_signaled_event_attributes")
+                           and e.workflow_execution_signaled_event_attributes.signal_name == names.SIGNAL_FLEET_SPEC)
+
+            signalled = await assert_eventually_async(unpaused_spec_taken, timeout=60)
+            await assert_eventually_async(
+                lambda: fleet_decided_after_listing(temporal_client, fleet_id, signalled), timeout=60)
+            report = await fleet_progress(temporal_client, policy)
+            assert report.packages[driver].counts == {"waiting": 3}, report.packages[driver]
+            assert not any(windows_of(kube_api_client, n) for n in fleet.node_names)
+
+            temporal_signal(local_stack, fleet_id, names.SIGNAL_RESUME, {"packages": [kernel]})
+            for name in (kernel, driver):
+                kubectl_wait_ready(local_stack, name, timeout=300)
+            for node in fleet.node_names:
+                assert [carried(m) for m in windows_of(kube_api_client, node)] == [sorted([kernel, driver])], node
+                assert seen.cordons.get(node) == 1 and seen.reboots(node) == 1, (node, seen.cordons, seen.boot_ids)
+        finally:
+            for name in (driver, kernel):
+                delete_package(kube_api_client, name)
+            delete_policy(kube_api_client, policy)
+
+
+# Set to a histories root (tests/histories) to save the histories below as <root>/fleet/<name>.json
+# and <root>/node/<name>.json for tests/workflows/test_replay.py.
+RECORD_FLEET_HISTORIES_ENV = "NODEROLL_RECORD_FLEET_HISTORIES"
+RECORDED_AS = {"fleet": "fleet-canary-then-batch-two-packages", "node": "fleet-window-reboot-dependency"}
+
+
+async def test_fleet_and_node_window_histories_replay(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+) -> None:
+    """Three nodes, two Packages (a reboot one depending on the other), a canary: the fleet's history (to
+    its end, once its Packages are gone) and a node's fleet window replay against the worker's workflows."""
+    labels = {"fleet-test": unique_name("rec")}
+    policy, base, driver = unique_name("pol"), unique_name("base"), unique_name("driver")
+    fleet_id = names.fleet_workflow_id(policy)
+    with running_fleet(local_stack, nodes=3, labels=labels) as fleet:
+        try:
+            create_policy(kube_api_client, run, policy, {
+                "canary": {"count": 1, "soakSeconds": 1, "promotion": "auto"},
+                "default": {"budget": {"count": 2}, "strategy": {"type": "fixed", "initialBatch": 2}}})
+            create_package(kube_api_client, run.package(base, spec(policy, labels)))
+            create_package(kube_api_client, run.package(driver, spec(
+                policy, labels, image="example.local/kmod-blocklist:1.0.0", interrupt={"type": "reboot"},
+                dependsOn={base: "1.0.0"})))
+            for name in (base, driver):
+                kubectl_wait_ready(local_stack, name)
+            node = fleet.node_names[0]
+            assert [carried(m) for m in windows_of(kube_api_client, node)] == [sorted([base, driver])]
+        finally:
+            for name in (driver, base):
+                delete_package(kube_api_client, name)
+            delete_policy(kube_api_client, policy)
+
+        async def fleet_ended() -> None:
+            status = (await temporal_client.get_workflow_handle(fleet_id).describe()).status
+            assert status == WorkflowExecutionStatus.COMPLETED, status
+
+        await assert_eventually_async(fleet_ended, timeout=120)
+        histories = {
+            "fleet": await temporal_client.get_workflow_handle(fleet_id).fetch_history(),
+            "node": await temporal_client.get_workflow_handle(names.node_workflow_id(node)).fetch_history(),
+        }
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    for kind, history in histories.items():
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None, (kind, result.replay_failure)
+    target = os.environ.get(RECORD_FLEET_HISTORIES_ENV)
+    if target:
+        for kind, history in histories.items():
+            (Path(target) / kind).mkdir(parents=True, exist_ok=True)
+            (Path(target) / kind / f"{RECORDED_AS[kind]}.json").write_text(history.to_json())
+
+
+async def test_a_node_relabelled_out_before_its_batch_is_named_in_the_package_status(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+) -> None:
+    """Regression: a node that left the selector before its batch was dropped from the fleet's progress
+    without a word; the Package's status now names it (as the README promises), and it gets no window."""
+    labels = {"fleet-test": unique_name("left")}
+    policy, name = unique_name("pol"), unique_name("pkg")
+    with running_fleet(local_stack, nodes=3, labels=labels, image_stores=[BENCH_PACKAGES]) as fleet:
+        try:
+            create_policy(kube_api_client, run, policy, {
+                "default": {"budget": {"count": 1}, "strategy": {"type": "fixed", "initialBatch": 1}}})
+            create_package(kube_api_client, run.package(name, spec(
+                policy, labels, image=SLEEP_IMAGE, env=[{"name": "BENCH_STAGE_SECONDS", "value": "3"}])))
+
+            async def first_batch_out() -> str:
+                report = await fleet_progress(temporal_client, policy)
+                waiting = [n for n, p in report.nodes.items() if p.state == "waiting"]
+                assert report.counts.get("in_progress") == 1 and waiting, report.counts
+                return waiting[0]
+
+            untouched = await assert_eventually_async(first_batch_out, timeout=120)
+            client.CoreV1Api(kube_api_client).patch_node(untouched, {"metadata": {"labels": {"fleet-test": None}}})
+            kubectl_wait_ready(local_stack, name)
+            status = read_package(kube_api_client, name)["status"]
+            assert "no longer targeted" in status["message"] and untouched in status["message"], status
+            assert status["progress"] == "2/2", status
+            assert windows_of(kube_api_client, untouched) == []
+            assert all(len(windows_of(kube_api_client, n)) == 1 for n in fleet.node_names if n != untouched)
+        finally:
+            delete_package(kube_api_client, name)
+            delete_policy(kube_api_client, policy)

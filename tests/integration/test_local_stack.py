@@ -170,7 +170,7 @@ async def test_workflow_and_activity_round_trip_on_the_dev_server(temporal_clien
     task_queue = new_task_queue()
     attributes = TypedSearchAttributes(
         [
-            SearchAttributePair(SearchAttributeKey.for_keyword(SEARCH_ATTR_PACKAGE), "pkg-roundtrip"),
+            SearchAttributePair(SearchAttributeKey.for_keyword_list(SEARCH_ATTR_PACKAGE), ["pkg-roundtrip"]),
             SearchAttributePair(SearchAttributeKey.for_keyword(SEARCH_ATTR_NODE), task_queue),
             SearchAttributePair(SearchAttributeKey.for_keyword(SEARCH_ATTR_PHASE), "test"),
         ]

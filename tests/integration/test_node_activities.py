@@ -145,7 +145,12 @@ def test_blocked_drain_reports_pods_and_budgets_while_it_waits(
         assert condition.status == "True"
         assert f"eviction refused for pod(s) {k8s_namespace}/solo by" in condition.message
         assert f"{k8s_namespace}/solo-pdb (disruptionsAllowed=0, currentHealthy=1, desiredHealthy=1" in condition.message
-        [event] = _node_events(core, node, "DrainBlocked")
+        def one_event() -> client.CoreV1Event:
+            # The activity writes the condition, then the Event: the Event may follow a moment later.
+            [event] = _node_events(core, node, "DrainBlocked")
+            return event
+
+        event = assert_eventually(one_event, timeout=30, interval=0.5, retry_on=(AssertionError, ValueError))
         assert event.type == "Warning" and event.message == condition.message
         refused = max(d[0]["refused"] for d in beats.details)
         assert refused >= 3 and event.count >= 3, (refused, event.count)  # one Event for many refusals
@@ -192,7 +197,8 @@ def test_protected_pods_wait_is_reported_while_it_waits(
 
         condition = assert_eventually(reported, timeout=30)
         assert condition.status == "True" and f"{k8s_namespace}/train" in condition.message
-        [event] = _node_events(core, node, "WaitingForProtectedPods")
+        [event] = assert_eventually(lambda: _node_events(core, node, "WaitingForProtectedPods") or False,
+                                    timeout=30, interval=0.5)
         assert event.type == "Normal" and f"{k8s_namespace}/train" in event.message
         core.delete_namespaced_pod("train", k8s_namespace)
         assert wait.result(timeout=60).waited_for == [f"{k8s_namespace}/train"]

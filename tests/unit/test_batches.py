@@ -26,7 +26,13 @@ from planning.batches import (
     record_batch_result,
     resume_after_halt,
 )
-from planning.compartments import DEFAULT_POLICY, NodeInfo, absolute_budget, assign_compartments, stable_order
+from planning.compartments import (
+    DEFAULT_POLICY,
+    NodeInfo,
+    absolute_budget,
+    assign_compartments,
+    stable_order,
+)
 
 
 def policy(**spec: Any) -> DeploymentPolicySpec:
@@ -435,3 +441,72 @@ def test_canary_where_no_node_finished_is_picked_again() -> None:
     remaining -= set(first)
     second = next_batch(state, remaining)
     assert state.canary_phase is CanaryPhase.RUNNING and second != first and len(second) == 1
+
+
+# ---- canary cover (a fleet's wave: one canary node per changed Package) -----------------------------
+
+ZONED = policy(
+    default={"budget": {"count": 2}},
+    compartments=[{"name": "zone-a", "selector": {"matchLabels": {"zone": "a"}}, "budget": {"count": 1}}],
+    canary={"count": 1},
+)
+ZONED_NODES = fleet(4) + fleet(4, {"zone": "a"}, prefix="a")
+
+
+# In the order of identity "fleet/gpu": n001, a002, n000, n003, a001, a000, n002, a003 (canary.count 1
+# takes n001; zone-a's budget is 1, the default compartment's 2).
+COVERS = [
+    pytest.param([["n001", "a000"]], ["n001"], id="first-node-covers-the-group"),
+    pytest.param([["n002", "n003"]], ["n001", "n003"], id="group-missed-adds-its-first-node"),
+    pytest.param([["a000"], ["a003"]], ["a000", "n001"], id="compartment-at-budget-covers-one-group-only"),
+    pytest.param([["n000"], ["n002"]], ["n000", "n001"], id="default-compartment-at-budget-after-one-more"),
+    pytest.param([["gone"]], ["n001"], id="group-outside-remaining-ignored"),
+    pytest.param([], ["n001"], id="no-cover-canary-count"),
+]
+
+
+@pytest.mark.parametrize(("cover", "canary"), COVERS)
+def test_canary_cover_takes_a_node_of_each_group_within_the_budgets(cover: list[list[str]],
+                                                                     canary: list[str]) -> None:
+    state = new_planner(PlannerInput(ZONED, ZONED_NODES, "fleet/gpu"))
+    assert next_batch(state, {n.name for n in ZONED_NODES}, cover) == canary
+    assert state.canary_nodes == canary
+
+
+@st.composite
+def cover_cases(draw: st.DrawFn) -> tuple[DeploymentPolicySpec, list[NodeInfo], set[str], list[list[str]]]:
+    budget_a, budget_default = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    spec = policy(
+        default={"budget": {"count": budget_default}},
+        compartments=[{"name": "zone-a", "selector": {"matchLabels": {"zone": "a"}}, "budget": {"count": budget_a}}],
+        canary={"count": draw(st.integers(1, min(budget_a, budget_default)))},
+    )
+    nodes = fleet(draw(st.integers(0, 6))) + fleet(draw(st.integers(0, 6)), {"zone": "a"}, prefix="a")
+    names = [n.name for n in nodes]
+    remaining = set(draw(st.lists(st.sampled_from(names), unique=True))) if names else set()
+    groups = draw(st.lists(st.lists(st.sampled_from(names), min_size=1, max_size=4, unique=True), max_size=4)) \
+        if names else []
+    return spec, nodes, remaining, groups
+
+
+@settings(max_examples=300, deadline=None)
+@given(cover_cases())
+def test_canary_cover_property(case: tuple[DeploymentPolicySpec, list[NodeInfo], set[str], list[list[str]]]) -> None:
+    """Each cover group gets a canary node unless every one of its candidates sits in a full compartment."""
+    spec, nodes, remaining, groups = case
+    state = new_planner(PlannerInput(spec, nodes, "fleet/gpu"))
+    canary = next_batch(state, remaining, groups)
+    assert set(canary) <= remaining
+    taken: dict[str, int] = {}
+    for node in canary:
+        comp = state.compartment_of(node)
+        assert comp is not None
+        taken[comp] = taken.get(comp, 0) + 1
+    assert all(count <= budget_limit(state, comp) for comp, count in taken.items())
+    full = {comp for comp, count in taken.items() if count >= budget_limit(state, comp)}
+    for group in groups:
+        candidates = set(group) & remaining
+        if candidates and not candidates & set(canary):
+            assert all(state.compartment_of(n) in full for n in candidates), (group, canary)
+    if remaining:
+        assert len(canary) >= min(state.canary_count, 1)

@@ -47,6 +47,16 @@ def test_faults_match_whole_names_and_spend_times(tmp_path: Path) -> None:
     assert faults.take("fail-stage", "sim-000", "apply") is None  # spent
 
 
+def test_a_fault_can_hit_one_version_of_a_package(tmp_path: Path) -> None:
+    path = tmp_path / "faults.yaml"
+    path.write_text("faults:\n  - {kind: fail-stage, package: tune, version: '2.*', exitCode: 7}\n")
+    faults = Faults(load_faults_file(path))
+    assert faults.take("fail-stage", "sim-001", "apply", "tune", "1.0.0") is None  # the previous version is spared
+    assert faults.take("fail-stage", "sim-001", "upgrade", "other", "2.0.0") is None
+    rule = faults.take("fail-stage", "sim-001", "upgrade", "tune", "2.0.1")
+    assert rule is not None and rule.exit_code == 7
+
+
 def test_image_references_resolve_to_folders(tmp_path: Path) -> None:
     assert split_reference("registry.local:5000/team/sysctl-tuning:1.2.3") == ("sysctl-tuning", "1.2.3")
     assert split_reference("driver@sha256:abc") == ("driver", "latest")

@@ -306,3 +306,60 @@ def test_uninstall_under_way_continues_where_it_stopped() -> None:
     assert plan_package("p", requested, finished, uninstall=False).action is PlanAction.NONE
     failed = done(stage=X, state=State.ERRORING, action=PlanAction.UNINSTALL)
     assert plan_package("p", requested, failed, uninstall=False).stages == (X, INT)
+
+
+# --- canary rollback (planning/fleet_rollback.py): the previous spec over a failed new one ---------------
+
+
+def failed(version: str, stage: Stage, action: PlanAction, **extra: Any) -> PackageNodeState:
+    """What a window records when `stage` of `action` to `version` failed."""
+    base: dict[str, Any] = {"version": version, "image": f"x/p:{version}", "stage": stage, "state": State.ERRORING,
+                            "action": action, "lastError": "exit 7"}
+    return PackageNodeState.model_validate(base | extra)
+
+
+@pytest.mark.parametrize(
+    ("previous", "recorded", "action", "stages"),
+    [
+        # The upgrade failed at its first stage: the previous version is installed fresh from apply.
+        (spec("1.0.0"), failed("2.0.0", U, PlanAction.UPGRADE), PlanAction.DOWNGRADE, (A, C)),
+        # ... or at its check, or after its interrupt: the same, with the previous interrupt.
+        (spec("1.0.0", **REBOOT), failed("2.0.0", C, PlanAction.UPGRADE), PlanAction.DOWNGRADE, (A, C, INT, P)),
+        (spec("1.0.0", **REBOOT), failed("2.0.0", P, PlanAction.UPGRADE), PlanAction.DOWNGRADE, (A, C, INT, P)),
+        # A downgrade that failed is rolled back by installing the newer previous version.
+        (spec("2.0.0"), failed("1.0.0", A, PlanAction.DOWNGRADE), PlanAction.UPGRADE, (U, C)),
+        # Same version, rebuilt image that failed: the previous image is applied again.
+        (spec("1.0.0"), failed("1.0.0", A, PlanAction.INSTALL, image="x/p:rebuilt"), PlanAction.INSTALL, (A, C)),
+    ],
+)
+def test_rollback_over_an_erroring_entry(
+    previous: PackageSpec, recorded: PackageNodeState, action: PlanAction, stages: tuple[Stage, ...]
+) -> None:
+    plan = plan_package("p", previous, recorded, uninstall=False)
+    assert (plan.action, plan.stages) == (action, stages)
+    assert plan.previous_version == recorded.version
+
+
+def test_rollback_of_a_new_package_that_failed_uninstalls_it() -> None:
+    new = spec("1.0.0", **REBOOT)
+    plan = plan_package("p", new, failed("1.0.0", A, PlanAction.INSTALL), uninstall=True)
+    assert (plan.action, plan.stages) == (PlanAction.UNINSTALL, (X, INT))
+    never_ran = plan_package("p", new, None, uninstall=True)
+    assert never_ran.action is PlanAction.NONE and not never_ran.has_work
+
+
+def test_rollback_of_a_config_change_that_failed_reapplies_the_previous_config() -> None:
+    before, after = {"a.conf": "one"}, {"a.conf": "two"}
+    recorded = failed("1.0.0", C, PlanAction.CONFIG, config=config_hashes(before), targetConfig=config_hashes(after))
+    plan = plan_package("p", spec("1.0.0", config=before), recorded, uninstall=False)
+    assert (plan.action, plan.stages, plan.changed_config) == (PlanAction.CONFIG, (C,), ("a.conf",))
+
+
+def test_rollback_window_uninstalls_first_then_downgrades_in_one_window() -> None:
+    recorded = NodeState(packages={"old": failed("2.0.0", U, PlanAction.UPGRADE),
+                                   "new": failed("1.0.0", C, PlanAction.INSTALL)})
+    plan = plan_node(NodePlanInput(node="n", recorded=recorded, one_window=True,
+                                   desired={"old": spec("1.0.0", **REBOOT), "new": spec("1.0.0", **REBOOT)},
+                                   uninstall=frozenset({"new"})))
+    assert len(plan.windows) == 1 and plan.windows[0].packages == ("new", "old")
+    assert plan.windows[0].interrupt == InterruptRequest(type=InterruptType.REBOOT) and plan.needs_drain

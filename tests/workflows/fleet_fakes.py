@@ -4,7 +4,8 @@
 target selection (`planning.fleet_targets.select_fleet`) over fake Nodes whose state annotation
 the fake keeps; `request_windows` records every request and, for nodes in `auto`, answers at once
 as a node workflow would: every Package complete (recorded on the fake node at its version and
-config), or erroring for nodes in `fail`; the test answers other nodes itself with `finish`.
+config), or erroring for nodes in `fail` (and, on any node, for Packages of a version in
+`fail_versions`); the test answers other nodes itself with `finish`.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ class FakeNodes:
     nodes: dict[str, FakeNode] = field(default_factory=dict)
     auto: bool = True
     fail: set[str] = field(default_factory=set)
+    # Package versions whose windows fail on every node (as a fleetsim fault with `version`).
+    fail_versions: set[str] = field(default_factory=set)
     # Packages that ask for a reboot: a window carrying one counts an interrupt and a drain.
     reboot: set[str] = field(default_factory=set)
     requests: list[tuple[str, WindowRequest]] = field(default_factory=list)
@@ -102,11 +105,11 @@ class FakeNodes:
     async def finish_one(self, client: Client, node: str) -> None:
         """Answer `node`'s outstanding request as its node workflow would."""
         request = self.outstanding.pop(node)
-        failed = node in self.fail
+        failed = node in self.fail or any(str(o.spec.get("version")) in self.fail_versions for o in request.packages)
         outcomes = {}
         for order in request.packages:
             version = str(order.spec.get("version", ""))
-            if failed:
+            if node in self.fail or version in self.fail_versions:
                 outcomes[order.name] = PackageOutcome("erroring", version, "apply", "apply failed: exit 7")
                 continue
             if order.uninstall:

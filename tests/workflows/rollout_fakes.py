@@ -2,12 +2,14 @@
 
 `FakeFleet` plays the Kubernetes listing and the node workflows: `request_node_windows` records
 every request and, for nodes in `auto`, answers at once with `node_result` (erroring for nodes in
-`fail`); the test answers the other nodes itself with `answer`. `mark_blocked_nodes` records the
+`fail`); the test answers the other nodes itself with `answer`. `RebootingFleet.finish` records a
+completed Package on its node before answering, as a node workflow does. `mark_blocked_nodes` records the
 marks and applies them to the listed nodes as the real activity would (`planning.node_marks`).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from temporalio import activity
@@ -144,7 +146,24 @@ class RebootingFleet(FakeFleet):
         """Answer every outstanding request (the windows end, the nodes are Ready again)."""
         done = sorted(self.outstanding)
         for node in done:
+            request = self.outstanding[node]
+            if state is State.COMPLETE:
+                # As a node workflow does: the window's last state write comes before its answer.
+                self._record_complete(node, request)
             # Answered first, Ready after: a listing in between still sees the reboot taint.
-            await answer(client, node, self.outstanding[node], state)
+            await answer(client, node, request, state)
             del self.outstanding[node]
         return done
+
+    def _record_complete(self, node: str, request: NodeRequest) -> None:
+        snapshot = next(n for n in self.nodes if n.name == node)
+        try:
+            recorded = json.loads(snapshot.state_annotation or "{}")
+        except json.JSONDecodeError:
+            return  # unreadable: a real window holds the node and writes nothing
+        if not isinstance(recorded, dict):
+            return
+        recorded.setdefault("packages", {})[request.package] = {
+            "version": str(request.spec.get("version", "")), "image": str(request.spec.get("image", "")),
+            "state": State.COMPLETE.value, "stage": "config"}
+        snapshot.state_annotation = json.dumps(recorded)

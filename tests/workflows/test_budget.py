@@ -9,8 +9,8 @@ from datetime import timedelta
 
 import pytest
 from temporalio import workflow
-from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.service import RPCError
+from temporalio.client import Client, WorkflowContinuedAsNewError, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -216,12 +216,20 @@ async def test_continue_as_new_keeps_leases_and_queue(temporal_test_env: Workflo
         await _acquire(client, task_queue, budget_id, LeaseRequest(holders[0], "first", "n1", 1), 40)
         await _acquire(client, task_queue, budget_id, LeaseRequest(holders[1], "second", "n2", 1), 40)
         handle = client.get_workflow_handle(budget_id)
-        first_run = (await handle.describe()).run_id
-        # Many duplicate acquires grow history past the limit and force a continue-as-new.
+        first = client.get_workflow_handle(budget_id, run_id=(await handle.describe()).run_id)
+        # Many duplicate acquires grow history past the limit and force a continue-as-new. They go
+        # to the first run only (by run id): one sent to the next run could push that one past the
+        # limit too, and a query racing a continue-as-new is never answered by the test server.
         for _ in range(50):
-            await handle.signal(SIGNAL_BUDGET_ACQUIRE, LeaseRequest(holders[1], "second", "n2", 1))
+            try:
+                await first.signal(SIGNAL_BUDGET_ACQUIRE, LeaseRequest(holders[1], "second", "n2", 1))
+            except RPCError as err:
+                assert err.status is RPCStatusCode.NOT_FOUND, err  # the first run has continued as new
+                break
+        with pytest.raises(WorkflowContinuedAsNewError):
+            await first.result(follow_runs=False)
         status = await _status(client, budget_id)
-        assert (await handle.describe()).run_id != first_run
+        assert (await handle.describe()).run_id != first.run_id
         assert (status.holders, status.waiting) == ({"first": "n1"}, 1)
         await handle.signal(SIGNAL_BUDGET_RELEASE, LeaseRelease("first"))
         assert await _grants(temporal_test_env, holders[1], ["second"]) == ["second"]

@@ -143,7 +143,10 @@ async def test_pause_halt_resume(temporal_test_env: WorkflowEnvironment) -> None
         await until(temporal_test_env, handle, lambda p: p.phase is RolloutPhase.PAUSED)
         assert fleet.requested() == []
         await handle.signal(SIGNAL_RESUME)
-        await until(temporal_test_env, handle, lambda p: p.counts.get(State.IN_PROGRESS.value) == 2)
+        # In progress for the rollout as soon as it hands the requests over, before the fake's
+        # activity has recorded them: wait for both.
+        await until(temporal_test_env, handle,
+                    lambda p: p.counts.get(State.IN_PROGRESS.value) == 2 and len(fleet.requests) == 2)
         first = list(fleet.requests)
         # Halt: the batch's requests are withdrawn; nothing new starts.
         await handle.signal(SIGNAL_HALT)
