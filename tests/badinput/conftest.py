@@ -26,5 +26,6 @@ def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
         yield sut
     finally:
         sut.procs.stop()
+        sut.stage_jobs.stop()
         sut.api.close()
         sut.stack.stop()

@@ -24,7 +24,6 @@ from api.keys import (
     NODE_STATUS_LABEL,
     PACKAGE_KIND,
     PACKAGE_PLURAL,
-    PACKAGE_POD_NAMESPACE,
     POLICY_KIND,
     POLICY_PLURAL,
     VERSION,
@@ -36,6 +35,7 @@ from fleetsim.fleet import Fleet
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.chaos import ChaosStack, Noderoll
 from tests.helpers.fleet import running_fleet
+from tests.helpers.stagejobs import StageRecorder
 
 SLEEP_PACKAGE = PACKAGES_DIR / "bench-sleep"
 # The default 3 attempts per stage, but 1 s and 2 s apart instead of 30 s and 60 s: what each case
@@ -76,6 +76,8 @@ class System:
     procs: Noderoll
     images: Path
     api: client.ApiClient
+    # Every stage Job, pod and ConfigMap of the session, as seen while they existed.
+    stage_jobs: StageRecorder
 
     @property
     def kubeconfig(self) -> str:
@@ -168,8 +170,9 @@ class System:
             raise
 
     def jobs(self, package: str) -> list[client.V1Job]:
-        return client.BatchV1Api(self.api).list_namespaced_job(
-            PACKAGE_POD_NAMESPACE, label_selector=f"noderoll.io/package={package}").items
+        """Every stage Job that ran for `package` (recorded: a window deletes its Jobs once its outcome
+        is on the node, issue #14), oldest first."""
+        return [j for j in self.stage_jobs.jobs() if (j.metadata.labels or {}).get("noderoll.io/package") == package]
 
     def events(self, node: str) -> list[str]:
         found = self.core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
@@ -191,4 +194,5 @@ def new_system(tmp: Path) -> System:
     procs.start("worker")
     procs.start("bridge")
     images = build_image_store(tmp / "images")
-    return System(stack, procs, images, config.new_client_from_config(config_file=stack.info.kubeconfig))
+    api = config.new_client_from_config(config_file=stack.info.kubeconfig)
+    return System(stack, procs, images, api, StageRecorder(api, selector="noderoll.io/component=stage").start())

@@ -25,11 +25,14 @@ WATCH_SECONDS = 10
 
 
 class StageRecorder:
-    """Records the stage Jobs and pods of one node (module docstring)."""
+    """Records the stage Jobs and pods of one node, or of every object matching `selector` (module
+    docstring)."""
 
-    def __init__(self, api: ApiClient, node: str) -> None:
+    def __init__(self, api: ApiClient, node: str = "", selector: str = "") -> None:
+        if bool(node) == bool(selector):
+            raise ValueError("StageRecorder: give a node or a label selector, not both")
         self.api = api
-        self.selector = f"noderoll.io/node={node}"
+        self.selector = selector or f"noderoll.io/node={node}"
         self._jobs: dict[str, client.V1Job] = {}
         self._pods: dict[str, client.V1Pod] = {}
         self._config_maps: dict[str, client.V1ConfigMap] = {}

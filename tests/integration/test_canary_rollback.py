@@ -23,12 +23,14 @@ from kubernetes import client
 from kubernetes.client import ApiClient
 from temporalio.client import Client
 
+from activities.stage_pod import PACKAGE_CONTAINER
 from api import keys
 from fleetsim.faults import Fault
 from localstack.state import StackInfo
 from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.stagejobs import StageRecorder
 from tests.integration.bridge_support import (
     BridgeRun,
     create_package,
@@ -66,13 +68,16 @@ def read_policy(api: ApiClient, name: str) -> dict[str, Any]:
     return obj
 
 
-def jobs_on(api: ApiClient, node: str) -> list[tuple[str, str, str, bool]]:
-    """(package, mode, version, succeeded) of every stage Job that ran on `node`, oldest first."""
-    jobs = client.BatchV1Api(api).list_namespaced_job(
-        keys.PACKAGE_POD_NAMESPACE, label_selector=f"noderoll.io/node={node}").items
-    return [(j.metadata.labels["noderoll.io/package"], j.metadata.labels["noderoll.io/mode"],
-             (j.metadata.annotations or {}).get("noderoll.io/package-version", ""), bool(j.status.succeeded))
-            for j in sorted(jobs, key=lambda j: (j.metadata.creation_timestamp, j.metadata.name))]
+def jobs_on(recorder: StageRecorder, node: str) -> list[tuple[str, str, str, bool]]:
+    """(package, mode, version, succeeded) of every stage that ran on `node` in a stage Job, oldest
+    first: a Job runs several stages, one container each (the package copy container left out); recorded, as a
+    window deletes its Jobs once its outcome is on the node (issue #14)."""
+    jobs = [j for j in recorder.jobs() if j.metadata.labels["noderoll.io/node"] == node]
+    return [(j.metadata.labels["noderoll.io/package"], container.name,
+             (j.metadata.annotations or {}).get("noderoll.io/package-version", ""), bool(j.status and j.status.succeeded))
+            for j in jobs
+            for container in [*(j.spec.template.spec.init_containers or []), *j.spec.template.spec.containers]
+            if container.name != PACKAGE_CONTAINER]
 
 
 def record_of(api: ApiClient, node: str) -> dict[str, Any]:
@@ -86,6 +91,7 @@ async def test_failed_canary_is_rolled_back_and_the_rest_is_untouched(
 ) -> None:
     labels = {"fleet-test": unique_name("rb")}
     policy, tune, mods = unique_name("pol"), unique_name("tune"), unique_name("mods")
+    recorder = StageRecorder(kube_api_client, selector="noderoll.io/component=stage").start()
     with running_fleet(local_stack, nodes=4, labels=labels) as fleet:
         try:
             create_policy(kube_api_client, run, policy, {
@@ -130,7 +136,7 @@ async def test_failed_canary_is_rolled_back_and_the_rest_is_untouched(
             record = record_of(kube_api_client, canary)
             assert record[tune]["version"] == "1.0.0" and record[tune]["state"] == "complete", record
             assert mods not in record, record
-            jobs = jobs_on(kube_api_client, canary)
+            jobs = jobs_on(recorder, canary)
             failed = [i for i, j in enumerate(jobs) if j[0] == tune and j[2] == "2.0.0"]
             assert failed and not any(jobs[i][3] for i in failed), jobs
             after = jobs[failed[-1] + 1:]
@@ -143,7 +149,7 @@ async def test_failed_canary_is_rolled_back_and_the_rest_is_untouched(
             for node in fleet.node_names:
                 if node != canary:
                     assert len(windows_of(kube_api_client, node)) == 1, (node, windows_of(kube_api_client, node))
-                    assert not [j for j in jobs_on(kube_api_client, node) if j[0] == mods or j[2] == "2.0.0"]
+                    assert not [j for j in jobs_on(recorder, node) if j[0] == mods or j[2] == "2.0.0"]
                     assert record_of(kube_api_client, node)[tune]["version"] == "1.0.0"
 
             for name, versions, uninstalled in ((tune, {tune: "1.0.0"}, []), (mods, {}, [mods])):
@@ -166,6 +172,7 @@ async def test_failed_canary_is_rolled_back_and_the_rest_is_untouched(
             assert all(record_of(kube_api_client, n)[tune]["version"] == "2.0.1" for n in fleet.node_names)
             assert "rollback" not in read_policy(kube_api_client, policy)["status"]
         finally:
+            recorder.stop()
             for name in (mods, tune):
                 delete_package(kube_api_client, name)
             delete_policy(kube_api_client, policy)

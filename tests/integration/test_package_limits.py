@@ -18,11 +18,11 @@ import pytest
 from kubernetes import client
 
 from activities.node_requests import PROTECTED_PODS_TIMEOUT_ENV
-from api import keys
 from fleetsim.context import RUN_SECONDS_ANNOTATION
 from localstack.state import StackInfo
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.stagejobs import StageRecorder
 from tests.integration.bridge_support import (
     SYSCTL_IMAGE,
     BridgeRun,
@@ -71,6 +71,8 @@ def test_a_raised_limit_outlasts_a_protected_pod_the_default_would_not(
     label = unique_name("protect")
     with running_fleet(run.stack, nodes=2, labels={"limits-fleet": run.run_id}) as fleet:
         raised_node, default_node = fleet.node_names
+        # The window deletes its stage Jobs once its outcome is on the node (issue #14): record them.
+        recorder = StageRecorder(kube_api_client, node=raised_node).start()
         pods = {node: protected_pod(core, k8s_namespace, node, label, seconds)
                 for node, seconds in ((raised_node, POD_SECONDS), (default_node, 10 * POD_SECONDS))}
         names = {raised_node: unique_name("raised"), default_node: unique_name("default")}
@@ -107,9 +109,9 @@ def test_a_raised_limit_outlasts_a_protected_pod_the_default_would_not(
             # The pod outlived the shortened default after the Package existed ...
             assert (stamp(finished) - created).total_seconds() > SHORT_DEFAULT
             # ... and the window's stages ran only after it finished.
-            jobs = client.BatchV1Api(kube_api_client).list_namespaced_job(
-                keys.PACKAGE_POD_NAMESPACE, label_selector=f"noderoll.io/package={names[raised_node]}").items
+            jobs = [j for j in recorder.jobs() if j.metadata.labels["noderoll.io/package"] == names[raised_node]]
             assert jobs and min(stamp(j.metadata.creation_timestamp) for j in jobs) >= stamp(finished)
         finally:
+            recorder.stop()
             for name in names.values():
                 delete_package(kube_api_client, name)
