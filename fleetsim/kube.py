@@ -30,6 +30,11 @@ class KubeError(Exception):
         super().__init__(f"{method} {path}: HTTP {status}: {body[:300]}")
         self.status = status
 
+    @property
+    def transient(self) -> bool:
+        """No answer, 429 or 5xx: the same request may succeed later (an apiserver restarting)."""
+        return self.status in (0, 429) or self.status >= 500
+
 
 @dataclass(frozen=True)
 class WatchEvent:
@@ -154,8 +159,7 @@ def until_landed(call: Callable[[], Any], done: tuple[int, ...] = (404,)) -> Non
         except KubeError as err:
             if err.status in done:
                 return
-            transient = err.status in (0, 429) or err.status >= 500
-            if not transient or time.monotonic() > deadline:
+            if not err.transient or time.monotonic() > deadline:
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 5.0)

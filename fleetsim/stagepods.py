@@ -159,12 +159,19 @@ def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
         return
     workdir = Path(tempfile.mkdtemp(prefix="fleetsim-pod-"))
     try:
-        volumes = _write_config_maps(ctx, pod, workdir)
+        try:
+            volumes = _write_config_maps(ctx, pod, workdir)
+        except KubeError as err:
+            if not err.transient:
+                raise
+            # The apiserver did not answer (restarting): nothing ran yet, so start again later, as a
+            # kubelet retries its volume mounts. Without this the pod stayed Pending for good.
+            log.warning("stage pod %s: config maps not readable (%s); retried", pod["metadata"]["name"], err)
+            _start_again_later(ctx, pod)
+            return
         if volumes is None:
             patch_status(ctx.kube, pod, podstatus.waiting_status(pod, "ContainerCreating", "configmap not found"))
-            with ctx.lock:
-                ctx.started.discard(uid)  # the next pod event (or the retry below) starts it again
-            ctx.scheduler.call_later(CONFIGMAP_RETRY_SECONDS, lambda: _retry(ctx, pod))
+            _start_again_later(ctx, pod)  # the next pod event (or the retry) starts it again
             return
         started = now_rfc3339()
         ip = node_ip(node.index)
@@ -235,11 +242,20 @@ def _run_container(ctx: SimContext, node: SimNode, pod: dict[str, Any],
     return container.get("name", mode), code, output
 
 
+def _start_again_later(ctx: SimContext, pod: dict[str, Any]) -> None:
+    """Forget that the pod was started and look at it again in CONFIGMAP_RETRY_SECONDS."""
+    with ctx.lock:
+        ctx.started.discard(pod["metadata"]["uid"])
+    ctx.scheduler.call_later(CONFIGMAP_RETRY_SECONDS, lambda: _retry(ctx, pod))
+
+
 def _retry(ctx: SimContext, pod: dict[str, Any]) -> None:
     try:
         fresh = ctx.kube.request("GET", f"/api/v1/namespaces/{quoted(pod['metadata']['namespace'])}/pods/{quoted(pod['metadata']['name'])}")
-    except KubeError:
-        return  # gone
+    except KubeError as err:
+        if err.transient:  # no answer is not "gone": ask again
+            ctx.scheduler.call_later(CONFIGMAP_RETRY_SECONDS, lambda: _retry(ctx, pod))
+        return  # else gone
     from fleetsim.kubelet import on_pod_event  # noqa: PLC0415 - kubelet imports this module
 
     on_pod_event(ctx, "MODIFIED", fresh)
