@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import json
 import platform
+import statistics
 import tempfile
 import time
 import uuid
@@ -40,6 +41,16 @@ from worker.temporal_client import connect
 
 DEFAULT_SIZES = (50, 200, 1000)
 console = Console(stderr=True)
+
+# The figures summarised when a size is repeated (`--nodes 200 200 200`): one run is not a result on a
+# shared 2-core machine (the same code measured 1.44 and 1.75), so repeated runs give median and spread.
+SUMMARISED = (
+    "makespan_s", "overhead_ratio", "overhead_median_s", "noderoll_requests_per_window",
+    "no_interrupt_noderoll_requests_per_window", "history_events_per_window_median",
+    "no_interrupt_history_events_per_window_median", "throughput_windows_per_s", "ratio_to_floor",
+    "worker_peak_rss_mib", "bridge_peak_rss_mib", "apiserver_etcd_peak_rss_mib", "noderoll_cpu_share",
+    "fleetsim_cpu_share",
+)
 
 COLUMNS = (
     ("nodes", "nodes"), ("packages", "pkgs"), ("makespan_s", "makespan s"), ("ideal_makespan_s", "ideal s"),
@@ -165,8 +176,44 @@ async def _measure(args: argparse.Namespace, stack: StackInfo, workdir: Path) ->
         row = await _measure_size(args, target, temporal, size)
         row["load_average_after"] = [round(x, 2) for x in psutil.getloadavg()]
         report["results"].append(row)
+        report["repeats"] = repeat_summary(report["results"])
         _save(args, report)  # partial results survive an interrupted run
     return report
+
+
+def repeat_summary(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per fleet size run more than once: the runs, and median, min and max of each SUMMARISED figure
+    present in every run (spread = (max - min) / median). Pure."""
+    sizes: dict[int, list[dict[str, Any]]] = {}
+    for row in results:
+        sizes.setdefault(int(row["nodes"]), []).append(row)
+    summary = []
+    for size, rows in sizes.items():
+        if len(rows) < 2:
+            continue
+        entry: dict[str, Any] = {"nodes": size, "runs": len(rows)}
+        for key in SUMMARISED:
+            values = [row[key] for row in rows if isinstance(row.get(key), (int, float))]
+            if len(values) != len(rows):
+                continue
+            median = statistics.median(values)
+            entry[key] = {"median": round(median, 3), "min": min(values), "max": max(values),
+                          "spread": round((max(values) - min(values)) / median, 3) if median else 0.0}
+        summary.append(entry)
+    return summary
+
+
+def render_summary(summary: list[dict[str, Any]]) -> Table:
+    """Medians and ranges of repeated sizes as a rich table. Pure."""
+    table = Table(title="noderoll bench: repeated sizes (median [min-max])")
+    table.add_column("figure")
+    for entry in summary:
+        table.add_column(f"{entry['nodes']} nodes × {entry['runs']}", justify="right")
+    for key in SUMMARISED:
+        cells = [entry.get(key) for entry in summary]
+        if any(cells):
+            table.add_row(key, *(f"{c['median']} [{c['min']}-{c['max']}]" if c else "" for c in cells))
+    return table
 
 
 def objects_left(before: dict[str, int], after: dict[str, int]) -> str:
@@ -197,6 +244,8 @@ def run(args: argparse.Namespace) -> int:
     with _stack(args) as stack:
         report = asyncio.run(_measure(args, stack, workdir))
     Console(width=240).print(render(report))
+    if report.get("repeats"):
+        Console(width=240).print(render_summary(report["repeats"]))
     if args.json:
         console.print(f"bench: wrote {args.json}")
     return 0

@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 
 from bench import apimetrics
+from bench.command import render_summary, repeat_summary
 from bench.histories import WindowStats, batches_from_sends, histogram, histogram_text, per_node, percentile
 from bench.reqcount import classify
 from bench.rollout import disruptions
@@ -106,3 +107,18 @@ def test_disruptions_per_node_from_histories_and_from_the_fleet() -> None:
     # "c" is missing from the fleet's answer: reported as 0, not hidden.
     assert found["fleet_drains_per_node"] == "0×1 1×2" and found["fleet_waves"] == 1 and found["packages"] == 2
     assert "fleet_drains_per_node" not in disruptions(Scenario("s", 3), nodes, windows, None)
+
+
+def test_repeated_sizes_are_summarised_as_median_and_spread() -> None:
+    rows = [{"nodes": 200, "overhead_ratio": r, "worker_peak_rss_mib": m} for r, m in ((1.3, 150), (1.1, 170), (1.2, 160))]
+    rows += [{"nodes": 50, "overhead_ratio": 1.2}, {"nodes": 1000, "overhead_ratio": 1.4},
+             {"nodes": 1000, "overhead_ratio": 1.6, "worker_peak_rss_mib": 300}]
+    summary = {entry["nodes"]: entry for entry in repeat_summary(rows)}
+    assert set(summary) == {200, 1000}  # 50 ran once: nothing to summarise
+    ratio = summary[200]["overhead_ratio"]
+    assert (summary[200]["runs"], ratio["median"], ratio["min"], ratio["max"]) == (3, 1.2, 1.1, 1.3)
+    assert ratio["spread"] == pytest.approx(0.2 / 1.2, abs=1e-3)
+    assert summary[200]["worker_peak_rss_mib"]["median"] == 160
+    # A figure missing from one run is not summarised (a median of some runs would mislead).
+    assert "worker_peak_rss_mib" not in summary[1000] and summary[1000]["overhead_ratio"]["median"] == 1.5
+    assert "overhead_ratio" in str(render_summary(list(summary.values())).columns[0]._cells)
