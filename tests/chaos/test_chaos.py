@@ -210,9 +210,10 @@ def test_two_workers_share_the_work_and_the_rollout_survives_one_killed(
     # Issue #14 item 5: `noderoll worker` scales out on one task queue; a SIGKILLed one is not replaced.
     with chaos_rollout(chaos_stack, tmp_path, SMALL, workers=2) as rollout:
         rollout.wait_jobs(rollout.total_jobs // 2)
-        pids = {f"{m.proc.pid}@" for m in rollout.procs.procs.procs.values() if m.name.startswith("worker-")}
+        # A worker's identity ends with its pid (`noderoll-worker/<version>@<host>:<pid>`).
+        pids = {f":{m.proc.pid}" for m in rollout.procs.procs.procs.values() if m.name.startswith("worker-")}
         rollout.procs.kill("worker-1", restart=False)
         assert [n for n in rollout.procs.procs.procs if n.startswith("worker")] == ["worker-2"]
     # Both workers ran window activities: they shared the work before one of them died.
     identities = asyncio.run(_worker_identities(chaos_stack, rollout.fleet.node_names))
-    assert all(any(i.startswith(pid) for i in identities) for pid in pids), (pids, identities)
+    assert all(any(i.endswith(pid) for i in identities) for pid in pids), (pids, identities)
