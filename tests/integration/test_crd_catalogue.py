@@ -158,7 +158,7 @@ def test_schema_defaults_are_applied(kube_api_client: client.ApiClient, crds: li
         "batchThreshold": 100,
         "safetyLimit": 50,
     }
-    assert policy["spec"]["canary"] == {"count": 1, "soakSeconds": 0, "promotion": "auto"}
+    assert policy["spec"]["canary"] == {"count": 1, "soakSeconds": 0, "promotion": "auto", "onFailure": "halt"}
 
 
 SCHEMA = [e for e in load() if e.level == "schema"]

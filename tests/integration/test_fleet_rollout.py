@@ -305,7 +305,7 @@ async def test_node_workflow_terminated_mid_window_is_noticed_and_asked_again(
                 report = await fleet_progress(temporal_client, policy)
                 # In flight is not yet started: wait for the window's own Event (its stage takes 4 s), or the
                 # termination may hit the node workflow before its window began (then it has only one).
-                out = [n for n, p in report.nodes.items() if p.state == "in_progress" and windows_of(kube_api_client, n)]
+                out = [n for n, p in report.nodes.items() if p.state == "in_progress" and windows_of(kube_api_client, n).count]
                 assert out, report.counts
                 return out[0]
 
@@ -466,13 +466,14 @@ async def test_a_dependency_paused_by_signal_keeps_its_dependent_out_of_the_wind
                 lambda: fleet_decided_after_listing(temporal_client, fleet_id, signalled), timeout=60)
             report = await fleet_progress(temporal_client, policy)
             assert report.packages[driver].counts == {"waiting": 3}, report.packages[driver]
-            assert not any(windows_of(kube_api_client, n) for n in fleet.node_names)
+            assert not any(windows_of(kube_api_client, n).count for n in fleet.node_names)
 
             temporal_signal(local_stack, fleet_id, names.SIGNAL_RESUME, {"packages": [kernel]})
             for name in (kernel, driver):
                 kubectl_wait_ready(local_stack, name, timeout=300)
             for node in fleet.node_names:
-                assert [carried(m) for m in windows_of(kube_api_client, node)] == [sorted([kernel, driver])], node
+                windows = windows_of(kube_api_client, node)
+                assert (windows.count, carried(windows.last)) == (1, sorted([kernel, driver])), (node, windows)
                 assert seen.cordons.get(node) == 1 and seen.reboots(node) == 1, (node, seen.cordons, seen.boot_ids)
         finally:
             for name in (driver, kernel):
@@ -506,7 +507,8 @@ async def test_fleet_and_node_window_histories_replay(
             for name in (base, driver):
                 kubectl_wait_ready(local_stack, name)
             node = fleet.node_names[0]
-            assert [carried(m) for m in windows_of(kube_api_client, node)] == [sorted([base, driver])]
+            windows = windows_of(kube_api_client, node)
+            assert (windows.count, carried(windows.last)) == (1, sorted([base, driver])), windows
         finally:
             for name in (driver, base):
                 delete_package(kube_api_client, name)
@@ -558,8 +560,8 @@ async def test_a_node_relabelled_out_before_its_batch_is_named_in_the_package_st
             status = read_package(kube_api_client, name)["status"]
             assert "no longer targeted" in status["message"] and untouched in status["message"], status
             assert status["progress"] == "2/2", status
-            assert windows_of(kube_api_client, untouched) == []
-            assert all(len(windows_of(kube_api_client, n)) == 1 for n in fleet.node_names if n != untouched)
+            assert windows_of(kube_api_client, untouched).count == 0
+            assert all(windows_of(kube_api_client, n).count == 1 for n in fleet.node_names if n != untouched)
         finally:
             delete_package(kube_api_client, name)
             delete_policy(kube_api_client, policy)
