@@ -119,11 +119,19 @@ def follow(ops: Ops, package: str, node: str, options: tuple[str | None, float, 
     simulated = (ops.core.read_node(node).metadata.labels or {}).get(FLEETSIM_LABEL) == "true"
     if not simulated and all(_follow_container(ops, pod, c) for c in containers):
         return "pods/log (follow)"
-    for root in sandbox_dirs:
-        path = root / node / FLEETSIM_POD_LOGS / f"{name}.log"
-        if path.parent.is_dir():
-            _follow_file(ops, pod, path)
-            return f"fleetsim log file {path}"
+    if simulated:
+        # fleetsim creates the pod's log file when the pod starts (after its modelled start-up), so a
+        # pod found while Pending has none yet: wait for it (or for the pod to end without one).
+        while True:
+            for root in sandbox_dirs:
+                path = root / node / FLEETSIM_POD_LOGS / f"{name}.log"
+                if path.is_file():
+                    _follow_file(ops, pod, path)
+                    return f"fleetsim log file {path}"
+            if (pod.status.phase or "") in FINISHED:
+                break
+            time.sleep(POLL_SECONDS)
+            pod = _read(ops, pod)
     while (pod.status.phase or "") not in FINISHED:
         time.sleep(POLL_SECONDS)
         pod = _read(ops, pod)

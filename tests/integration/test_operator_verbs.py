@@ -275,7 +275,10 @@ def test_logs_follow_streams_the_stage_while_it_runs(
             # The stage printed its first line and sleeps: the pod still runs while we read it.
             pods = client.CoreV1Api(kube_api_client).list_namespaced_pod(
                 keys.PACKAGE_POD_NAMESPACE, label_selector=f"noderoll.io/package={name},noderoll.io/mode=apply").items
-            assert first and [p.status.phase for p in pods] == ["Running"], (first, [p.status.phase for p in pods])
+            if not first:  # the follower ended without a line: say why
+                follower.wait(timeout=30)
+                raise AssertionError(f"logs --follow printed nothing: {follower.stderr.read() if follower.stderr else ''}")
+            assert [p.status.phase for p in pods] == ["Running"], (first, [p.status.phase for p in pods])
             # Read through the same buffered stream as `first` (communicate() would skip what it buffered).
             rest = follower.stdout.read()
             assert follower.wait(timeout=120) == 0
