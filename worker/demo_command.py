@@ -231,10 +231,13 @@ async def _watch(console: Console, args: argparse.Namespace, ops: Ops, record: p
 
 
 def _settled(package: str, progress: RolloutProgress, snapshot: LiveSnapshot) -> bool:
-    """The rollout says it is done, and no node's own record disagrees (none still in progress)."""
+    """The rollout says it is done, no node's own record disagrees (none still in progress), and every
+    demo node records the package: a fleet that answers "done" for nodes it never saw (the history of
+    an earlier run) is not this run's rollout."""
     working = [n.name for n in snapshot.nodes
                if package in n.packages and n.packages[package].state is State.IN_PROGRESS]
-    return is_finished(progress) and not working
+    recorded = all(package in n.packages for n in snapshot.nodes)
+    return is_finished(progress) and not working and recorded
 
 
 def _evidence(stack: StackInfo, outcome: Outcome, sandbox_dir: str) -> NodeEvidence | None:
@@ -281,8 +284,12 @@ def _cleanup(console: Console, record: procs.DemoRecord) -> None:
     stopped = procs.stop_processes(record)
     state_dir = Path(record.state_dir)
     if record.started_stack:
-        stopped += down(state_dir)
-        _say(console, f"stopped {stopped} process(es), including the local stack it started")
+        # The stack is the demo's own: its data goes with it, so the next `noderoll demo` rolls out
+        # on a fresh cluster (kept, its Temporal history showed the previous run's fleet Complete and
+        # the demo reported "complete in 0s" with no node touched). The demo's logs stay.
+        stopped += down(state_dir, purge=True)
+        _say(console, f"stopped {stopped} process(es), including the local stack it started (its data deleted; "
+                      f"logs kept in {record.run_dir})")
     else:
         stack = load_stack_info(state_dir)
         if stack is not None and stack.is_running():
