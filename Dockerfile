@@ -15,6 +15,7 @@ COPY fleetsim/ fleetsim/
 COPY localstack/ localstack/
 COPY bench/ bench/
 COPY webhook/ webhook/
+COPY protocol/ protocol/
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim

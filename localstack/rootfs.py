@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
@@ -119,6 +120,16 @@ def runtime_distributions(top: str = "noderoll") -> list[metadata.Distribution]:
     return list(found.values())
 
 
+def source_packages(repo: Path) -> list[str]:
+    """noderoll's own top-level packages, as pyproject.toml lists them for setuptools (one list: an image
+    built from a hand-kept copy of it lacked `protocol` and `webhook`, and every process in it failed
+    to import)."""
+    with (repo / "pyproject.toml").open("rb") as handle:
+        project = tomllib.load(handle)
+    patterns = project["tool"]["setuptools"]["packages"]["find"]["include"]
+    return [pattern.removesuffix("*") for pattern in patterns]
+
+
 def site_packages(root: Path, repo: Path, top: str = "noderoll") -> Path:
     """noderoll's runtime dependencies (this virtualenv's installed files) and its own packages."""
     target = root / "usr/lib/python3/dist-packages"
@@ -132,8 +143,7 @@ def site_packages(root: Path, repo: Path, top: str = "noderoll") -> Path:
                 dest = target / str(file)
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(source, dest)
-    for package in ("api", "planning", "workflows", "activities", "worker", "crd_bridge", "agent", "fleetsim",
-                    "localstack", "bench"):
+    for package in source_packages(repo):
         if (repo / package).is_dir():
             shutil.copytree(repo / package, target / package, dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns("__pycache__"))

@@ -83,6 +83,11 @@ class StageRecorder:
         with self._lock:
             return sorted(self._jobs.values(), key=lambda j: (j.metadata.creation_timestamp, j.metadata.name))
 
+    def pods(self) -> list[client.V1Pod]:
+        """Every stage pod seen (as last seen), oldest first."""
+        with self._lock:
+            return sorted(self._pods.values(), key=lambda p: (p.metadata.creation_timestamp, p.metadata.name))
+
     def pods_of(self, job: str) -> list[str]:
         """Uids of the pods seen of Job `job`."""
         with self._lock:

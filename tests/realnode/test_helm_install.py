@@ -25,6 +25,7 @@ from localstack import node_images
 from localstack.processes import pick_port
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.helm import CHART, INSTALL_HINT, find_binary
+from tests.helpers.stagejobs import StageRecorder
 from tests.realnode.support import REPO, RealCluster, start_real_cluster
 
 HELM = find_binary("helm")
@@ -59,6 +60,9 @@ def _values(cluster: RealCluster, tag: str) -> dict[str, object]:
                    "podDisruptionBudget": {"enabled": False}},
         "bridge": {"replicas": 1, "hostNetwork": True, "metricsPort": pick_port([None], {worker_port}),
                    "extraEnv": apiserver},
+        # The local stack runs no kube-proxy: the apiserver cannot reach the webhook Service's cluster IP.
+        # The pods must run; admission is the stack's own webhook's (docs/operations.md says so).
+        "webhook": {"failurePolicy": "Ignore"},
     }
 
 
@@ -80,18 +84,23 @@ def test_the_chart_installed_for_real_rolls_out_a_package(helm_cluster: RealClus
     try:
         assert installed.returncode == 0, installed.stdout + installed.stderr
         pods = cluster.core.list_namespaced_pod(NAMESPACE).items
-        assert sorted(p.metadata.labels["app.kubernetes.io/component"] for p in pods) == ["bridge", "worker"]
+        # The chart's admission webhook runs two replicas (issue #16).
+        components = sorted(p.metadata.labels["app.kubernetes.io/component"] for p in pods)
+        assert components == ["bridge", "webhook", "webhook", "worker"], components
         assert all(p.status.phase == "Running" and p.spec.node_name == cluster.node.name for p in pods)
         name = unique_name("nwt-helm")
         scratch = Path(tempfile.mkdtemp(prefix="noderoll-realnode-", dir="/var/tmp"))
+        # The window deletes its stage Jobs once its outcome is on the node (issue #14): record them.
+        recorder = StageRecorder(cluster.api, node=cluster.node.name).start()
         try:
             # No interrupt: draining the only node would evict the worker that runs the rollout.
             cluster.package(name, config={"sysctl.conf": SYSCTL, "root": str(scratch)}, interrupt=None)
             cluster.wait_status(name, lambda s: s.get("phase") == "Complete" and (s.get("nodes") or {}).get("complete") == 1)
             assert (scratch / f"etc/sysctl.d/999-{name}-tuning.conf").read_text() == SYSCTL
-            jobs = cluster.core.list_namespaced_pod("noderoll-system", label_selector=f"noderoll.io/package={name}").items
-            assert jobs and {c.image for p in jobs for c in p.spec.containers} == {cluster.agent_image}
+            stage_pods = [p for p in recorder.pods() if p.metadata.labels["noderoll.io/package"] == name]
+            assert stage_pods and {c.image for p in stage_pods for c in p.spec.containers} == {cluster.agent_image}
         finally:
+            recorder.stop()
             cluster.delete(name)
             subprocess.run(["rm", "-rf", str(scratch)], check=False)
     finally:

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from api.keys import NODE_STATE_ANNOTATION, PACKAGE_POD_NAMESPACE
+from api.keys import NODE_STATE_ANNOTATION
 from api.node_state import parse_node_state
 from tests.helpers import unique_name
+from tests.helpers.stagejobs import StageRecorder
 from tests.realnode.support import PACKAGE_IMAGE, RealCluster
 
 pytestmark = pytest.mark.timeout(900)
@@ -37,6 +38,8 @@ def scratch() -> Iterator[Path]:
 def test_a_nodewright_package_rolls_out_on_the_real_node(real_cluster: RealCluster, scratch: Path) -> None:
     name, node = unique_name("nwt"), real_cluster.node.name
     boot_before = real_cluster.core.read_node(node).status.node_info.boot_id
+    # The window deletes its stage Jobs (and pods) once its outcome is on the node (issue #14): record them.
+    recorder = StageRecorder(real_cluster.api, node=node).start()
     real_cluster.package(name, config={"sysctl.conf": SYSCTL, "root": str(scratch)})
     try:
         status = real_cluster.wait_status(name, lambda s: s.get("phase") == "Complete")
@@ -50,19 +53,21 @@ def test_a_nodewright_package_rolls_out_on_the_real_node(real_cluster: RealClust
         state, problem = parse_node_state(
             (real_cluster.core.read_node(node).metadata.annotations or {}).get(NODE_STATE_ANNOTATION))
         assert problem is None and state.packages[name].state == "complete"
-        pods = real_cluster.core.list_namespaced_pod(PACKAGE_POD_NAMESPACE, label_selector=f"noderoll.io/package={name}").items
+        pods = [p for p in recorder.pods() if p.metadata.labels["noderoll.io/package"] == name]
         stages = [p for p in pods if p.spec.init_containers]
-        assert stages and all(p.status.phase == "Succeeded" for p in pods)
+        assert stages and all(p.status.phase == "Succeeded" for p in pods), [(p.metadata.name, p.status.phase) for p in pods]
         for pod in stages:
             copy, *agents = [*pod.spec.init_containers, *pod.spec.containers]
             assert (copy.name, copy.image) == ("package", PACKAGE_IMAGE)
             assert {c.image for c in agents} == {real_cluster.agent_image}
-        interrupts = [p for p in pods if p.metadata.labels["noderoll.io/mode"] == "interrupt"]
-        assert len(interrupts) == 1 and interrupts[0].spec.containers[0].image == real_cluster.agent_image
+        # The window's one interrupt: the last container of the pod of the stages before it (issue #14).
+        interrupts = [c for p in pods for c in p.spec.containers if c.name == "interrupt"]
+        assert len(interrupts) == 1 and interrupts[0].image == real_cluster.agent_image
         node_object = real_cluster.core.read_node(node)
         assert not node_object.spec.unschedulable
         assert node_object.status.node_info.boot_id == boot_before  # a noop interrupt: never a reboot
     finally:
+        recorder.stop()
         real_cluster.delete(name)
 
 

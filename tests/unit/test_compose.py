@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from localstack.rootfs import source_packages
 from worker.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,6 +107,19 @@ def test_dockerfile_copies_existing_paths(dockerfile: str) -> None:
             sources = rest.split()[:-1]
             for source in sources:
                 assert (context / source).exists(), f"{dockerfile}: COPY {source} (context {context})"
+
+
+def test_the_images_carry_every_package_of_the_project() -> None:
+    # The Dockerfile and the real-node image (localstack/rootfs.py) once missed `protocol`: every
+    # process in them failed to import. pyproject.toml's list of packages is the one source.
+    packages = source_packages(ROOT)
+    assert {"api", "protocol", "webhook", "worker"} <= set(packages)
+    copied = {rest.split()[0].rstrip("/") for op, rest in instructions(ROOT / "Dockerfile")
+              if op == "COPY" and "--from=" not in rest}
+    assert set(packages) <= copied, sorted(set(packages) - copied)
+    assert all((ROOT / p / "__init__.py").is_file() for p in packages)
+    tops = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file() and p.name != "tests"}
+    assert tops <= set(packages), sorted(tops - set(packages))
 
 
 def test_worker_image_entrypoint_is_the_console_script() -> None:
