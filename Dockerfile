@@ -15,6 +15,8 @@ COPY fleetsim/ fleetsim/
 COPY localstack/ localstack/
 COPY bench/ bench/
 COPY webhook/ webhook/
+COPY protocol/ protocol/
+COPY metrics/ metrics/
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim

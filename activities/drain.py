@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+import metrics
 from activities import errors, kube
 from activities.heartbeats import beat, keep_alive, wait_slice
 from activities.io import (
@@ -49,7 +50,6 @@ from planning.drain import (
     pdb_view,
     protected_pods_message,
 )
-from worker import metrics
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 STAGE_COMPONENT_LABEL = "noderoll.io/component"

@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+import metrics
 from activities import errors, kube
 from activities.heartbeats import beat, keep_alive, wait_slice
 from activities.io import RunInterruptInput, RunInterruptResult
@@ -23,7 +24,6 @@ from activities.jobs import WATCH_SECONDS, PodOutcome, check_job, ensure_job, jo
 from activities.nodes import snapshot
 from activities.stage_wait import wait_job
 from api.enums import InterruptType
-from worker import metrics
 
 
 def _read_node(name: str) -> client.V1Node:

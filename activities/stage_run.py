@@ -25,6 +25,7 @@ import time
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+import metrics
 from activities import errors, stage_pod
 from activities.heartbeats import keep_alive
 from activities.interrupts import confirm_reboot
@@ -33,7 +34,6 @@ from activities.jobs import PodOutcome, ensure_job
 from activities.stage_pod import INTERRUPT_MODE
 from activities.stage_wait import wait_job
 from api.enums import InterruptType
-from worker import metrics
 
 
 def _observe(job: StageJob, outcome: PodOutcome) -> None:

@@ -30,6 +30,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
+import metrics
 from activities import errors, kube
 from activities.heartbeats import beat, keep_alive, wait_slice
 from activities.io import RunStageJobResult, StageJob
@@ -43,7 +44,6 @@ from activities.jobs import (
     job_failure,
 )
 from api.keys import PACKAGE_POD_NAMESPACE
-from worker import metrics
 
 log = logging.getLogger(__name__)
 

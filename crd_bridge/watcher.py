@@ -25,7 +25,7 @@ from urllib3.exceptions import ProtocolError
 
 from activities import kube
 from api import keys
-from worker.metrics import record_watch_restart
+from metrics import record_watch_restart
 
 log = logging.getLogger("noderoll.bridge.watch")
 SYNC = "SYNC"

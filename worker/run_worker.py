@@ -29,7 +29,7 @@ from temporalio.worker import Worker
 from activities import kube, prometheus, stage_pod
 from api.keys import DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE
 from localstack.state import resolve_connection
-from worker.metrics import start_metrics_server
+from metrics import start_metrics_server
 from worker.registry import ACTIVITIES, WORKFLOWS
 from worker.temporal_client import SERVICE_CONNECT_WAIT_SECONDS, connect
 from worker.version import worker_identity
