@@ -32,6 +32,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -142,30 +143,38 @@ def _is_reboot(env: dict[str, str]) -> bool:
         return False
 
 
-def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
-    """Play kubelet for one stage pod, from Pending to Succeeded/Failed (runs on the pool)."""
+class After(Enum):
+    """What the kubelet does with the pod once `run_stage_pod` returned (the kubelet owns the pod bookkeeping)."""
+
+    NOTHING = "nothing"  # ended, hangs, or was deleted: the pod's own events say the rest
+    NODE_DOWN = "node_down"  # not started, the node reboots: forget the start, `resume_node` starts it
+    RETRY = "retry"  # a ConfigMap is missing: forget the start, look at the pod again after a while
+
+
+def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any], resume: reboot.Resume) -> After:
+    """Play kubelet for one stage pod, from Pending to Succeeded/Failed (runs on the pool).
+
+    Returns what the kubelet (which owns the pod bookkeeping, `fleetsim/kubelet.py`) does with the
+    pod next. `resume` is the kubelet's `resume_node`, called when a reboot this pod's interrupt
+    began is over (passed in: this module does not import the kubelet).
+    """
     uid = pod["metadata"]["uid"]
     with ctx.lock:
         if uid in ctx.terminating or uid not in ctx.started:
-            return  # deleted during its start-up
+            return After.NOTHING  # deleted during its start-up
     if node.rebooting:
-        with ctx.lock:
-            ctx.started.discard(uid)  # the node went down first: `kubelet.resume_node` starts it
-        return
+        return After.NODE_DOWN  # the node went down first: `kubelet.resume_node` starts it
     image, package_dir = _package_source(ctx, pod)
     interrupt_only = all(pod_mode(pod, c) == "interrupt" for c in pod_steps(pod))
     if package_dir is None and not interrupt_only:
         patch_status(ctx.kube, pod, podstatus.waiting_status(pod, "ErrImagePull", f"fleetsim image store has no {image}"))
-        return
+        return After.NOTHING
     workdir = Path(tempfile.mkdtemp(prefix="fleetsim-pod-"))
     try:
         volumes = _write_config_maps(ctx, pod, workdir)
         if volumes is None:
             patch_status(ctx.kube, pod, podstatus.waiting_status(pod, "ContainerCreating", "configmap not found"))
-            with ctx.lock:
-                ctx.started.discard(uid)  # the next pod event (or the retry below) starts it again
-            ctx.scheduler.call_later(CONFIGMAP_RETRY_SECONDS, lambda: _retry(ctx, pod))
-            return
+            return After.RETRY
         started = now_rfc3339()
         ip = node_ip(node.index)
         patch_status(ctx.kube, pod, podstatus.stage_running_status(pod, ip, ip, started))
@@ -179,9 +188,9 @@ def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
                 result: tuple[str, int, str] | None = _copy_package(package_dir, workdir / "package")
                 mounts = _Mounts(package=workdir / "package", config=mounts.config, metadata=mounts.metadata)
             else:
-                result = _run_container(ctx, node, pod, (container, mounts))
+                result = _run_container(ctx, node, pod, (container, mounts), resume)
             if result is None:
-                return  # hangs (fault) or was deleted: stays as it is until deleted
+                return After.NOTHING  # hangs (fault) or was deleted: stays as it is until deleted
             if container.get("name") == PACKAGE_CONTAINER:
                 _append_log(ctx, node, pod, result[2])  # an agent container's output is in the file already
             times[result[0]] = (began, now_rfc3339())
@@ -191,6 +200,7 @@ def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
         _keep_log(ctx, node, pod, "".join(output for _, _, output in results))
         tails = [(name, code, podstatus.log_tail(output)) for name, code, output in results]
         patch_status(ctx.kube, pod, podstatus.finished_status(pod, tails, (started, now_rfc3339()), times))
+        return After.NOTHING
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -213,7 +223,7 @@ def _copy_package(source: Path | None, target: Path) -> tuple[str, int, str]:
 
 
 def _run_container(ctx: SimContext, node: SimNode, pod: dict[str, Any],
-                   what: tuple[dict[str, Any], _Mounts]) -> tuple[str, int, str] | None:
+                   what: tuple[dict[str, Any], _Mounts], resume: reboot.Resume) -> tuple[str, int, str] | None:
     """Run one agent container of a stage pod: (name, exit code, output), None when it does not end."""
     container, mounts = what
     uid, mode, env = pod["metadata"]["uid"], pod_mode(pod, container), pod_env(pod, container)
@@ -231,18 +241,8 @@ def _run_container(ctx: SimContext, node: SimNode, pod: dict[str, Any],
         return container.get("name", mode), fault.exit_code, output
     code, output = _run_agent(ctx, node, pod, (container, mounts))
     if code == 0 and mode == "interrupt" and _is_reboot(env):
-        reboot.begin_reboot(ctx, node)
+        reboot.begin_reboot(ctx, node, resume)
     return container.get("name", mode), code, output
-
-
-def _retry(ctx: SimContext, pod: dict[str, Any]) -> None:
-    try:
-        fresh = ctx.kube.request("GET", f"/api/v1/namespaces/{quoted(pod['metadata']['namespace'])}/pods/{quoted(pod['metadata']['name'])}")
-    except KubeError:
-        return  # gone
-    from fleetsim.kubelet import on_pod_event  # noqa: PLC0415 - kubelet imports this module
-
-    on_pod_event(ctx, "MODIFIED", fresh)
 
 
 def _run_agent(ctx: SimContext, node: SimNode, pod: dict[str, Any],
