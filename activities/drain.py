@@ -40,7 +40,7 @@ from activities.io import (
 from activities.node_events import record_event
 from activities.nodes import set_draining
 from api.enums import DrainReason
-from api.keys import PACKAGE_POD_NAMESPACE
+from api.keys import PACKAGE_POD_NAMESPACE, STAGE_COMPONENT, STAGE_COMPONENT_LABEL
 from api.selectors import LabelSelector
 from planning.drain import (
     DrainNotice,
@@ -52,7 +52,6 @@ from planning.drain import (
 )
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-STAGE_COMPONENT_LABEL = "noderoll.io/component"
 MAX_BACKOFF_SECONDS = 10.0
 log = logging.getLogger(__name__)
 
@@ -146,7 +145,7 @@ def _skipped(pod: client.V1Pod) -> bool:
         return True
     if MIRROR_ANNOTATION in (meta.annotations or {}):
         return True
-    if meta.namespace == PACKAGE_POD_NAMESPACE and (meta.labels or {}).get(STAGE_COMPONENT_LABEL) == "stage":
+    if meta.namespace == PACKAGE_POD_NAMESPACE and (meta.labels or {}).get(STAGE_COMPONENT_LABEL) == STAGE_COMPONENT:
         return True
     return not _running(pod)
 

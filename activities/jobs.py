@@ -28,7 +28,7 @@ from kubernetes.client.exceptions import ApiException
 from activities import errors, kube, stage_pod
 from activities.io import StageJob
 from activities.stage_pod import StagePodIdentity, StagePodSettings
-from api.keys import GROUP, PACKAGE_PLURAL, PACKAGE_POD_NAMESPACE, VERSION
+from api.keys import GROUP, PACKAGE_PLURAL, PACKAGE_POD_NAMESPACE, STAGE_PACKAGE_CONTAINER, VERSION
 
 WATCH_SECONDS = 5
 # While a stage pod runs, its node is looked at this often: a deleted node's pod never finishes
@@ -147,7 +147,7 @@ def completed_modes(pod: client.V1Pod) -> tuple[str, ...]:
         terminated = container.state.terminated if container.state else None
         if terminated is None or int(terminated.exit_code) != 0:
             break
-        if container.name != stage_pod.PACKAGE_CONTAINER:
+        if container.name != STAGE_PACKAGE_CONTAINER:
             done.append(container.name)
     return tuple(done)
 

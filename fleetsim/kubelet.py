@@ -19,15 +19,10 @@ import signal
 import time
 from typing import Any
 
+from api.keys import STAGE_COMPONENT, STAGE_COMPONENT_LABEL
 from fleetsim import podstatus, stagepods
 from fleetsim.agents import AgentRun
-from fleetsim.context import (
-    RUN_SECONDS_ANNOTATION,
-    STAGE_COMPONENT,
-    STAGE_COMPONENT_LABEL,
-    SimContext,
-    SimNode,
-)
+from fleetsim.context import RUN_SECONDS_ANNOTATION, SimContext, SimNode
 from fleetsim.kube import KubeError, patch_status, pod_path, until_landed
 from fleetsim.nodes import node_ip, now_rfc3339
 

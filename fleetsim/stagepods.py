@@ -36,6 +36,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from api.keys import STAGE_MODE_LABEL, STAGE_PACKAGE_CONTAINER
 from fleetsim import podstatus, reboot
 from fleetsim.context import SimContext, SimNode
 from fleetsim.kube import KubeError, patch_status, quoted
@@ -44,7 +45,6 @@ from fleetsim.nodes import node_ip, now_rfc3339
 log = logging.getLogger(__name__)
 CONFIG_MOUNT = "/noderoll-config"
 METADATA_MOUNT = "/noderoll-node-metadata"
-PACKAGE_CONTAINER = "package"
 CONFIGMAP_RETRY_SECONDS = 2.0
 # Environment a real container would not inherit from fleetsim, apart from what Python needs.
 PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "HOME", "TMPDIR")
@@ -81,7 +81,7 @@ def pod_mode(pod: dict[str, Any], container: dict[str, Any] | None = None) -> st
     """A container's mode: its first argument, else NODEROLL_MODE, else the mode label. Pure."""
     chosen = container or _container(pod)
     args = chosen.get("args") or []
-    return args[0] if args else pod_env(pod, chosen).get("NODEROLL_MODE") or pod["metadata"].get("labels", {}).get("noderoll.io/mode", "")
+    return args[0] if args else pod_env(pod, chosen).get("NODEROLL_MODE") or pod["metadata"].get("labels", {}).get(STAGE_MODE_LABEL, "")
 
 
 def _config_map_mounts(pod: dict[str, Any]) -> dict[str, tuple[dict[str, Any], str]]:
@@ -131,7 +131,7 @@ def _write_config_maps(ctx: SimContext, pod: dict[str, Any], workdir: Path) -> d
 def _package_source(ctx: SimContext, pod: dict[str, Any]) -> tuple[str, Path | None]:
     """(image, resolved package folder) of the pod: its copy container's image, else (pods from
     before the copy container) its main container's."""
-    copy = next((c for c in pod_steps(pod) if c.get("name") == PACKAGE_CONTAINER), None)
+    copy = next((c for c in pod_steps(pod) if c.get("name") == STAGE_PACKAGE_CONTAINER), None)
     image = (copy or _container(pod)).get("image", "")
     return image, ctx.images.resolve(image)
 
@@ -184,14 +184,14 @@ def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any], resume: r
         _log_path(ctx, node, pod).write_text("", encoding="utf-8")
         for container in pod_steps(pod):
             began = now_rfc3339()
-            if container.get("name") == PACKAGE_CONTAINER:
+            if container.get("name") == STAGE_PACKAGE_CONTAINER:
                 result: tuple[str, int, str] | None = _copy_package(package_dir, workdir / "package")
                 mounts = _Mounts(package=workdir / "package", config=mounts.config, metadata=mounts.metadata)
             else:
                 result = _run_container(ctx, node, pod, (container, mounts), resume)
             if result is None:
                 return After.NOTHING  # hangs (fault) or was deleted: stays as it is until deleted
-            if container.get("name") == PACKAGE_CONTAINER:
+            if container.get("name") == STAGE_PACKAGE_CONTAINER:
                 _append_log(ctx, node, pod, result[2])  # an agent container's output is in the file already
             times[result[0]] = (began, now_rfc3339())
             results.append(result)
@@ -217,9 +217,9 @@ class _Mounts:
 def _copy_package(source: Path | None, target: Path) -> tuple[str, int, str]:
     """The copy container: the image's package folder into the pod's `package` folder."""
     if source is None:
-        return PACKAGE_CONTAINER, 66, "noderoll-agent: FAILED: image has no package folder\n"
+        return STAGE_PACKAGE_CONTAINER, 66, "noderoll-agent: FAILED: image has no package folder\n"
     shutil.copytree(source, target, symlinks=True)
-    return PACKAGE_CONTAINER, 0, f"noderoll: copied package from {source}\n"
+    return STAGE_PACKAGE_CONTAINER, 0, f"noderoll: copied package from {source}\n"
 
 
 def _run_container(ctx: SimContext, node: SimNode, pod: dict[str, Any],

@@ -57,10 +57,6 @@ FLEETSIM_PREFIX_LABEL = "fleetsim.noderoll.io/prefix"
 FLEETSIM_DEFAULT_SANDBOX = Path("/tmp/noderoll-fleetsim")
 FLEETSIM_POD_LOGS = Path("var/log/noderoll/pods")
 SANDBOX_ENV = "NODEROLL_SANDBOX_DIR"
-LABEL_PACKAGE = "noderoll.io/package"
-LABEL_NODE = "noderoll.io/node"
-LABEL_MODE = "noderoll.io/mode"
-PACKAGE_CONTAINER = "package"
 
 
 class OpsError(RuntimeError):
@@ -218,7 +214,7 @@ def pod_modes(pod: k8s.V1Pod) -> list[str]:
     """The modes a stage pod runs: its containers but the package copy, in order. Pure."""
     spec = pod.spec
     containers = [*((spec.init_containers or []) if spec else []), *((spec.containers or []) if spec else [])]
-    return [c.name for c in containers if c.name != PACKAGE_CONTAINER]
+    return [c.name for c in containers if c.name != keys.STAGE_PACKAGE_CONTAINER]
 
 
 def _container_exit(pod: k8s.V1Pod, container: str) -> tuple[int | None, str, str]:
@@ -386,10 +382,10 @@ class Ops:
     def stage_pods(self, package: str, node: str, mode: str | None = None) -> list[k8s.V1Pod]:
         """The stage pods of `package` on `node`, oldest first; with `mode`, those that run it (a pod
         of several stages runs each as a container named after its mode)."""
-        selector = f"{LABEL_PACKAGE}={package},{LABEL_NODE}={node}"
+        selector = f"{keys.STAGE_PACKAGE_LABEL}={package},{keys.STAGE_NODE_LABEL}={node}"
         pods = self.core.list_namespaced_pod(keys.PACKAGE_POD_NAMESPACE, label_selector=selector).items
         if mode:
-            pods = [p for p in pods if mode in pod_modes(p) or (p.metadata.labels or {}).get(LABEL_MODE) == mode]
+            pods = [p for p in pods if mode in pod_modes(p) or (p.metadata.labels or {}).get(keys.STAGE_MODE_LABEL) == mode]
         return sorted(pods, key=lambda p: (p.metadata.creation_timestamp, p.metadata.name))
 
     def stage_log(self, pod: k8s.V1Pod, sandbox_dirs: list[Path], mode: str | None = None) -> StageLog:
@@ -399,7 +395,7 @@ class Ops:
         exit_code, message, container = _pod_exit(pod)
         if mode and mode in pod_modes(pod) and mode != container:
             exit_code, message, container = _container_exit(pod, mode)
-        base = StageLog(name, container or labels.get(LABEL_MODE, ""), pod.status.phase if pod.status else "",
+        base = StageLog(name, container or labels.get(keys.STAGE_MODE_LABEL, ""), pod.status.phase if pod.status else "",
                         exit_code, "", "")
         try:
             base.text = self.core.read_namespaced_pod_log(
@@ -411,7 +407,7 @@ class Ops:
             why = f"pods/log: HTTP {err.status}"
         except Exception as err:  # noqa: BLE001 - urllib3 timeouts and socket errors alike
             why = f"pods/log: {type(err).__name__}"
-        node = labels.get(LABEL_NODE, "")
+        node = labels.get(keys.STAGE_NODE_LABEL, "")
         for root in sandbox_dirs:
             path = root / node / FLEETSIM_POD_LOGS / f"{name}.log"
             if path.is_file():
