@@ -27,8 +27,8 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+import kube
 import metrics
-from activities import errors, kube
 from activities.heartbeats import beat, keep_alive, wait_slice
 from activities.io import (
     DrainNodeInput,
@@ -42,6 +42,7 @@ from activities.nodes import set_draining
 from api.enums import DrainReason
 from api.keys import PACKAGE_POD_NAMESPACE, STAGE_COMPONENT, STAGE_COMPONENT_LABEL
 from api.selectors import LabelSelector
+from kube.nodes import node_not_found
 from planning.drain import (
     DrainNotice,
     PdbView,
@@ -50,6 +51,7 @@ from planning.drain import (
     pdb_view,
     protected_pods_message,
 )
+from protocol import errors
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 MAX_BACKOFF_SECONDS = 10.0
@@ -110,7 +112,7 @@ class _NodePods:
                     return list(pods.items)
         except ApiException as err:
             if kube.is_not_found(err):
-                raise errors.fatal(f"node {self.node} does not exist", errors.NODE_NOT_FOUND) from err
+                raise node_not_found(self.node) from err
             kube.raise_for(err, f"list pods of node {self.node}")
         self.version = pods.metadata.resource_version or self.version
         return list(pods.items)

@@ -25,10 +25,12 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from activities import errors, kube, stage_pod
+import kube
+from activities import stage_pod
 from activities.io import StageJob
 from activities.stage_pod import StagePodIdentity, StagePodSettings
 from api.keys import GROUP, PACKAGE_PLURAL, PACKAGE_POD_NAMESPACE, STAGE_PACKAGE_CONTAINER, VERSION
+from kube.nodes import read_node
 
 WATCH_SECONDS = 5
 # While a stage pod runs, its node is looked at this often: a deleted node's pod never finishes
@@ -79,12 +81,7 @@ def _package_identity(package: str) -> tuple[str, int]:
 
 
 def _read_node(node: str) -> dict[str, Any]:
-    try:
-        return kube.api_client().sanitize_for_serialization(kube.core().read_node(node))
-    except ApiException as err:
-        if kube.is_not_found(err):
-            raise errors.fatal(f"node {node} does not exist", errors.NODE_NOT_FOUND) from err
-        kube.raise_for(err, f"read node {node}")
+    return kube.api_client().sanitize_for_serialization(read_node(node))
 
 
 def ensure_job(job: StageJob) -> tuple[str, bool, str]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
-from activities import kube
+import kube
 from activities.io import DeleteStageJobsInput, DeleteStageJobsResult
 from api.keys import (
     PACKAGE_POD_NAMESPACE,

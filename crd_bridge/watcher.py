@@ -23,7 +23,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ProtocolError
 
-from activities import kube
+import kube
 from api import keys
 from metrics import record_watch_restart
 

@@ -26,7 +26,8 @@ from datetime import timedelta
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities import kube, prometheus, stage_pod
+import kube
+from activities import prometheus, stage_pod
 from api.keys import DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE
 from localstack.state import resolve_connection
 from metrics import start_metrics_server

@@ -22,7 +22,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from activities import kube
+import kube
 from api.keys import NODE_STATE_ANNOTATION, PACKAGE_POD_NAMESPACE, STAGE_PACKAGE_CONTAINER, node_workflow_id
 from api.node_state import NodeState, parse_node_state
 from tests.helpers import assert_eventually, new_task_queue
