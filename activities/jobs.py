@@ -278,7 +278,7 @@ def watch_job_pods(name: str, resource_version: str, seconds: int) -> None:
             if pod_outcome(event["object"]) is not None or unstartable(event["object"]) is not None:
                 return
     except ApiException as err:
-        if err.status == 410:
+        if kube.is_gone(err):
             return  # resourceVersion too old: the caller lists again
         kube.raise_for(err, f"watch pods of Job {name}")
     finally:

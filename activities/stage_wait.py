@@ -166,7 +166,7 @@ class JobWait:
                 if outcome is not None:
                     return outcome
         except ApiException as err:
-            if err.status != 410:
+            if not kube.is_gone(err):
                 kube.raise_for(err, f"watch pods of Job {self.name}")
             self.resource_version = ""  # too old: list again
         finally:

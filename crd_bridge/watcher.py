@@ -131,7 +131,7 @@ class Watcher:
                 backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
             except ApiException as err:
                 record_watch_restart(self.kind)
-                if err.status == 410:
+                if kube.is_gone(err):
                     log.info("watch of %s: resourceVersion %s expired; relisting", self.kind, version)
                     version = None
                     continue
