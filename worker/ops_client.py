@@ -116,8 +116,9 @@ class PackageView:
 
 
 @dataclass
-class NodeView:
-    """One Node: its noderoll status label, cordon and readiness, and every package recorded on it."""
+class NodeRow:
+    """One Node as the CLI shows it (`noderoll nodes`, `status`, the demo): its noderoll status label, cordon
+    and readiness, and every package recorded on it. Not `planning.targets.NodeView` (the planners' input)."""
 
     name: str
     status: str
@@ -168,8 +169,8 @@ def progress_from_status(status: dict[str, Any]) -> RolloutProgress:
     )
 
 
-def node_view(node: k8s.V1Node) -> NodeView:
-    """Read one Node object into a NodeView. Pure."""
+def node_row(node: k8s.V1Node) -> NodeRow:
+    """Read one Node object into the CLI's NodeRow. Pure."""
     meta, spec = node.metadata, node.spec
     annotations, labels = meta.annotations or {}, meta.labels or {}
     state, problem = parse_node_state(annotations.get(keys.NODE_STATE_ANNOTATION))
@@ -181,7 +182,7 @@ def node_view(node: k8s.V1Node) -> NodeView:
          "lastTransitionTime": c.last_transition_time.isoformat() if c.last_transition_time else ""}
         for c in conditions
     )
-    return NodeView(
+    return NodeRow(
         name=meta.name,
         status=labels.get(keys.NODE_STATUS_LABEL, ""),
         ready=ready,
@@ -195,7 +196,7 @@ def node_view(node: k8s.V1Node) -> NodeView:
     )
 
 
-def drain_blocks(package: str, nodes: list[NodeView]) -> list[DrainBlock]:
+def drain_blocks(package: str, nodes: list[NodeRow]) -> list[DrainBlock]:
     """The nodes whose drain holds up `package`'s window there (as the bridge computes it). Pure."""
     blocks = (drain_block(n.name, n.drain, n.packages.get(package)) for n in nodes)
     return [b for b in blocks if b is not None]
@@ -374,10 +375,10 @@ class Ops:
         except ValidationError:
             return Limits()  # stored before the webhook with out-of-range values: the bridge reports them
 
-    def list_nodes(self, selector: str | None = None) -> list[NodeView]:
+    def list_nodes(self, selector: str | None = None) -> list[NodeRow]:
         """Every Node (optionally by label selector), sorted by name."""
         nodes = self.core.list_node(label_selector=selector or "").items
-        return sorted((node_view(n) for n in nodes), key=lambda v: v.name)
+        return sorted((node_row(n) for n in nodes), key=lambda v: v.name)
 
     def stage_pods(self, package: str, node: str, mode: str | None = None) -> list[k8s.V1Pod]:
         """The stage pods of `package` on `node`, oldest first; with `mode`, those that run it (a pod
