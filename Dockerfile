@@ -16,6 +16,8 @@ COPY localstack/ localstack/
 COPY bench/ bench/
 COPY webhook/ webhook/
 COPY protocol/ protocol/
+COPY metrics/ metrics/
+COPY kube/ kube/
 RUN pip wheel --no-cache-dir --wheel-dir /wheels .
 
 FROM python:3.11-slim

@@ -27,7 +27,8 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import errors, kube
+import kube
+import metrics
 from activities.heartbeats import beat, keep_alive, wait_slice
 from activities.io import (
     DrainNodeInput,
@@ -39,8 +40,9 @@ from activities.io import (
 from activities.node_events import record_event
 from activities.nodes import set_draining
 from api.enums import DrainReason
-from api.keys import PACKAGE_POD_NAMESPACE
+from api.keys import PACKAGE_POD_NAMESPACE, STAGE_COMPONENT, STAGE_COMPONENT_LABEL
 from api.selectors import LabelSelector
+from kube.nodes import node_not_found
 from planning.drain import (
     DrainNotice,
     PdbView,
@@ -49,10 +51,9 @@ from planning.drain import (
     pdb_view,
     protected_pods_message,
 )
-from worker import metrics
+from protocol import errors
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-STAGE_COMPONENT_LABEL = "noderoll.io/component"
 MAX_BACKOFF_SECONDS = 10.0
 log = logging.getLogger(__name__)
 
@@ -111,7 +112,7 @@ class _NodePods:
                     return list(pods.items)
         except ApiException as err:
             if kube.is_not_found(err):
-                raise errors.fatal(f"node {self.node} does not exist", errors.NODE_NOT_FOUND) from err
+                raise node_not_found(self.node) from err
             kube.raise_for(err, f"list pods of node {self.node}")
         self.version = pods.metadata.resource_version or self.version
         return list(pods.items)
@@ -146,7 +147,7 @@ def _skipped(pod: client.V1Pod) -> bool:
         return True
     if MIRROR_ANNOTATION in (meta.annotations or {}):
         return True
-    if meta.namespace == PACKAGE_POD_NAMESPACE and (meta.labels or {}).get(STAGE_COMPONENT_LABEL) == "stage":
+    if meta.namespace == PACKAGE_POD_NAMESPACE and (meta.labels or {}).get(STAGE_COMPONENT_LABEL) == STAGE_COMPONENT:
         return True
     return not _running(pod)
 

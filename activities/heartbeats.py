@@ -10,7 +10,7 @@ thread, and temporalio's threaded heartbeat is thread-safe (it hands the call to
 loop), so `keep_alive` heartbeats from a background thread, carrying the activity's context, while
 the activity blocks. Raising the heartbeat timeout instead would also delay the detection of a
 crashed worker (the thread dies with the process, so a crash is still seen within one timeout);
-a call that hangs for good is cut by the client's request timeout (`activities.kube`).
+a call that hangs for good is cut by the client's request timeout (`kube`).
 """
 
 from __future__ import annotations

@@ -16,23 +16,23 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import errors, kube
+import kube
+import metrics
 from activities.heartbeats import beat, keep_alive, wait_slice
 from activities.io import RunInterruptInput, RunInterruptResult
 from activities.jobs import WATCH_SECONDS, PodOutcome, check_job, ensure_job, job_name, watch_job_pods
 from activities.nodes import snapshot
 from activities.stage_wait import wait_job
 from api.enums import InterruptType
-from worker import metrics
+from kube.nodes import node_not_found, read_node
+from protocol import errors
+
+# How a node that is gone during its reboot is reported (NodeNotFound).
+REBOOT_GONE = "disappeared during its reboot"
 
 
 def _read_node(name: str) -> client.V1Node:
-    try:
-        return kube.core().read_node(name)
-    except ApiException as err:
-        if kube.is_not_found(err):
-            raise errors.fatal(f"node {name} disappeared during its reboot", errors.NODE_NOT_FOUND) from err
-        kube.raise_for(err, f"read node {name}")
+    return read_node(name, REBOOT_GONE)
 
 
 def _node_view(name: str) -> tuple[str, bool]:
@@ -49,10 +49,10 @@ def _next_node(current: client.V1Node, seconds: int) -> client.V1Node:
         for event in stream.stream(kube.core().list_node, field_selector=f"metadata.name={name}",
                                    resource_version=current.metadata.resource_version, timeout_seconds=seconds):
             if event["type"] == "DELETED":
-                raise errors.fatal(f"node {name} disappeared during its reboot", errors.NODE_NOT_FOUND)
+                raise node_not_found(name, REBOOT_GONE)
             return event["object"]
     except ApiException as err:
-        if err.status != 410:
+        if not kube.is_gone(err):
             kube.raise_for(err, f"watch node {name}")
         return _read_node(name)  # resourceVersion too old: read it again
     finally:

@@ -25,10 +25,12 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from activities import errors, kube, stage_pod
+import kube
+from activities import stage_pod
 from activities.io import StageJob
 from activities.stage_pod import StagePodIdentity, StagePodSettings
-from api.keys import GROUP, PACKAGE_PLURAL, PACKAGE_POD_NAMESPACE, VERSION
+from api.keys import GROUP, PACKAGE_PLURAL, PACKAGE_POD_NAMESPACE, STAGE_PACKAGE_CONTAINER, VERSION
+from kube.nodes import read_node
 
 WATCH_SECONDS = 5
 # While a stage pod runs, its node is looked at this often: a deleted node's pod never finishes
@@ -79,12 +81,7 @@ def _package_identity(package: str) -> tuple[str, int]:
 
 
 def _read_node(node: str) -> dict[str, Any]:
-    try:
-        return kube.api_client().sanitize_for_serialization(kube.core().read_node(node))
-    except ApiException as err:
-        if kube.is_not_found(err):
-            raise errors.fatal(f"node {node} does not exist", errors.NODE_NOT_FOUND) from err
-        kube.raise_for(err, f"read node {node}")
+    return kube.api_client().sanitize_for_serialization(read_node(node))
 
 
 def ensure_job(job: StageJob) -> tuple[str, bool, str]:
@@ -147,7 +144,7 @@ def completed_modes(pod: client.V1Pod) -> tuple[str, ...]:
         terminated = container.state.terminated if container.state else None
         if terminated is None or int(terminated.exit_code) != 0:
             break
-        if container.name != stage_pod.PACKAGE_CONTAINER:
+        if container.name != STAGE_PACKAGE_CONTAINER:
             done.append(container.name)
     return tuple(done)
 
@@ -281,7 +278,7 @@ def watch_job_pods(name: str, resource_version: str, seconds: int) -> None:
             if pod_outcome(event["object"]) is not None or unstartable(event["object"]) is not None:
                 return
     except ApiException as err:
-        if err.status == 410:
+        if kube.is_gone(err):
             return  # resourceVersion too old: the caller lists again
         kube.raise_for(err, f"watch pods of Job {name}")
     finally:

@@ -29,7 +29,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from activities import kube
+import kube
 from activities.io import NodeEvent
 
 EVENT_NAMESPACE = "default"

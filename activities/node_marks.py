@@ -17,7 +17,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
-from activities import kube
+import kube
 from activities.io import MarkBlockedNodesInput, MarkBlockedNodesResult, NodeEvent
 from activities.node_events import emit_event
 from activities.nodes import CONFLICT_RETRIES, node_condition

@@ -21,7 +21,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
-from activities import errors, kube
+import kube
 from activities.io import (
     CordonNodeResult,
     NodeEvent,
@@ -41,6 +41,8 @@ from api.keys import (
     NODE_STATE_ANNOTATION,
     NODE_STATUS_LABEL,
 )
+from kube.nodes import node_not_found
+from kube.nodes import read_node as read_node_or_fail
 from planning.node_marks import READABLE_MESSAGE, REASON_READABLE
 
 CONFLICT_RETRIES = 8
@@ -48,12 +50,7 @@ CONFLICT_RETRIES = 8
 
 def get_node(name: str) -> client.V1Node:
     """Read the Node; a missing one is the non-retryable `NodeNotFound`."""
-    try:
-        return kube.core().read_node(name)
-    except ApiException as err:
-        if kube.is_not_found(err):
-            raise errors.fatal(f"node {name} does not exist", errors.NODE_NOT_FOUND) from err
-        kube.raise_for(err, f"read node {name}")
+    return read_node_or_fail(name)
 
 
 def patch_node_with_retry(name: str, build: Callable[[client.V1Node], dict[str, Any] | None]) -> client.V1Node:
@@ -73,7 +70,7 @@ def patch_node_with_retry(name: str, build: Callable[[client.V1Node], dict[str, 
             if kube.is_conflict(err):
                 continue
             if kube.is_not_found(err):
-                raise errors.fatal(f"node {name} does not exist", errors.NODE_NOT_FOUND) from err
+                raise node_not_found(name) from err
             kube.raise_for(err, f"patch node {name}")
     raise RuntimeError(f"patch node {name}: still conflicting after {CONFLICT_RETRIES} attempts")
 
@@ -186,7 +183,7 @@ def write_node_state(input: WriteNodeStateInput) -> None:
                                          _content_type="application/merge-patch+json")
     except ApiException as err:
         if kube.is_not_found(err):
-            raise errors.fatal(f"node {input.node} does not exist", errors.NODE_NOT_FOUND) from err
+            raise node_not_found(input.node) from err
         kube.raise_for(err, f"patch node {input.node}")
     reason = input.status.replace("-", " ").title().replace(" ", "")
     conditions = [
@@ -221,6 +218,6 @@ def set_draining(node: str, draining: bool, reason: str, message: str, transitio
                                                 _content_type="application/strategic-merge-patch+json")
     except ApiException as err:
         if kube.is_not_found(err):
-            raise errors.fatal(f"node {node} does not exist", errors.NODE_NOT_FOUND) from err
+            raise node_not_found(node) from err
         kube.raise_for(err, f"patch condition {CONDITION_DRAINING} of node {node}")
     return str(written.metadata.uid or "")

@@ -5,7 +5,7 @@ Plain HTTP (the standard library's urllib) against Prometheus' documented API:
 `{"status": "success" | "error", "data": {"resultType": ..., "result": ...}, "errorType", "error"}`.
 The address is the gate's own (`spec.analysis[].address`), else the worker's
 (`noderoll worker --prometheus-address`, env `NODEROLL_PROMETHEUS_ADDRESS`, Helm value
-`prometheus.address`). Failures are classified (`activities/errors.py`):
+`prometheus.address`). Failures are classified (`protocol/errors.py`):
 
 * unreachable (connection refused, unknown host, timeout, HTTP 5xx or 429, a body that is not the
   API's JSON): `PrometheusUnavailable`, retryable: the fleet's retry policy tries again and then
@@ -29,15 +29,15 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.errors import (
+from activities.heartbeats import beat, keep_alive
+from protocol.activities import PromSeries, QueryPrometheusInput, QueryPrometheusResult
+from protocol.errors import (
     PROMETHEUS_NOT_CONFIGURED,
     PROMETHEUS_QUERY_ERROR,
     PROMETHEUS_RESULT_TYPE,
     PROMETHEUS_UNAVAILABLE,
     fatal,
 )
-from activities.heartbeats import beat, keep_alive
-from protocol.activities import PromSeries, QueryPrometheusInput, QueryPrometheusResult
 
 ENV_ADDRESS = "NODEROLL_PROMETHEUS_ADDRESS"
 # One HTTP request's bound; the fleet gives the activity a minute and retries it.

@@ -25,10 +25,15 @@ from __future__ import annotations
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
-from activities import kube
+import kube
 from activities.io import DeleteStageJobsInput, DeleteStageJobsResult
-from activities.stage_pod import LABEL_COMPONENT, LABEL_NODE, LABEL_PACKAGE
-from api.keys import PACKAGE_POD_NAMESPACE
+from api.keys import (
+    PACKAGE_POD_NAMESPACE,
+    STAGE_COMPONENT,
+    STAGE_COMPONENT_LABEL,
+    STAGE_NODE_LABEL,
+    STAGE_PACKAGE_LABEL,
+)
 
 PROPAGATION = "Background"
 # Served from the apiserver's watch cache (module docstring).
@@ -37,7 +42,7 @@ CACHED = "0"
 
 def stage_selector(node: str, packages: list[str]) -> str:
     """The label selector of the stage Jobs (and ConfigMaps) of `packages` on `node`. Pure."""
-    return f"{LABEL_COMPONENT}=stage,{LABEL_NODE}={node},{LABEL_PACKAGE} in ({','.join(sorted(set(packages)))})"
+    return f"{STAGE_COMPONENT_LABEL}={STAGE_COMPONENT},{STAGE_NODE_LABEL}={node},{STAGE_PACKAGE_LABEL} in ({','.join(sorted(set(packages)))})"
 
 
 def _delete_jobs(selector: str, keep: set[str]) -> list[str]:

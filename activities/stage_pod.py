@@ -33,7 +33,16 @@ from importlib import metadata
 from typing import Any
 
 from activities.io import StageJob
-from api.keys import PACKAGE_POD_NAMESPACE
+from api.keys import (
+    PACKAGE_POD_NAMESPACE,
+    STAGE_COMPONENT,
+    STAGE_COMPONENT_LABEL,
+    STAGE_MODE_LABEL,
+    STAGE_NODE_LABEL,
+    STAGE_PACKAGE_CONTAINER,
+    STAGE_PACKAGE_LABEL,
+    STAGE_VERSION_ANNOTATION,
+)
 
 
 def _release() -> str:
@@ -53,16 +62,10 @@ METADATA_DIR = "/noderoll-node-metadata"
 PACKAGE_DIR = "/noderoll-package"
 # Where the copy container sees the emptyDir (its own /noderoll-package must stay visible).
 PACKAGE_COPY_DIR = "/noderoll-package-copy"
-PACKAGE_CONTAINER = "package"
 # Keys of the node metadata in the Job's ConfigMap (config keys may not start with `noderoll.`).
 METADATA_PREFIX = "noderoll.node-metadata."
 METADATA_FILES = ("labels.json", "annotations.json", "packages.json")
 TTL_SECONDS_AFTER_FINISHED = 7 * 24 * 3600
-LABEL_PACKAGE = "noderoll.io/package"
-LABEL_NODE = "noderoll.io/node"
-LABEL_MODE = "noderoll.io/mode"
-LABEL_COMPONENT = "noderoll.io/component"
-ANNOTATION_VERSION = "noderoll.io/package-version"
 # The copy: the first folder holding a config.json; its contents, dotfiles included. Exit 66 is the
 # agent's "no config.json" code, and the last line has the agent's FAILED form for the log tail.
 COPY_SCRIPT = (
@@ -168,7 +171,8 @@ def runs_package(job: StageJob) -> bool:
 
 def labels(job: StageJob) -> dict[str, str]:
     """The Job's and its pod's labels. Pure."""
-    return {LABEL_PACKAGE: job.package, LABEL_NODE: job.node, LABEL_MODE: job.mode, LABEL_COMPONENT: "stage"}
+    return {STAGE_PACKAGE_LABEL: job.package, STAGE_NODE_LABEL: job.node, STAGE_MODE_LABEL: job.mode,
+            STAGE_COMPONENT_LABEL: STAGE_COMPONENT}
 
 
 def _env(job: StageJob, mode: str, identity: StagePodIdentity) -> list[dict[str, Any]]:
@@ -213,7 +217,7 @@ def _agent_container(job: StageJob, mode: str, identity: StagePodIdentity, image
 
 def _copy_container(job: StageJob) -> dict[str, Any]:
     container: dict[str, Any] = {
-        "name": PACKAGE_CONTAINER,
+        "name": STAGE_PACKAGE_CONTAINER,
         "image": job.image,
         "command": ["/bin/sh", "-c", COPY_SCRIPT],
         "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -274,7 +278,7 @@ def job_manifest(job: StageJob, name: str, identity: StagePodIdentity | None = N
             "name": name,
             "namespace": PACKAGE_POD_NAMESPACE,
             "labels": pod_labels,
-            "annotations": {ANNOTATION_VERSION: job.version},
+            "annotations": {STAGE_VERSION_ANNOTATION: job.version},
         },
         "spec": {
             # noderoll owns retries (a new Job per attempt), so the Job itself never retries.
@@ -282,7 +286,7 @@ def job_manifest(job: StageJob, name: str, identity: StagePodIdentity | None = N
             "activeDeadlineSeconds": job.timeout_seconds,
             "ttlSecondsAfterFinished": TTL_SECONDS_AFTER_FINISHED,
             "template": {
-                "metadata": {"labels": pod_labels, "annotations": {ANNOTATION_VERSION: job.version}},
+                "metadata": {"labels": pod_labels, "annotations": {STAGE_VERSION_ANNOTATION: job.version}},
                 "spec": pod_spec(job, name, identity or StagePodIdentity(), settings or current_settings()),
             },
         },

@@ -25,7 +25,8 @@ import time
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities import errors, stage_pod
+import metrics
+from activities import stage_pod
 from activities.heartbeats import keep_alive
 from activities.interrupts import confirm_reboot
 from activities.io import RunInterruptInput, RunStagePodInput, RunStagePodResult, StageJob
@@ -33,7 +34,7 @@ from activities.jobs import PodOutcome, ensure_job
 from activities.stage_pod import INTERRUPT_MODE
 from activities.stage_wait import wait_job
 from api.enums import InterruptType
-from worker import metrics
+from protocol import errors
 
 
 def _observe(job: StageJob, outcome: PodOutcome) -> None:

@@ -30,7 +30,8 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
-from activities import errors, kube
+import kube
+import metrics
 from activities.heartbeats import beat, keep_alive, wait_slice
 from activities.io import RunStageJobResult, StageJob
 from activities.jobs import (
@@ -43,7 +44,7 @@ from activities.jobs import (
     job_failure,
 )
 from api.keys import PACKAGE_POD_NAMESPACE
-from worker import metrics
+from kube.nodes import node_not_found
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +104,7 @@ class JobWait:
         except ApiException as err:
             if kube.is_not_found(err):
                 end_job(self.name)
-                raise errors.fatal(f"node {self.node} does not exist (deleted during the window)",
-                                   errors.NODE_NOT_FOUND) from err
+                raise node_not_found(self.node, "does not exist (deleted during the window)") from err
             kube.raise_for(err, f"read node {self.node}")
 
     def _see(self, pod: client.V1Pod, version: str, deleted: bool = False) -> PodOutcome | None:
@@ -166,7 +166,7 @@ class JobWait:
                 if outcome is not None:
                     return outcome
         except ApiException as err:
-            if err.status != 410:
+            if not kube.is_gone(err):
                 kube.raise_for(err, f"watch pods of Job {self.name}")
             self.resource_version = ""  # too old: list again
         finally:

@@ -17,7 +17,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
-from activities import kube
+import kube
 from activities.io import ListTargetNodesInput, ListTargetNodesResult, NodeSnapshot
 from api.keys import CONDITION_STATE_MALFORMED, NODE_STATE_ANNOTATION, NODE_STATUS_LABEL
 from api.node_state import parse_node_state

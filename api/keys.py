@@ -51,6 +51,17 @@ RESET_ANNOTATION = "noderoll.io/reset"
 VERSION_ANNOTATION = "noderoll.io/version"
 CORDONED_BY_VALUE = "noderoll"
 
+# The stage pod contract (docs/architecture.md, "The stage pod contract"): labels of every stage Job and its pod, and their annotation.
+# Read by the worker's cleanup and drain, the CLI's `logs`, fleetsim's kubelet and the chaos tests.
+STAGE_PACKAGE_LABEL = "noderoll.io/package"
+STAGE_NODE_LABEL = "noderoll.io/node"
+STAGE_MODE_LABEL = "noderoll.io/mode"
+STAGE_COMPONENT_LABEL = "noderoll.io/component"
+STAGE_COMPONENT = "stage"  # the value of STAGE_COMPONENT_LABEL
+STAGE_VERSION_ANNOTATION = "noderoll.io/package-version"
+# The init container that copies the package out of the Package's image (the others run the agent).
+STAGE_PACKAGE_CONTAINER = "package"
+
 # Every node key noderoll reads or writes, with what it means: rendered into docs/api.md
 # ("Node keys") by scripts/gen_api_docs.py, so the reference and the code cannot drift apart.
 NODE_KEYS: tuple[tuple[str, str, str], ...] = (

@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from api import keys
+
+# The cycle search is shared with the per-node planner; planning.dependencies imports nothing from api.
+from api.graph import find_cycle
 from api.package import Package, PackageSpec
 from api.policy import DeploymentPolicy
 from api.problems import InvalidDocumentError, ValidationProblem
 from api.versions import VersionError, compare_versions
-
-# The cycle search is shared with the per-node planner; planning.dependencies imports nothing from api.
-from planning.dependencies import find_cycle
 
 NODEROLL_KINDS = (keys.PACKAGE_KIND, keys.POLICY_KIND)
 # Kubernetes documents "The data stored in a ConfigMap cannot exceed 1 MiB": the apiserver sums the

@@ -24,7 +24,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from temporalio.testing import ActivityEnvironment
 
-from activities import kube as activity_kube
+import kube as activity_kube
 from activities.drain import drain_node
 from activities.io import DrainNodeInput, NodeInput
 from activities.nodes import cordon_node

@@ -38,8 +38,8 @@ from crd_bridge.protection import package_ref
 from crd_bridge.reconciler import Reconciler
 from crd_bridge.status_poller import StatusPoller
 from crd_bridge.watcher import NODE_KIND, SYNC, Watcher, WatchEvent
+from metrics import record_reconcile_error
 from protocol.names import DEFAULT_FLEET
-from worker.metrics import record_reconcile_error
 
 log = logging.getLogger("noderoll.bridge")
 KINDS = (keys.POLICY_KIND, keys.PACKAGE_KIND, NODE_KIND)

@@ -17,7 +17,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from activities import kube
+import kube
 from api import keys
 
 log = logging.getLogger("noderoll.bridge.events")

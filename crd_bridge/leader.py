@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from activities import kube
+import kube
 from api.keys import PACKAGE_POD_NAMESPACE, VERSION_ANNOTATION
 from worker.version import noderoll_version
 

@@ -4,7 +4,7 @@ Decisions are pure (`crd_bridge.node_changes`); this module applies them. `nodes
 debounced: the fleets of the Packages concerned are collected and signalled once per flush (many
 nodes joining at once cost one signal per fleet, not one per node). The runtime-required taint is
 decided per Node by `planning.runtime_taint` on the cached object and written with
-`activities.taints.set_runtime_required_taint`, guarded by that object's resourceVersion: a Node
+`kube.taints.set_runtime_required_taint`, guarded by that object's resourceVersion: a Node
 that changed since is left alone, and its newer version (the watch event marks the taints dirty)
 is decided again.
 """
@@ -16,7 +16,6 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from activities.taints import SetTaintInput, set_runtime_required_taint
 from api.package import PackageSpec
 from crd_bridge.node_changes import (
     node_view,
@@ -26,6 +25,7 @@ from crd_bridge.node_changes import (
     runtime_taint_input,
 )
 from crd_bridge.reconciler import Reconciler
+from kube.taints import SetTaintInput, set_runtime_required_taint
 from planning.runtime_taint import RuntimePackage, TaintChange, decide_runtime_taint
 from protocol.fleet import NodeReset
 from protocol.names import SIGNAL_NODES_CHANGED, fleet_name

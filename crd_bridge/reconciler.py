@@ -36,6 +36,7 @@ from crd_bridge.fleet_client import Fleets
 from crd_bridge.fleets import Change, FleetFacts, desired_fleet, package_changes, raw_fleet, spec_digest
 from crd_bridge.fleets import PackageFacts as FleetPackageFacts
 from crd_bridge.package_meta import set_finalizer
+from crd_bridge.progress_metrics import set_rollout_phase
 from crd_bridge.protection import (
     FinalizerAction,
     InUse,
@@ -49,13 +50,13 @@ from crd_bridge.protection import (
 )
 from crd_bridge.status_writer import StatusWrite, without_empty_strings, write_status
 from crd_bridge.validation import PackageCheck, check_package, parse_policy
+from metrics import forget_package
 from planning.fleet_rollback import rollback_event
 from planning.fleet_status import FleetProgress
 from planning.gates import failure_text
 from planning.status import render_invalid_package_status, render_policy_status
 from protocol.fleet import FleetSpec
 from protocol.names import DEFAULT_FLEET, fleet_workflow_id
-from worker.metrics import forget_package, set_rollout_phase
 
 log = logging.getLogger("noderoll.bridge.reconcile")
 

@@ -24,14 +24,15 @@ from api.enums import ConditionType
 from crd_bridge.decisions import RolloutState
 from crd_bridge.fleets import raw_fleet
 from crd_bridge.node_changes import node_view
+from crd_bridge.progress_metrics import node_counts, publish_fleet, publish_progress
 from crd_bridge.protection import with_condition
 from crd_bridge.reconciler import Reconciler
 from crd_bridge.status_writer import StatusWrite, without_empty_strings, write_status
+from metrics import set_package_nodes
 from planning.drain import drain_blocks
 from planning.status import package_view, render_package_status
 from planning.targets import is_candidate
 from protocol.names import DEFAULT_FLEET
-from worker.metrics import node_counts, publish_fleet, publish_progress, set_package_nodes
 
 log = logging.getLogger("noderoll.bridge.status")
 IN_USE = ConditionType.IN_USE.value

@@ -23,9 +23,9 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ProtocolError
 
-from activities import kube
+import kube
 from api import keys
-from worker.metrics import record_watch_restart
+from metrics import record_watch_restart
 
 log = logging.getLogger("noderoll.bridge.watch")
 SYNC = "SYNC"
@@ -131,7 +131,7 @@ class Watcher:
                 backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
             except ApiException as err:
                 record_watch_restart(self.kind)
-                if err.status == 410:
+                if kube.is_gone(err):
                     log.info("watch of %s: resourceVersion %s expired; relisting", self.kind, version)
                     version = None
                     continue

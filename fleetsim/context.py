@@ -19,8 +19,6 @@ from fleetsim.scheduler import Scheduler
 SIM_LABEL = "fleetsim.noderoll.io/simulated"
 PREFIX_LABEL = "fleetsim.noderoll.io/prefix"
 RUN_SECONDS_ANNOTATION = "fleetsim.noderoll.io/run-seconds"
-STAGE_COMPONENT_LABEL = "noderoll.io/component"
-STAGE_COMPONENT = "stage"
 
 
 @dataclass

@@ -19,15 +19,10 @@ import signal
 import time
 from typing import Any
 
+from api.keys import STAGE_COMPONENT, STAGE_COMPONENT_LABEL
 from fleetsim import podstatus, stagepods
 from fleetsim.agents import AgentRun
-from fleetsim.context import (
-    RUN_SECONDS_ANNOTATION,
-    STAGE_COMPONENT,
-    STAGE_COMPONENT_LABEL,
-    SimContext,
-    SimNode,
-)
+from fleetsim.context import RUN_SECONDS_ANNOTATION, SimContext, SimNode
 from fleetsim.kube import KubeError, patch_status, pod_path, until_landed
 from fleetsim.nodes import node_ip, now_rfc3339
 
@@ -74,9 +69,31 @@ def on_pod_event(ctx: SimContext, kind: str, pod: dict[str, Any]) -> None:
         ctx.started.add(uid)
     if is_stage_pod(pod):
         # The kubelet's pod start-up (sandbox, image pulls), modelled as a fixed delay.
-        ctx.scheduler.call_later(ctx.options.pod_startup_seconds, lambda: stagepods.run_stage_pod(ctx, node, pod))
+        ctx.scheduler.call_later(ctx.options.pod_startup_seconds, lambda: _run_stage_pod(ctx, node, pod))
     else:
         ctx.scheduler.submit(lambda: start_pod(ctx, node, pod))
+
+
+def _run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
+    """Run a stage pod (fleetsim/stagepods.py), then do what its runner says comes next."""
+    after = stagepods.run_stage_pod(ctx, node, pod, resume_node)
+    if after is stagepods.After.NOTHING:
+        return
+    with ctx.lock:
+        ctx.started.discard(pod["metadata"]["uid"])  # the next pod event (or the retry) starts it again
+    if after is stagepods.After.RETRY:
+        ctx.scheduler.call_later(stagepods.CONFIGMAP_RETRY_SECONDS, lambda: _look_again(ctx, pod))
+
+
+def _look_again(ctx: SimContext, pod: dict[str, Any]) -> None:
+    """Handle the pod as it is now, as if a watch event had brought it (a stage pod waiting for a ConfigMap)."""
+    try:
+        fresh = ctx.kube.request("GET", pod_path(pod))
+    except KubeError as err:
+        if err.transient:  # no answer (an apiserver restarting) is not "gone": look again later
+            ctx.scheduler.call_later(stagepods.CONFIGMAP_RETRY_SECONDS, lambda: _look_again(ctx, pod))
+        return  # else gone
+    on_pod_event(ctx, "MODIFIED", fresh)
 
 
 def _sync_ready_later(ctx: SimContext, pod: dict[str, Any]) -> None:

@@ -32,9 +32,11 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from api.keys import STAGE_MODE_LABEL, STAGE_PACKAGE_CONTAINER
 from fleetsim import podstatus, reboot
 from fleetsim.context import SimContext, SimNode
 from fleetsim.kube import KubeError, patch_status, quoted
@@ -43,7 +45,6 @@ from fleetsim.nodes import node_ip, now_rfc3339
 log = logging.getLogger(__name__)
 CONFIG_MOUNT = "/noderoll-config"
 METADATA_MOUNT = "/noderoll-node-metadata"
-PACKAGE_CONTAINER = "package"
 CONFIGMAP_RETRY_SECONDS = 2.0
 # Environment a real container would not inherit from fleetsim, apart from what Python needs.
 PASSTHROUGH_ENV = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "HOME", "TMPDIR")
@@ -80,7 +81,7 @@ def pod_mode(pod: dict[str, Any], container: dict[str, Any] | None = None) -> st
     """A container's mode: its first argument, else NODEROLL_MODE, else the mode label. Pure."""
     chosen = container or _container(pod)
     args = chosen.get("args") or []
-    return args[0] if args else pod_env(pod, chosen).get("NODEROLL_MODE") or pod["metadata"].get("labels", {}).get("noderoll.io/mode", "")
+    return args[0] if args else pod_env(pod, chosen).get("NODEROLL_MODE") or pod["metadata"].get("labels", {}).get(STAGE_MODE_LABEL, "")
 
 
 def _config_map_mounts(pod: dict[str, Any]) -> dict[str, tuple[dict[str, Any], str]]:
@@ -130,7 +131,7 @@ def _write_config_maps(ctx: SimContext, pod: dict[str, Any], workdir: Path) -> d
 def _package_source(ctx: SimContext, pod: dict[str, Any]) -> tuple[str, Path | None]:
     """(image, resolved package folder) of the pod: its copy container's image, else (pods from
     before the copy container) its main container's."""
-    copy = next((c for c in pod_steps(pod) if c.get("name") == PACKAGE_CONTAINER), None)
+    copy = next((c for c in pod_steps(pod) if c.get("name") == STAGE_PACKAGE_CONTAINER), None)
     image = (copy or _container(pod)).get("image", "")
     return image, ctx.images.resolve(image)
 
@@ -142,21 +143,32 @@ def _is_reboot(env: dict[str, str]) -> bool:
         return False
 
 
-def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
-    """Play kubelet for one stage pod, from Pending to Succeeded/Failed (runs on the pool)."""
+class After(Enum):
+    """What the kubelet does with the pod once `run_stage_pod` returned (the kubelet owns the pod bookkeeping)."""
+
+    NOTHING = "nothing"  # ended, hangs, or was deleted: the pod's own events say the rest
+    NODE_DOWN = "node_down"  # not started, the node reboots: forget the start, `resume_node` starts it
+    RETRY = "retry"  # a ConfigMap is missing: forget the start, look at the pod again after a while
+
+
+def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any], resume: reboot.Resume) -> After:
+    """Play kubelet for one stage pod, from Pending to Succeeded/Failed (runs on the pool).
+
+    Returns what the kubelet (which owns the pod bookkeeping, `fleetsim/kubelet.py`) does with the
+    pod next. `resume` is the kubelet's `resume_node`, called when a reboot this pod's interrupt
+    began is over (passed in: this module does not import the kubelet).
+    """
     uid = pod["metadata"]["uid"]
     with ctx.lock:
         if uid in ctx.terminating or uid not in ctx.started:
-            return  # deleted during its start-up
+            return After.NOTHING  # deleted during its start-up
     if node.rebooting:
-        with ctx.lock:
-            ctx.started.discard(uid)  # the node went down first: `kubelet.resume_node` starts it
-        return
+        return After.NODE_DOWN  # the node went down first: `kubelet.resume_node` starts it
     image, package_dir = _package_source(ctx, pod)
     interrupt_only = all(pod_mode(pod, c) == "interrupt" for c in pod_steps(pod))
     if package_dir is None and not interrupt_only:
         patch_status(ctx.kube, pod, podstatus.waiting_status(pod, "ErrImagePull", f"fleetsim image store has no {image}"))
-        return
+        return After.NOTHING
     workdir = Path(tempfile.mkdtemp(prefix="fleetsim-pod-"))
     try:
         try:
@@ -167,12 +179,10 @@ def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
             # The apiserver did not answer (restarting): nothing ran yet, so start again later, as a
             # kubelet retries its volume mounts. Without this the pod stayed Pending for good.
             log.warning("stage pod %s: config maps not readable (%s); retried", pod["metadata"]["name"], err)
-            _start_again_later(ctx, pod)
-            return
+            return After.RETRY
         if volumes is None:
             patch_status(ctx.kube, pod, podstatus.waiting_status(pod, "ContainerCreating", "configmap not found"))
-            _start_again_later(ctx, pod)  # the next pod event (or the retry) starts it again
-            return
+            return After.RETRY
         started = now_rfc3339()
         ip = node_ip(node.index)
         patch_status(ctx.kube, pod, podstatus.stage_running_status(pod, ip, ip, started))
@@ -182,14 +192,14 @@ def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
         _log_path(ctx, node, pod).write_text("", encoding="utf-8")
         for container in pod_steps(pod):
             began = now_rfc3339()
-            if container.get("name") == PACKAGE_CONTAINER:
+            if container.get("name") == STAGE_PACKAGE_CONTAINER:
                 result: tuple[str, int, str] | None = _copy_package(package_dir, workdir / "package")
                 mounts = _Mounts(package=workdir / "package", config=mounts.config, metadata=mounts.metadata)
             else:
-                result = _run_container(ctx, node, pod, (container, mounts))
+                result = _run_container(ctx, node, pod, (container, mounts), resume)
             if result is None:
-                return  # hangs (fault) or was deleted: stays as it is until deleted
-            if container.get("name") == PACKAGE_CONTAINER:
+                return After.NOTHING  # hangs (fault) or was deleted: stays as it is until deleted
+            if container.get("name") == STAGE_PACKAGE_CONTAINER:
                 _append_log(ctx, node, pod, result[2])  # an agent container's output is in the file already
             times[result[0]] = (began, now_rfc3339())
             results.append(result)
@@ -198,6 +208,7 @@ def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
         _keep_log(ctx, node, pod, "".join(output for _, _, output in results))
         tails = [(name, code, podstatus.log_tail(output)) for name, code, output in results]
         patch_status(ctx.kube, pod, podstatus.finished_status(pod, tails, (started, now_rfc3339()), times))
+        return After.NOTHING
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -214,13 +225,13 @@ class _Mounts:
 def _copy_package(source: Path | None, target: Path) -> tuple[str, int, str]:
     """The copy container: the image's package folder into the pod's `package` folder."""
     if source is None:
-        return PACKAGE_CONTAINER, 66, "noderoll-agent: FAILED: image has no package folder\n"
+        return STAGE_PACKAGE_CONTAINER, 66, "noderoll-agent: FAILED: image has no package folder\n"
     shutil.copytree(source, target, symlinks=True)
-    return PACKAGE_CONTAINER, 0, f"noderoll: copied package from {source}\n"
+    return STAGE_PACKAGE_CONTAINER, 0, f"noderoll: copied package from {source}\n"
 
 
 def _run_container(ctx: SimContext, node: SimNode, pod: dict[str, Any],
-                   what: tuple[dict[str, Any], _Mounts]) -> tuple[str, int, str] | None:
+                   what: tuple[dict[str, Any], _Mounts], resume: reboot.Resume) -> tuple[str, int, str] | None:
     """Run one agent container of a stage pod: (name, exit code, output), None when it does not end."""
     container, mounts = what
     uid, mode, env = pod["metadata"]["uid"], pod_mode(pod, container), pod_env(pod, container)
@@ -238,27 +249,8 @@ def _run_container(ctx: SimContext, node: SimNode, pod: dict[str, Any],
         return container.get("name", mode), fault.exit_code, output
     code, output = _run_agent(ctx, node, pod, (container, mounts))
     if code == 0 and mode == "interrupt" and _is_reboot(env):
-        reboot.begin_reboot(ctx, node)
+        reboot.begin_reboot(ctx, node, resume)
     return container.get("name", mode), code, output
-
-
-def _start_again_later(ctx: SimContext, pod: dict[str, Any]) -> None:
-    """Forget that the pod was started and look at it again in CONFIGMAP_RETRY_SECONDS."""
-    with ctx.lock:
-        ctx.started.discard(pod["metadata"]["uid"])
-    ctx.scheduler.call_later(CONFIGMAP_RETRY_SECONDS, lambda: _retry(ctx, pod))
-
-
-def _retry(ctx: SimContext, pod: dict[str, Any]) -> None:
-    try:
-        fresh = ctx.kube.request("GET", f"/api/v1/namespaces/{quoted(pod['metadata']['namespace'])}/pods/{quoted(pod['metadata']['name'])}")
-    except KubeError as err:
-        if err.transient:  # no answer is not "gone": ask again
-            ctx.scheduler.call_later(CONFIGMAP_RETRY_SECONDS, lambda: _retry(ctx, pod))
-        return  # else gone
-    from fleetsim.kubelet import on_pod_event  # noqa: PLC0415 - kubelet imports this module
-
-    on_pod_event(ctx, "MODIFIED", fresh)
 
 
 def _run_agent(ctx: SimContext, node: SimNode, pod: dict[str, Any],

@@ -13,7 +13,9 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
+
+from api.graph import find_cycle
 
 
 class DependencyCycleError(ValueError):
@@ -22,36 +24,6 @@ class DependencyCycleError(ValueError):
     def __init__(self, path: list[str]) -> None:
         self.path = path
         super().__init__(f"dependency cycle: {' -> '.join(path)}")
-
-
-def find_cycle(graph: Mapping[str, Iterable[str]]) -> list[str] | None:
-    """A cycle in `graph` (name -> names it depends on) as a path `[a, b, a]`, or None.
-
-    Only edges between names present as keys count. The first cycle found when walking names
-    in sorted order is reported, so the result is deterministic.
-    """
-    nodes = {name: sorted(d for d in deps if d in graph) for name, deps in graph.items()}
-    # 0 = unvisited, 1 = on the current path, 2 = done.
-    color: dict[str, int] = dict.fromkeys(nodes, 0)
-    for root in sorted(nodes):
-        if color[root]:
-            continue
-        path: list[str] = [root]
-        stack: list[Iterable[str]] = [iter(nodes[root])]
-        color[root] = 1
-        while stack:
-            nxt = next(stack[-1], None)
-            if nxt is None:
-                color[path.pop()] = 2
-                stack.pop()
-                continue
-            if color[nxt] == 1:
-                return path[path.index(nxt) :] + [nxt]
-            if color[nxt] == 0:
-                color[nxt] = 1
-                path.append(nxt)
-                stack.append(iter(nodes[nxt]))
-    return None
 
 
 def topological_order(pending: Mapping[str, Collection[str]]) -> list[str]:

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 PRODUCT = ["api", "planning", "workflows", "activities", "worker", "crd_bridge", "agent", "fleetsim", "localstack", "bench",
-           "protocol", "webhook"]
+           "protocol", "webhook", "metrics", "kube"]
 WARN, FAIL = 400, 800
 
 

@@ -274,11 +274,11 @@ def failed_jobs(batch: k8s.BatchV1Api, nodes: set[str], packages: set[str], sinc
     same stack used the same names), per package. A window deletes its stage Jobs once their outcome
     is on the node and keeps the latest failed one of an erroring package (issue #14): this counts
     those, one per erroring node."""
-    jobs = batch.list_namespaced_job(keys.PACKAGE_POD_NAMESPACE, label_selector="noderoll.io/component=stage").items
+    jobs = batch.list_namespaced_job(keys.PACKAGE_POD_NAMESPACE, label_selector=f"{keys.STAGE_COMPONENT_LABEL}={keys.STAGE_COMPONENT}").items
     failed: dict[str, int] = {}
     for job in jobs:
         labels: dict[str, Any] = job.metadata.labels or {}
-        node, package = labels.get("noderoll.io/node"), labels.get("noderoll.io/package")
+        node, package = labels.get(keys.STAGE_NODE_LABEL), labels.get(keys.STAGE_PACKAGE_LABEL)
         created = job.metadata.creation_timestamp
         if node not in nodes or package not in packages or created is None or created < since.replace(microsecond=0):
             continue

@@ -20,7 +20,7 @@ from api.enums import State
 from planning.fleet_status import FleetProgress, NodeProgress
 from planning.status import RolloutProgress
 from protocol import names
-from worker.ops_client import NodeView
+from worker.ops_client import NodeRow
 from worker.progress_view import (
     STATE_STYLE,
     ZONE_LABEL,
@@ -46,7 +46,7 @@ class LiveSnapshot:
     # The fleet's answer; None when it did not answer this time.
     progress: FleetProgress | None = None
     packages: dict[str, RolloutProgress] = field(default_factory=dict)
-    nodes: list[NodeView] = field(default_factory=list)
+    nodes: list[NodeRow] = field(default_factory=list)
     elapsed: float = 0.0
     # Word for the merged interrupt in the disruption lines ("reboot" in the demo).
     interrupt: str = "interrupt"

@@ -57,10 +57,6 @@ FLEETSIM_PREFIX_LABEL = "fleetsim.noderoll.io/prefix"
 FLEETSIM_DEFAULT_SANDBOX = Path("/tmp/noderoll-fleetsim")
 FLEETSIM_POD_LOGS = Path("var/log/noderoll/pods")
 SANDBOX_ENV = "NODEROLL_SANDBOX_DIR"
-LABEL_PACKAGE = "noderoll.io/package"
-LABEL_NODE = "noderoll.io/node"
-LABEL_MODE = "noderoll.io/mode"
-PACKAGE_CONTAINER = "package"
 
 
 class OpsError(RuntimeError):
@@ -120,8 +116,9 @@ class PackageView:
 
 
 @dataclass
-class NodeView:
-    """One Node: its noderoll status label, cordon and readiness, and every package recorded on it."""
+class NodeRow:
+    """One Node as the CLI shows it (`noderoll nodes`, `status`, the demo): its noderoll status label, cordon
+    and readiness, and every package recorded on it. Not `planning.targets.NodeView` (the planners' input)."""
 
     name: str
     status: str
@@ -172,8 +169,8 @@ def progress_from_status(status: dict[str, Any]) -> RolloutProgress:
     )
 
 
-def node_view(node: k8s.V1Node) -> NodeView:
-    """Read one Node object into a NodeView. Pure."""
+def node_row(node: k8s.V1Node) -> NodeRow:
+    """Read one Node object into the CLI's NodeRow. Pure."""
     meta, spec = node.metadata, node.spec
     annotations, labels = meta.annotations or {}, meta.labels or {}
     state, problem = parse_node_state(annotations.get(keys.NODE_STATE_ANNOTATION))
@@ -185,7 +182,7 @@ def node_view(node: k8s.V1Node) -> NodeView:
          "lastTransitionTime": c.last_transition_time.isoformat() if c.last_transition_time else ""}
         for c in conditions
     )
-    return NodeView(
+    return NodeRow(
         name=meta.name,
         status=labels.get(keys.NODE_STATUS_LABEL, ""),
         ready=ready,
@@ -199,7 +196,7 @@ def node_view(node: k8s.V1Node) -> NodeView:
     )
 
 
-def drain_blocks(package: str, nodes: list[NodeView]) -> list[DrainBlock]:
+def drain_blocks(package: str, nodes: list[NodeRow]) -> list[DrainBlock]:
     """The nodes whose drain holds up `package`'s window there (as the bridge computes it). Pure."""
     blocks = (drain_block(n.name, n.drain, n.packages.get(package)) for n in nodes)
     return [b for b in blocks if b is not None]
@@ -218,7 +215,7 @@ def pod_modes(pod: k8s.V1Pod) -> list[str]:
     """The modes a stage pod runs: its containers but the package copy, in order. Pure."""
     spec = pod.spec
     containers = [*((spec.init_containers or []) if spec else []), *((spec.containers or []) if spec else [])]
-    return [c.name for c in containers if c.name != PACKAGE_CONTAINER]
+    return [c.name for c in containers if c.name != keys.STAGE_PACKAGE_CONTAINER]
 
 
 def _container_exit(pod: k8s.V1Pod, container: str) -> tuple[int | None, str, str]:
@@ -378,18 +375,18 @@ class Ops:
         except ValidationError:
             return Limits()  # stored before the webhook with out-of-range values: the bridge reports them
 
-    def list_nodes(self, selector: str | None = None) -> list[NodeView]:
+    def list_nodes(self, selector: str | None = None) -> list[NodeRow]:
         """Every Node (optionally by label selector), sorted by name."""
         nodes = self.core.list_node(label_selector=selector or "").items
-        return sorted((node_view(n) for n in nodes), key=lambda v: v.name)
+        return sorted((node_row(n) for n in nodes), key=lambda v: v.name)
 
     def stage_pods(self, package: str, node: str, mode: str | None = None) -> list[k8s.V1Pod]:
         """The stage pods of `package` on `node`, oldest first; with `mode`, those that run it (a pod
         of several stages runs each as a container named after its mode)."""
-        selector = f"{LABEL_PACKAGE}={package},{LABEL_NODE}={node}"
+        selector = f"{keys.STAGE_PACKAGE_LABEL}={package},{keys.STAGE_NODE_LABEL}={node}"
         pods = self.core.list_namespaced_pod(keys.PACKAGE_POD_NAMESPACE, label_selector=selector).items
         if mode:
-            pods = [p for p in pods if mode in pod_modes(p) or (p.metadata.labels or {}).get(LABEL_MODE) == mode]
+            pods = [p for p in pods if mode in pod_modes(p) or (p.metadata.labels or {}).get(keys.STAGE_MODE_LABEL) == mode]
         return sorted(pods, key=lambda p: (p.metadata.creation_timestamp, p.metadata.name))
 
     def stage_log(self, pod: k8s.V1Pod, sandbox_dirs: list[Path], mode: str | None = None) -> StageLog:
@@ -399,7 +396,7 @@ class Ops:
         exit_code, message, container = _pod_exit(pod)
         if mode and mode in pod_modes(pod) and mode != container:
             exit_code, message, container = _container_exit(pod, mode)
-        base = StageLog(name, container or labels.get(LABEL_MODE, ""), pod.status.phase if pod.status else "",
+        base = StageLog(name, container or labels.get(keys.STAGE_MODE_LABEL, ""), pod.status.phase if pod.status else "",
                         exit_code, "", "")
         try:
             base.text = self.core.read_namespaced_pod_log(
@@ -411,7 +408,7 @@ class Ops:
             why = f"pods/log: HTTP {err.status}"
         except Exception as err:  # noqa: BLE001 - urllib3 timeouts and socket errors alike
             why = f"pods/log: {type(err).__name__}"
-        node = labels.get(LABEL_NODE, "")
+        node = labels.get(keys.STAGE_NODE_LABEL, "")
         for root in sandbox_dirs:
             path = root / node / FLEETSIM_POD_LOGS / f"{name}.log"
             if path.is_file():

@@ -22,7 +22,7 @@ from planning.fleet_status import FleetProgress
 from planning.status import package_view as package_progress
 from protocol import names
 from protocol.fleet import Filter
-from worker.ops_client import NoAnswer, NodeView, Ops, OpsError, PackageView, progress_from_status
+from worker.ops_client import NoAnswer, NodeRow, Ops, OpsError, PackageView, progress_from_status
 
 QUERY_SOURCE = "temporal query"
 
@@ -172,7 +172,7 @@ async def signal_target(ops: Ops, package: str | None, fleet: str | None, nodes:
     return SignalTarget(fleet, scope, tuple(notes), progress)
 
 
-def attach_fleet_nodes(nodes: list[NodeView], fleets: list[FleetView]) -> None:
+def attach_fleet_nodes(nodes: list[NodeRow], fleets: list[FleetView]) -> None:
     """Give each node what every fleet that answered reports for it (state, disruptions)."""
     for fleet in fleets:
         if fleet.progress is None:

@@ -30,7 +30,7 @@ from api.package import (
 from planning.drain import drains_window
 from planning.fleet_status import NodeProgress
 from protocol import names
-from worker.ops_client import NodeView, PackageView
+from worker.ops_client import NodeRow, PackageView
 from worker.ops_fleets import QUERY_SOURCE, FleetView
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -238,7 +238,7 @@ def fleets_status(views: list[FleetView]) -> Group:
 DRAIN_STAGE = "drain"
 
 
-def shown_entry(node: NodeView, entry: PackageNodeState) -> tuple[str, State, str]:
+def shown_entry(node: NodeRow, entry: PackageNodeState) -> tuple[str, State, str]:
     """(stage, state, message) of a package on a node as the CLI shows it. Pure.
 
     The recorded entry, except while the node's drain belongs to the entry's window (the
@@ -251,7 +251,7 @@ def shown_entry(node: NodeView, entry: PackageNodeState) -> tuple[str, State, st
     return stage, entry.state, entry.last_error or ""
 
 
-def entry_cell(node: NodeView, entry: PackageNodeState | None) -> Text:
+def entry_cell(node: NodeRow, entry: PackageNodeState | None) -> Text:
     """`in_progress apply`, `complete`, `blocked drain`: a package on a node in one cell."""
     if entry is None:
         return Text("-", style="dim")
@@ -260,7 +260,7 @@ def entry_cell(node: NodeView, entry: PackageNodeState | None) -> Text:
     return Text(f"{state.value}{shown}", style=STATE_STYLE.get(state, ""))
 
 
-def entry_text(node: NodeView | None, entry: PackageNodeState | None) -> str:
+def entry_text(node: NodeRow | None, entry: PackageNodeState | None) -> str:
     """`in_progress (apply)`, `blocked (drain): <blocker>`: a package on a node in a line of text."""
     if entry is None or node is None:
         return "-"
@@ -269,7 +269,7 @@ def entry_text(node: NodeView | None, entry: PackageNodeState | None) -> str:
     return text + (f": {message}" if state is State.BLOCKED and message else "")
 
 
-def node_flags(node: NodeView) -> str:
+def node_flags(node: NodeRow) -> str:
     """`Ready`, `NotReady, cordoned (noderoll)`, ..."""
     flags = ["Ready" if node.ready else "NotReady"]
     if node.cordoned:
@@ -285,7 +285,7 @@ def node_disruptions(progress: NodeProgress) -> str:
             f"{plural(progress.interrupts, 'interrupt')}")
 
 
-def _fleet_cells(node: NodeView) -> tuple[str, Text, str]:
+def _fleet_cells(node: NodeRow) -> tuple[str, Text, str]:
     """FLEET, FLEET STATE, DISRUPTIONS: one line per fleet the node belongs to (why: `noderoll status`)."""
     fleets = sorted(node.fleets.items())
     state = Text()
@@ -295,7 +295,7 @@ def _fleet_cells(node: NodeView) -> tuple[str, Text, str]:
             "\n".join(node_disruptions(p) for _, p in fleets) or "-")
 
 
-def nodes_table(nodes: list[NodeView]) -> Table:
+def nodes_table(nodes: list[NodeRow]) -> Table:
     """`noderoll nodes`: per node its fleets' state and disruptions, then per package version, stage, state,
     attempts, last error or blocker."""
     table = Table(title="nodes", title_justify="left")
@@ -319,12 +319,12 @@ def nodes_table(nodes: list[NodeView]) -> Table:
     return table
 
 
-def _shown_json(node: NodeView, entry: PackageNodeState) -> dict[str, str]:
+def _shown_json(node: NodeRow, entry: PackageNodeState) -> dict[str, str]:
     stage, state, message = shown_entry(node, entry)
     return {"stage": stage, "state": state.value, "message": message}
 
 
-def nodes_json(nodes: list[NodeView]) -> list[dict[str, Any]]:
+def nodes_json(nodes: list[NodeRow]) -> list[dict[str, Any]]:
     """The JSON of `noderoll nodes --json`: the recorded entries, the drain as the table shows it, the fleets."""
     return [
         {

@@ -26,10 +26,11 @@ from datetime import timedelta
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities import kube, prometheus, stage_pod
+import kube
+from activities import prometheus, stage_pod
 from api.keys import DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE
 from localstack.state import resolve_connection
-from worker.metrics import start_metrics_server
+from metrics import start_metrics_server
 from worker.registry import ACTIVITIES, WORKFLOWS
 from worker.temporal_client import SERVICE_CONNECT_WAIT_SECONDS, connect
 from worker.version import worker_identity

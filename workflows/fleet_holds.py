@@ -26,13 +26,13 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 
 with workflow.unsafe.imports_passed_through():
-    from activities.errors import PROMETHEUS_NOT_CONFIGURED, PROMETHEUS_QUERY_ERROR, PROMETHEUS_RESULT_TYPE
     from api.analysis import AnalysisGate
     from api.enums import CanaryPhase, GateWhen, RolloutPhase
     from planning import batches, maintenance
     from planning import fleet_state as fs
     from planning import gates as gate_rules
     from protocol.activities import QueryPrometheusInput, QueryPrometheusResult
+    from protocol.errors import PROMETHEUS_NOT_CONFIGURED, PROMETHEUS_QUERY_ERROR, PROMETHEUS_RESULT_TYPE
     from protocol.fleet import Filter
     from workflows.fleet_acts import FleetActs
 

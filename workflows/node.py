@@ -42,7 +42,6 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from activities import errors
     from activities.io import NodeInput, ReadNodeResult
     from api.enums import NodeMarkKind, State
     from api.keys import NODE_WORKFLOW_PREFIX, SEARCH_ATTR_NODE, SEARCH_ATTR_PHASE
@@ -50,7 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from api.package import PackageSpec
     from planning.node_marks import NodeMark
     from planning.node_plan import NodePlanInput, plan_node
-    from protocol import names
+    from protocol import errors, names
     from protocol.fleet import NodeReset, PackageOutcome, WindowCancel, WindowRequest, WindowResult
     from workflows.messages import (
         NODE_WORKFLOW_TYPE,

@@ -21,13 +21,13 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from activities import errors
     from activities.io import ReadNodeResult
     from api.enums import NodeMarkKind, State
     from api.node_state import held_reason, parse_node_state
     from api.package import PackageSpec
     from planning.node_marks import NodeMark
     from planning.node_plan import NodePlanInput, plan_node
+    from protocol import errors
     from protocol.fleet import PackageOutcome, WindowRequest, WindowResult
     from workflows.messages import NodeRequest, NodeWorkflowInput
     from workflows.node_marks import mark_nodes

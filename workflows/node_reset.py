@@ -16,10 +16,10 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities import errors
     from activities.io import NodeEvent, NodeInput, ReadNodeResult, WriteNodeStateInput
     from api.keys import RESET_ANNOTATION
     from planning.node_reset import reset_state
+    from protocol import errors
     from protocol.fleet import NodeReset
     from workflows.node_window import API_RETRY, API_TIMEOUT
 

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from activities import errors
 from activities.io import ReadNodeResult
 from api.node_state import NodeState
 from api.package import PackageSpec
 from planning.node_plan import NodePlan, NodeWindow
+from protocol import errors
 from workflows.messages import NodeRequest, NodeResult, NodeWorkflowInput
 
 

@@ -24,16 +24,21 @@ import pytest
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
-from api.keys import GROUP, PACKAGE_PLURAL, PACKAGE_POD_NAMESPACE, VERSION
+from api.keys import (
+    GROUP,
+    PACKAGE_PLURAL,
+    PACKAGE_POD_NAMESPACE,
+    STAGE_MODE_LABEL,
+    STAGE_NODE_LABEL,
+    STAGE_PACKAGE_LABEL,
+    STAGE_VERSION_ANNOTATION,
+    VERSION,
+)
 from bench.procs import Connection, ProcessSet
 from localstack.processes import stop
 from localstack.stack import down, up
 from localstack.state import StackInfo
 
-LABEL_NODE = "noderoll.io/node"
-LABEL_PACKAGE = "noderoll.io/package"
-LABEL_MODE = "noderoll.io/mode"
-ANNOTATION_VERSION = "noderoll.io/package-version"
 PDB_SAMPLE_SECONDS = 0.25
 
 
@@ -100,8 +105,8 @@ class Noderoll:
 
 def _key(obj: Any) -> tuple[str, str, str, str]:
     labels = obj.metadata.labels or {}
-    version = (obj.metadata.annotations or {}).get(ANNOTATION_VERSION, "")
-    return (labels.get(LABEL_NODE, ""), labels.get(LABEL_PACKAGE, ""), version, labels.get(LABEL_MODE, ""))
+    version = (obj.metadata.annotations or {}).get(STAGE_VERSION_ANNOTATION, "")
+    return (labels.get(STAGE_NODE_LABEL, ""), labels.get(STAGE_PACKAGE_LABEL, ""), version, labels.get(STAGE_MODE_LABEL, ""))
 
 
 @dataclass

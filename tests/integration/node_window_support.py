@@ -22,9 +22,8 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.worker import Worker
 
-from activities import kube
-from activities.stage_pod import PACKAGE_CONTAINER
-from api.keys import NODE_STATE_ANNOTATION, PACKAGE_POD_NAMESPACE, node_workflow_id
+import kube
+from api.keys import NODE_STATE_ANNOTATION, PACKAGE_POD_NAMESPACE, STAGE_PACKAGE_CONTAINER, node_workflow_id
 from api.node_state import NodeState, parse_node_state
 from tests.helpers import assert_eventually, new_task_queue
 from tests.helpers.stagejobs import StageRecorder
@@ -138,7 +137,7 @@ class Window:
         have 1 s resolution)."""
         return sorted(c.name for j in self.stage_jobs()
                       for c in [*(j.spec.template.spec.init_containers or []), *j.spec.template.spec.containers]
-                      if c.name != PACKAGE_CONTAINER)
+                      if c.name != STAGE_PACKAGE_CONTAINER)
 
     def job_modes(self) -> list[str]:
         """The stage (`noderoll.io/mode` label) of each of this node's Jobs, sorted."""

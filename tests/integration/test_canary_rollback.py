@@ -23,7 +23,6 @@ from kubernetes import client
 from kubernetes.client import ApiClient
 from temporalio.client import Client
 
-from activities.stage_pod import PACKAGE_CONTAINER
 from api import keys
 from fleetsim.faults import Fault
 from localstack.state import StackInfo
@@ -77,7 +76,7 @@ def jobs_on(recorder: StageRecorder, node: str) -> list[tuple[str, str, str, boo
              (j.metadata.annotations or {}).get("noderoll.io/package-version", ""), bool(j.status and j.status.succeeded))
             for j in jobs
             for container in [*(j.spec.template.spec.init_containers or []), *j.spec.template.spec.containers]
-            if container.name != PACKAGE_CONTAINER]
+            if container.name != keys.STAGE_PACKAGE_CONTAINER]
 
 
 def record_of(api: ApiClient, node: str) -> dict[str, Any]:

@@ -15,7 +15,8 @@ from prometheus_client import REGISTRY
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities import drain, kube
+import kube
+from activities import drain
 from activities.io import DrainNodeInput
 from localstack.state import StackInfo
 from tests.helpers import assert_eventually, unique_name

@@ -18,11 +18,11 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
+import metrics
 from api import keys
 from localstack.state import StackInfo
 from tests.helpers import assert_eventually, new_task_queue, unique_name
 from worker import demo_processes as procs
-from worker import metrics
 from worker.demo_resources import DemoNames, DemoObjects, DemoTuning, demo_objects, fit_package
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities import errors, kube
+import kube
 from activities import node_marks as node_marks_activity
 from activities.drain import drain_node, policy_version, wait_protected_pods
 from activities.interrupts import run_interrupt
@@ -54,6 +54,7 @@ from api.keys import (
 from fleetsim.faults import Fault
 from localstack.state import StackInfo
 from planning.node_marks import NodeMark, decide_mark
+from protocol import errors
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.integration.node_window_support import SYSCTL_IMAGE, cordon, wait_pods_running

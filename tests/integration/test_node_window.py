@@ -15,7 +15,7 @@ from kubernetes import client
 from kubernetes.client import ApiClient
 from temporalio.client import Client
 
-from activities import kube
+import kube
 from activities.io import DrainNodeResult
 from activities.jobs import jobs_per_window
 from api.keys import CONDITION_ERRORING, CONDITION_UPDATING, CORDONED_BY_ANNOTATION, NODE_STATUS_LABEL

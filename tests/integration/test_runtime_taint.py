@@ -28,11 +28,11 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client import ApiClient
 
-from activities import kube
+import kube
 from activities.node_requests import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
-from activities.taints import SetTaintInput, set_runtime_required_taint
 from api import keys
 from fleetsim.faults import Fault
+from kube.taints import SetTaintInput, set_runtime_required_taint
 from localstack.state import StackInfo
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet

@@ -17,7 +17,7 @@ from kubernetes import client
 from kubernetes.client import ApiClient
 from temporalio.testing import ActivityEnvironment
 
-from activities import kube
+import kube
 from activities.io import StageJob
 from activities.stage_wait import run_stage_job
 from api.keys import GROUP, PACKAGE_PLURAL, PACKAGE_POD_NAMESPACE, VERSION

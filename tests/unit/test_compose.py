@@ -22,7 +22,8 @@ from worker.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
-PRODUCT_DIRS = ("api", "planning", "workflows", "activities", "worker", "crd_bridge", "localstack", "agent")
+PRODUCT_DIRS = ("api", "planning", "workflows", "activities", "worker", "crd_bridge", "localstack", "agent", "protocol", "metrics",
+                "kube")
 DOCKERFILES = {
     "Dockerfile": ROOT,
     "deploy/package-base/Dockerfile": ROOT,

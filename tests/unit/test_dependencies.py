@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planning.dependencies import DependencyCycleError, find_cycle, ready_packages, topological_order
+from api.graph import find_cycle
+from planning.dependencies import DependencyCycleError, ready_packages, topological_order
 
 
 def test_order_puts_dependencies_first_ties_by_name() -> None:

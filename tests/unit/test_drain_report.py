@@ -26,7 +26,7 @@ from planning.drain import (
 )
 from planning.status import RolloutProgress, render_package_status
 from worker.demo_view import LiveSnapshot, change_lines
-from worker.ops_client import NodeView, PackageView
+from worker.ops_client import NodeRow, PackageView
 from worker.ops_client import drain_blocks as view_blocks
 from worker.progress_view import (
     nodes_json,
@@ -156,8 +156,8 @@ def test_package_status_lists_drain_blocked_nodes_and_progressing_names_them() -
     assert render_package_status(progress, 4)["drainBlockedNodes"] == []  # written empty: clears the last
 
 
-def _view(name: str, entry: PackageNodeState, drain: DrainCondition | None) -> NodeView:
-    return NodeView(name=name, status="in-progress", ready=True, cordoned=True, cordoned_by_noderoll=True,
+def _view(name: str, entry: PackageNodeState, drain: DrainCondition | None) -> NodeRow:
+    return NodeRow(name=name, status="in-progress", ready=True, cordoned=True, cordoned_by_noderoll=True,
                     packages={"pkg": entry}, drain=drain)
 
 

@@ -12,17 +12,17 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 
-from activities.errors import (
-    PROMETHEUS_QUERY_ERROR,
-    PROMETHEUS_RESULT_TYPE,
-    PROMETHEUS_UNAVAILABLE,
-)
 from activities.prometheus import parse_answer, query_url
 from api.analysis import AnalysisGate, Operator, parse_condition
 from api.enums import GateWhen
 from api.policy import DeploymentPolicySpec
 from planning import gates as g
 from protocol.activities import PromSeries, QueryPrometheusResult
+from protocol.errors import (
+    PROMETHEUS_QUERY_ERROR,
+    PROMETHEUS_RESULT_TYPE,
+    PROMETHEUS_UNAVAILABLE,
+)
 
 T0 = datetime(2025, 1, 6, 12, tzinfo=UTC)
 

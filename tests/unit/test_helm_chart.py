@@ -50,7 +50,7 @@ RAW_CALLS: dict[str, set[tuple[str, str, str]]] = {
     "activities/drain.py": {("policy", "poddisruptionbudgets", "list"), (CORE, "pods/eviction", "create")},
 }
 # The module that implements raw requests (it makes none of its own).
-RAW_HELPER = "activities/kube.py"
+RAW_HELPER = "kube/__init__.py"
 RAW = re.compile(r"\b(request_json|call_api)\(")
 # Granted although no client call shows it, and why.
 GRANTED_WITHOUT_CALL = {
@@ -161,7 +161,7 @@ def test_servicemonitors_are_optional(rendered: dict[str, list[dict[str, Any]]])
 @needs_helm
 def test_environment_set_by_the_chart_is_read_by_the_code(rendered: dict[str, list[dict[str, Any]]]) -> None:
     sources = "".join(
-        path.read_text() for d in ("worker", "crd_bridge", "activities", "localstack", "api", "webhook")
+        path.read_text() for d in ("worker", "crd_bridge", "activities", "kube", "metrics", "localstack", "api", "webhook")
         for path in (ROOT / d).rglob("*.py")
     )
     extra = {e["name"] for e in yaml.safe_load((CHART / "ci" / "cloud-values.yaml").read_text())["worker"]["extraEnv"]}
@@ -213,9 +213,9 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def process_files(process: str) -> list[Path]:
-    """Files whose Kubernetes calls run in `process`: its package plus the activity modules it imports."""
+    """Files whose Kubernetes calls run in `process`: its package plus the activity and `kube` modules it imports."""
     if process == "worker":
-        return module_files("activities")
+        return module_files("activities") + module_files("kube")
     if process == "webhook":
         return module_files("webhook")
     files = set(module_files("crd_bridge"))
@@ -225,7 +225,7 @@ def process_files(process: str) -> list[Path]:
             top, _, rest = module.partition(".")
             candidate = ROOT / top / f"{rest}.py"
             if (
-                top in ("activities", "crd_bridge")
+                top in ("activities", "crd_bridge", "kube")
                 and rest
                 and candidate.is_file()
                 and candidate not in files

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from activities import kube
+import kube
 
 
 class _Sent(Exception):

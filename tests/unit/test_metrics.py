@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
+import metrics
 from api.enums import RolloutPhase
-from worker import metrics
+from crd_bridge import progress_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "metrics.md"
@@ -92,8 +93,8 @@ def test_package_nodes_sums_pairs_and_zeroes_dropped_pairs() -> None:
 
 def test_rollout_phase_is_one_hot() -> None:
     pkg = "unit-phase"
-    metrics.set_rollout_phase(pkg, "Canary")
-    metrics.set_rollout_phase(pkg, "Progressing")
+    progress_metrics.set_rollout_phase(pkg, "Canary")
+    progress_metrics.set_rollout_phase(pkg, "Progressing")
     assert sample("noderoll_rollout_phase", {"package": pkg, "phase": "Progressing"}) == 1
     assert sample("noderoll_rollout_phase", {"package": pkg, "phase": "Canary"}) == 0
     metrics.set_batch(pkg, 3, 8)
@@ -145,7 +146,7 @@ def test_node_counts_from_state_annotations() -> None:
     done = json.dumps({"packages": {pkg: {"version": "1.0.0", "stage": "config", "state": "complete"}}})
     busy = json.dumps({"packages": {pkg: {"version": "1.0.0", "stage": "apply", "state": "in_progress"},
                                     "other": {"version": "2.0.0", "stage": "apply", "state": "erroring"}}})
-    counts = metrics.node_counts(pkg, [done, done, busy, None, "{garbage"])
+    counts = progress_metrics.node_counts(pkg, [done, done, busy, None, "{garbage"])
     assert counts == [
         metrics.NodeCount("blocked", "none", 1),  # unreadable: the node is held
         metrics.NodeCount("complete", "config", 2),
@@ -159,9 +160,9 @@ def test_publish_progress_and_budget_from_query_answers() -> None:
     from workflows.messages import BudgetStatus
 
     pkg = "unit-progress"
-    metrics.publish_progress(pkg, RolloutProgress(phase=RolloutPhase.PROGRESSING, batch_number=2, batch_size=4))
+    progress_metrics.publish_progress(pkg, RolloutProgress(phase=RolloutPhase.PROGRESSING, batch_number=2, batch_size=4))
     assert sample("noderoll_rollout_phase", {"package": pkg, "phase": "Progressing"}) == 1
     assert sample("noderoll_rollout_batch_size", {"package": pkg}) == 4
-    metrics.publish_budget("unit-pol", "default", BudgetStatus(limit=3, in_use=1))
+    progress_metrics.publish_budget("unit-pol", "default", BudgetStatus(limit=3, in_use=1))
     assert sample("noderoll_budget_limit", {"policy": "unit-pol", "compartment": "default"}) == 3
     metrics.forget_package(pkg)

@@ -18,7 +18,7 @@ from planning.status import RolloutProgress, package_view, render_package_status
 from worker.demo_resources import DemoNames, DemoTuning, demo_objects, interrupt_word
 from worker.demo_summary import NodeEvidence, Outcome, fleet_summary, packages_summary
 from worker.demo_view import LiveSnapshot, change_lines, observe, render_live
-from worker.ops_client import NodeView, PackageView, is_finished, progress_from_status
+from worker.ops_client import NodeRow, PackageView, is_finished, progress_from_status
 from worker.ops_fleets import QUERY_SOURCE, FleetView, attach_fleet_nodes, package_fleet
 from worker.progress_view import (
     disruptions_text,
@@ -49,9 +49,9 @@ def _progress(**overrides: object) -> RolloutProgress:
     return base
 
 
-def _node(name: str, state: State, stage: Stage | None = Stage.APPLY, package: str = "pkg") -> NodeView:
+def _node(name: str, state: State, stage: Stage | None = Stage.APPLY, package: str = "pkg") -> NodeRow:
     entry = PackageNodeState(version="1.0.0", stage=stage, state=state, attempts=1)
-    return NodeView(name=name, status="in-progress", ready=True, cordoned=True, cordoned_by_noderoll=True,
+    return NodeRow(name=name, status="in-progress", ready=True, cordoned=True, cordoned_by_noderoll=True,
                     packages={package: entry}, labels={"topology.kubernetes.io/zone": "zone-a"})
 
 
@@ -209,7 +209,7 @@ def test_package_fleet_is_its_policy_or_default() -> None:
     assert package_fleet({}) == "default"
 
 
-def _live(progress: FleetProgress | None, nodes: list[NodeView], elapsed: float,
+def _live(progress: FleetProgress | None, nodes: list[NodeRow], elapsed: float,
           before: LiveSnapshot | None = None) -> LiveSnapshot:
     packages = {"pkg": progress.packages["pkg"]} if progress else {}
     snapshot = LiveSnapshot("gpu", progress, packages, nodes, elapsed, "reboot",

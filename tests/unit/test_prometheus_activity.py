@@ -21,9 +21,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities import prometheus
-from activities.errors import PROMETHEUS_NOT_CONFIGURED, PROMETHEUS_QUERY_ERROR, PROMETHEUS_UNAVAILABLE
 from localstack.prometheus import free_port
 from protocol.activities import PromSeries, QueryPrometheusInput, QueryPrometheusResult
+from protocol.errors import PROMETHEUS_NOT_CONFIGURED, PROMETHEUS_QUERY_ERROR, PROMETHEUS_UNAVAILABLE
 
 
 class _Api(BaseHTTPRequestHandler):

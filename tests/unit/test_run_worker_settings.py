@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from activities import kube
+import kube
 from worker.cli import build_parser
 from worker.run_worker import ACTIVITY_THREADS, settings_from_args
 

@@ -14,7 +14,6 @@ from typing import Any
 
 from temporalio import activity
 
-from activities import errors
 from activities.io import (
     CordonNodeResult,
     DeleteStageJobsInput,
@@ -37,6 +36,7 @@ from activities.io import (
     WriteNodeStateInput,
 )
 from activities.jobs import job_name
+from protocol import errors
 
 
 @dataclass

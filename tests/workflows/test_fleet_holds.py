@@ -25,11 +25,11 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.errors import PROMETHEUS_UNAVAILABLE
 from api.enums import RolloutPhase, State
 from planning.fleet_status import FleetProgress
 from protocol import names
 from protocol.activities import PromSeries, QueryPrometheusInput, QueryPrometheusResult
+from protocol.errors import PROMETHEUS_UNAVAILABLE
 from protocol.fleet import FleetInput, FleetSpec
 from tests.helpers import assert_eventually_async, new_task_queue, unique_name
 from tests.workflows.cancel_log import WindowCancelLog

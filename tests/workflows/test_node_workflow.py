@@ -18,10 +18,10 @@ from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities import errors
 from activities.leases import acquire_lease
 from api.keys import node_workflow_id
 from api.node_state import parse_node_state
+from protocol import errors
 from protocol.names import SEARCH_ATTRIBUTE_TYPES
 from tests.workflows.node_collector import ResultCollector
 from tests.workflows.node_fakes import FakeNode

@@ -1,4 +1,4 @@
-"""Failure types of activities: the `type` of every non-retryable `ApplicationError`. Pure constants.
+"""Failure types of activities (wire protocol): the `type` of every non-retryable `ApplicationError`. Pure constants.
 
 Workflows and tests match on these strings (`err.cause.type`), never on messages. A failure that
 retrying cannot fix (a missing node, an invalid spec, a bound that was exceeded) is raised as

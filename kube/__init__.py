@@ -1,4 +1,7 @@
-"""The Kubernetes client shared by every activity, and API error classification. Does I/O.
+"""The Kubernetes adapter: the client shared by the worker's activities, the bridge and the CLI, and API error classification. Does I/O.
+
+The package `kube/` sits below `activities` and `crd_bridge` (import contract `layers`): `kube.nodes`
+reads a Node (404 -> `NodeNotFound`), `kube.taints` writes the runtime-required taint.
 
 One `ApiClient` per worker process (its urllib3 pool is thread-safe, and activities run in the
 worker's thread pool); the pool keeps as many connections as the worker has activity threads
@@ -18,7 +21,7 @@ from typing import Any, NoReturn
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from activities import errors
+from protocol import errors
 
 _lock = threading.Lock()
 _api_client: client.ApiClient | None = None
@@ -120,6 +123,11 @@ def classify(err: ApiException) -> ApiErrorKind:
 def is_not_found(err: ApiException) -> bool:
     """True for 404."""
     return classify(err) is ApiErrorKind.NOT_FOUND
+
+
+def is_gone(err: ApiException) -> bool:
+    """True for 410 Gone: a watch's or list's resourceVersion is too old; list again."""
+    return err.status == 410
 
 
 def is_conflict(err: ApiException) -> bool:

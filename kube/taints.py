@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from kubernetes.client.exceptions import ApiException
 
-from activities import kube
+import kube
 from api.keys import RUNTIME_REQUIRED_TAINT_EFFECT, RUNTIME_REQUIRED_TAINT_KEY, RUNTIME_REQUIRED_TAINT_VALUE
 
 CONFLICT_RETRIES = 8

@@ -1,11 +1,14 @@
 """Prometheus metrics of noderoll's two processes, defined once, and their HTTP endpoint. Does I/O (HTTP server).
 
+A leaf: imports nothing of noderoll (only `prometheus_client`), so activities, the bridge and the
+worker process can all import it without importing each other (issue 17, item 2).
+
 Every series is named `noderoll_*` and documented in `docs/metrics.md` (a unit test keeps the two lists
 equal). Activities and the CRD bridge call the small typed `record_*`/`set_*` functions below; nothing
 else touches the metric objects. Workflows never import this module: they are deterministic and do no
 I/O (import contract `workflows-no-io`), so rollout-level gauges (phase, batch, node counts, budget
-leases) are set by the bridge from the workflows' queries, and per-node durations by the activities
-that observe them.
+leases) are set by the bridge from the workflows' queries (`crd_bridge/progress_metrics.py` turns
+those answers into the calls below), and per-node durations by the activities that observe them.
 
 Label values are bounded on purpose: package names, stage modes, phases, interrupt types, policy and
 compartment names, object kinds. Node names are never a label (a 10,000-node fleet would explode the
@@ -21,12 +24,6 @@ from http.server import ThreadingHTTPServer
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.metrics import MetricWrapperBase
-
-from api.enums import RolloutPhase
-from api.node_state import parse_node_state
-from planning.fleet_status import FleetProgress as FleetReport
-from planning.status import RolloutProgress
-from workflows.messages import BudgetStatus
 
 # Buckets in seconds. Stage Jobs range from a second (a check) to an hour (a driver build); drains from
 # nothing to evict up to the drain timeout (default 10 minutes) and beyond when PDBs keep blocking.
@@ -160,10 +157,14 @@ def record_interrupt(interrupt_type: str, outcome: str) -> None:
 # --- bridge (from workflow queries and its own watches) -----------------------------------------
 
 
-def set_rollout_phase(package: str, phase: str) -> None:
-    """Mark `phase` as the current phase of `package`'s rollout (1) and every other known phase 0."""
+def set_rollout_phase(package: str, phase: str, all_phases: Iterable[str]) -> None:
+    """Mark `phase` as the current phase of `package`'s rollout (1) and every other known phase 0.
+
+    `all_phases` are the phases a rollout can be in (the caller's vocabulary, `api.enums.RolloutPhase`):
+    the first time a package is seen each gets a series, so a graph shows every phase from the start.
+    """
     with _lock:
-        phases = _known_phases.setdefault(package, {p.value for p in RolloutPhase})
+        phases = _known_phases.setdefault(package, set(all_phases))
         phases.add(phase)
         for candidate in phases:
             ROLLOUT_PHASE.labels(package=package, phase=candidate).set(1 if candidate == phase else 0)
@@ -195,40 +196,6 @@ def set_package_nodes(package: str, counts: list[NodeCount]) -> None:
         for (state, stage), value in totals.items():
             PACKAGE_NODES.labels(package=package, state=state, stage=stage).set(value)
         previous.update(totals)
-
-
-def node_counts(package: str, annotations: Iterable[str | None]) -> list[NodeCount]:
-    """(state, stage) counts of `package` over the `noderoll.io/state` annotations of its target nodes.
-
-    Pure. A target node that has not recorded the package yet counts as `waiting` at stage `none`; one
-    whose annotation cannot be read is held, so it counts as `blocked` at stage `none`.
-    """
-    totals: dict[tuple[str, str], int] = {}
-    for raw in annotations:
-        state, problem = parse_node_state(raw)
-        entry = state.packages.get(package)
-        key = (entry.state.value, entry.stage.value if entry.stage else "none") if entry else ("waiting", "none")
-        if problem:
-            key = ("blocked", "none")
-        totals[key] = totals.get(key, 0) + 1
-    return [NodeCount(state, stage, count) for (state, stage), count in sorted(totals.items())]
-
-
-def publish_progress(package: str, progress: RolloutProgress) -> None:
-    """Publish what a rollout's `progress` query answered: phase, batch number and size."""
-    set_rollout_phase(package, str(progress.phase))
-    set_batch(package, progress.batch_number, progress.batch_size)
-
-
-def publish_budget(policy: str, compartment: str, status: BudgetStatus) -> None:
-    """Publish what a (legacy) budget workflow's `budget_status` query answered."""
-    set_budget(policy, compartment, status.in_use, status.limit)
-
-
-def publish_fleet(fleet: str, progress: FleetReport) -> None:
-    """Publish a fleet's budget use: per compartment, windows out now and the budget."""
-    for compartment, use in sorted(progress.budgets.items()):
-        set_budget(fleet, compartment, use.in_use, use.limit)
 
 
 def set_batch(package: str, number: int, size: int) -> None:

@@ -1,0 +1,59 @@
+"""The bridge's rollout-level metrics: what the workflows' queries answered, turned into `metrics` calls. No I/O of its own.
+
+The metric objects live in the leaf `metrics` (imports nothing of noderoll); the vocabulary of phases,
+node states and the query answers belong to `api`, `planning` and `workflows`, so the translation sits
+here, next to its only caller (`crd_bridge/status_poller.py`, and the reconciler for invalid Packages).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import metrics
+from api.enums import RolloutPhase
+from api.node_state import parse_node_state
+from metrics import NodeCount
+from planning.fleet_status import FleetProgress as FleetReport
+from planning.status import RolloutProgress
+from workflows.messages import BudgetStatus
+
+ROLLOUT_PHASES = tuple(p.value for p in RolloutPhase)
+
+
+def set_rollout_phase(package: str, phase: str) -> None:
+    """Mark `phase` as the current phase of `package`'s rollout (1) and every other `RolloutPhase` 0."""
+    metrics.set_rollout_phase(package, phase, ROLLOUT_PHASES)
+
+
+def node_counts(package: str, annotations: Iterable[str | None]) -> list[NodeCount]:
+    """(state, stage) counts of `package` over the `noderoll.io/state` annotations of its target nodes.
+
+    Pure. A target node that has not recorded the package yet counts as `waiting` at stage `none`; one
+    whose annotation cannot be read is held, so it counts as `blocked` at stage `none`.
+    """
+    totals: dict[tuple[str, str], int] = {}
+    for raw in annotations:
+        state, problem = parse_node_state(raw)
+        entry = state.packages.get(package)
+        key = (entry.state.value, entry.stage.value if entry.stage else "none") if entry else ("waiting", "none")
+        if problem:
+            key = ("blocked", "none")
+        totals[key] = totals.get(key, 0) + 1
+    return [NodeCount(state, stage, count) for (state, stage), count in sorted(totals.items())]
+
+
+def publish_progress(package: str, progress: RolloutProgress) -> None:
+    """Publish what a rollout's `progress` query answered: phase, batch number and size."""
+    set_rollout_phase(package, str(progress.phase))
+    metrics.set_batch(package, progress.batch_number, progress.batch_size)
+
+
+def publish_budget(policy: str, compartment: str, status: BudgetStatus) -> None:
+    """Publish what a (legacy) budget workflow's `budget_status` query answered."""
+    metrics.set_budget(policy, compartment, status.in_use, status.limit)
+
+
+def publish_fleet(fleet: str, progress: FleetReport) -> None:
+    """Publish a fleet's budget use: per compartment, windows out now and the budget."""
+    for compartment, use in sorted(progress.budgets.items()):
+        metrics.set_budget(fleet, compartment, use.in_use, use.limit)
