@@ -8,7 +8,7 @@ other): both roll out as one fleet, `fleet/<policy>`, one window per node (one d
 It shows the fleet live (`worker.demo_view`) until every Package is Complete, prints a summary
 (`worker.demo_summary`: each Package, the fleet, disruptions per node from the fleet and from the
 nodes themselves) and where to look. Without `--keep` it stops what it started (the stack only when
-it started it). Exit codes: 0 every Package Complete, 1 a Package failed or halted, 2 set-up
+it started it, and then deletes the stack's data: the next run starts fresh). Exit codes: 0 every Package Complete, 1 a Package failed or halted, 2 set-up
 failed, 3 timeout, 130 interrupted.
 """
 
