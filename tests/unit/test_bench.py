@@ -10,7 +10,7 @@ from bench import apimetrics
 from bench.command import render_summary, repeat_summary
 from bench.histories import WindowStats, batches_from_sends, histogram, histogram_text, per_node, percentile
 from bench.reqcount import classify
-from bench.rollout import disruptions
+from bench.rollout import disruptions, splits_of
 from bench.scenario import Scenario, batch_sizes, ideal_makespan, node_critical_path, package_manifests
 from planning.fleet_status import FleetProgress, NodeProgress
 
@@ -122,3 +122,12 @@ def test_repeated_sizes_are_summarised_as_median_and_spread() -> None:
     # A figure missing from one run is not summarised (a median of some runs would mislead).
     assert "worker_peak_rss_mib" not in summary[1000] and summary[1000]["overhead_ratio"]["median"] == 1.5
     assert "overhead_ratio" in str(render_summary(list(summary.values())).columns[0]._cells)
+
+
+def test_batches_handed_over_in_straggling_chunks_are_the_planned_ones() -> None:
+    planned = [1, 2, 4, 8, 16, 32, 64, 128, 250, 250, 245]
+    seen = [1, 2, 4, 8, 16, 32, 50, 14, 50, 50, 28, 50, 50, 50, 50, 50, 50, 50, 50, 50, 50, 50, 50, 50, 50, 45]
+    assert splits_of(seen, planned) and splits_of(planned, planned)
+    assert not splits_of([1, 2, 4, 8, 16, 32, 64, 128, 250, 250, 200, 45], planned[:-1] + [200])
+    assert not splits_of([1, 3, 3], [1, 2, 4])  # a batch that crossed the plan's boundary: really other batches
+    assert not splits_of([1, 2], [1, 2, 4]) and not splits_of([1, 2, 4, 1], [1, 2, 4])
