@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -21,7 +20,7 @@ from dataclasses import asdict, dataclass
 
 import psutil
 
-READY_LINE = "Ready (sandboxes"
+from bench.procs import start_sim
 
 
 @dataclass(frozen=True)
@@ -52,14 +51,8 @@ def measure_idle(kubeconfig: str, nodes: int, seconds: float = 60.0) -> IdleResu
     argv = [sys.executable, "-m", "worker.cli", "sim", "--nodes", str(nodes), "--kubeconfig", kubeconfig,
             "--name-prefix", prefix, "--delete-on-exit"]
     started = time.monotonic()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = start_sim(argv)
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if READY_LINE in line:
-                break
-        else:
-            raise RuntimeError(f"noderoll sim exited {proc.wait()} before its nodes were Ready")
         register = time.monotonic() - started
         ps = psutil.Process(proc.pid)
         cpu_before = sum(ps.cpu_times()[:2])

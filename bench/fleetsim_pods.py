@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -26,10 +25,11 @@ from typing import Any
 from activities import stage_pod
 from activities.io import StageJob
 from api.keys import PACKAGE_POD_NAMESPACE
+from bench.procs import start_sim
 from bench.resources import cpu_seconds
 from bench.scenario import IMAGE, PACKAGES_DIR
+from fleetsim.nodes import node_name
 
-READY_LINE = "Ready (sandboxes"
 MODES = ["apply", "apply-check", "config", "config-check"]
 IDLE_SECONDS = 10.0
 
@@ -73,21 +73,16 @@ def measure(kubeconfig: str, nodes: int, startup: float | None, sim_dir: str | N
             "--workers", str(nodes + 8)]
     if startup is not None:
         argv += ["--pod-startup-seconds", f"{startup:g}"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=sim_dir)
+    # fleetsim's own names (zero-padded to at least 3 digits: a hand-made `-00` matched no node).
+    names = [node_name(prefix, i, nodes) for i in range(nodes)]
+    selector = f"noderoll.io/node in ({','.join(names)})"
+    proc = start_sim(argv, cwd=sim_dir)
     kube = Kube(kubeconfig)
-    selector = f"noderoll.io/node in ({','.join(f'{prefix}-{i:0{len(str(nodes - 1))}d}' for i in range(nodes))})"
     try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            if READY_LINE in line:
-                break
-        else:
-            raise RuntimeError(f"noderoll sim exited {proc.wait()} before its nodes were Ready")
         before = cpu_seconds(proc.pid)
         time.sleep(IDLE_SECONDS)
         idle_rate = (cpu_seconds(proc.pid) - before) / IDLE_SECONDS
         before, started = cpu_seconds(proc.pid), time.monotonic()
-        names = [f"{prefix}-{i:0{len(str(nodes - 1))}d}" for i in range(nodes)]
         for i, node in enumerate(names):
             kube.request("POST", f"/api/v1/namespaces/{PACKAGE_POD_NAMESPACE}/pods", pod_manifest(f"{prefix}-pod-{i}", node))
         while _finished(kube, selector) < nodes:

@@ -152,6 +152,20 @@ class ProcessSet:
             self.stop(name)
 
 
+def start_sim(argv: list[str], cwd: str | None = None) -> subprocess.Popen[str]:
+    """Start a `noderoll sim` (`argv`) and return once it printed READY_LINE (its nodes are Ready). Its
+    output is drained afterwards: a child writing to a full pipe nobody reads blocks."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=cwd)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if READY_LINE in line:
+            break
+    else:
+        raise RuntimeError(f"noderoll sim exited {proc.wait()} before its nodes were Ready")
+    threading.Thread(target=proc.stdout.read, daemon=True, name="sim-output").start()
+    return proc
+
+
 def _copy(proc: subprocess.Popen[bytes], handle: object) -> None:
     assert proc.stdout is not None
     for raw in proc.stdout:
