@@ -229,35 +229,34 @@ def wait_pods_running(core: client.CoreV1Api, namespace: str, selector: str, cou
     assert_eventually(running, timeout=30)
 
 
-async def activity_results(temporal: Client, node: str, activity_type: str, result_type: type[T]) -> list[T]:
-    """Decoded results of every completed `activity_type` in the latest run of `node/<node>`."""
+async def _activity_events(temporal: Client, node: str, activity_type: str, kind: str) -> list[Any]:
+    """The `<kind>` event attributes (`activity_task_completed`, `activity_task_started`) of every
+    `activity_type` in the latest run of `node/<node>`, in history order."""
     history = await temporal.get_workflow_handle(node_workflow_id(node)).fetch_history()
     scheduled: dict[int, str] = {}
-    results: list[T] = []
+    found: list[Any] = []
     for event in history.events:
         if event.HasField("activity_task_scheduled_event_attributes"):
             scheduled[event.event_id] = event.activity_task_scheduled_event_attributes.activity_type.name
-        if event.HasField("activity_task_completed_event_attributes"):
-            attrs = event.activity_task_completed_event_attributes
+        if event.HasField(f"{kind}_event_attributes"):
+            attrs = getattr(event, f"{kind}_event_attributes")
             if scheduled.get(attrs.scheduled_event_id) == activity_type:
-                [value] = await temporal.data_converter.decode(list(attrs.result.payloads), [result_type])
-                results.append(value)
+                found.append(attrs)
+    return found
+
+
+async def activity_results(temporal: Client, node: str, activity_type: str, result_type: type[T]) -> list[T]:
+    """Decoded results of every completed `activity_type` in the latest run of `node/<node>`."""
+    results: list[T] = []
+    for attrs in await _activity_events(temporal, node, activity_type, "activity_task_completed"):
+        [value] = await temporal.data_converter.decode(list(attrs.result.payloads), [result_type])
+        results.append(value)
     return results
 
 
 async def activity_attempts(temporal: Client, node: str, activity_type: str) -> list[int]:
     """The attempt that completed each `activity_type` in the latest run of `node/<node>` (1: no retry)."""
-    history = await temporal.get_workflow_handle(node_workflow_id(node)).fetch_history()
-    scheduled: dict[int, str] = {}
-    attempts: list[int] = []
-    for event in history.events:
-        if event.HasField("activity_task_scheduled_event_attributes"):
-            scheduled[event.event_id] = event.activity_task_scheduled_event_attributes.activity_type.name
-        if event.HasField("activity_task_started_event_attributes"):
-            attrs = event.activity_task_started_event_attributes
-            if scheduled.get(attrs.scheduled_event_id) == activity_type:
-                attempts.append(attrs.attempt)
-    return attempts
+    return [attrs.attempt for attrs in await _activity_events(temporal, node, activity_type, "activity_task_started")]
 
 
 HISTORY_DIR_ENV = "NODEROLL_RECORD_HISTORIES"
