@@ -195,4 +195,4 @@ def new_system(tmp: Path) -> System:
     procs.start("bridge")
     images = build_image_store(tmp / "images")
     api = config.new_client_from_config(config_file=stack.info.kubeconfig)
-    return System(stack, procs, images, api, StageRecorder(api, selector="noderoll.io/component=stage").start())
+    return System(stack, procs, images, api, StageRecorder(api).start())

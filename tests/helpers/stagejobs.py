@@ -19,20 +19,17 @@ from typing import Any
 from kubernetes import client, watch
 from kubernetes.client import ApiClient
 
-from api.keys import PACKAGE_POD_NAMESPACE
+from api.keys import PACKAGE_POD_NAMESPACE, STAGE_COMPONENT, STAGE_COMPONENT_LABEL, STAGE_NODE_LABEL
 
 WATCH_SECONDS = 10
 
 
 class StageRecorder:
-    """Records the stage Jobs and pods of one node, or of every object matching `selector` (module
-    docstring)."""
+    """Records the stage Jobs and pods of one node, or of every node when `node` is "" (module docstring)."""
 
-    def __init__(self, api: ApiClient, node: str = "", selector: str = "") -> None:
-        if bool(node) == bool(selector):
-            raise ValueError("StageRecorder: give a node or a label selector, not both")
+    def __init__(self, api: ApiClient, node: str = "") -> None:
         self.api = api
-        self.selector = selector or f"noderoll.io/node={node}"
+        self.selector = f"{STAGE_NODE_LABEL}={node}" if node else f"{STAGE_COMPONENT_LABEL}={STAGE_COMPONENT}"
         self._jobs: dict[str, client.V1Job] = {}
         self._pods: dict[str, client.V1Pod] = {}
         self._config_maps: dict[str, client.V1ConfigMap] = {}

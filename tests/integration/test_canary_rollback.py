@@ -90,7 +90,7 @@ async def test_failed_canary_is_rolled_back_and_the_rest_is_untouched(
 ) -> None:
     labels = {"fleet-test": unique_name("rb")}
     policy, tune, mods = unique_name("pol"), unique_name("tune"), unique_name("mods")
-    recorder = StageRecorder(kube_api_client, selector="noderoll.io/component=stage").start()
+    recorder = StageRecorder(kube_api_client).start()
     with running_fleet(local_stack, nodes=4, labels=labels) as fleet:
         try:
             create_policy(kube_api_client, run, policy, {
