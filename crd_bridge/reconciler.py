@@ -91,8 +91,8 @@ class Reconciler:
         self.progress: dict[str, FleetProgress] = {}
         # Fleets found running on another task queue (warned once).
         self._warned_queue: set[str] = set()
-        # Policy -> time of the gate failure whose Warning Event was emitted.
-        self._gate_announced: dict[str, str] = {}
+        # (policy, reason) -> the message of the last announcement Event emitted (`_announce_once`).
+        self._announced: dict[tuple[str, str], str] = {}
         # (kind, name) -> the users last named in a `DeletionBlocked` Event.
         self._blocked_shown: dict[tuple[str, str], list[str]] = {}
 
@@ -276,20 +276,29 @@ class Reconciler:
             self._event(obj, events.WARNING, events.INVALID_SPEC,
                         "; ".join(f"{p.field}: {p.message}" for p in problems), kind=keys.POLICY_KIND)
         report = self.progress.get(name)
-        # Announced once per failure: remembered here (the cache may briefly hold an older status from
-        # the watch) and read from the status written (a restarted bridge does not repeat it).
         if changed and report is not None and report.gate_failure is not None and \
-                self._gate_announced.get(name) != report.gate_failure.at and \
                 (previous.get("gateFailure") or {}).get("time") != report.gate_failure.at:
-            self._gate_announced[name] = report.gate_failure.at
-            self._event(obj, events.WARNING, events.GATE_FAILED,
-                        f"{fleet_workflow_id(name)} halted: {failure_text(report.gate_failure)}", kind=keys.POLICY_KIND)
+            self._announce_once(obj, events.GATE_FAILED,
+                                f"{fleet_workflow_id(name)} halted: {failure_text(report.gate_failure)}")
         rolled_back = rollback_event(previous.get("rollback"), report.rollback if report is not None else None)
         if changed and rolled_back:
-            self._event(obj, events.WARNING, events.CANARY_ROLLED_BACK, f"{fleet_workflow_id(name)}: {rolled_back}",
-                        kind=keys.POLICY_KIND)
+            self._announce_once(obj, events.CANARY_ROLLED_BACK, f"{fleet_workflow_id(name)}: {rolled_back}")
         if changed:
             obj["status"] = status
+
+    def _announce_once(self, policy: dict[str, Any], reason: str, message: str) -> None:
+        """A Warning Event on the policy, unless this bridge already emitted the same message for it.
+
+        The callers compare with the status the cache holds (so a restarted bridge does not repeat an
+        announcement its predecessor wrote); but the watch can briefly put back an older status after
+        a write, and the next status write would then announce the same gate failure or rollback again
+        (seen: two `CanaryRolledBack` Events for one rollback). The messages name the failure's time or
+        the wave, so a new failure or rollback still gets its own Event."""
+        key = (policy["metadata"]["name"], reason)
+        if self._announced.get(key) == message:
+            return
+        self._announced[key] = message
+        self._event(policy, events.WARNING, reason, message, kind=keys.POLICY_KIND)
 
     # --- deletion protection (crd_bridge.protection) ----------------------------------------------
 
