@@ -7,10 +7,13 @@
   no window can update do not show yet (`planning.node_marks.listing_marks`), which the fleet has
   written by `mark_blocked_nodes`.
 * `request_windows` does what a workflow cannot: signal-with-start `node/<node>` with signal
-  `window`. Idempotent: the node workflow drops a request id it has seen.
+  `window`, `HAND_OVER_CONCURRENCY` at a time. Idempotent: the node workflow drops a request id it
+  has seen, so a retried activity (some nodes asked, one call failed) asks the others again harmlessly.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 from pydantic import TypeAdapter
 from temporalio import activity
@@ -25,6 +28,11 @@ from protocol.activities import ListFleetNodesInput, ListFleetNodesResult, Reque
 from protocol.names import NODE_WORKFLOW_TYPE, SIGNAL_WINDOW, node_workflow_id
 
 _SELECTION = TypeAdapter(FleetSelection)
+# Signal-with-start calls in flight at once per `request_windows`. One call is a round trip to the
+# Temporal frontend (and a history write there); made one after the other, a batch of 50 nodes
+# waited for 50 round trips before its last node could start its window (issue 14: the hand-over
+# was the serial part of a batch). A handful at once keeps the frontend's load bounded.
+HAND_OVER_CONCURRENCY = 8
 _MARKS = TypeAdapter(list[NodeMark])
 
 
@@ -51,17 +59,29 @@ def list_fleet_nodes(input: ListFleetNodesInput) -> ListFleetNodesResult:
 
 @activity.defn(name="request_windows")
 async def request_windows(input: RequestWindowsInput) -> None:
-    """Signal-with-start `node/<node>` with each request (heartbeats per node)."""
+    """Signal-with-start `node/<node>` with each request, `HAND_OVER_CONCURRENCY` at a time (heartbeats per node)."""
     client = activity.client()
     task_queue = input.task_queue or activity.info().task_queue
-    for node, request in zip(input.nodes, input.requests, strict=True):
-        await client.start_workflow(
-            NODE_WORKFLOW_TYPE,
-            node_workflow_input(node),
-            id=node_workflow_id(node),
-            task_queue=task_queue,
-            start_signal=SIGNAL_WINDOW,
-            start_signal_args=[request],
-            static_summary=f"node {node}",
-        )
+    slots = asyncio.Semaphore(HAND_OVER_CONCURRENCY)
+
+    async def hand_over(node: str, request: object) -> None:
+        async with slots:
+            await client.start_workflow(
+                NODE_WORKFLOW_TYPE,
+                node_workflow_input(node),
+                id=node_workflow_id(node),
+                task_queue=task_queue,
+                start_signal=SIGNAL_WINDOW,
+                start_signal_args=[request],
+                static_summary=f"node {node}",
+            )
         activity.heartbeat(node)
+
+    # A failed call cancels the others and fails the activity with that call's own error (not the
+    # group's "unhandled errors in a TaskGroup"), so the Temporal UI names it; the retry asks again.
+    try:
+        async with asyncio.TaskGroup() as group:
+            for node, request in zip(input.nodes, input.requests, strict=True):
+                group.create_task(hand_over(node, request))
+    except ExceptionGroup as failed:
+        raise failed.exceptions[0] from None

@@ -89,6 +89,9 @@ def register(subparsers: Any) -> None:
                    help="`noderoll worker` processes on the run's task queue, sharing the work (default 1)")
     p.add_argument("--pod-startup-seconds", type=float, default=1.0,
                    help="fleetsim's modelled stage pod start-up (default 1, as `noderoll sim`)")
+    p.add_argument("--profile", action="store_true",
+                   help="py-spy on worker, bridge and fleetsim during each rollout: raw profiles in the workdir, "
+                        "a summary printed and in the JSON (needs py-spy)")
     p.add_argument("--workdir", type=Path, help="logs of the benchmark's processes (default: a temp dir)")
     p.set_defaults(func=run)
 
@@ -166,7 +169,7 @@ async def _measure(args: argparse.Namespace, stack: StackInfo, workdir: Path) ->
     temporal = await connect(stack.temporal_address)
     target = Target(stack.temporal_address, stack.kubeconfig, workdir, workers=max(1, args.workers),
                     components={name: c.pid for name, c in stack.components.items()},
-                    pod_startup_seconds=max(0.0, args.pod_startup_seconds))
+                    pod_startup_seconds=max(0.0, args.pod_startup_seconds), profile=args.profile)
     report: dict[str, Any] = {"results": [], "environment": _environment(args)}
     if not args.skip_drain:
         _log("drain: one node, 10 pods, noderoll vs kubectl drain")
@@ -216,6 +219,18 @@ def render_summary(summary: list[dict[str, Any]]) -> Table:
     return table
 
 
+def render_profile(row: dict[str, Any]) -> Table:
+    """One rollout's py-spy summaries: samples, busiest packages, top functions by self time. Pure."""
+    table = Table(title=f"{row['nodes']} nodes: where the sampled CPU went (py-spy, on-CPU samples)")
+    for header in ("process", "samples", "packages (innermost frame of ours)", "functions (self share)"):
+        table.add_column(header)
+    for name, prof in sorted(row["profile"].items()):
+        packages = ", ".join(f"{p} {share:.0%}" for p, share in list(prof["packages"].items())[:5])
+        functions = "\n".join(f"{share:.0%} {fn}" for fn, share in prof["top_self"][:5])
+        table.add_row(name, str(prof["samples"]), packages, functions)
+    return table
+
+
 def objects_left(before: dict[str, int], after: dict[str, int]) -> str:
     """What a rollout left in the apiserver: `+N kind` per kind that grew, "none" when nothing did. Pure."""
     grown = [f"+{after[k] - before.get(k, 0)} {k}" for k in sorted(after) if after[k] > before.get(k, 0)]
@@ -246,6 +261,9 @@ def run(args: argparse.Namespace) -> int:
     Console(width=240).print(render(report))
     if report.get("repeats"):
         Console(width=240).print(render_summary(report["repeats"]))
+    for row in report["results"]:
+        if row.get("profile"):
+            Console(width=240).print(render_profile(row))
     if args.json:
         console.print(f"bench: wrote {args.json}")
     return 0

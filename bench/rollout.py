@@ -28,6 +28,7 @@ from temporalio.service import RPCError
 from api.keys import GROUP, NODE_STATUS_LABEL, PACKAGE_PLURAL, POLICY_PLURAL, VERSION
 from bench import apimetrics, histories, resources
 from bench.procs import Connection, ProcessSet
+from bench.profile import Profiles
 from bench.scenario import (
     PACKAGES_DIR,
     RUN_LABEL,
@@ -66,6 +67,8 @@ class Target:
     components: dict[str, int] = field(default_factory=dict)
     # Seconds fleetsim waits before a stage pod's containers start (`noderoll sim --pod-startup-seconds`).
     pod_startup_seconds: float = 1.0
+    # py-spy on worker(s), bridge and fleetsim while the Packages roll (`noderoll bench --profile`).
+    profile: bool = False
 
 
 class Kube:
@@ -295,12 +298,17 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
         before = apimetrics.scrape(target.kubeconfig)
         cpu_pids = _cpu_pids(target, procs)
         cpu_before = resources.snapshot(cpu_pids)
+        profiles = Profiles(target.workdir, sc.name)
+        if target.profile:
+            for name, managed in procs.procs.items():
+                profiles.attach(name, managed.proc.pid)
         started, started_epoch = time.monotonic(), time.time()
         for manifest in package_manifests(sc):
             kube.create(PACKAGE_PLURAL, manifest)
         ideal = ideal_makespan(sc, node_names)
         done = await wait_complete(kube, sc, procs, timeout=3 * ideal + 600, log=log)
         cpu_after = resources.snapshot(cpu_pids)
+        profiled = profiles.stop()
         after = apimetrics.scrape(target.kubeconfig)
         fleet = await fleet_progress(temporal, sc.name)
         windows = await histories.node_windows(temporal, node_names, started_epoch - 1)
@@ -330,7 +338,10 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
         # a moment to remove the pods of the last batch before counting what is left.
         await asyncio.sleep(OBJECTS_SETTLE_SECONDS)
         measured["objects_after"] = resources.count_objects(target.kubeconfig)
-        return summarize(sc, measured, windows)
+        row = summarize(sc, measured, windows)
+        if profiled:
+            row["profile"] = profiled
+        return row
     finally:
         procs.stop_all()
         for name in sc.package_names:
