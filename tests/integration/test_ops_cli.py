@@ -272,8 +272,11 @@ def test_logs_of_a_stage_job(rollout: Rollout, capsys: pytest.CaptureFixture[str
     code, out, err = _cli(capsys, "logs", rollout.package, "--node", failing, "--mode", "apply",
                           "--all", *rollout.flags)
     assert code == 0 and out.count("injected fault fail-stage") == 1, (out, err)
-    # A node whose package completed keeps no stage pod: its window deleted them.
-    code, _, err = _cli(capsys, "logs", rollout.package, "--node", rollout.nodes[0], *rollout.flags)
+    # A node whose package completed keeps no stage pod: its window deleted them. (Not `nodes[0]`:
+    # the failing node is the last in the fleet's own order, keyed by the run's random names, and
+    # that is the first node by name in one run of five.)
+    completed = next(n for n in rollout.nodes if n != failing)
+    code, _, err = _cli(capsys, "logs", rollout.package, "--node", completed, *rollout.flags)
     assert code == 1 and "no stage pod" in err and "deletes its stage pods" in err, err
     code, _, err = _cli(capsys, "logs", rollout.package, "--node", "no-such-node", *rollout.flags)
     assert code == 1 and "no stage pod" in err
