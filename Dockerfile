@@ -9,6 +9,9 @@ COPY planning/ planning/
 COPY workflows/ workflows/
 COPY activities/ activities/
 COPY worker/ worker/
+COPY cli/ cli/
+COPY demo/ demo/
+COPY service/ service/
 COPY crd_bridge/ crd_bridge/
 COPY agent/ agent/
 COPY fleetsim/ fleetsim/

@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from api.enums import InterruptType
+from api.interrupts import InterruptRequest, merge_interrupts
 from api.nodewright_fields import Notes, Unmappable, as_mapping, unknown_fields
-from planning.interrupts import InterruptRequest, merge_interrupts
 
 # noderoll's configInterrupts keys: a config key or a glob with * and ?; its config keys (api/package.py).
 _NODEROLL_GLOB_RE = re.compile(r"^[-._a-zA-Z0-9*?]{1,253}$")

@@ -37,7 +37,7 @@ from bench.floor import measure_floor
 from bench.rollout import Target, run_rollout
 from bench.scenario import Scenario
 from localstack.state import StackInfo, load_stack_info
-from worker.temporal_client import connect
+from service.temporal_client import connect
 
 DEFAULT_SIZES = (50, 200, 1000)
 console = Console(stderr=True)

@@ -48,7 +48,7 @@ def _ready_nodes(kubeconfig: str, prefix: str) -> int:
 def measure_idle(kubeconfig: str, nodes: int, seconds: float = 60.0) -> IdleResult:
     """Start `noderoll sim --nodes N`, measure it idle for `seconds`, stop it (nodes deleted)."""
     prefix = f"bench-{uuid.uuid4().hex[:6]}"
-    argv = [sys.executable, "-m", "worker.cli", "sim", "--nodes", str(nodes), "--kubeconfig", kubeconfig,
+    argv = [sys.executable, "-m", "cli", "sim", "--nodes", str(nodes), "--kubeconfig", kubeconfig,
             "--name-prefix", prefix, "--delete-on-exit"]
     started = time.monotonic()
     proc = start_sim(argv)

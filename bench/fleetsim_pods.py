@@ -68,7 +68,7 @@ def measure(kubeconfig: str, nodes: int, startup: float | None, sim_dir: str | N
     from fleetsim.kube import Kube
 
     prefix = f"pods-{uuid.uuid4().hex[:6]}"
-    argv = [sys.executable, "-m", "worker.cli", "sim", "--nodes", str(nodes), "--kubeconfig", kubeconfig,
+    argv = [sys.executable, "-m", "cli", "sim", "--nodes", str(nodes), "--kubeconfig", kubeconfig,
             "--name-prefix", prefix, "--image-store", str(PACKAGES_DIR), "--delete-on-exit",
             "--workers", str(nodes + 8)]
     if startup is not None:

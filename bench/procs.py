@@ -85,7 +85,7 @@ class ProcessSet:
 
     def start_fleet(self, argv_tail: list[str], kubeconfig: str) -> Managed:
         """Start `noderoll sim` and wait for its nodes to be Ready."""
-        argv = [sys.executable, "-m", "worker.cli", "sim", "--kubeconfig", kubeconfig, *argv_tail]
+        argv = [sys.executable, "-m", "cli", "sim", "--kubeconfig", kubeconfig, *argv_tail]
         managed = self._start("sim", argv, wait_line=READY_LINE)
         return managed
 

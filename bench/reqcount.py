@@ -84,7 +84,7 @@ def main(argv: list[str]) -> int:
     _install()
     atexit.register(_dump, path)
     threading.Thread(target=_dump_every_second, args=(path,), daemon=True, name="reqcount").start()
-    from worker.cli import main as noderoll_main
+    from cli.main import main as noderoll_main
 
     return noderoll_main(argv[1:])
 

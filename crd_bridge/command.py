@@ -1,6 +1,6 @@
 """`noderoll bridge`: the CRD bridge process. Does I/O.
 
-Connection flags and environment are `noderoll worker`'s (`worker.run_worker.add_connection_arguments`
+Connection flags and environment are `noderoll worker`'s (`service.connection.add_connection_arguments`
 and `settings_from_args`: flags, then environment, then a running `noderoll dev up` stack), plus
 `--resync-seconds`, `--status-seconds`, `--label-selector` (a shard of the Packages) and leader election (`--leader-election`/`--no-leader-election`,
 the Lease `--lease-namespace`/`--lease-name`, `--identity`; defaults: on, `noderoll-system/noderoll-bridge`,
@@ -19,8 +19,8 @@ import socket
 from crd_bridge.bridge import Bridge, BridgeOptions
 from crd_bridge.fleet_client import Fleets
 from crd_bridge.leader import LEASE_NAME, LeaseSettings
-from worker.run_worker import WorkerSettings, add_connection_arguments, start_service
-from worker.run_worker import settings_from_args as worker_settings_from_args
+from service.connection import ServiceSettings, add_connection_arguments, start_service
+from service.connection import settings_from_args as service_settings_from_args
 
 log = logging.getLogger("noderoll.bridge")
 LEASE_NAMESPACE_ENV = "NODEROLL_LEASE_NAMESPACE"
@@ -54,9 +54,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.set_defaults(func=run)
 
 
-def settings_from_args(args: argparse.Namespace) -> WorkerSettings:
+def settings_from_args(args: argparse.Namespace) -> ServiceSettings:
     """Connection settings exactly as `noderoll worker` resolves them."""
-    return worker_settings_from_args(args, command="bridge")
+    return service_settings_from_args(args, command="bridge")
 
 
 def options_from_args(args: argparse.Namespace) -> BridgeOptions:
@@ -69,7 +69,7 @@ def options_from_args(args: argparse.Namespace) -> BridgeOptions:
                          label_selector=args.label_selector)
 
 
-async def serve(settings: WorkerSettings, options: BridgeOptions, stop: asyncio.Event) -> None:
+async def serve(settings: ServiceSettings, options: BridgeOptions, stop: asyncio.Event) -> None:
     """Connect, then run the bridge until `stop` is set."""
     client = await start_service(settings)
     log.info("bridge on %s namespace=%s task_queue=%s kubeconfig=%s leader-election=%s",

@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 import kube
 from api.keys import PACKAGE_POD_NAMESPACE, VERSION_ANNOTATION
-from worker.version import noderoll_version
+from protocol.version import noderoll_version
 
 log = logging.getLogger("noderoll.bridge.leader")
 LEASE_NAME = "noderoll-bridge"

@@ -63,7 +63,7 @@ def agent_image(workdir: Path, reference: str, repo: Path) -> Path:
 
 def noderoll_image(workdir: Path, reference: str, repo: Path) -> Path:
     """noderoll's worker/bridge image: python3.11, its runtime dependencies and its packages."""
-    spec = oci.ImageSpec(reference, entrypoint=["python3.11", "-m", "worker.cli"], cmd=["--help"],
+    spec = oci.ImageSpec(reference, entrypoint=["python3.11", "-m", "cli"], cmd=["--help"],
                          env=["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                               "PYTHONDONTWRITEBYTECODE=1", "PYTHONUNBUFFERED=1", "HOME=/tmp"],
                          workdir="/tmp", user="65532:65532")

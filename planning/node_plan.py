@@ -35,7 +35,7 @@ Stages per action (each stage is followed by its `-check`, the interrupt has non
 * uninstall: `uninstall`, then `interrupt` when the package has an interrupt.
 
 Windows: packages with work are grouped into windows; each window runs every package's stages
-before the interrupt, then ONE merged interrupt (`planning.interrupts`), then every
+before the interrupt, then ONE merged interrupt (`api.interrupts`), then every
 post-interrupt stage. Uninstalls go first, into window 0. A package joins the window after the
 latest window of its pending dependencies; when such a dependency itself has an interrupt the
 dependent moves to the next window (it must see the dependency finished, post-interrupt
@@ -64,11 +64,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from api.enums import PlanAction, Stage, State
+from api.interrupts import InterruptRequest, merge_interrupts
 from api.node_state import NodeState, PackageNodeState, changed_config_keys, config_hashes
 from api.package import Interrupt, PackageSpec
 from api.versions import VersionError, compare_versions, same_version
 from planning.dependencies import DependencyCycleError, topological_order
-from planning.interrupts import InterruptRequest, merge_interrupts
 
 
 @dataclass(frozen=True)

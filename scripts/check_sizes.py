@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-PRODUCT = ["api", "planning", "workflows", "activities", "worker", "crd_bridge", "agent", "fleetsim", "localstack", "bench",
+PRODUCT = ["api", "planning", "workflows", "activities", "worker", "cli", "demo", "service", "crd_bridge", "agent", "fleetsim", "localstack", "bench",
            "protocol", "webhook", "metrics", "kube"]
 WARN, FAIL = 400, 800
 

@@ -92,7 +92,7 @@ def kube_api_client(local_stack: StackInfo) -> Iterator[ApiClient]:
 @pytest.fixture(scope="session")
 async def temporal_client(local_stack: StackInfo) -> Client:
     """A Temporal client of the stack's dev server (namespace `default`, noderoll's data converter)."""
-    from worker.temporal_client import connect
+    from service.temporal_client import connect
 
     return await connect(local_stack.temporal_address)
 

@@ -1,1 +1,2 @@
-"""The worker process (workflows + activities), metrics, and the `noderoll` CLI entry points."""
+"""`noderoll worker`: the Temporal worker process that runs every workflow and activity (`run_worker.py`,
+the registry of both in `registry.py`). The CLI is `cli/`, the demo `demo/`."""

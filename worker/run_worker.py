@@ -1,7 +1,7 @@
 """`noderoll worker`: the Temporal worker process running every workflow and activity. Does I/O.
 
 Connection settings come from flags, then environment variables, then a running `noderoll dev up`
-stack (`localstack.state.resolve_connection`). Activities are synchronous Kubernetes calls, run in
+stack (`service.connection`, shared with `noderoll bridge`). Activities are synchronous Kubernetes calls, run in
 a thread pool; SIGTERM/SIGINT shut the worker down gracefully (running activities get
 `graceful_shutdown_timeout` to finish, then Temporal retries them elsewhere).
 
@@ -20,37 +20,23 @@ import logging
 import os
 import signal
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import timedelta
 
-from temporalio.client import Client
 from temporalio.worker import Worker
 
-import kube
 from activities import prometheus, stage_pod
-from api.keys import DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE
-from localstack.state import resolve_connection
-from metrics import start_metrics_server
+from protocol.version import worker_identity
+from service.connection import (
+    ACTIVITY_THREADS,
+    ServiceSettings,
+    add_connection_arguments,
+    env_int,
+    settings_from_args,
+    start_service,
+)
 from worker.registry import ACTIVITIES, WORKFLOWS
-from worker.temporal_client import SERVICE_CONNECT_WAIT_SECONDS, connect
-from worker.version import worker_identity
 
 log = logging.getLogger("noderoll.worker")
-# Default activity slots (threads); `--max-concurrent-activities` / NODEROLL_MAX_CONCURRENT_ACTIVITIES.
-ACTIVITY_THREADS = 256
-
-
-@dataclass(frozen=True)
-class WorkerSettings:
-    """Everything `noderoll worker` needs to run."""
-
-    temporal_address: str
-    namespace: str
-    task_queue: str
-    kubeconfig: str | None
-    metrics_port: int | None = None
-    # Activity slots of `noderoll worker` (and the Kubernetes connection pool sized to them).
-    max_concurrent_activities: int = ACTIVITY_THREADS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -58,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser = subparsers.add_parser("worker", help="run the Temporal worker (all workflows and activities)")
     add_connection_arguments(parser)
     parser.add_argument("--max-concurrent-activities", type=int,
-                        default=_env_int("NODEROLL_MAX_CONCURRENT_ACTIVITIES") or ACTIVITY_THREADS,
+                        default=env_int("NODEROLL_MAX_CONCURRENT_ACTIVITIES") or ACTIVITY_THREADS,
                         help="activity slots, i.e. node windows waiting at once (env "
                              f"NODEROLL_MAX_CONCURRENT_ACTIVITIES; default {ACTIVITY_THREADS})")
     parser.add_argument("--prometheus-address", default=os.environ.get(prometheus.ENV_ADDRESS) or None,
@@ -102,56 +88,7 @@ def stage_pod_settings(args: argparse.Namespace) -> stage_pod.StagePodSettings:
     )
 
 
-def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
-    """The connection flags shared by `noderoll worker` and `noderoll bridge` (read by `settings_from_args`)."""
-    parser.add_argument("--temporal-address", default=None,
-                        help="host:port of the Temporal frontend (env NODEROLL_TEMPORAL_ADDRESS; default: dev stack)")
-    parser.add_argument("--temporal-namespace", default=os.environ.get("NODEROLL_TEMPORAL_NAMESPACE", DEFAULT_NAMESPACE),
-                        help="Temporal namespace (env NODEROLL_TEMPORAL_NAMESPACE)")
-    parser.add_argument("--task-queue", default=os.environ.get("NODEROLL_TASK_QUEUE", DEFAULT_TASK_QUEUE),
-                        help="task queue (env NODEROLL_TASK_QUEUE)")
-    parser.add_argument("--kubeconfig", default=None,
-                        help="kubeconfig path (env KUBECONFIG; default: dev stack, else in-cluster config)")
-    parser.add_argument("--metrics-port", type=int, default=_env_int("NODEROLL_METRICS_PORT"),
-                        help="serve Prometheus /metrics on this port (env NODEROLL_METRICS_PORT; default: off)")
-    parser.add_argument("--state-dir", default=None, help="dev stack state dir (env NODEROLL_STATE_DIR)")
-
-
-def _env_int(name: str) -> int | None:
-    value = os.environ.get(name)
-    return int(value) if value else None
-
-
-def settings_from_args(args: argparse.Namespace, command: str = "worker") -> WorkerSettings:
-    """Resolve flags, environment and the dev stack into settings; exit with a message when unresolved."""
-    connection = resolve_connection(args.temporal_address, args.kubeconfig, args.state_dir)
-    if connection.temporal_address is None:
-        raise SystemExit(f"noderoll {command}: no Temporal address (use --temporal-address, "
-                         "NODEROLL_TEMPORAL_ADDRESS, or start a stack with `noderoll dev up`)")
-    return WorkerSettings(
-        temporal_address=connection.temporal_address,
-        namespace=args.temporal_namespace,
-        task_queue=args.task_queue,
-        kubeconfig=connection.kubeconfig,
-        metrics_port=args.metrics_port,
-        max_concurrent_activities=max(1, getattr(args, "max_concurrent_activities", ACTIVITY_THREADS)),
-    )
-
-
-async def start_service(settings: WorkerSettings) -> Client:
-    """What every long-running process (worker, bridge) does first: Kubernetes client, Temporal
-    (waiting for a frontend that is down or restarting), metrics endpoint."""
-    kube.configure(settings.kubeconfig, pool_size=settings.max_concurrent_activities + kube.POOL_SPARE)
-    client = await connect(
-        settings.temporal_address, settings.namespace, wait_seconds=SERVICE_CONNECT_WAIT_SECONDS
-    )
-    if settings.metrics_port is not None:
-        port = start_metrics_server(settings.metrics_port)
-        log.info("metrics on :%d/metrics", port)
-    return client
-
-
-async def serve(settings: WorkerSettings, stop: asyncio.Event) -> None:
+async def serve(settings: ServiceSettings, stop: asyncio.Event) -> None:
     """Run the worker until `stop` is set."""
     client = await start_service(settings)
     slots = settings.max_concurrent_activities

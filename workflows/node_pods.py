@@ -32,7 +32,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities.io import RunInterruptResult, RunStagePodInput, RunStagePodResult
     from api.enums import Stage, State
-    from planning.interrupts import InterruptRequest, merge_interrupts
+    from api.interrupts import InterruptRequest, merge_interrupts
     from planning.node_plan import NodeWindow, StageStep
     from planning.pod_steps import pod_modes, pod_progress
     from planning.window import EntryUpdate, log_tail, package_limits, retry_backoff

@@ -49,8 +49,8 @@ with workflow.unsafe.imports_passed_through():
         WriteNodeStateInput,
     )
     from api.enums import PlanAction, Stage, State
+    from api.interrupts import InterruptRequest, merge_interrupts
     from api.node_state import PackageNodeState, config_hashes, dump_node_state
-    from planning.interrupts import InterruptRequest, merge_interrupts
     from planning.node_plan import NodeWindow, StageStep
     from planning.window import (
         EntryUpdate,

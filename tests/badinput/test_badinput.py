@@ -31,11 +31,11 @@ from api.keys import (
     POLICY_PLURAL,
     RESET_ANNOTATION,
 )
+from cli.main import main as cli_main
 from fleetsim.fleet import Fleet
 from fleetsim.workloads import create_pdb
 from tests.badinput.support import System, blocked_reason, erroring_reason
 from tests.helpers import assert_eventually, unique_name
-from worker.cli import main as cli_main
 
 FAIL_TIMEOUT = 300.0  # 3 attempts (1 s and 2 s backoff: support.FAST_RETRIES), on a busy machine
 REBOOT = {"type": "reboot"}

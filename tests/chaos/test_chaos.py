@@ -35,10 +35,10 @@ from bench.scenario import (
 from fleetsim.fleet import Fleet
 from fleetsim.workloads import WorkloadSpec, create_workloads
 from protocol import names
+from service.temporal_client import connect
 from tests.helpers import unique_name
 from tests.helpers.chaos import ChaosStack, JobAudit, Noderoll, PdbWatcher, package_status, wait_for
 from tests.helpers.fleet import running_fleet
-from worker.temporal_client import connect
 
 # A fresh install of bench-sleep with a reboot: one pod for apply and config (each followed by its
 # check) and the interrupt, one for post-interrupt (issue #14).

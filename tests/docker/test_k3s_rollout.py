@@ -109,7 +109,7 @@ def noderoll(cluster: dict[str, str], tmp_path_factory: pytest.TempPathFactory) 
            "NODEROLL_TASK_QUEUE": queue}
     logs = tmp_path_factory.mktemp("noderoll")
     procs = [
-        subprocess.Popen([sys.executable, "-m", "worker.cli", command], env=env, cwd=ROOT,
+        subprocess.Popen([sys.executable, "-m", "cli", command], env=env, cwd=ROOT,
                          stdout=(logs / f"{command}.log").open("w"), stderr=subprocess.STDOUT)
         for command in ("worker", "bridge")
     ]

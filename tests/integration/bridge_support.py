@@ -44,7 +44,7 @@ class BridgeRun:
 
     def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - owned by the process record
-        proc = subprocess.Popen([sys.executable, "-m", "worker.cli", *argv], stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([sys.executable, "-m", "cli", *argv], stdout=log, stderr=subprocess.STDOUT,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
         self.processes[name] = proc
         return proc

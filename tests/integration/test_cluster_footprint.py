@@ -98,7 +98,7 @@ async def progress(temporal: Client, policy: str) -> FleetProgress:
 
 def retry(stack: StackInfo, policy: str, package: str, node: str) -> None:
     """`noderoll retry PACKAGE --node N`, as an operator would."""
-    subprocess.run([sys.executable, "-m", "worker.cli", "retry", package, "--node", node, "--temporal-address",
+    subprocess.run([sys.executable, "-m", "cli", "retry", package, "--node", node, "--temporal-address",
                     stack.temporal_address, "--kubeconfig", str(stack.kubeconfig)],
                    check=True, capture_output=True, timeout=120)
 

@@ -82,7 +82,7 @@ def test_demo_rolls_both_packages_with_one_drain_and_one_reboot_per_node(
     local_stack: StackInfo, kube_api_client: k8s.ApiClient
 ) -> None:
     suffix = "-" + unique_name("d").split("-")[-1]
-    argv = [sys.executable, "-m", "worker.cli", "demo", "--state-dir", local_stack.state_dir,
+    argv = [sys.executable, "-m", "cli", "demo", "--state-dir", local_stack.state_dir,
             "--nodes", str(NODES), f"--name-suffix={suffix}", "--task-queue", new_task_queue(),
             "--budget-percent", "50", "--soak-seconds", "2", "--timeout", "420", "--plain"]
     core, custom = k8s.CoreV1Api(kube_api_client), k8s.CustomObjectsApi(kube_api_client)

@@ -27,7 +27,7 @@ def test_demo_gates_shows_a_hold_and_its_release(local_stack: StackInfo) -> None
     except ProvisionError as err:
         pytest.skip(f"no Prometheus server here: {err}")
     suffix = "-" + unique_name("g").split("-")[-1]
-    argv = [sys.executable, "-m", "worker.cli", "demo", "--gates", "--state-dir", local_stack.state_dir,
+    argv = [sys.executable, "-m", "cli", "demo", "--gates", "--state-dir", local_stack.state_dir,
             "--nodes", str(NODES), f"--name-suffix={suffix}", "--task-queue", new_task_queue(),
             "--budget-percent", "50", "--soak-seconds", "2", "--timeout", "420", "--plain"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=540, check=False)

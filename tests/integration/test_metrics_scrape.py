@@ -20,10 +20,10 @@ from kubernetes import client as k8s
 
 import metrics
 from api import keys
+from demo import processes as procs
+from demo.resources import DemoNames, DemoObjects, DemoTuning, demo_objects, fit_package
 from localstack.state import StackInfo
 from tests.helpers import assert_eventually, new_task_queue, unique_name
-from worker import demo_processes as procs
-from worker.demo_resources import DemoNames, DemoObjects, DemoTuning, demo_objects, fit_package
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]

@@ -26,6 +26,7 @@ from fleetsim.fleet import Fleet
 from localstack.state import StackInfo
 from planning.fleet_status import FleetProgress
 from protocol import names
+from protocol.version import noderoll_version
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.integration.bridge_support import (
@@ -37,7 +38,6 @@ from tests.integration.bridge_support import (
     patch_package,
     wait_leading,
 )
-from worker.version import noderoll_version
 from workflows.fleet_codec import progress_from_json
 
 pytestmark = pytest.mark.integration
@@ -60,7 +60,7 @@ def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Ite
 def noderoll(run: BridgeRun, *argv: str) -> subprocess.CompletedProcess[str]:
     """Run the `noderoll` CLI against the test stack (as an operator would)."""
     connection = ["--temporal-address", run.stack.temporal_address, "--kubeconfig", str(run.stack.kubeconfig)]
-    result = subprocess.run([sys.executable, "-m", "worker.cli", *argv, *connection], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "cli", *argv, *connection], capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, (argv, result.stdout, result.stderr)
     return result
@@ -262,7 +262,7 @@ def test_logs_follow_streams_the_stage_while_it_runs(
     policy, name = unique_name("pol"), unique_name("talk")
     with running_fleet(local_stack, nodes=1, labels=labels, image_stores=[BENCH_PACKAGES]) as fleet:
         node = fleet.node_names[0]
-        argv = [sys.executable, "-m", "worker.cli", "logs", name, "--node", node, "--mode", "apply", "--follow",
+        argv = [sys.executable, "-m", "cli", "logs", name, "--node", node, "--mode", "apply", "--follow",
                 "--sandbox-dir", str(fleet.options.sandbox_dir), "--wait-seconds", "120",
                 "--temporal-address", local_stack.temporal_address, "--kubeconfig", str(local_stack.kubeconfig)]
         follower = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

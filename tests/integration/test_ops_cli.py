@@ -23,15 +23,15 @@ from kubernetes import client as k8s
 
 from activities.node_requests import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
 from api import keys
+from cli.main import main
+from demo import processes as procs
+from demo.resources import DemoNames, DemoObjects, DemoTuning, demo_objects
 from fleetsim.nodes import node_name
 from localstack.state import StackInfo
 from planning.compartments import stable_order
 from protocol import names as protocol_names
+from service.temporal_client import connect
 from tests.helpers import assert_eventually, new_task_queue, unique_name
-from worker import demo_processes as procs
-from worker.cli import main
-from worker.demo_resources import DemoNames, DemoObjects, DemoTuning, demo_objects
-from worker.temporal_client import connect
 
 NODES = 5
 ROLLOUT_TIMEOUT = 300.0

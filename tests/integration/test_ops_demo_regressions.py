@@ -19,12 +19,12 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from cli.ops_client import NoAnswer, Ops, OpsTarget
+from demo import processes as procs
 from localstack.state import StackInfo
 from protocol import names
 from protocol.fleet import FleetInput, FleetSpec
 from tests.helpers import assert_eventually, new_task_queue, unique_name
-from worker import demo_processes as procs
-from worker.ops_client import NoAnswer, Ops, OpsTarget
 from workflows.fleet import FleetWorkflow
 
 HOLD = "noderoll.io/test-hold"

@@ -157,10 +157,10 @@ def test_server_answers_over_tls_verified_by_the_ca(server: tuple[str, ssl.SSLCo
 
 
 def test_the_webhook_command_imports_no_workflow_code() -> None:
-    code = ("import sys; from worker import cli; cli.build_parser(cli.modules_for(['webhook', '--port', '1'])); "
+    code = ("import sys; from cli import main; main.build_parser(main.modules_for(['webhook', '--port', '1'])); "
             "print(sorted({m.split('.')[0] for m in sys.modules} & "
             "{'workflows', 'activities', 'crd_bridge', 'temporalio', 'fleetsim', 'bench'}))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert result.stdout.strip() == "[]"
-    assert "--tls-cert TLS_CERT" in subprocess.run([sys.executable, "-m", "worker.cli", "webhook", "--help"],
+    assert "--tls-cert TLS_CERT" in subprocess.run([sys.executable, "-m", "cli", "webhook", "--help"],
                                                    capture_output=True, text=True, timeout=60).stdout

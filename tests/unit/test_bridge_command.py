@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from cli.main import build_parser
 from crd_bridge.command import options_from_args, settings_from_args
-from worker.cli import build_parser
 
 
 def test_connection_is_resolved_like_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:

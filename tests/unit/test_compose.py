@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 import yaml
 
+from cli.main import build_parser
 from localstack.rootfs import source_packages
-from worker.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
-PRODUCT_DIRS = ("api", "planning", "workflows", "activities", "worker", "crd_bridge", "localstack", "agent", "protocol", "metrics",
-                "kube")
+PRODUCT_DIRS = ("api", "planning", "workflows", "activities", "worker", "cli", "demo", "service", "crd_bridge", "localstack",
+                "agent", "protocol", "metrics", "kube")
 DOCKERFILES = {
     "Dockerfile": ROOT,
     "deploy/package-base/Dockerfile": ROOT,

@@ -12,6 +12,15 @@ from rich.console import Console
 from api.enums import DrainReason, RolloutPhase, Stage, State
 from api.keys import CONDITION_DRAINING, NODE_STATE_ANNOTATION
 from api.node_state import PackageNodeState
+from cli.ops_client import NodeRow, PackageView
+from cli.ops_client import drain_blocks as view_blocks
+from cli.progress_view import (
+    nodes_json,
+    nodes_table,
+    package_detail,
+    progress_json,
+)
+from demo.view import LiveSnapshot, change_lines
 from planning.drain import (
     DrainBlock,
     DrainCondition,
@@ -25,15 +34,6 @@ from planning.drain import (
     read_drain_condition,
 )
 from planning.status import RolloutProgress, render_package_status
-from worker.demo_view import LiveSnapshot, change_lines
-from worker.ops_client import NodeRow, PackageView
-from worker.ops_client import drain_blocks as view_blocks
-from worker.progress_view import (
-    nodes_json,
-    nodes_table,
-    package_detail,
-    progress_json,
-)
 
 WINDOW_START = "2026-01-01T10:00:00.500000+00:00"
 REFUSED = "eviction refused for pod(s) web/web-0 by PodDisruptionBudget(s): web/web (disruptionsAllowed=0, ...)"

@@ -161,7 +161,7 @@ def test_servicemonitors_are_optional(rendered: dict[str, list[dict[str, Any]]])
 @needs_helm
 def test_environment_set_by_the_chart_is_read_by_the_code(rendered: dict[str, list[dict[str, Any]]]) -> None:
     sources = "".join(
-        path.read_text() for d in ("worker", "crd_bridge", "activities", "kube", "metrics", "localstack", "api", "webhook")
+        path.read_text() for d in ("worker", "service", "crd_bridge", "activities", "kube", "metrics", "localstack", "api", "webhook")
         for path in (ROOT / d).rglob("*.py")
     )
     extra = {e["name"] for e in yaml.safe_load((CHART / "ci" / "cloud-values.yaml").read_text())["worker"]["extraEnv"]}

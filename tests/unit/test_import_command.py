@@ -144,7 +144,7 @@ def test_duplicated_keys_are_noted(tmp_path: Path, capsys: pytest.CaptureFixture
 
 
 def noderoll(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "worker.cli", *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-m", "cli", *args], capture_output=True, text=True, timeout=120)
 
 
 def test_import_round_trips_through_noderoll_validate(tmp_path: Path) -> None:
@@ -162,7 +162,7 @@ def test_import_round_trips_through_noderoll_validate(tmp_path: Path) -> None:
 
 
 def test_the_import_command_imports_no_temporal_or_kubernetes_code() -> None:
-    code = ("import sys; from worker import cli; cli.build_parser(cli.modules_for(['import', 'x'])); "
+    code = ("import sys; from cli import main; main.build_parser(main.modules_for(['import', 'x'])); "
             "print(sorted({m.split('.')[0] for m in sys.modules} & "
             "{'workflows', 'activities', 'crd_bridge', 'temporalio', 'kubernetes', 'fleetsim', 'bench', 'localstack'}))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)

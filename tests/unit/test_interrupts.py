@@ -1,4 +1,4 @@
-"""Interrupt merge (planning/interrupts.py)."""
+"""Interrupt merge (api/interrupts.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api.enums import InterruptType
-from planning.interrupts import STRENGTH, InterruptRequest, merge_interrupts
+from api.interrupts import STRENGTH, InterruptRequest, merge_interrupts
 
 
 def req(kind: InterruptType, *services: str) -> InterruptRequest:

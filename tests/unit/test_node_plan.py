@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api.enums import InterruptType, PlanAction, Stage, State
+from api.interrupts import InterruptRequest, merge_interrupts
 from api.node_state import NodeState, PackageNodeState, config_hashes
 from api.package import PackageSpec
-from planning.interrupts import InterruptRequest, merge_interrupts
 from planning.node_plan import NodePlanInput, plan_node, plan_package
 
 A, U, C, INT, P, X = (

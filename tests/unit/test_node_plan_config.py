@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api.enums import InterruptType, PlanAction, Stage, State
+from api.interrupts import InterruptRequest
 from api.node_state import PackageNodeState, config_hashes
 from api.package import PackageSpec
-from planning.interrupts import InterruptRequest
 from planning.node_plan import plan_package, stage_sequence
 
 A, U, C, INT, P, X = (

@@ -16,7 +16,7 @@ from planning.node_plan import NodePlanInput, plan_node
 from planning.node_reset import reset_state
 from planning.targets import NodeView
 from protocol.fleet import FleetSpec, PackageEntry, PackageOutcome, Rerun, WindowResult
-from worker.version import identity_version, worker_identity
+from protocol.version import identity_version, worker_identity
 
 REBOOT = {"type": "reboot"}
 
@@ -143,6 +143,6 @@ def test_worker_identity_carries_the_version() -> None:
 
 
 def test_the_cli_refuses_a_rerun_stage_that_does_not_exist(capsys: object) -> None:
-    from worker.cli import main
+    from cli.main import main
 
     assert main(["rerun", "some-package", "--stage", "reboot"]) == 2

@@ -11,16 +11,9 @@ from api.enums import CanaryPhase, RolloutPhase, Stage, State
 from api.node_state import PackageNodeState
 from api.package import PackageSpec
 from api.policy import DeploymentPolicySpec
-from fleetsim.context import PREFIX_LABEL
-from fleetsim.workloads import PROTECTED_LABEL
-from planning.fleet_status import FleetProgress, NodeProgress
-from planning.status import RolloutProgress, package_view, render_package_status
-from worker.demo_resources import DemoNames, DemoTuning, demo_objects, interrupt_word
-from worker.demo_summary import NodeEvidence, Outcome, fleet_summary, packages_summary
-from worker.demo_view import LiveSnapshot, change_lines, observe, render_live
-from worker.ops_client import NodeRow, PackageView, is_finished, progress_from_status
-from worker.ops_fleets import QUERY_SOURCE, FleetView, attach_fleet_nodes, package_fleet
-from worker.progress_view import (
+from cli.ops_client import NodeRow, PackageView, is_finished, progress_from_status
+from cli.ops_fleets import QUERY_SOURCE, FleetView, attach_fleet_nodes, package_fleet
+from cli.progress_view import (
     disruptions_text,
     fleet_json,
     fleets_status,
@@ -30,6 +23,13 @@ from worker.progress_view import (
     packages_table,
     progress_json,
 )
+from demo.resources import DemoNames, DemoTuning, demo_objects, interrupt_word
+from demo.summary import NodeEvidence, Outcome, fleet_summary, packages_summary
+from demo.view import LiveSnapshot, change_lines, observe, render_live
+from fleetsim.context import PREFIX_LABEL
+from fleetsim.workloads import PROTECTED_LABEL
+from planning.fleet_status import FleetProgress, NodeProgress
+from planning.status import RolloutProgress, package_view, render_package_status
 
 
 def _text(renderable: object) -> str:
@@ -286,7 +286,7 @@ def _rows(text: str) -> dict[str, list[str]]:
     ],
 )
 def test_cli_contract_names(argv: list[str], expected: dict[str, object]) -> None:
-    from worker.cli import build_parser
+    from cli.main import build_parser
 
     args = build_parser().parse_args(argv)
     assert callable(args.func)

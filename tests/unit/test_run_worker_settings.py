@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 import kube
-from worker.cli import build_parser
-from worker.run_worker import ACTIVITY_THREADS, settings_from_args
+from cli.main import build_parser
+from service.connection import ACTIVITY_THREADS, settings_from_args
 
 
 def test_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from worker import temporal_client as tc
+from service import temporal_client as tc
 
 
 def test_no_tls_variables_means_no_tls(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -40,7 +40,7 @@ def test_certificate_without_key_is_refused(monkeypatch: pytest.MonkeyPatch, tmp
 async def test_connect_waits_then_reports_an_unreachable_frontend() -> None:
     import socket
 
-    from worker.temporal_client import connect
+    from service.temporal_client import connect
 
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))

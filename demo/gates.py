@@ -11,7 +11,7 @@ errors are gone), waits until Prometheus has scraped it, and sends the `resume` 
 as an operator would (the failed gate counts as passed once); the evaluations after the following
 batches pass on the recovered value and the rollout completes.
 
-The hooks in `worker/demo_command.py` are `add_arguments`, `prepare` (before the objects are
+The hooks in `demo/command.py` are `add_arguments`, `prepare` (before the objects are
 applied), `holding` (a halt by the demo's gate is not a failure of the demo) and `stop`. The
 Prometheus server and the exporter end with the demo, also with `--keep` (a later wave of the
 kept fleet then fails its gate: Prometheus unreachable).
@@ -34,12 +34,12 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 from rich.console import Console
 
+from demo.resources import DemoObjects
 from localstack.prometheus import PrometheusServer, free_port, prometheus_binary
 from localstack.state import load_stack_info
 from planning.gates import failure_text
 from planning.status import RolloutProgress
 from protocol import names
-from worker.demo_resources import DemoObjects
 
 METRIC = "noderoll_demo_gpu_xid_errors"
 GATE = {"name": "gpu-xid-errors", "query": f"max({METRIC})", "successCondition": "result < 1",
@@ -91,7 +91,7 @@ class GateDemo:
             self.say(f"[red]could not release the gate's hold: {err}[/]")
 
     async def _release(self) -> None:
-        from worker.temporal_client import connect
+        from service.temporal_client import connect
         from workflows.fleet_codec import progress_from_json
 
         client = None

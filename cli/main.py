@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 # Order here is the order in `noderoll --help`.
 COMMAND_MODULES: tuple[str, ...] = (
-    "worker.demo_command",
+    "demo.command",
     "localstack.commands",
     "api.validate_command",
     "api.import_command",
@@ -25,8 +25,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "worker.run_worker",
     "crd_bridge.command",
     "webhook.command",
-    "worker.ops_commands",
-    "worker.node_commands",
+    "cli.ops_commands",
+    "cli.node_commands",
     "bench.command",
 )
 

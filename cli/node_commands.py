@@ -10,7 +10,7 @@ Each verb is also reachable without this CLI (docs/operations.md, "Operator verb
   annotation `noderoll.io/rerun: "<id>[:<stage>]"`;
 * `node ignore|unignore NODE`: the Node label `noderoll.io/ignore=true` (`kubectl label`);
 * `version`: this client's version, every worker polling the task queue (its Temporal identity,
-  `worker.version`) and the bridge holding the Lease (annotation `noderoll.io/version`).
+  `protocol.version`) and the bridge holding the Lease (annotation `noderoll.io/version`).
 Exit codes: 0 done, 1 refused (the message says why), 2 usage.
 """
 
@@ -32,11 +32,11 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.service import RPCError
 
 from api import keys
+from cli.ops_client import Ops, OpsError, add_connection_flags, target_from_args
 from planning.node_plan import RERUN_STAGES
 from protocol import names
 from protocol.fleet import NodeReset, Rerun
-from worker.ops_client import Ops, OpsError, add_connection_flags, target_from_args
-from worker.version import identity_version, noderoll_version
+from protocol.version import identity_version, noderoll_version
 
 EXIT_USAGE = 2
 

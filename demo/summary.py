@@ -16,11 +16,11 @@ from datetime import datetime
 from rich.table import Table
 
 from api.enums import State
+from cli.progress_view import disruption_totals, disruptions_text, plural
+from demo.view import LiveSnapshot
 from planning.fleet_status import FleetProgress
 from planning.status import RolloutProgress
 from protocol import names
-from worker.demo_view import LiveSnapshot
-from worker.progress_view import disruption_totals, disruptions_text, plural
 
 
 @dataclass

@@ -22,7 +22,7 @@ from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
 from api import keys
-from worker.ops_client import FLEETSIM_LABEL, FLEETSIM_POD_LOGS, Ops, OpsError
+from cli.ops_client import FLEETSIM_LABEL, FLEETSIM_POD_LOGS, Ops, OpsError
 
 POLL_SECONDS = 0.5
 # A pod deleted while it was followed is taken as ended (phase "Unknown": its last state is not known).

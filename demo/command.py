@@ -5,8 +5,8 @@ Steps: bring up the local stack (`localstack`, reused when it already runs), sta
 training pods, protected pods and Deployments under PDBs), apply the example DeploymentPolicy
 (canary, then exponential batches) and two example Packages (one needs a reboot and depends on the
 other): both roll out as one fleet, `fleet/<policy>`, one window per node (one drain, one reboot).
-It shows the fleet live (`worker.demo_view`) until every Package is Complete, prints a summary
-(`worker.demo_summary`: each Package, the fleet, disruptions per node from the fleet and from the
+It shows the fleet live (`demo.view`) until every Package is Complete, prints a summary
+(`demo.summary`: each Package, the fleet, disruptions per node from the fleet and from the
 nodes themselves) and where to look. Without `--keep` it stops what it started (the stack only when
 it started it, and then deletes the stack's data: the next run starts fresh). Exit codes: 0 every Package Complete, 1 a Package failed or halted, 2 set-up
 failed, 3 timeout, 130 interrupted.
@@ -28,18 +28,18 @@ from rich.live import Live
 
 from api import keys
 from api.enums import RolloutPhase, State
+from cli.ops_client import Ops, OpsTarget, is_finished
+from cli.ops_fleets import fleet_view
+from demo import gates
+from demo import processes as procs
+from demo.resources import DemoNames, DemoObjects, DemoTuning, demo_objects, interrupt_word
+from demo.summary import NodeEvidence, Outcome, fleet_summary, packages_summary
+from demo.view import LiveSnapshot, change_lines, observe, render_live
 from fleetsim.nodes import node_name
 from localstack.provision import ProvisionError
 from localstack.state import StackInfo, default_state_dir, load_stack_info
 from planning.status import RolloutProgress
 from protocol import names
-from worker import demo_gates
-from worker import demo_processes as procs
-from worker.demo_resources import DemoNames, DemoObjects, DemoTuning, demo_objects, interrupt_word
-from worker.demo_summary import NodeEvidence, Outcome, fleet_summary, packages_summary
-from worker.demo_view import LiveSnapshot, change_lines, observe, render_live
-from worker.ops_client import Ops, OpsTarget, is_finished
-from worker.ops_fleets import fleet_view
 
 # One fleet queried every poll: fast enough to watch, light on a busy workflow's query buffer.
 POLL_SECONDS = 1.5
@@ -64,7 +64,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--budget-percent", type=int, help="override the policy's default budget percent")
     p.add_argument("--plain", action="store_true", help="one line per change instead of the live display")
     p.add_argument("--stop", action="store_true", help="stop what an earlier `demo --keep` left running, and exit")
-    demo_gates.add_arguments(p)
+    gates.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass  # the finally below stops what was started
     finally:
-        demo_gates.stop(args)
+        gates.stop(args)
         if args.keep:
             _say(console, f"--keep: everything keeps running; stop it with `noderoll demo --stop --state-dir {state_dir}`")
         else:
@@ -116,7 +116,7 @@ def _run_demo(console: Console, args: argparse.Namespace, record: procs.DemoReco
     except (ProvisionError, StackError) as err:
         return Outcome(EXIT_SETUP, f"the local stack did not start: {err}")
     try:
-        objects = demo_gates.prepare(args, objects, console, state_dir)
+        objects = gates.prepare(args, objects, console, state_dir)
     except (ProvisionError, RuntimeError) as err:
         return Outcome(EXIT_SETUP, f"--gates: no Prometheus for the gate: {err}")
     launch = procs.DemoLaunch(stack, DemoNames(record.names_suffix), args.nodes, args.task_queue, args.faults)
@@ -212,7 +212,7 @@ async def _watch(console: Console, args: argparse.Namespace, ops: Ops, record: p
                 if _settled(package, progress, current) and package not in outcome.durations:
                     outcome.durations[package] = current.elapsed
                     outcome.settled[package] = progress
-            bad = {p: g for p, g in current.packages.items() if g.phase in BAD_PHASES and not demo_gates.holding(args, g)}
+            bad = {p: g for p, g in current.packages.items() if g.phase in BAD_PHASES and not gates.holding(args, g)}
             if bad:
                 detail = "; ".join(f"{p} {g.phase.value}: {g.message or g.erroring}" for p, g in bad.items())
                 outcome.code, outcome.message = EXIT_FAILED, f"rollout failed: {detail}"
@@ -301,7 +301,7 @@ def _cleanup(console: Console, record: procs.DemoRecord) -> None:
 def _clean_objects(stack: StackInfo, record: procs.DemoRecord) -> None:
     from kubernetes import config as k8s_config
 
-    from worker.temporal_client import connect
+    from service.temporal_client import connect
 
     size = _fleet_size(record)
     nodes = [node_name(DemoNames(record.names_suffix).node_prefix, i, size) for i in range(size)]

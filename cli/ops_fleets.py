@@ -18,11 +18,11 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
+from cli.ops_client import NoAnswer, NodeRow, Ops, OpsError, PackageView, progress_from_status
 from planning.fleet_status import FleetProgress
 from planning.status import package_view as package_progress
 from protocol import names
 from protocol.fleet import Filter
-from worker.ops_client import NoAnswer, NodeRow, Ops, OpsError, PackageView, progress_from_status
 
 QUERY_SOURCE = "temporal query"
 

@@ -1,11 +1,11 @@
 """Rendering of fleets, Packages and nodes for the terminal (rich) and as JSON. Pure.
 
-Every function here takes views already read by `worker.ops_client` / `worker.ops_fleets` and
+Every function here takes views already read by `cli.ops_client` / `cli.ops_fleets` and
 returns a rich renderable, a JSON-ready dict or text; nothing reads the cluster or the clock.
 `noderoll status` is `fleets_status` (a table per fleet: phase, wave, batch, canary, nodes per
 state; under it a table of its Packages), `noderoll status PKG` is `package_detail`, `noderoll
 nodes` is `nodes_table` (with each fleet's node state and disruptions). The demo's live view is
-`worker.demo_view`.
+`demo.view`.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from api.package import (
     DEFAULT_STAGE_TIMEOUT_SECONDS,
     Limits,
 )
+from cli.ops_client import NodeRow, PackageView
+from cli.ops_fleets import QUERY_SOURCE, FleetView
 from planning.drain import drains_window
 from planning.fleet_status import NodeProgress
 from protocol import names
-from worker.ops_client import NodeRow, PackageView
-from worker.ops_fleets import QUERY_SOURCE, FleetView
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 STATE_STYLE = {

@@ -17,11 +17,8 @@ from rich.table import Table
 from rich.text import Text
 
 from api.enums import State
-from planning.fleet_status import FleetProgress, NodeProgress
-from planning.status import RolloutProgress
-from protocol import names
-from worker.ops_client import NodeRow
-from worker.progress_view import (
+from cli.ops_client import NodeRow
+from cli.progress_view import (
     STATE_STYLE,
     ZONE_LABEL,
     batch_text,
@@ -33,6 +30,9 @@ from worker.progress_view import (
     phase_text,
     plural,
 )
+from planning.fleet_status import FleetProgress, NodeProgress
+from planning.status import RolloutProgress
+from protocol import names
 
 # Node states in the fleet's progress that mean "not reached by a window yet".
 _NOT_REACHED = {State.WAITING.value, State.BLOCKED.value}

@@ -5,8 +5,8 @@ Contract names (issues 7 and 13): `status [PACKAGE | --fleet POLICY]` (table, or
 A Package is rolled out by the fleet `fleet/<its deploymentPolicy>` (`fleet/default` without one):
 the commands query that fleet's `progress` and send it the contract signals with a
 `protocol.fleet.Filter` ({"packages": [PACKAGE], "nodes": [N, ...]}; `--fleet` alone: the whole
-fleet), and read Packages, Nodes and stage pods like the bridge (see `worker.ops_client`,
-`worker.ops_fleets`). Exit codes: 0 done, 1 refused or not configured (the message says which), 2 usage.
+fleet), and read Packages, Nodes and stage pods like the bridge (see `cli.ops_client`,
+`cli.ops_fleets`). Exit codes: 0 done, 1 refused or not configured (the message says which), 2 usage.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from rich.console import Console
 
 from api import keys
 from api.enums import CanaryPhase, RolloutPhase
+from cli import progress_view
+from cli.ops_client import Ops, OpsError, PackageView, drain_blocks, target_from_args
+from cli.ops_fleets import SignalTarget, attach_fleet_nodes, fleet_views, package_view, signal_target
 from protocol import names
-from worker import progress_view
-from worker.ops_client import Ops, OpsError, PackageView, drain_blocks, target_from_args
-from worker.ops_fleets import SignalTarget, attach_fleet_nodes, fleet_views, package_view, signal_target
 
 EXIT_USAGE = 2
 SIGNAL_HELP = {
@@ -205,7 +205,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
 
     async def body(ops: Ops) -> int:
         if args.follow:
-            from worker.log_follow import follow  # noqa: PLC0415 - only `--follow` needs it
+            from cli.log_follow import follow  # noqa: PLC0415 - only `--follow` needs it
 
             sandboxes = await asyncio.to_thread(ops.sandbox_dirs, args.node, list(args.sandbox_dir))
             options = (args.mode, args.wait_seconds, sandboxes)
@@ -239,7 +239,7 @@ def _add_output(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers: Any) -> None:
     """Add the ops commands to the `noderoll` parser."""
-    from worker.ops_client import add_connection_flags
+    from cli.ops_client import add_connection_flags
 
     def add(name: str, help_text: str) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = subparsers.add_parser(name, help=help_text, description=help_text)

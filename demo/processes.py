@@ -25,13 +25,13 @@ from temporalio.service import RPCError
 
 from activities.node_events import EVENT_NAMESPACE
 from api import keys
+from demo.resources import GPU_LABEL, DemoNames, DemoObjects
 from fleetsim.context import PREFIX_LABEL
 from fleetsim.kube import Kube
 from fleetsim.workloads import WorkloadSpec, create_workloads
 from localstack import processes
 from localstack.state import ComponentInfo, StackInfo
 from protocol import names
-from worker.demo_resources import GPU_LABEL, DemoNames, DemoObjects
 
 RECORD = "demo.json"
 # Short fleetsim timings: the demo is watched by a person (or CI) and must end in minutes.
@@ -89,7 +89,7 @@ def free_port() -> int:
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "worker.cli", *args]
+    return [sys.executable, "-m", "cli", *args]
 
 
 @dataclass(frozen=True)

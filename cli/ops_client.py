@@ -4,7 +4,7 @@ The commands talk to the cluster the way the bridge does: the `progress` query a
 signals (`pause`, `resume`, `halt`, `retry`, each with an optional `protocol.fleet.Filter`) on the
 fleet rollouts `fleet/<policy>` (`fleet/default` for Packages naming no policy), the Package
 objects, the `noderoll.io/state` annotation of every Node, and the stage Jobs' pods in
-`noderoll-system`. How Packages map to fleets, and the views built from both: `worker.ops_fleets`.
+`noderoll-system`. How Packages map to fleets, and the views built from both: `cli.ops_fleets`.
 
 Where a value comes from is always reported (`source` fields), because there are fallbacks:
 * progress: the fleet's `progress` query (per Package: `.packages[name]`); when the fleet cannot
@@ -44,7 +44,7 @@ from planning.fleet_status import FleetProgress, NodeProgress
 from planning.status import RolloutProgress
 from protocol import names
 from protocol.fleet import Filter
-from worker.temporal_client import connect
+from service.temporal_client import connect
 from workflows.fleet_codec import progress_from_json
 
 QUERY_TIMEOUT = timedelta(seconds=5)

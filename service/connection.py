@@ -1,0 +1,92 @@
+"""Connection flags, settings and start-up shared by `noderoll worker` and `noderoll bridge`. Does I/O.
+
+Settings come from flags, then environment variables, then a running `noderoll dev up` stack
+(`localstack.state.resolve_connection`): `--temporal-address` (`NODEROLL_TEMPORAL_ADDRESS`),
+`--temporal-namespace`, `--task-queue`, `--kubeconfig` (`KUBECONFIG`; in-cluster config otherwise),
+`--metrics-port`, `--state-dir`. `start_service` is what each of them does first: the Kubernetes
+client (its connection pool sized to the worker's activity slots), Temporal (waiting for a frontend
+that is down or restarting), the metrics endpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from dataclasses import dataclass
+
+from temporalio.client import Client
+
+import kube
+from api.keys import DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE
+from localstack.state import resolve_connection
+from metrics import start_metrics_server
+from service.temporal_client import SERVICE_CONNECT_WAIT_SECONDS, connect
+
+log = logging.getLogger("noderoll.service")
+# Default activity slots (threads) of `noderoll worker`; `--max-concurrent-activities` /
+# NODEROLL_MAX_CONCURRENT_ACTIVITIES. The bridge has no such flag: its pool is sized to the default.
+ACTIVITY_THREADS = 256
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    """Everything `noderoll worker` (and, but for the activity slots, `noderoll bridge`) needs to run."""
+
+    temporal_address: str
+    namespace: str
+    task_queue: str
+    kubeconfig: str | None
+    metrics_port: int | None = None
+    # Activity slots of `noderoll worker` (and the Kubernetes connection pool sized to them).
+    max_concurrent_activities: int = ACTIVITY_THREADS
+
+
+def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    """The connection flags shared by `noderoll worker` and `noderoll bridge` (read by `settings_from_args`)."""
+    parser.add_argument("--temporal-address", default=None,
+                        help="host:port of the Temporal frontend (env NODEROLL_TEMPORAL_ADDRESS; default: dev stack)")
+    parser.add_argument("--temporal-namespace", default=os.environ.get("NODEROLL_TEMPORAL_NAMESPACE", DEFAULT_NAMESPACE),
+                        help="Temporal namespace (env NODEROLL_TEMPORAL_NAMESPACE)")
+    parser.add_argument("--task-queue", default=os.environ.get("NODEROLL_TASK_QUEUE", DEFAULT_TASK_QUEUE),
+                        help="task queue (env NODEROLL_TASK_QUEUE)")
+    parser.add_argument("--kubeconfig", default=None,
+                        help="kubeconfig path (env KUBECONFIG; default: dev stack, else in-cluster config)")
+    parser.add_argument("--metrics-port", type=int, default=env_int("NODEROLL_METRICS_PORT"),
+                        help="serve Prometheus /metrics on this port (env NODEROLL_METRICS_PORT; default: off)")
+    parser.add_argument("--state-dir", default=None, help="dev stack state dir (env NODEROLL_STATE_DIR)")
+
+
+def env_int(name: str) -> int | None:
+    """The integer in environment variable `name`, None when it is unset or empty."""
+    value = os.environ.get(name)
+    return int(value) if value else None
+
+
+def settings_from_args(args: argparse.Namespace, command: str = "worker") -> ServiceSettings:
+    """Resolve flags, environment and the dev stack into settings; exit with a message when unresolved."""
+    connection = resolve_connection(args.temporal_address, args.kubeconfig, args.state_dir)
+    if connection.temporal_address is None:
+        raise SystemExit(f"noderoll {command}: no Temporal address (use --temporal-address, "
+                         "NODEROLL_TEMPORAL_ADDRESS, or start a stack with `noderoll dev up`)")
+    return ServiceSettings(
+        temporal_address=connection.temporal_address,
+        namespace=args.temporal_namespace,
+        task_queue=args.task_queue,
+        kubeconfig=connection.kubeconfig,
+        metrics_port=args.metrics_port,
+        max_concurrent_activities=max(1, getattr(args, "max_concurrent_activities", ACTIVITY_THREADS)),
+    )
+
+
+async def start_service(settings: ServiceSettings) -> Client:
+    """What every long-running process (worker, bridge) does first: Kubernetes client, Temporal
+    (waiting for a frontend that is down or restarting), metrics endpoint."""
+    kube.configure(settings.kubeconfig, pool_size=settings.max_concurrent_activities + kube.POOL_SPARE)
+    client = await connect(
+        settings.temporal_address, settings.namespace, wait_seconds=SERVICE_CONNECT_WAIT_SECONDS
+    )
+    if settings.metrics_port is not None:
+        port = start_metrics_server(settings.metrics_port)
+        log.info("metrics on :%d/metrics", port)
+    return client
