@@ -25,8 +25,8 @@ TOP = 8
 # Top-level packages of this repository: the share of each shows which layer is busy. Not `bench`:
 # its request counter (`bench.reqcount`) wraps every Kubernetes request of the profiled worker and
 # bridge, so it would take the samples of the code that made the request.
-NODEROLL_PACKAGES = ("activities", "workflows", "kube", "crd_bridge", "worker", "fleetsim", "planning",
-                     "api", "protocol", "metrics", "agent")
+NODEROLL_PACKAGES = ("activities", "workflows", "kube", "crd_bridge", "worker", "cli", "service", "fleetsim",
+                     "planning", "api", "protocol", "metrics", "agent")
 
 
 def py_spy() -> str:
