@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from activities.node_requests import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
 from api import keys
 from fleetsim.nodes import node_name
 from localstack.state import StackInfo
 from planning.compartments import stable_order
 from protocol import names as protocol_names
+from protocol.node_settings import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
 from tests.helpers import assert_eventually, new_task_queue, unique_name
 from worker import demo_processes as procs
 from worker.cli import main
