@@ -16,11 +16,12 @@ from pydantic import TypeAdapter
 from temporalio import activity
 
 from activities.node_requests import node_workflow_input
-from activities.targets import list_node_snapshots
 from api.package import PackageSpec
+from kube.node_snapshot import node_view
+from kube.nodes import list_node_facts
 from planning.fleet_targets import FleetPackage, FleetQuery, FleetSelection, select_fleet
 from planning.node_marks import NodeMark, listing_marks
-from planning.targets import NodeView, TargetSelection
+from planning.targets import TargetSelection
 from protocol.activities import ListFleetNodesInput, ListFleetNodesResult, RequestWindowsInput
 from protocol.names import NODE_WORKFLOW_TYPE, SIGNAL_WINDOW, node_workflow_id
 
@@ -35,9 +36,7 @@ def list_fleet_nodes(input: ListFleetNodesInput) -> ListFleetNodesResult:
         e.name: FleetPackage(PackageSpec.model_validate(e.spec), uninstall=e.uninstall, paused=e.paused)
         for e in input.packages
     }
-    snapshots = list_node_snapshots(input.label_selector)
-    views = [NodeView(n.name, n.labels, n.taints, n.state_annotation, n.status_label, n.state_malformed)
-             for n in snapshots]
+    views = [node_view(n) for n in list_node_facts(input.label_selector, activity.heartbeat)]
     in_flight = {node: frozenset(names) for node, names in input.in_flight.items()}
     selection = select_fleet(FleetQuery(packages, views, in_flight, frozenset(input.label_keys)))
     # What the blocked nodes do not show yet (label, StateMalformed): the fleet has it marked.

@@ -21,7 +21,8 @@ import kube
 from activities.io import MarkBlockedNodesInput, MarkBlockedNodesResult, NodeEvent
 from activities.node_events import emit_event
 from activities.nodes import CONFLICT_RETRIES, node_condition
-from api.keys import CONDITION_STATE_MALFORMED, NODE_STATE_ANNOTATION, NODE_STATUS_LABEL
+from api.keys import CONDITION_STATE_MALFORMED, NODE_STATUS_LABEL
+from kube.node_snapshot import node_facts, node_view
 from planning.node_marks import NodeMark, decide_mark
 from planning.targets import NodeView
 
@@ -31,15 +32,7 @@ STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 
 def marked_view(node: client.V1Node) -> NodeView:
     """The parts of a Node that `decide_mark` reads (the whole state annotation). Pure conversion."""
-    meta = node.metadata
-    conditions = (node.status.conditions if node.status else None) or []
-    return NodeView(
-        name=meta.name,
-        labels=dict(meta.labels or {}),
-        state_annotation=(meta.annotations or {}).get(NODE_STATE_ANNOTATION, ""),
-        status_label=(meta.labels or {}).get(NODE_STATUS_LABEL, ""),
-        state_malformed=any(c.type == CONDITION_STATE_MALFORMED and c.status == "True" for c in conditions),
-    )
+    return node_view(node_facts(node))
 
 
 def _read(name: str) -> client.V1Node | None:
