@@ -26,7 +26,7 @@ from activities.stage_wait import wait_job
 from api.enums import InterruptType
 from kube.nodes import node_not_found, read_node
 from kube.pod_wait import WATCH_SECONDS, JobWait, PodOutcome
-from kube.watching import Watched, watch_from
+from kube.watching import BOOKMARK, Watched, watch_from
 from protocol import errors
 
 # How a node that is gone during its reboot is reported (NodeNotFound).
@@ -47,7 +47,9 @@ def _next_node(current: client.V1Node, seconds: int) -> client.V1Node:
     its resourceVersion: a reboot costs a few watch events instead of a read every 2 s)."""
     name = current.metadata.name
 
-    def changed(event: dict[str, Any]) -> client.V1Node:
+    def changed(event: dict[str, Any]) -> client.V1Node | None:
+        if event["type"] == BOOKMARK:
+            return None
         if event["type"] == "DELETED":
             raise node_not_found(name, REBOOT_GONE)
         return event["object"]

@@ -51,8 +51,8 @@ def watch_from(watched: Watched, resource_version: str, seconds: int,
                stream: watch.Watch | None = None) -> tuple[str, T | None]:
     """Watch `watched` from `resource_version` for at most `seconds`.
 
-    `on_event` gets every ADDED, MODIFIED and DELETED event (after the resume version moved on);
-    the first answer other than None ends the watch. Returns (resourceVersion to resume from, that
+    `on_event` gets every ADDED, MODIFIED, DELETED and BOOKMARK event (after the resume version moved
+    on; a bookmark's object is raw JSON); the first answer other than None ends the watch. Returns (resourceVersion to resume from, that
     answer or None); the version is "" after 410 Gone: list again. `stream`: the caller's
     `watch.Watch`, to stop it from another thread.
     """
@@ -66,8 +66,6 @@ def watch_from(watched: Watched, resource_version: str, seconds: int,
                 raw = event.get("raw_object") or {}
                 raise ApiException(status=int(raw.get("code") or 500), reason=str(raw.get("message", "")))
             version = event_version(event, version)
-            if kind == BOOKMARK:
-                continue
             answer = on_event(event)
             if answer is not None:
                 return version, answer
