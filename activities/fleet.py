@@ -15,7 +15,7 @@ from __future__ import annotations
 from pydantic import TypeAdapter
 from temporalio import activity
 
-from activities.node_requests import node_workflow_input
+from activities.node_requests import signal_node_workflows
 from api.package import PackageSpec
 from kube.node_snapshot import node_view
 from kube.nodes import list_node_facts
@@ -23,7 +23,7 @@ from planning.fleet_targets import FleetPackage, FleetQuery, FleetSelection, sel
 from planning.node_marks import NodeMark, listing_marks
 from planning.targets import TargetSelection
 from protocol.activities import ListFleetNodesInput, ListFleetNodesResult, RequestWindowsInput
-from protocol.names import NODE_WORKFLOW_TYPE, SIGNAL_WINDOW, node_workflow_id
+from protocol.names import SIGNAL_WINDOW
 
 _SELECTION = TypeAdapter(FleetSelection)
 _MARKS = TypeAdapter(list[NodeMark])
@@ -51,16 +51,4 @@ def list_fleet_nodes(input: ListFleetNodesInput) -> ListFleetNodesResult:
 @activity.defn(name="request_windows")
 async def request_windows(input: RequestWindowsInput) -> None:
     """Signal-with-start `node/<node>` with each request (heartbeats per node)."""
-    client = activity.client()
-    task_queue = input.task_queue or activity.info().task_queue
-    for node, request in zip(input.nodes, input.requests, strict=True):
-        await client.start_workflow(
-            NODE_WORKFLOW_TYPE,
-            node_workflow_input(node),
-            id=node_workflow_id(node),
-            task_queue=task_queue,
-            start_signal=SIGNAL_WINDOW,
-            start_signal_args=[request],
-            static_summary=f"node {node}",
-        )
-        activity.heartbeat(node)
+    await signal_node_workflows(input.nodes, input.requests, SIGNAL_WINDOW, input.task_queue)

@@ -11,6 +11,9 @@ The failure policy of node workflows this worker starts is tuned by environment
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from temporalio import activity
 
 from activities.io import RequestNodeWindowsInput
@@ -24,19 +27,25 @@ def node_workflow_input(node: str) -> NodeWorkflowInput:
     return NodeWorkflowInput(node=node, **node_workflow_settings())  # type: ignore[arg-type]
 
 
-@activity.defn(name="request_node_windows")
-async def request_node_windows(input: RequestNodeWindowsInput) -> None:
-    """Signal-with-start `node/<node>` with each request (heartbeats per node)."""
+async def signal_node_workflows(nodes: Sequence[str], requests: Sequence[Any], signal: str, task_queue: str) -> None:
+    """Signal-with-start `node/<node>` with `signal` and its request, node by node (heartbeats per node).
+    Used by `request_node_windows` (legacy requests) and `activities.fleet.request_windows` (windows)."""
     client = activity.client()
-    task_queue = input.task_queue or activity.info().task_queue
-    for node, request in zip(input.nodes, input.requests, strict=True):
+    task_queue = task_queue or activity.info().task_queue
+    for node, request in zip(nodes, requests, strict=True):
         await client.start_workflow(
             NODE_WORKFLOW_TYPE,
             node_workflow_input(node),
             id=node_workflow_id(node),
             task_queue=task_queue,
-            start_signal=SIGNAL_NODE_REQUEST,
+            start_signal=signal,
             start_signal_args=[request],
             static_summary=f"node {node}",
         )
         activity.heartbeat(node)
+
+
+@activity.defn(name="request_node_windows")
+async def request_node_windows(input: RequestNodeWindowsInput) -> None:
+    """Signal-with-start `node/<node>` with each request (heartbeats per node)."""
+    await signal_node_workflows(input.nodes, input.requests, SIGNAL_NODE_REQUEST, input.task_queue)

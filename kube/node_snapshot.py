@@ -5,15 +5,16 @@ JSON (the bridge's watch cache), and answers a `NodeFacts` with every part any c
 the node window (`activities.nodes.snapshot`: cordon, boot id, Ready), target selection
 (`activities.targets`, `activities.fleet`), the node marks (`activities.node_marks`) and the bridge
 (`crd_bridge.node_changes`). `node_view` turns it into the pure core's `planning.targets.NodeView`.
-Taints are `{"key", "value", "effect"}` with "" for an absent part. The activities' results
-(`activities.io.ReadNodeResult`, `activities.io.NodeSnapshot`) are subsets of it on the wire (workflows
-import them, so they cannot import this module).
+Taints are `{"key", "value", "effect"}` with "" for an absent part. `NodeFacts` extends the wire
+type `protocol.activities.NodeSnapshot` (the legacy `list_target_nodes` result) by what the node
+window reads; the node window's `activities.io.ReadNodeResult` is a projection of it (workflows
+import those types, so they cannot import this module).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
@@ -25,22 +26,14 @@ from api.keys import (
     NODE_STATUS_LABEL,
 )
 from planning.targets import NodeView
+from protocol.activities import NodeSnapshot
 
 
-@dataclass(frozen=True)
-class NodeFacts:
-    """One Node as noderoll sees it, observed once."""
+@dataclass
+class NodeFacts(NodeSnapshot):
+    """One Node as noderoll sees it, observed once: what target selection reads (`NodeSnapshot`)
+    and what the node window reads besides."""
 
-    name: str
-    labels: dict[str, str] = field(default_factory=dict)
-    taints: list[dict[str, str]] = field(default_factory=list)
-    # creationTimestamp, ISO 8601 ("" when absent).
-    created: str = ""
-    # The raw `noderoll.io/state` annotation ("" when absent); parsed by the pure core.
-    state_annotation: str = ""
-    # The `noderoll.io/status` label ("" when absent) and whether `noderoll.io/StateMalformed` is True.
-    status_label: str = ""
-    state_malformed: bool = False
     unschedulable: bool = False
     # Value of `noderoll.io/cordoned-by` ("" when absent).
     cordoned_by: str = ""
