@@ -23,6 +23,7 @@ from activities.node_events import emit_event
 from activities.nodes import CONFLICT_RETRIES, node_condition
 from api.keys import CONDITION_STATE_MALFORMED, NODE_STATUS_LABEL
 from kube.node_snapshot import node_facts, node_view
+from kube.nodes import find_node
 from planning.node_marks import NodeMark, decide_mark
 from planning.targets import NodeView
 
@@ -35,20 +36,11 @@ def marked_view(node: client.V1Node) -> NodeView:
     return node_view(node_facts(node))
 
 
-def _read(name: str) -> client.V1Node | None:
-    try:
-        return kube.core().read_node(name)
-    except ApiException as err:
-        if kube.is_not_found(err):
-            return None
-        kube.raise_for(err, f"read node {name}")
-
-
 def _mark_one(mark: NodeMark) -> bool:
     """Decide on a fresh read and write; True when something was written."""
     core = kube.core()
     for _ in range(CONFLICT_RETRIES):
-        node = _read(mark.node)
+        node = find_node(mark.node)
         if node is None:
             return False
         write = decide_mark(mark, marked_view(node))

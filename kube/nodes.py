@@ -24,14 +24,23 @@ def node_not_found(name: str, what: str = "does not exist") -> ApplicationError:
     return errors.fatal(f"node {name} {what}", errors.NODE_NOT_FOUND)
 
 
-def read_node(name: str, missing: str = "does not exist") -> client.V1Node:
-    """Read the Node; a missing one raises `node_not_found(name, missing)`, other errors are classified."""
+def find_node(name: str) -> client.V1Node | None:
+    """Read the Node; None when it does not exist (for callers to whom a missing node is no failure),
+    other errors classified."""
     try:
         return kube.core().read_node(name)
     except ApiException as err:
         if kube.is_not_found(err):
-            raise node_not_found(name, missing) from err
+            return None
         kube.raise_for(err, f"read node {name}")
+
+
+def read_node(name: str, missing: str = "does not exist") -> client.V1Node:
+    """Read the Node; a missing one raises `node_not_found(name, missing)`, other errors are classified."""
+    node = find_node(name)
+    if node is None:
+        raise node_not_found(name, missing)
+    return node
 
 
 def list_node_facts(label_selector: str = "", on_page: Callable[[int], None] | None = None) -> list[NodeFacts]:
