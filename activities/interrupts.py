@@ -10,9 +10,9 @@ never rebooted.
 from __future__ import annotations
 
 import time
+from typing import Any
 
-from kubernetes import client, watch
-from kubernetes.client.exceptions import ApiException
+from kubernetes import client
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -20,11 +20,13 @@ import kube
 import metrics
 from activities.heartbeats import beat, keep_alive, wait_slice
 from activities.io import RunInterruptInput, RunInterruptResult
-from activities.jobs import WATCH_SECONDS, PodOutcome, check_job, ensure_job, job_name, watch_job_pods
+from activities.jobs import ensure_job, job_name
 from activities.nodes import snapshot
 from activities.stage_wait import wait_job
 from api.enums import InterruptType
 from kube.nodes import node_not_found, read_node
+from kube.pod_wait import WATCH_SECONDS, JobWait, PodOutcome
+from kube.watching import BOOKMARK, Watched, watch_from
 from protocol import errors
 
 # How a node that is gone during its reboot is reported (NodeNotFound).
@@ -44,20 +46,19 @@ def _next_node(current: client.V1Node, seconds: int) -> client.V1Node:
     """The node after its next change, or as it was after `seconds` (a watch of this one node from
     its resourceVersion: a reboot costs a few watch events instead of a read every 2 s)."""
     name = current.metadata.name
-    stream = watch.Watch()
-    try:
-        for event in stream.stream(kube.core().list_node, field_selector=f"metadata.name={name}",
-                                   resource_version=current.metadata.resource_version, timeout_seconds=seconds):
-            if event["type"] == "DELETED":
-                raise node_not_found(name, REBOOT_GONE)
-            return event["object"]
-    except ApiException as err:
-        if not kube.is_gone(err):
-            kube.raise_for(err, f"watch node {name}")
+
+    def changed(event: dict[str, Any]) -> client.V1Node | None:
+        if event["type"] == BOOKMARK:
+            return None
+        if event["type"] == "DELETED":
+            raise node_not_found(name, REBOOT_GONE)
+        return event["object"]
+
+    watched = Watched(kube.core().list_node, f"node {name}", {"field_selector": f"metadata.name={name}"})
+    version, node = watch_from(watched, current.metadata.resource_version, seconds, changed)
+    if not version:
         return _read_node(name)  # resourceVersion too old: read it again
-    finally:
-        stream.stop()
-    return current
+    return node or current
 
 
 def _rebooted_since(input: RunInterruptInput) -> bool:
@@ -70,6 +71,9 @@ def confirm_reboot(input: RunInterruptInput, name: str) -> RunInterruptResult:
     node = input.job.node
     deadline = time.monotonic() + input.reboot_timeout_seconds
     current = _read_node(node)
+    # The interrupt pod, waited for as a stage pod is (kube.pod_wait): a pod deleted or replaced
+    # before it finished fails the interrupt and ends its Job.
+    wait = JobWait(name, node)
     outcome: PodOutcome | None = None
     while True:
         view = snapshot(current)
@@ -77,14 +81,13 @@ def confirm_reboot(input: RunInterruptInput, name: str) -> RunInterruptResult:
         rebooted = bool(boot_id) and boot_id != input.boot_id_before
         if rebooted and ready:
             return RunInterruptResult(name, 0, boot_id_after=boot_id, log_tail=outcome.log_tail if outcome else "")
-        resource_version = ""
         # Until the interrupt pod finished (once rebooted the Job no longer matters, and may not exist:
-        # see run_interrupt); its outcome is looked up once, not on every turn.
-        if outcome is None and not rebooted:
-            outcome, resource_version = check_job(name)
-            if outcome is not None and outcome.exit_code != 0:
-                # The interrupt pod failed before the node went down: nothing rebooted.
-                return RunInterruptResult(name, outcome.exit_code, boot_id_after=boot_id, log_tail=outcome.log_tail)
+        # see run_interrupt); its pods are listed once (again only after 410), then watched.
+        if outcome is None and not rebooted and not wait.resource_version:
+            outcome = wait.look()
+        if outcome is not None and outcome.exit_code != 0 and not rebooted:
+            # The interrupt pod failed before the node went down: nothing rebooted.
+            return RunInterruptResult(name, outcome.exit_code, boot_id_after=boot_id, log_tail=outcome.log_tail)
         if time.monotonic() > deadline:
             state = "rebooted but not Ready" if rebooted else f"boot id still {boot_id or 'unknown'}"
             raise errors.fatal(
@@ -94,7 +97,7 @@ def confirm_reboot(input: RunInterruptInput, name: str) -> RunInterruptResult:
         beat({"job": name, "boot_id": boot_id, "ready": ready})
         seconds = max(1, int(wait_slice(WATCH_SECONDS)))
         if outcome is None and not rebooted:
-            watch_job_pods(name, resource_version, seconds)
+            outcome = wait.step(seconds)
             current = _read_node(node)
         else:
             current = _next_node(current, seconds)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from planning.node_marks import NodeMark
+from protocol.activities import NodeSnapshot
 from workflows.messages import LeaseRequest, NodeRequest
 
 # --- rollout, budget and bridge activities (activities/targets.py, describe.py, node_requests.py) ---
@@ -41,22 +42,6 @@ class ListTargetNodesInput:
     package: str = ""
     # Entries kept besides `package`'s (its `dependsOn` packages: target selection checks them).
     also: list[str] = field(default_factory=list)
-
-
-@dataclass
-class NodeSnapshot:
-    """What target selection and batch planning need to know about one Node (observed once)."""
-
-    name: str
-    labels: dict[str, str] = field(default_factory=dict)
-    # Each taint as {"key", "value", "effect"}.
-    taints: list[dict[str, str]] = field(default_factory=list)
-    created: str = ""
-    # The raw `noderoll.io/state` annotation ("" when absent); parsed by the pure core.
-    state_annotation: str = ""
-    # The `noderoll.io/status` label ("" when absent) and whether `noderoll.io/StateMalformed` is True.
-    status_label: str = ""
-    state_malformed: bool = False
 
 
 @dataclass

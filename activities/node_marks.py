@@ -21,7 +21,9 @@ import kube
 from activities.io import MarkBlockedNodesInput, MarkBlockedNodesResult, NodeEvent
 from activities.node_events import emit_event
 from activities.nodes import CONFLICT_RETRIES, node_condition
-from api.keys import CONDITION_STATE_MALFORMED, NODE_STATE_ANNOTATION, NODE_STATUS_LABEL
+from api.keys import CONDITION_STATE_MALFORMED, NODE_STATUS_LABEL
+from kube.node_snapshot import node_facts, node_view
+from kube.nodes import find_node
 from planning.node_marks import NodeMark, decide_mark
 from planning.targets import NodeView
 
@@ -31,31 +33,14 @@ STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 
 def marked_view(node: client.V1Node) -> NodeView:
     """The parts of a Node that `decide_mark` reads (the whole state annotation). Pure conversion."""
-    meta = node.metadata
-    conditions = (node.status.conditions if node.status else None) or []
-    return NodeView(
-        name=meta.name,
-        labels=dict(meta.labels or {}),
-        state_annotation=(meta.annotations or {}).get(NODE_STATE_ANNOTATION, ""),
-        status_label=(meta.labels or {}).get(NODE_STATUS_LABEL, ""),
-        state_malformed=any(c.type == CONDITION_STATE_MALFORMED and c.status == "True" for c in conditions),
-    )
-
-
-def _read(name: str) -> client.V1Node | None:
-    try:
-        return kube.core().read_node(name)
-    except ApiException as err:
-        if kube.is_not_found(err):
-            return None
-        kube.raise_for(err, f"read node {name}")
+    return node_view(node_facts(node))
 
 
 def _mark_one(mark: NodeMark) -> bool:
     """Decide on a fresh read and write; True when something was written."""
     core = kube.core()
     for _ in range(CONFLICT_RETRIES):
-        node = _read(mark.node)
+        node = find_node(mark.node)
         if node is None:
             return False
         write = decide_mark(mark, marked_view(node))

@@ -5,62 +5,67 @@ this activity: for each node, `start_workflow(NodeWorkflow, start_signal="reques
 `node/<node>` when it does not run, or only signals it when it does. Idempotent: the node workflow
 drops a request whose `request_id` it has seen, so a retried activity sends nothing twice in effect.
 
-The failure policy of node workflows this worker starts can be tuned by environment (defaults:
-`NodeWorkflowInput`): `NODEROLL_NODE_STAGE_ATTEMPTS` (attempts per stage) and
-`NODEROLL_NODE_RETRY_BACKOFF_SECONDS` (backoff before the second attempt, doubling after); so can
-the defaults of the bounds a Package's `limits` override (seconds): `NODEROLL_NODE_PROTECTED_PODS_TIMEOUT_SECONDS`
-(3600), `NODEROLL_NODE_STAGE_TIMEOUT_SECONDS` (1800), `NODEROLL_NODE_INTERRUPT_TIMEOUT_SECONDS` (900).
+The failure policy of node workflows this worker starts is tuned by environment
+(`protocol.node_settings`, shared with the bridge).
 """
 
 from __future__ import annotations
 
-import os
+import asyncio
+from collections.abc import Sequence
+from typing import Any
 
 from temporalio import activity
 
 from activities.io import RequestNodeWindowsInput
 from api.keys import node_workflow_id
+from protocol.node_settings import node_workflow_settings
 from workflows.messages import NODE_WORKFLOW_TYPE, SIGNAL_NODE_REQUEST, NodeWorkflowInput
 
-STAGE_ATTEMPTS_ENV = "NODEROLL_NODE_STAGE_ATTEMPTS"
-RETRY_BACKOFF_ENV = "NODEROLL_NODE_RETRY_BACKOFF_SECONDS"
-PROTECTED_PODS_TIMEOUT_ENV = "NODEROLL_NODE_PROTECTED_PODS_TIMEOUT_SECONDS"
-STAGE_TIMEOUT_ENV = "NODEROLL_NODE_STAGE_TIMEOUT_SECONDS"
-INTERRUPT_TIMEOUT_ENV = "NODEROLL_NODE_INTERRUPT_TIMEOUT_SECONDS"
-# Environment variable -> the NodeWorkflowInput field it sets (whole seconds, at least 1).
-TIMEOUT_ENVS = {
-    PROTECTED_PODS_TIMEOUT_ENV: "protected_pods_timeout_seconds",
-    STAGE_TIMEOUT_ENV: "stage_timeout_seconds",
-    INTERRUPT_TIMEOUT_ENV: "reboot_timeout_seconds",
-}
+# Signal-with-start calls in flight at once. One call is a round trip to the Temporal frontend (and a
+# history write there); made one after the other, a batch of 50 nodes waited for 50 round trips
+# before its last node could start its window (issue 14: the hand-over was the serial part of a
+# batch). A handful at once keeps the frontend's load bounded.
+HAND_OVER_CONCURRENCY = 8
 
 
 def node_workflow_input(node: str) -> NodeWorkflowInput:
-    """The input of a new `node/<node>`: the defaults, tuned by the environment (module docstring)."""
-    tuned: dict[str, float] = {}
-    if os.environ.get(STAGE_ATTEMPTS_ENV):
-        tuned["stage_attempts"] = max(1, int(os.environ[STAGE_ATTEMPTS_ENV]))
-    if os.environ.get(RETRY_BACKOFF_ENV):
-        tuned["retry_backoff_seconds"] = max(0.0, float(os.environ[RETRY_BACKOFF_ENV]))
-    for env, name in TIMEOUT_ENVS.items():
-        if os.environ.get(env):
-            tuned[name] = max(1, int(os.environ[env]))
-    return NodeWorkflowInput(node=node, **tuned)  # type: ignore[arg-type]
+    """The input of a new `node/<node>`: the defaults, tuned by the environment (`protocol.node_settings`)."""
+    return NodeWorkflowInput(node=node, **node_workflow_settings())  # type: ignore[arg-type]
+
+
+async def signal_node_workflows(nodes: Sequence[str], requests: Sequence[Any], signal: str, task_queue: str) -> None:
+    """Signal-with-start `node/<node>` with `signal` and its request, `HAND_OVER_CONCURRENCY` at a time
+    (heartbeats per node). Used by `request_node_windows` (legacy requests) and
+    `activities.fleet.request_windows` (windows)."""
+    client = activity.client()
+    task_queue = task_queue or activity.info().task_queue
+    slots = asyncio.Semaphore(HAND_OVER_CONCURRENCY)
+
+    async def hand_over(node: str, request: Any) -> None:
+        async with slots:
+            await client.start_workflow(
+                NODE_WORKFLOW_TYPE,
+                node_workflow_input(node),
+                id=node_workflow_id(node),
+                task_queue=task_queue,
+                start_signal=signal,
+                start_signal_args=[request],
+                static_summary=f"node {node}",
+            )
+        activity.heartbeat(node)
+
+    # A failed call cancels the others and fails the activity with that call's own error (not the
+    # group's "unhandled errors in a TaskGroup"), so the Temporal UI names it; the retry asks again.
+    try:
+        async with asyncio.TaskGroup() as group:
+            for node, request in zip(nodes, requests, strict=True):
+                group.create_task(hand_over(node, request))
+    except ExceptionGroup as failed:
+        raise failed.exceptions[0] from None
 
 
 @activity.defn(name="request_node_windows")
 async def request_node_windows(input: RequestNodeWindowsInput) -> None:
     """Signal-with-start `node/<node>` with each request (heartbeats per node)."""
-    client = activity.client()
-    task_queue = input.task_queue or activity.info().task_queue
-    for node, request in zip(input.nodes, input.requests, strict=True):
-        await client.start_workflow(
-            NODE_WORKFLOW_TYPE,
-            node_workflow_input(node),
-            id=node_workflow_id(node),
-            task_queue=task_queue,
-            start_signal=SIGNAL_NODE_REQUEST,
-            start_signal_args=[request],
-            static_summary=f"node {node}",
-        )
-        activity.heartbeat(node)
+    await signal_node_workflows(input.nodes, input.requests, SIGNAL_NODE_REQUEST, input.task_queue)

@@ -41,6 +41,7 @@ from api.keys import (
     NODE_STATE_ANNOTATION,
     NODE_STATUS_LABEL,
 )
+from kube.node_snapshot import node_facts
 from kube.nodes import node_not_found
 from kube.nodes import read_node as read_node_or_fail
 from planning.node_marks import READABLE_MESSAGE, REASON_READABLE
@@ -75,30 +76,12 @@ def patch_node_with_retry(name: str, build: Callable[[client.V1Node], dict[str, 
     raise RuntimeError(f"patch node {name}: still conflicting after {CONFLICT_RETRIES} attempts")
 
 
-def _ready(node: client.V1Node) -> bool:
-    for condition in (node.status and node.status.conditions) or []:
-        if condition.type == "Ready":
-            return condition.status == "True"
-    return False
-
-
 def snapshot(node: client.V1Node) -> ReadNodeResult:
-    """The window's view of a Node object (pure conversion)."""
-    annotations = node.metadata.annotations or {}
-    info = node.status.node_info if node.status else None
-    return ReadNodeResult(
-        name=node.metadata.name,
-        unschedulable=bool(node.spec and node.spec.unschedulable),
-        cordoned_by=annotations.get(CORDONED_BY_ANNOTATION, ""),
-        boot_id=(info.boot_id if info else "") or "",
-        ready=_ready(node),
-        labels=dict(node.metadata.labels or {}),
-        taints=[
-            {"key": t.key, "value": t.value or "", "effect": t.effect}
-            for t in (node.spec.taints if node.spec else None) or []
-        ],
-        state_annotation=annotations.get(NODE_STATE_ANNOTATION, ""),
-    )
+    """The window's view of a Node object (pure conversion, `kube.node_snapshot`)."""
+    facts = node_facts(node)
+    return ReadNodeResult(name=facts.name, unschedulable=facts.unschedulable, cordoned_by=facts.cordoned_by,
+                          boot_id=facts.boot_id, ready=facts.ready, labels=facts.labels, taints=facts.taints,
+                          state_annotation=facts.state_annotation)
 
 
 @activity.defn(name="read_node")

@@ -153,7 +153,7 @@ class Drain(SpecModel):
 
 
 # The worker's bounds when a Package sets no `limits` (NodeWorkflowInput's defaults; the worker's
-# environment can change them: activities/node_requests.py).
+# environment can change them: protocol/node_settings.py).
 DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS = 3600
 DEFAULT_STAGE_TIMEOUT_SECONDS = 1800
 DEFAULT_INTERRUPT_TIMEOUT_SECONDS = 900

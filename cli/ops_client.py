@@ -32,12 +32,12 @@ from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError, 
 from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.jobs import pod_outcome
 from api import keys
 from api.enums import CanaryPhase, RolloutPhase
 from api.node_state import NodeState, PackageNodeState, parse_node_state
 from api.package import Limits
 from api.status import PackageStatus
+from kube.pod_wait import pod_outcome
 from localstack.state import resolve_connection
 from planning.drain import DrainBlock, DrainCondition, drain_block, read_drain_condition
 from planning.fleet_status import FleetProgress, NodeProgress

@@ -18,13 +18,14 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.node_requests import node_workflow_input
 from crd_bridge.decisions import RolloutState
 from planning.fleet_status import FleetProgress
 from planning.status import RolloutProgress
 from protocol import names
 from protocol.fleet import FleetInput, FleetSpec, NodeReset
+from protocol.node_settings import node_workflow_settings
 from workflows.fleet_codec import progress_from_json
+from workflows.messages import NodeWorkflowInput
 
 
 class Fleets:
@@ -73,7 +74,8 @@ class Fleets:
     async def reset_node(self, node: str, request: NodeReset) -> None:
         """Signal-with-start `reset` on `node/<node>` (the node workflow applies it between windows)."""
         await self.client.start_workflow(
-            names.NODE_WORKFLOW_TYPE, node_workflow_input(node), id=names.node_workflow_id(node),
+            names.NODE_WORKFLOW_TYPE, NodeWorkflowInput(node=node, **node_workflow_settings()),  # type: ignore[arg-type]
+            id=names.node_workflow_id(node),
             task_queue=self.task_queue, start_signal=names.SIGNAL_NODE_RESET, start_signal_args=[request],
             static_summary=f"node {node}",
         )

@@ -24,24 +24,16 @@ from typing import Any
 from api import keys
 from api.node_state import parse_node_state
 from api.package import Package, PackageSpec
+from kube.node_snapshot import node_facts
+from kube.node_snapshot import node_view as as_view
 from planning.runtime_taint import RuntimePackage, RuntimeTaintInput
 from planning.targets import UNSCHEDULABLE_TAINT_KEY, NodeView, is_candidate
 from protocol.fleet import NodeReset
 
 
 def node_view(obj: Mapping[str, Any]) -> NodeView:
-    """The parts of a Node object (API JSON) that target selection reads."""
-    meta = obj.get("metadata") or {}
-    taints = [
-        {"key": str(t.get("key", "")), "value": str(t.get("value") or ""), "effect": str(t.get("effect", ""))}
-        for t in ((obj.get("spec") or {}).get("taints") or [])
-    ]
-    return NodeView(
-        name=str(meta.get("name", "")),
-        labels=dict(meta.get("labels") or {}),
-        taints=taints,
-        state_annotation=str((meta.get("annotations") or {}).get(keys.NODE_STATE_ANNOTATION) or ""),
-    )
+    """The parts of a Node object (API JSON) that target selection reads (`kube.node_snapshot`)."""
+    return as_view(node_facts(obj))
 
 
 def targeting_change(old: NodeView | None, new: NodeView) -> bool:

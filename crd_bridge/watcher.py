@@ -4,8 +4,8 @@ The sync `kubernetes` client blocks, so each watch runs in its own daemon thread
 the asyncio loop with `call_soon_threadsafe` (the bridge's state is only touched on the loop). The
 loop per kind: list (a `SYNC` event with every object: the cache is replaced, so deletions missed
 while disconnected are seen), then watch from the list's resourceVersion, resuming from the last
-resourceVersion seen (bookmarks included) when a watch times out. A 410 Gone (resourceVersion
-expired) relists; any other error restarts the watch after an exponential backoff (1 s to 30 s).
+resourceVersion seen (bookmarks included) when a watch times out (`kube.watching.watch_from`, the
+adapter's one watch loop). A 410 Gone (resourceVersion expired) relists; any other error restarts the watch after an exponential backoff (1 s to 30 s).
 Each restart is counted in `noderoll_bridge_watch_restarts_total{kind}`.
 """
 
@@ -25,6 +25,7 @@ from urllib3.exceptions import ProtocolError
 
 import kube
 from api import keys
+from kube.watching import Watched, event_version, watch_from
 from metrics import record_watch_restart
 
 log = logging.getLogger("noderoll.bridge.watch")
@@ -116,7 +117,11 @@ class Watcher:
             try:
                 if version is None:
                     version = self._last_version = self._list()
-                version = self._watch_from(version)
+                version = self._watch_from(version) or None
+                if version is None:
+                    record_watch_restart(self.kind)
+                    log.info("watch of %s: resourceVersion expired; relisting", self.kind)
+                    continue
                 backoff = 1.0
             except ProtocolError as err:
                 # The apiserver ends a watch at its timeout by closing the chunked stream, which urllib3
@@ -145,24 +150,19 @@ class Watcher:
                 backoff = min(backoff * 2, MAX_BACKOFF_SECONDS)
 
     def _watch_from(self, version: str) -> str:
-        """Watch from `version` until the server ends the watch; return the last version seen."""
+        """Watch from `version` until the server ends the watch; return the last version seen ("" after
+        410 Gone: list again)."""
         self._watch = watch.Watch()
-        stream = self._watch.stream(
-            list_function(self.kind, self.label_selector),
-            resource_version=version,
-            timeout_seconds=WATCH_TIMEOUT_SECONDS,
-            allow_watch_bookmarks=True,
-        )
-        for event in stream:
-            if self._stop.is_set():
-                break
-            obj = event.get("raw_object") or {}
-            kind = event.get("type")
-            if kind == "ERROR":
-                raise ApiException(status=int(obj.get("code") or 500), reason=str(obj.get("message", "")))
-            version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-            # Kept outside the call too, so a stream that breaks mid-way resumes from here.
-            self._last_version = version
-            if kind in ("ADDED", "MODIFIED", "DELETED"):
-                self._emit(WatchEvent(self.kind, str(kind), obj=obj))
+        watched = Watched(list_function(self.kind, self.label_selector), f"{self.kind} objects", classify=False)
+        version, _ = watch_from(watched, version, WATCH_TIMEOUT_SECONDS, self._on_event, self._watch)
         return version
+
+    def _on_event(self, event: dict[str, Any]) -> bool | None:
+        if self._stop.is_set():
+            return True
+        # Kept outside the watch too, so a stream that breaks mid-way resumes from here.
+        self._last_version = event_version(event, self._last_version or "")
+        kind = event.get("type")
+        if kind in ("ADDED", "MODIFIED", "DELETED"):
+            self._emit(WatchEvent(self.kind, str(kind), obj=event.get("raw_object") or {}))
+        return None

@@ -1,4 +1,4 @@
-"""Node reads and the one classification of a missing Node (`NodeNotFound`). Does I/O.
+"""Node reads, the paged Node listing, and the one classification of a missing Node (`NodeNotFound`). Does I/O.
 
 Every activity that reads or writes a Node answers a 404 the same way: the non-retryable
 `protocol.errors.NODE_NOT_FOUND`, which ends a node window at once (workflows/node_window.py).
@@ -6,12 +6,17 @@ Every activity that reads or writes a Node answers a 404 the same way: the non-r
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from temporalio.exceptions import ApplicationError
 
 import kube
+from kube.node_snapshot import NodeFacts, node_facts
 from protocol import errors
+
+PAGE_SIZE = 500
 
 
 def node_not_found(name: str, what: str = "does not exist") -> ApplicationError:
@@ -19,11 +24,42 @@ def node_not_found(name: str, what: str = "does not exist") -> ApplicationError:
     return errors.fatal(f"node {name} {what}", errors.NODE_NOT_FOUND)
 
 
-def read_node(name: str, missing: str = "does not exist") -> client.V1Node:
-    """Read the Node; a missing one raises `node_not_found(name, missing)`, other errors are classified."""
+def find_node(name: str) -> client.V1Node | None:
+    """Read the Node; None when it does not exist (for callers to whom a missing node is no failure),
+    other errors classified."""
     try:
         return kube.core().read_node(name)
     except ApiException as err:
         if kube.is_not_found(err):
-            raise node_not_found(name, missing) from err
+            return None
         kube.raise_for(err, f"read node {name}")
+
+
+def read_node(name: str, missing: str = "does not exist") -> client.V1Node:
+    """Read the Node; a missing one raises `node_not_found(name, missing)`, other errors are classified."""
+    node = find_node(name)
+    if node is None:
+        raise node_not_found(name, missing)
+    return node
+
+
+def list_node_facts(label_selector: str = "", on_page: Callable[[int], None] | None = None) -> list[NodeFacts]:
+    """Every Node (narrowed by `label_selector` when given) as `NodeFacts`, sorted by name, listed in
+    pages; `on_page(count so far)` after each page (the activities heartbeat there)."""
+    nodes: list[NodeFacts] = []
+    token: str | None = None
+    while True:
+        # From the apiserver's watch cache (one answer, `limit` ignored there): fresh enough, since
+        # every window reads its node again before it plans (docs/architecture.md, "Reads").
+        version = {"_continue": token} if token else {"resource_version": "0"}
+        try:
+            page = kube.core().list_node(label_selector=label_selector or None, limit=PAGE_SIZE, **version)
+        except ApiException as err:
+            kube.raise_for(err, "list nodes")
+        nodes.extend(node_facts(n) for n in page.items)
+        if on_page is not None:
+            on_page(len(nodes))
+        token = page.metadata._continue
+        if not token:
+            break
+    return sorted(nodes, key=lambda n: n.name)

@@ -17,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 import kube
 from api.keys import RUNTIME_REQUIRED_TAINT_EFFECT, RUNTIME_REQUIRED_TAINT_KEY, RUNTIME_REQUIRED_TAINT_VALUE
+from kube.nodes import find_node
 
 CONFLICT_RETRIES = 8
 
@@ -34,12 +35,9 @@ class SetTaintInput:
 def set_runtime_required_taint(input: SetTaintInput) -> bool:
     """Add or remove the taint on `input.node`; True when the node was changed."""
     for _ in range(CONFLICT_RETRIES):
-        try:
-            node = kube.core().read_node(input.node)
-        except ApiException as err:
-            if kube.is_not_found(err):
-                return False
-            kube.raise_for(err, f"read node {input.node}")
+        node = find_node(input.node)
+        if node is None:
+            return False
         if input.resource_version is not None and node.metadata.resource_version != input.resource_version:
             return False
         # sanitize_for_serialization gives the API (camelCase) form of each taint.

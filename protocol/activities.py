@@ -72,3 +72,22 @@ class QueryPrometheusResult:
     series: list[PromSeries] = field(default_factory=list)
     # The Prometheus base URL that answered.
     address: str = ""
+
+
+@dataclass
+class NodeSnapshot:
+    """What target selection and batch planning need to know about one Node (observed once).
+
+The result of the legacy `list_target_nodes` (in `activities.io.ListTargetNodesResult`), and the base
+of the Kubernetes adapter's whole snapshot (`kube.node_snapshot.NodeFacts`)."""
+
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    # Each taint as {"key", "value", "effect"}.
+    taints: list[dict[str, str]] = field(default_factory=list)
+    created: str = ""
+    # The raw `noderoll.io/state` annotation ("" when absent); parsed by the pure core.
+    state_annotation: str = ""
+    # The `noderoll.io/status` label ("" when absent) and whether `noderoll.io/StateMalformed` is True.
+    status_label: str = ""
+    state_malformed: bool = False

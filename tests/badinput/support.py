@@ -16,7 +16,6 @@ from typing import Any
 
 from kubernetes import client, config
 
-from activities.node_requests import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
 from api.keys import (
     API_VERSION,
     GROUP,
@@ -32,6 +31,7 @@ from api.node_state import NodeState, parse_node_state
 from bench.scenario import PACKAGES_DIR
 from fleetsim.context import PREFIX_LABEL
 from fleetsim.fleet import Fleet
+from protocol.node_settings import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.chaos import ChaosStack, Noderoll
 from tests.helpers.fleet import running_fleet

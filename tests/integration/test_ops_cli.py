@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from activities.node_requests import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
 from api import keys
 from cli.main import main
 from demo import processes as procs
@@ -30,6 +29,7 @@ from fleetsim.nodes import node_name
 from localstack.state import StackInfo
 from planning.compartments import stable_order
 from protocol import names as protocol_names
+from protocol.node_settings import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
 from service.temporal_client import connect
 from tests.helpers import assert_eventually, new_task_queue, unique_name
 

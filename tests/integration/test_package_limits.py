@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from activities.node_requests import PROTECTED_PODS_TIMEOUT_ENV
 from fleetsim.context import RUN_SECONDS_ANNOTATION
 from localstack.state import StackInfo
+from protocol.node_settings import PROTECTED_PODS_TIMEOUT_ENV
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.helpers.stagejobs import StageRecorder

@@ -29,11 +29,11 @@ from kubernetes import client, watch
 from kubernetes.client import ApiClient
 
 import kube
-from activities.node_requests import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
 from api import keys
 from fleetsim.faults import Fault
 from kube.taints import SetTaintInput, set_runtime_required_taint
 from localstack.state import StackInfo
+from protocol.node_settings import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.integration.bridge_support import (

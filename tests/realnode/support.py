@@ -16,10 +16,10 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from activities.node_requests import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
 from api.keys import API_VERSION, GROUP, PACKAGE_KIND, PACKAGE_PLURAL, VERSION
 from localstack import node_images, realnode
 from localstack.realnode import PAUSE_IMAGE, RealNode, RealNodeError
+from protocol.node_settings import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
 from tests.helpers import assert_eventually
 from tests.helpers.chaos import ChaosStack, Noderoll
 

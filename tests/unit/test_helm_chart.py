@@ -63,9 +63,9 @@ CALL = re.compile(
     r"\.(create|read|get|list|patch|replace|delete_collection|delete)_"
     r"(namespaced_)?([a-z_]+?)(_for_all_namespaces)?\("
 )
-# In a module that watches (`watch.Watch().stream(...)`), every list function it names, called or
-# passed around (`CoreV1Api(...).list_node`), is watched too.
-WATCHES = re.compile(r"\.stream\(")
+# In a module that watches (`watch.Watch().stream(...)`, or the adapter's `kube.watching.watch_from`),
+# every list function it names, called or passed around (`CoreV1Api(...).list_node`), is watched too.
+WATCHES = re.compile(r"\.stream\(|\bwatch_from\(")
 LIST_REF = re.compile(r"\.list_(namespaced_)?([a-z_]+?)(_for_all_namespaces)?\b")
 
 

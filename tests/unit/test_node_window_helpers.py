@@ -12,10 +12,11 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.heartbeats import wait_slice
 from activities.io import StageJob
-from activities.jobs import job_manifest, job_name, pod_outcome
+from activities.jobs import job_manifest, job_name
 from api.enums import NodeStatus, Stage, State
 from api.node_state import NodeState, PackageNodeState
 from api.package import PackageSpec
+from kube.pod_wait import pod_outcome
 from planning.window import (
     EntryUpdate,
     drain_settings,
@@ -186,7 +187,7 @@ def test_waits_are_sliced_below_the_heartbeat_timeout() -> None:
 def test_completed_modes_are_the_agent_containers_that_exited_zero_in_order() -> None:
     from kubernetes import client as k8s
 
-    from activities.jobs import completed_modes
+    from kube.pod_wait import completed_modes
 
     def status(name: str, code: int | None) -> k8s.V1ContainerStatus:
         state = k8s.V1ContainerState(terminated=k8s.V1ContainerStateTerminated(exit_code=code)) if code is not None \
@@ -205,7 +206,7 @@ def test_a_bookmark_moves_the_pod_watch_on_and_a_finished_pod_ends_it() -> None:
     # Issue #14: the stage pod watch asks for bookmarks; their object is raw JSON, not a pod.
     from kubernetes import client as k8s
 
-    from activities.stage_wait import JobWait
+    from kube.pod_wait import JobWait
 
     wait = JobWait("nr-job", "", created="100")
     assert wait.on_event({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "150"}},

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities import fleet
+from activities import fleet, node_requests
 from protocol.activities import RequestWindowsInput
 from protocol.names import SIGNAL_WINDOW, node_workflow_id
 
@@ -45,7 +45,7 @@ def test_every_node_is_asked_once_with_bounded_overlap() -> None:
     asyncio.run(ActivityEnvironment(client=frontend).run(fleet.request_windows, _input(50)))  # type: ignore[arg-type]
     assert sorted(frontend.started) == sorted(node_workflow_id(f"n{i:03d}") for i in range(50))
     # Concurrent (the serial hand-over made a batch of 50 wait for 50 round trips), but bounded.
-    assert 1 < frontend.most_in_flight <= fleet.HAND_OVER_CONCURRENCY
+    assert 1 < frontend.most_in_flight <= node_requests.HAND_OVER_CONCURRENCY
 
 
 def test_a_failed_call_fails_the_activity_so_it_is_retried() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from activities.jobs import unstartable
+from kube.pod_wait import unstartable
 
 
 def _pod(reason: str, container: str = "apply") -> client.V1Pod:

@@ -1,0 +1,41 @@
+"""The failure policy of a new node workflow, tuned by the environment of the process that starts it.
+
+Both starters of `node/<node>` use it: the worker's activities (`activities.node_requests`,
+`activities.fleet`) and the bridge (`crd_bridge.fleet_client`, a `reset`). Defaults are those of
+`workflows.messages.NodeWorkflowInput`; `NODEROLL_NODE_STAGE_ATTEMPTS` (attempts per stage) and
+`NODEROLL_NODE_RETRY_BACKOFF_SECONDS` (backoff before the second attempt, doubling after) change
+them, and so do the defaults of the bounds a Package's `limits` override (seconds):
+`NODEROLL_NODE_PROTECTED_PODS_TIMEOUT_SECONDS` (3600), `NODEROLL_NODE_STAGE_TIMEOUT_SECONDS` (1800),
+`NODEROLL_NODE_INTERRUPT_TIMEOUT_SECONDS` (900). Reads the environment only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+STAGE_ATTEMPTS_ENV = "NODEROLL_NODE_STAGE_ATTEMPTS"
+RETRY_BACKOFF_ENV = "NODEROLL_NODE_RETRY_BACKOFF_SECONDS"
+PROTECTED_PODS_TIMEOUT_ENV = "NODEROLL_NODE_PROTECTED_PODS_TIMEOUT_SECONDS"
+STAGE_TIMEOUT_ENV = "NODEROLL_NODE_STAGE_TIMEOUT_SECONDS"
+INTERRUPT_TIMEOUT_ENV = "NODEROLL_NODE_INTERRUPT_TIMEOUT_SECONDS"
+# Environment variable -> the NodeWorkflowInput field it sets (whole seconds, at least 1).
+TIMEOUT_ENVS = {
+    PROTECTED_PODS_TIMEOUT_ENV: "protected_pods_timeout_seconds",
+    STAGE_TIMEOUT_ENV: "stage_timeout_seconds",
+    INTERRUPT_TIMEOUT_ENV: "reboot_timeout_seconds",
+}
+
+
+def node_workflow_settings(environ: Mapping[str, str] | None = None) -> dict[str, float]:
+    """The `NodeWorkflowInput` fields the environment sets (none set: {}, the input's defaults)."""
+    env = os.environ if environ is None else environ
+    tuned: dict[str, float] = {}
+    if env.get(STAGE_ATTEMPTS_ENV):
+        tuned["stage_attempts"] = max(1, int(env[STAGE_ATTEMPTS_ENV]))
+    if env.get(RETRY_BACKOFF_ENV):
+        tuned["retry_backoff_seconds"] = max(0.0, float(env[RETRY_BACKOFF_ENV]))
+    for name, field in TIMEOUT_ENVS.items():
+        if env.get(name):
+            tuned[field] = max(1, int(env[name]))
+    return tuned
