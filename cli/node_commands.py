@@ -32,28 +32,14 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.service import RPCError
 
 from api import keys
-from cli.ops_client import Ops, OpsError, add_connection_flags, target_from_args
+from cli.ops_client import Ops, OpsError, add_connection_flags
+from cli.ops_commands import run_ops
 from planning.node_plan import RERUN_STAGES
 from protocol import names
 from protocol.fleet import NodeReset, Rerun
 from protocol.version import identity_version, noderoll_version
 
 EXIT_USAGE = 2
-
-
-def _run(args: argparse.Namespace, body: Any) -> int:
-    async def main() -> int:
-        ops = await Ops.connect(target_from_args(args))
-        try:
-            return int(await body(ops))
-        finally:
-            ops.close()
-
-    try:
-        return asyncio.run(main())
-    except OpsError as err:
-        print(f"noderoll {args.command}: {err}", file=sys.stderr)
-        return 1
 
 
 def _task_queue(args: argparse.Namespace) -> str:
@@ -90,7 +76,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
               "the fleets ask the node again at their next listing")
         return 0
 
-    return _run(args, body)
+    return run_ops(args, body)
 
 
 def _read_node(ops: Ops, node: str) -> k8s.V1Node:
@@ -115,7 +101,7 @@ def _label_command(ignore: bool) -> Any:
                 print(f"node {args.node}: label {keys.NODE_IGNORE_LABEL} removed; its fleets target it again")
             return 0
 
-        return _run(args, body)
+        return run_ops(args, body)
 
     return command
 
@@ -144,7 +130,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
               f"{request.stage or 'the start'} on {where}")
         return 0
 
-    return _run(args, body)
+    return run_ops(args, body)
 
 
 async def _worker_versions(ops: Ops, task_queue: str) -> list[dict[str, str]]:
@@ -193,7 +179,7 @@ def cmd_version(args: argparse.Namespace) -> int:
     if args.client:
         print(mine)
         return 0
-    return _run(args, body)
+    return run_ops(args, body)
 
 
 def register(subparsers: Any) -> None:

@@ -56,13 +56,13 @@ def _console() -> Console:
     return Console(width=None if sys.stdout.isatty() else 200)
 
 
-def _run(args: argparse.Namespace, body: Callable[[Ops], Awaitable[int]]) -> int:
-    """Connect, run `body`, close; OpsError becomes a one-line message and exit code."""
+def run_ops(args: argparse.Namespace, body: Callable[[Ops], Awaitable[int]]) -> int:
+    """Connect, run `body`, close; OpsError becomes a one-line message and exit code (every ops and node command)."""
 
     async def main() -> int:
         ops = await Ops.connect(target_from_args(args))
         try:
-            return await body(ops)
+            return int(await body(ops))
         finally:
             ops.close()
 
@@ -112,7 +112,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                   "(kubectl apply -f deploy/examples/package-sysctl-tuning.yaml)")
         return 0
 
-    return _run(args, body)
+    return run_ops(args, body)
 
 
 async def _pause_switch(ops: Ops, package: str, name: str) -> None:
@@ -173,7 +173,7 @@ def _signal_command(name: str) -> Callable[[argparse.Namespace], int]:
             print(f"{name} sent to {names.fleet_workflow_id(target.fleet)} for {_describe(target)}: {done}")
             return 0
 
-        return _run(args, body)
+        return run_ops(args, body)
 
     return command
 
@@ -197,7 +197,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
             _console().print(progress_view.nodes_table(nodes))
         return 0
 
-    return _run(args, body)
+    return run_ops(args, body)
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
@@ -229,7 +229,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
             sys.stdout.flush()
         return 0
 
-    return _run(args, body)
+    return run_ops(args, body)
 
 
 def _add_output(parser: argparse.ArgumentParser) -> None:
