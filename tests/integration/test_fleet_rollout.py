@@ -503,6 +503,7 @@ RECORDED_AS = {
     "rollout": "package-strict-marks-then-retired-by-fleet",
     "budget": "budget-concurrent-grants",
     "legacy-node": "node-window-legacy-request-stages-in-one-pod",
+    "skip": "fleet-window-dependent-of-failed-skipped",
 }
 
 
@@ -590,4 +591,37 @@ async def test_a_node_relabelled_out_before_its_batch_is_named_in_the_package_st
             assert all(windows_of(kube_api_client, n).count == 1 for n in fleet.node_names if n != untouched)
         finally:
             delete_package(kube_api_client, name)
+            delete_policy(kube_api_client, policy)
+
+
+async def test_dependent_of_a_package_failed_in_the_window_is_skipped_and_replays(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+) -> None:
+    """One node, a Package and its dependent in one window; the first fails its apply: the dependent is
+    not run (`skip-dependents-of-failed`), and the node's history replays (and is recorded)."""
+    labels = {"fleet-test": unique_name("skip")}
+    policy, base, driver = unique_name("pol"), unique_name("base"), unique_name("driver")
+    with running_fleet(local_stack, nodes=1, labels=labels) as fleet:
+        node = fleet.node_names[0]
+        fleet.options.faults.add(Fault("fail-stage", nodes=node, mode="apply", package=base, exit_code=7))
+        try:
+            create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 1}}})
+            create_package(kube_api_client, run.package(base, spec(policy, labels)))
+            create_package(kube_api_client, run.package(driver, spec(policy, labels, dependsOn={base: "1.0.0"})))
+
+            async def window_over() -> None:
+                progress = (await fleet_progress(temporal_client, policy)).nodes.get(node)
+                assert progress is not None and progress.packages.get(base) == "erroring", progress
+                assert progress.state != "in_progress", progress
+
+            await assert_eventually_async(window_over, timeout=ROLLOUT_TIMEOUT)
+            assert windows_of(kube_api_client, node).count == 1
+            history = await temporal_client.get_workflow_handle(names.node_workflow_id(node)).fetch_history()
+            markers = [e.marker_recorded_event_attributes for e in history.events if e.HasField("marker_recorded_event_attributes")]
+            patches = [json.loads(p.data)["id"] for m in markers for p in m.details["patch-data"].payloads]
+            assert "skip-dependents-of-failed" in patches, patches
+            await replay_and_record({f"node/{RECORDED_AS['skip']}": history})
+        finally:
+            for name in (driver, base):
+                delete_package(kube_api_client, name)
             delete_policy(kube_api_client, policy)
