@@ -24,6 +24,7 @@ Continue-as-new carries `RolloutCarry` (planner state, outcomes) when history gr
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import assert_never
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
@@ -61,11 +62,7 @@ with workflow.unsafe.imports_passed_through():
         SpecChanged,
         carry_from_json,
     )
-    from workflows.rollout_targets import (
-        PATCH_MARK_BLOCKED,
-        PATCH_WINDOWS_IN_FLIGHT,
-        RolloutTargets,
-    )
+    from workflows.rollout_targets import PATCH_MARK_BLOCKED, PATCH_WINDOWS_IN_FLIGHT, RolloutTargets
 
 # A keyword list since fleets (one value here); the command is the same, so recorded runs replay.
 PACKAGE_KEY = SearchAttributeKey.for_keyword_list(keys.SEARCH_ATTR_PACKAGE)
@@ -222,6 +219,8 @@ class RolloutWorkflow(RolloutTargets):
                 carry.deleting = True
             case Answer(result):
                 self._take_result(result)
+            case _:
+                assert_never(message)
 
     def _take_result(self, result: NodeResult) -> None:
         state = self._state
