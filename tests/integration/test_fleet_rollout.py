@@ -13,8 +13,10 @@
   both go in ONE window per node (one cordon, one reboot).
 * A node relabelled out of the selector before its batch gets no window and is named in the
   Package's status message.
-* The fleet's history and a node's fleet window replay against the worker's workflows (recorded into
-  tests/histories with `NODEROLL_RECORD_FLEET_HISTORIES=tests/histories`).
+* The fleet's history and a node's fleet window replay against the worker's workflows; so do the
+  legacy `package/<name>` rollout started by the current code (its patched "strict" and "marks"
+  paths), its budget and a node's legacy window (all recorded into tests/histories with
+  `NODEROLL_RECORD_FLEET_HISTORIES=tests/histories`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client import ApiClient
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 from temporalio.worker import Replayer
@@ -38,7 +40,7 @@ from temporalio.worker import Replayer
 from api import keys
 from api.enums import RolloutPhase
 from api.package import Package
-from api.policy import DeploymentPolicySpec
+from api.policy import DEFAULT_COMPARTMENT, DeploymentPolicySpec
 from fleetsim.faults import Fault
 from fleetsim.fleet import Fleet
 from localstack.state import StackInfo
@@ -361,6 +363,14 @@ async def test_upgrade_from_a_per_package_rollout_disrupts_no_node_twice(
                 assert (await legacy.describe()).status == WorkflowExecutionStatus.TERMINATED
 
             await assert_eventually_async(legacy_retired, timeout=60)
+            histories = {
+                f"rollout/{RECORDED_AS['rollout']}": await legacy.fetch_history(),
+                f"budget/{RECORDED_AS['budget']}": await temporal_client.get_workflow_handle(
+                    names.budget_workflow_id(policy, DEFAULT_COMPARTMENT)).fetch_history(),
+                f"node/{RECORDED_AS['legacy-node']}": await temporal_client.get_workflow_handle(
+                    names.node_workflow_id(fleet.node_names[0])).fetch_history(),
+            }
+            await replay_and_record(histories)
             assert all(seen.cordons.get(n) == 1 for n in fleet.node_names), seen.cordons
             records = {n.metadata.name: json.loads(n.metadata.annotations[keys.NODE_STATE_ANNOTATION])["packages"]
                        for n in client.CoreV1Api(kube_api_client).list_node(label_selector=selector).items}
@@ -481,10 +491,34 @@ async def test_a_dependency_paused_by_signal_keeps_its_dependent_out_of_the_wind
             delete_policy(kube_api_client, policy)
 
 
-# Set to a histories root (tests/histories) to save the histories below as <root>/fleet/<name>.json
-# and <root>/node/<name>.json for tests/workflows/test_replay.py.
+# Set to a histories root (tests/histories) to save the histories below as <root>/<kind>/<name>.json
+# for tests/workflows/test_replay.py. The names are new for each patch recorded: files recorded
+# before a patch stay, so both of its paths keep a history (fleet-canary-then-batch-two-packages and
+# fleet-window-reboot-dependency were recorded before `unproven-changes-count-again`, `stages-in-one-pod`
+# and `delete-stage-jobs`).
 RECORD_FLEET_HISTORIES_ENV = "NODEROLL_RECORD_FLEET_HISTORIES"
-RECORDED_AS = {"fleet": "fleet-canary-then-batch-two-packages", "node": "fleet-window-reboot-dependency"}
+RECORDED_AS = {
+    "fleet": "fleet-canary-then-batch-unproven-changes-count",
+    "node": "fleet-window-reboot-dependency-stages-in-one-pod",
+    "rollout": "package-strict-marks-then-retired-by-fleet",
+    "budget": "budget-concurrent-grants",
+    "legacy-node": "node-window-legacy-request-stages-in-one-pod",
+    "skip": "fleet-window-dependent-of-failed-skipped",
+}
+
+
+async def replay_and_record(histories: dict[str, WorkflowHistory]) -> None:
+    """Replay each history (`<kind>/<name>` -> history) against the worker's workflows; with
+    `NODEROLL_RECORD_FLEET_HISTORIES=<root>` also save it as `<root>/<kind>/<name>.json`."""
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    for name, history in histories.items():
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None, (name, result.replay_failure)
+    target = os.environ.get(RECORD_FLEET_HISTORIES_ENV)
+    if target:
+        for name, history in histories.items():
+            (Path(target) / name).parent.mkdir(parents=True, exist_ok=True)
+            (Path(target) / f"{name}.json").write_text(history.to_json())
 
 
 async def test_fleet_and_node_window_histories_replay(
@@ -520,18 +554,11 @@ async def test_fleet_and_node_window_histories_replay(
 
         await assert_eventually_async(fleet_ended, timeout=120)
         histories = {
-            "fleet": await temporal_client.get_workflow_handle(fleet_id).fetch_history(),
-            "node": await temporal_client.get_workflow_handle(names.node_workflow_id(node)).fetch_history(),
+            f"fleet/{RECORDED_AS['fleet']}": await temporal_client.get_workflow_handle(fleet_id).fetch_history(),
+            f"node/{RECORDED_AS['node']}": await temporal_client.get_workflow_handle(
+                names.node_workflow_id(node)).fetch_history(),
         }
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
-    for kind, history in histories.items():
-        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-        assert result.replay_failure is None, (kind, result.replay_failure)
-    target = os.environ.get(RECORD_FLEET_HISTORIES_ENV)
-    if target:
-        for kind, history in histories.items():
-            (Path(target) / kind).mkdir(parents=True, exist_ok=True)
-            (Path(target) / kind / f"{RECORDED_AS[kind]}.json").write_text(history.to_json())
+    await replay_and_record(histories)
 
 
 async def test_a_node_relabelled_out_before_its_batch_is_named_in_the_package_status(
@@ -564,4 +591,37 @@ async def test_a_node_relabelled_out_before_its_batch_is_named_in_the_package_st
             assert all(windows_of(kube_api_client, n).count == 1 for n in fleet.node_names if n != untouched)
         finally:
             delete_package(kube_api_client, name)
+            delete_policy(kube_api_client, policy)
+
+
+async def test_dependent_of_a_package_failed_in_the_window_is_skipped_and_replays(
+    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+) -> None:
+    """One node, a Package and its dependent in one window; the first fails its apply: the dependent is
+    not run (`skip-dependents-of-failed`), and the node's history replays (and is recorded)."""
+    labels = {"fleet-test": unique_name("skip")}
+    policy, base, driver = unique_name("pol"), unique_name("base"), unique_name("driver")
+    with running_fleet(local_stack, nodes=1, labels=labels) as fleet:
+        node = fleet.node_names[0]
+        fleet.options.faults.add(Fault("fail-stage", nodes=node, mode="apply", package=base, exit_code=7))
+        try:
+            create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 1}}})
+            create_package(kube_api_client, run.package(base, spec(policy, labels)))
+            create_package(kube_api_client, run.package(driver, spec(policy, labels, dependsOn={base: "1.0.0"})))
+
+            async def window_over() -> None:
+                progress = (await fleet_progress(temporal_client, policy)).nodes.get(node)
+                assert progress is not None and progress.packages.get(base) == "erroring", progress
+                assert progress.state != "in_progress", progress
+
+            await assert_eventually_async(window_over, timeout=ROLLOUT_TIMEOUT)
+            assert windows_of(kube_api_client, node).count == 1
+            history = await temporal_client.get_workflow_handle(names.node_workflow_id(node)).fetch_history()
+            markers = [e.marker_recorded_event_attributes for e in history.events if e.HasField("marker_recorded_event_attributes")]
+            patches = [json.loads(p.data)["id"] for m in markers for p in m.details["patch-data"].payloads]
+            assert "skip-dependents-of-failed" in patches, patches
+            await replay_and_record({f"node/{RECORDED_AS['skip']}": history})
+        finally:
+            for name in (driver, base):
+                delete_package(kube_api_client, name)
             delete_policy(kube_api_client, policy)

@@ -18,7 +18,13 @@ from temporalio.client import Client
 import kube
 from activities.io import DrainNodeResult
 from activities.jobs import jobs_per_window
-from api.keys import CONDITION_ERRORING, CONDITION_UPDATING, CORDONED_BY_ANNOTATION, NODE_STATUS_LABEL
+from api.keys import (
+    CONDITION_ERRORING,
+    CONDITION_UPDATING,
+    CORDONED_BY_ANNOTATION,
+    NODE_STATE_ANNOTATION,
+    NODE_STATUS_LABEL,
+)
 from fleetsim.context import RUN_SECONDS_ANNOTATION
 from fleetsim.faults import Fault
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
@@ -333,3 +339,19 @@ async def test_budget_of_one_never_disrupts_two_nodes_at_once(
             w.close()
         await close_workflows(temporal_client, [f"budget/{policy}/gpu"]
                               + [f"node/{w.node}" for w in windows] + [w.collector.id for w in windows if w.collector])
+
+
+async def test_unreadable_state_holds_the_request_and_runs_nothing(window: Window, local_stack: Any) -> None:
+    """A state annotation that cannot be read at the window's start: the request is answered `blocked`
+    with `held` (`node-hold-unreadable-state`), no stage runs, the annotation is left as it was."""
+    window.core.patch_node(window.node, {"metadata": {"annotations": {NODE_STATE_ANNOTATION: "{garbage"}}})
+    try:
+        async with in_process_worker(window.temporal, local_stack.kubeconfig, window.task_queue):
+            await window.request("sysctl-tuning", package_spec(SYSCTL_IMAGE))
+            [result] = await wait_results(window, 1)
+        assert (result.state, result.held) == ("blocked", True), result
+        assert window.stage_jobs() == []
+        assert (window.node_object().metadata.annotations or {})[NODE_STATE_ANNOTATION] == "{garbage"
+        await record_history(window.temporal, window.node, "node-window-unreadable-state-held")
+    finally:
+        window.core.patch_node(window.node, {"metadata": {"annotations": {NODE_STATE_ANNOTATION: None}}})

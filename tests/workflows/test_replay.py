@@ -7,15 +7,26 @@ and were recorded on the real stack (dev server, apiserver, fleetsim):
 * fleet/ and node/fleet-window-*: `NODEROLL_RECORD_FLEET_HISTORIES=tests/histories` with
   tests/integration/test_fleet_rollout.py::test_fleet_and_node_window_histories_replay;
 * node/node-window-*: `NODEROLL_RECORD_HISTORIES=tests/histories/node` with tests/integration/test_node_window.py
-  and test_node_config_change.py (legacy per-Package requests);
+  and test_node_config_change.py (legacy per-Package requests; node-window-unreadable-state-held:
+  `node-hold-unreadable-state`);
+* node/fleet-window-dependent-of-failed-skipped (`skip-dependents-of-failed`), fleet/*-unproven-changes-count
+  and node/fleet-window-*-stages-in-one-pod: `NODEROLL_RECORD_FLEET_HISTORIES=tests/histories` with
+  tests/integration/test_fleet_rollout.py;
 * rollout/ and budget/: the per-Package rollouts before fleets (ADR 0007), still registered so that
-  runs started before an upgrade finish.
-A workflow change that fails here needs `workflow.patched` (or is a deliberate break: re-record and
-say so in the commit).
+  runs started before an upgrade finish; `package_rr-pkg-*` and `budget_pol-*` were recorded before
+  their patches, rollout/package-strict-marks-* and budget/budget-concurrent-grants (and
+  node/node-window-legacy-request-*) with `NODEROLL_RECORD_FLEET_HISTORIES=tests/histories` and
+  test_fleet_rollout.py::test_upgrade_from_a_per_package_rollout_disrupts_no_node_twice.
+Every `workflow.patched(...)` id in workflows/ must be recorded (its marker) in some history, so its
+patched path replays; its unpatched path replays from the histories recorded before the patch (the
+ones without its marker). A workflow change that fails here needs `workflow.patched` (or is a
+deliberate break: re-record and say so in the commit); a new patch needs a history recorded with it.
 """
 
 from __future__ import annotations
 
+import ast
+import base64
 import json
 from pathlib import Path
 
@@ -29,6 +40,7 @@ from worker.registry import WORKFLOWS
 
 ROOT = Path(__file__).parent.parent / "histories"
 HISTORIES = sorted(ROOT.glob("*/*.json"))
+WORKFLOW_SOURCES = sorted((Path(__file__).parents[2] / "workflows").glob("*.py"))
 
 
 def workflow_type(path: Path) -> str:
@@ -45,6 +57,51 @@ def registered_types() -> dict[str, type]:
         assert definition.name is not None, f"{cls.__name__} is a dynamic workflow"
         types[definition.name] = cls
     return types
+
+
+def patch_ids_in_source() -> dict[str, str]:
+    """Every id passed to `workflow.patched` / `workflow.deprecate_patch` in workflows/ -> the module calling it.
+
+    The argument is a string or a module-level string constant of any workflows module.
+    """
+    constants: dict[str, str] = {}
+    calls: list[tuple[ast.expr, str]] = []
+    for path in WORKFLOW_SOURCES:
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+                constants.update({t.id: node.value.value for t in node.targets if isinstance(t, ast.Name)})
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in ("patched", "deprecate_patch") and node.args):
+                calls.append((node.args[0], path.name))
+    ids = {}
+    for arg, module in calls:
+        if isinstance(arg, ast.Constant):
+            ids[str(arg.value)] = module
+        else:
+            assert isinstance(arg, ast.Name) and arg.id in constants, f"{module}: patch id {ast.dump(arg)} not a constant"
+            ids[constants[arg.id]] = module
+    return ids
+
+
+def recorded_patch_ids(path: Path) -> set[str]:
+    """The patch ids whose markers a recorded history holds."""
+    ids = set()
+    for event in json.loads(path.read_text())["events"]:
+        marker = event.get("markerRecordedEventAttributes")
+        if marker and marker.get("markerName") == "core_patch":
+            for payload in marker["details"]["patch-data"]["payloads"]:
+                ids.add(json.loads(base64.b64decode(payload["data"]))["id"])
+    return ids
+
+
+def test_every_patched_path_has_a_recorded_history() -> None:
+    in_source = patch_ids_in_source()
+    assert in_source, "no workflow.patched call found under workflows/"
+    recorded = set().union(*(recorded_patch_ids(path) for path in HISTORIES))
+    missing = {patch: module for patch, module in sorted(in_source.items()) if patch not in recorded}
+    assert not missing, f"patched paths without a recorded history under tests/histories: {missing}"
 
 
 def test_every_registered_workflow_type_has_a_recorded_history() -> None:
