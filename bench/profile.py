@@ -1,9 +1,11 @@
 """`noderoll bench --profile`: py-spy attached to worker, bridge and fleetsim during a rollout. Starts processes.
 
 Issue 14 asks that a missed target name the component that limits it "with the profile that shows
-it". py-spy samples a running interpreter from outside (no change to the process, on-CPU samples
-only: threads waiting on the network or a lock are not counted), so the profile is of the very
-processes the bench measures. Each profile is written in py-spy's raw (collapsed stacks) format,
+it". py-spy samples a running interpreter from outside (no change to the process), so the profile is
+of the very processes the bench measures. It records with `--gil`: only the thread holding the GIL
+is sampled, i.e. Python running on a CPU. Without it py-spy's idle detection let waiting threads in:
+in a 200-node run a quarter of the worker's samples were its event loop in `epoll` and watch streams
+blocked in a socket read. Each profile is written in py-spy's raw (collapsed stacks) format,
 `<workdir>/profile-<run>-<process>.txt`, which flamegraph tools and speedscope read; `summarize` turns one
 into the few lines the bench prints and keeps in its JSON: where the sampled CPU went, by function
 (self time) and by noderoll package (inclusive).
@@ -15,11 +17,17 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# Samples per second: py-spy's default of 100 costs about 1 % of a core per profiled process.
+import psutil
+
+# Samples per second (py-spy's default is 100). Not free: py-spy walks every thread's stack at each
+# sample, and the worker has hundreds of activity threads; at 200 nodes the three recorders took about
+# two thirds of a core (measured: `profiler_cpu_share` in the JSON), so a profiled run's timings are
+# not the bench's figures: profile in a run of its own.
 RATE = 50
 TOP = 8
 # Top-level packages of this repository: the share of each shows which layer is busy. Not `bench`:
@@ -46,21 +54,31 @@ class Profiles:
     # Names the files of one rollout: `<workdir>/profile-<run>-<process>.txt`.
     run: str
     recorders: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    started: dict[str, float] = field(default_factory=dict)
 
     def attach(self, name: str, pid: int) -> None:
         """Sample `pid` and its children (fleetsim's forked agents, the bench's request counter's child)."""
         out = self.path(name)
         self.recorders[name] = subprocess.Popen(
-            [py_spy(), "record", "--pid", str(pid), "--subprocesses", "--rate", str(RATE), "--nonblocking",
+            [py_spy(), "record", "--pid", str(pid), "--subprocesses", "--rate", str(RATE), "--nonblocking", "--gil",
              "--full-filenames", "--format", "raw", "--output", str(out)],
             stdout=subprocess.DEVNULL, stderr=open(out.with_suffix(".log"), "ab"),  # noqa: SIM115
             stdin=subprocess.DEVNULL)
+        self.started[name] = time.monotonic()
 
     def path(self, name: str) -> Path:
         return self.workdir / f"profile-{self.run}-{name}.txt"
 
     def stop(self) -> dict[str, dict[str, object]]:
         """Stop every recorder (SIGINT: py-spy writes its file and exits) and summarize each profile."""
+        # What the recorders cost: CPU seconds per second of recording (1.0 = one core).
+        cost: dict[str, float] = {}
+        for name, proc in self.recorders.items():
+            try:
+                times = psutil.Process(proc.pid).cpu_times()
+                cost[name] = round((times.user + times.system) / max(time.monotonic() - self.started[name], 1e-9), 3)
+            except psutil.Error:
+                pass
         for proc in self.recorders.values():
             if proc.poll() is None:
                 proc.send_signal(signal.SIGINT)
@@ -73,7 +91,8 @@ class Profiles:
                 proc.wait()
             path = self.path(name)
             if path.exists():
-                summaries[name] = {"file": str(path), **summarize(path.read_text(errors="replace"))}
+                summaries[name] = {"file": str(path), "profiler_cpu_share": cost.get(name),
+                                   **summarize(path.read_text(errors="replace"))}
         self.recorders.clear()
         return summaries
 

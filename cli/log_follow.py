@@ -21,6 +21,7 @@ from pathlib import Path
 from kubernetes import client as k8s
 from kubernetes.client.exceptions import ApiException
 
+import kube
 from api import keys
 from cli.ops_client import FLEETSIM_LABEL, FLEETSIM_POD_LOGS, Ops, OpsError
 
@@ -53,7 +54,7 @@ def _read(ops: Ops, pod: k8s.V1Pod) -> k8s.V1Pod:
     try:
         return ops.core.read_namespaced_pod(pod.metadata.name, keys.PACKAGE_POD_NAMESPACE)
     except ApiException as err:
-        if err.status != 404:
+        if not kube.is_not_found(err):
             raise
     if pod.status is not None and (pod.status.phase or "") not in FINISHED:
         pod.status.phase = GONE  # it ran: its outcome is on the node (`noderoll nodes`)

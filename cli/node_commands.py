@@ -31,6 +31,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.service import RPCError
 
+import kube
 from api import keys
 from cli.ops_client import Ops, OpsError, add_connection_flags
 from cli.ops_commands import run_ops
@@ -83,7 +84,7 @@ def _read_node(ops: Ops, node: str) -> k8s.V1Node:
     try:
         return ops.core.read_node(node)
     except ApiException as err:
-        if err.status == 404:
+        if kube.is_not_found(err):
             raise OpsError(f"no node {node} (`kubectl get nodes` lists them)") from err
         raise
 

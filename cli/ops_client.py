@@ -32,11 +32,13 @@ from temporalio.client import Client, WorkflowHandle, WorkflowQueryFailedError, 
 from temporalio.common import QueryRejectCondition
 from temporalio.service import RPCError, RPCStatusCode
 
+import kube
 from api import keys
 from api.enums import CanaryPhase, RolloutPhase
 from api.node_state import NodeState, PackageNodeState, parse_node_state
 from api.package import Limits
 from api.status import PackageStatus
+from kube.node_snapshot import node_facts
 from kube.pod_wait import pod_outcome
 from localstack.state import resolve_connection
 from planning.drain import DrainBlock, DrainCondition, drain_block, read_drain_condition
@@ -171,27 +173,24 @@ def progress_from_status(status: dict[str, Any]) -> RolloutProgress:
 
 def node_row(node: k8s.V1Node) -> NodeRow:
     """Read one Node object into the CLI's NodeRow. Pure."""
-    meta, spec = node.metadata, node.spec
-    annotations, labels = meta.annotations or {}, meta.labels or {}
-    state, problem = parse_node_state(annotations.get(keys.NODE_STATE_ANNOTATION))
+    facts = node_facts(node)  # the one Node snapshot (kube.node_snapshot); the drain condition besides
+    state, problem = parse_node_state(facts.state_annotation or None)
     conditions = (node.status.conditions or []) if node.status else []
-    ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
-    info = node.status.node_info if node.status else None
     drain = read_drain_condition(
         {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
          "lastTransitionTime": c.last_transition_time.isoformat() if c.last_transition_time else ""}
         for c in conditions
     )
     return NodeRow(
-        name=meta.name,
-        status=labels.get(keys.NODE_STATUS_LABEL, ""),
-        ready=ready,
-        cordoned=bool(spec and spec.unschedulable),
-        cordoned_by_noderoll=annotations.get(keys.CORDONED_BY_ANNOTATION) == keys.CORDONED_BY_VALUE,
+        name=facts.name,
+        status=facts.status_label,
+        ready=facts.ready,
+        cordoned=facts.unschedulable,
+        cordoned_by_noderoll=facts.cordoned_by == keys.CORDONED_BY_VALUE,
         packages=dict((state or NodeState()).packages),
         state_problem=problem,
-        labels=dict(labels),
-        boot_id=(info.boot_id if info else "") or "",
+        labels=facts.labels,
+        boot_id=facts.boot_id,
         drain=drain,
     )
 
@@ -246,16 +245,13 @@ class Ops:
             temporal = await connect(target.temporal_address, target.namespace)
         except RuntimeError as err:
             raise OpsError(f"cannot reach Temporal at {target.temporal_address}: {err}") from err
-        if target.kubeconfig:
-            api = k8s_config.new_client_from_config(config_file=target.kubeconfig)
-        else:
-            configuration = k8s.Configuration()
-            try:
-                k8s_config.load_incluster_config(client_configuration=configuration)
-            except k8s_config.ConfigException as err:
-                raise OpsError("no kubeconfig: use --kubeconfig, KUBECONFIG, or start a stack with "
-                               "`noderoll dev up`") from err
-            api = k8s.ApiClient(configuration)
+        try:
+            api = kube.new_api_client(target.kubeconfig)
+        except k8s_config.ConfigException as err:
+            if target.kubeconfig:
+                raise OpsError(f"kubeconfig {target.kubeconfig}: {err}") from err
+            raise OpsError("no kubeconfig: use --kubeconfig, KUBECONFIG, or start a stack with "
+                           "`noderoll dev up`") from err
         return cls(target, temporal, api)
 
     def close(self) -> None:
@@ -335,7 +331,7 @@ class Ops:
                 keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, name)
             return obj
         except ApiException as err:
-            if err.status == 404:
+            if kube.is_not_found(err):
                 return None
             raise
 
@@ -350,7 +346,7 @@ class Ops:
                 keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL, name, patch)
             return obj
         except ApiException as err:
-            if err.status == 404:
+            if kube.is_not_found(err):
                 return None
             raise
 
@@ -361,7 +357,7 @@ class Ops:
                 keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL, name)
             return obj
         except ApiException as err:
-            if err.status == 404:
+            if kube.is_not_found(err):
                 return None
             raise
 

@@ -70,19 +70,28 @@ def configure(kubeconfig: str | None, pool_size: int | None = None) -> None:
         _api_client = None
 
 
+def new_api_client(kubeconfig: str | None, pool_size: int | None = None) -> client.ApiClient:
+    """A new ApiClient from `kubeconfig` (a path), else the in-cluster service account, whose requests
+    default to `REQUEST_TIMEOUT`. `kubernetes.config.ConfigException` when neither is there.
+
+    The CLI builds its own (one per command, closed after it); the worker and the bridge share
+    `api_client()`."""
+    configuration = client.Configuration()
+    if kubeconfig:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    else:
+        config.load_incluster_config(client_configuration=configuration)
+    if pool_size is not None:
+        configuration.connection_pool_maxsize = pool_size
+    return _TimedApiClient(configuration)
+
+
 def api_client() -> client.ApiClient:
     """The process-wide ApiClient, built on first use from the configured kubeconfig or in-cluster."""
     global _api_client
     with _lock:
         if _api_client is None:
-            configuration = client.Configuration()
-            if _kubeconfig:
-                config.load_kube_config(config_file=_kubeconfig, client_configuration=configuration)
-            else:
-                config.load_incluster_config(client_configuration=configuration)
-            if _pool_size is not None:
-                configuration.connection_pool_maxsize = _pool_size
-            _api_client = _TimedApiClient(configuration)
+            _api_client = new_api_client(_kubeconfig, _pool_size)
         return _api_client
 
 
