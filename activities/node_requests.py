@@ -12,6 +12,7 @@ The failure policy of node workflows this worker starts is tuned by environment
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,8 +26,19 @@ from workflows.messages import NODE_WORKFLOW_TYPE, SIGNAL_NODE_REQUEST, NodeWork
 # Signal-with-start calls in flight at once. One call is a round trip to the Temporal frontend (and a
 # history write there); made one after the other, a batch of 50 nodes waited for 50 round trips
 # before its last node could start its window (issue 14: the hand-over was the serial part of a
-# batch). A handful at once keeps the frontend's load bounded.
+# batch). A handful at once keeps the frontend's load bounded; `NODEROLL_HAND_OVER_CONCURRENCY`
+# overrides it for the worker (1 = one after the other, as before; the bench compares the two).
 HAND_OVER_CONCURRENCY = 8
+HAND_OVER_CONCURRENCY_ENV = "NODEROLL_HAND_OVER_CONCURRENCY"
+
+
+def hand_over_concurrency() -> int:
+    """Signal-with-starts at once: the environment's override, else `HAND_OVER_CONCURRENCY`."""
+    raw = os.environ.get(HAND_OVER_CONCURRENCY_ENV, "")
+    try:
+        return max(1, int(raw)) if raw else HAND_OVER_CONCURRENCY
+    except ValueError as err:
+        raise ValueError(f"{HAND_OVER_CONCURRENCY_ENV}={raw!r}: not a whole number") from err
 
 
 def node_workflow_input(node: str) -> NodeWorkflowInput:
@@ -35,12 +47,12 @@ def node_workflow_input(node: str) -> NodeWorkflowInput:
 
 
 async def signal_node_workflows(nodes: Sequence[str], requests: Sequence[Any], signal: str, task_queue: str) -> None:
-    """Signal-with-start `node/<node>` with `signal` and its request, `HAND_OVER_CONCURRENCY` at a time
+    """Signal-with-start `node/<node>` with `signal` and its request, `hand_over_concurrency()` at a time
     (heartbeats per node). Used by `request_node_windows` (legacy requests) and
     `activities.fleet.request_windows` (windows)."""
     client = activity.client()
     task_queue = task_queue or activity.info().task_queue
-    slots = asyncio.Semaphore(HAND_OVER_CONCURRENCY)
+    slots = asyncio.Semaphore(hand_over_concurrency())
 
     async def hand_over(node: str, request: Any) -> None:
         async with slots:

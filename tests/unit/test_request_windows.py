@@ -52,3 +52,13 @@ def test_a_failed_call_fails_the_activity_so_it_is_retried() -> None:
     frontend = _Frontend(fail_on=node_workflow_id("n007"))
     with pytest.raises(RuntimeError, match="frontend unavailable"):
         asyncio.run(ActivityEnvironment(client=frontend).run(fleet.request_windows, _input(20)))  # type: ignore[arg-type]
+
+
+def test_the_environment_can_make_the_hand_over_serial(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(node_requests.HAND_OVER_CONCURRENCY_ENV, "1")
+    frontend = _Frontend()
+    asyncio.run(ActivityEnvironment(client=frontend).run(fleet.request_windows, _input(10)))  # type: ignore[arg-type]
+    assert len(frontend.started) == 10 and frontend.most_in_flight == 1
+    monkeypatch.setenv(node_requests.HAND_OVER_CONCURRENCY_ENV, "many")
+    with pytest.raises(ValueError, match="NODEROLL_HAND_OVER_CONCURRENCY='many': not a whole number"):
+        node_requests.hand_over_concurrency()
