@@ -38,6 +38,7 @@ def assert_eventually(
 
     Write `fn` as assertions (`assert pod.spec.node_name == "a"`) or as a predicate returning a
     bool; return the observed object to use it afterwards. Other exceptions propagate at once.
+    An empty list is a result, not False: wait for "some" with `lambda: items() or False`.
     """
     deadline = time.monotonic() + timeout
     while True:

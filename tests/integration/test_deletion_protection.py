@@ -104,7 +104,7 @@ def test_a_policy_in_use_is_kept_until_its_packages_go(run: BridgeRun, kube_api_
         assert_eventually(lambda: has_in_use(kube_api_client, keys.POLICY_PLURAL, policy), timeout=60)
         delete(kube_api_client, keys.POLICY_PLURAL, policy)
         assert_eventually(lambda: blocked_by(kube_api_client, keys.POLICY_PLURAL, policy, name), timeout=60)
-        assert_eventually(lambda: warning_events(kube_api_client, keys.POLICY_KIND, policy), timeout=30)
+        assert_eventually(lambda: warning_events(kube_api_client, keys.POLICY_KIND, policy) or False, timeout=30)
         # Its Package still rolls out with it (Ready, not Invalid).
         assert_eventually(lambda: condition(read_package(kube_api_client, name), "Ready")["status"] == "True",
                           timeout=TIMEOUT)
@@ -126,7 +126,7 @@ def test_a_dependency_is_kept_while_a_dependent_exists(run: BridgeRun, kube_api_
         assert (in_use["status"], in_use["reason"]) == ("True", "InUse") and app in in_use["message"], in_use
         delete(kube_api_client, keys.PACKAGE_PLURAL, base)
         assert_eventually(lambda: blocked_by(kube_api_client, keys.PACKAGE_PLURAL, base, app), timeout=60)
-        assert_eventually(lambda: warning_events(kube_api_client, keys.PACKAGE_KIND, base), timeout=30)
+        assert_eventually(lambda: warning_events(kube_api_client, keys.PACKAGE_KIND, base) or False, timeout=30)
         # The dependent does not lose its dependency: it stays Ready.
         assert_eventually(lambda: condition(read_package(kube_api_client, app), "Ready")["status"] == "True",
                           timeout=TIMEOUT)

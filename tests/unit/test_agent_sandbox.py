@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import agent as agent_module
 from agent import modes
 from tests.helpers import unique_name
 from tests.unit.test_agent import a_package, agent
@@ -66,13 +67,18 @@ def test_a_non_root_agent_confines_its_steps_in_a_user_namespace() -> None:
 def _run_as_nobody(tmp_path: Path) -> None:
     package = a_package(tmp_path).step("apply", "write", "echo x > /etc/x; id -u").step("apply-check", "c", "true").write()
     (tmp_path / "root").mkdir()
+    # The agent as a package pod has it: its own copy (it imports nothing else of noderoll), where the
+    # other user can read it. The checkout may not be readable by that user (a clone made in a
+    # `mktemp -d` folder is 0700: "No module named agent").
+    shutil.copytree(Path(agent_module.__file__).parent, tmp_path / "lib" / "agent",
+                    ignore=shutil.ignore_patterns("__pycache__"))
     for path in (tmp_path, *tmp_path.rglob("*")):
         os.chown(path, 65534, 65534)
     tmp_path.chmod(0o755)
     argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-m", "agent", "apply",
             "--root", str(tmp_path / "root"), "--package-dir", str(package), "--simulate"]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False,
-                            env={"PATH": os.environ["PATH"], "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+                            env={"PATH": os.environ["PATH"], "PYTHONPATH": str(tmp_path / "lib")})
     if result.returncode == modes.EXIT_HOST and "CLONE_NEWUSER" in result.stderr:
         pytest.skip(f"this kernel allows no unprivileged user namespace: {result.stderr.strip()}")
     assert result.returncode == 0, result.stdout + result.stderr
