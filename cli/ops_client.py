@@ -228,6 +228,17 @@ def _container_exit(pod: k8s.V1Pod, container: str) -> tuple[int | None, str, st
     return None, "", container
 
 
+def _none_if_missing(call: Any, *args: Any) -> dict[str, Any] | None:
+    """`call(*args)` on a custom object; None when it does not exist (404), other errors raised."""
+    try:
+        obj: dict[str, Any] = call(*args)
+        return obj
+    except ApiException as err:
+        if kube.is_not_found(err):
+            return None
+        raise
+
+
 class Ops:
     """A connected pair of clients (Temporal, Kubernetes) with the commands' reads and writes."""
 
@@ -326,14 +337,8 @@ class Ops:
 
     def read_policy(self, name: str) -> dict[str, Any] | None:
         """One DeploymentPolicy object, or None when it does not exist."""
-        try:
-            obj: dict[str, Any] = self.custom.get_cluster_custom_object(
-                keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, name)
-            return obj
-        except ApiException as err:
-            if kube.is_not_found(err):
-                return None
-            raise
+        return _none_if_missing(self.custom.get_cluster_custom_object, keys.GROUP, keys.VERSION,
+                                keys.POLICY_PLURAL, name)
 
     def set_pause_annotation(self, name: str, paused: bool) -> dict[str, Any] | None:
         """Set or remove `noderoll.io/pause` on the Package (the lasting switch the bridge maps to pause).
@@ -341,25 +346,13 @@ class Ops:
         Returns the updated Package, or None when there is no such Package.
         """
         patch = {"metadata": {"annotations": {keys.PAUSE_ANNOTATION: "true" if paused else None}}}
-        try:
-            obj: dict[str, Any] = self.custom.patch_cluster_custom_object(
-                keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL, name, patch)
-            return obj
-        except ApiException as err:
-            if kube.is_not_found(err):
-                return None
-            raise
+        return _none_if_missing(self.custom.patch_cluster_custom_object, keys.GROUP, keys.VERSION,
+                                keys.PACKAGE_PLURAL, name, patch)
 
     def read_package(self, name: str) -> dict[str, Any] | None:
         """One Package object, or None when it does not exist."""
-        try:
-            obj: dict[str, Any] = self.custom.get_cluster_custom_object(
-                keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL, name)
-            return obj
-        except ApiException as err:
-            if kube.is_not_found(err):
-                return None
-            raise
+        return _none_if_missing(self.custom.get_cluster_custom_object, keys.GROUP, keys.VERSION,
+                                keys.PACKAGE_PLURAL, name)
 
     def package_limits(self, name: str) -> Limits | None:
         """The Package's `spec.limits` (unset fields None), or None when there is no such Package."""
