@@ -141,6 +141,9 @@ async def _measure_size(args: argparse.Namespace, target: Target, temporal: Clie
     _log(f"{size} nodes, {args.packages} package(s): makespan {row['makespan_s']} s, ideal "
          f"{row['ideal_makespan_s']} s, ratio {row['overhead_ratio']}; per node: windows {row['windows_per_node']}, "
          f"drains {row['drains_per_node']}, interrupts {row['interrupts_per_node']}")
+    if row.get("window_time_median_s"):
+        parts = ", ".join(f"{k} {v}" for k, v in row["window_time_median_s"].items())
+        _log(f"{size} nodes: a window's median seconds: {parts}")
     if not args.skip_throughput:
         # One batch of every node, 0 s stages, no interrupt: orchestration only, and the window
         # the API and history targets are stated for (one package without interrupt, whatever --packages).

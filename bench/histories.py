@@ -21,6 +21,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
+from bench.window_time import WindowTime, window_time
 from protocol.names import NODE_WORKFLOW_PREFIX, NODE_WORKFLOW_TYPE, fleet_workflow_id, node_workflow_id
 
 FETCH_CONCURRENCY = 16
@@ -42,6 +43,8 @@ class WindowStats:
     interrupts: int = 0
     # Stage Jobs (pods) the window ran: stage pods, stage Jobs of older runs, interrupt pods.
     stage_pods: int = 0
+    # Where its time went: queued, per activity type, between activities (bench/window_time.py).
+    time: WindowTime | None = None
 
 
 def _epoch(event: HistoryEvent) -> float:
@@ -71,7 +74,7 @@ def window_stats(node: str, events: Sequence[HistoryEvent]) -> WindowStats:
     return WindowStats(node, last - first, len(events), len(types), first, last,
                        cordons=types.count("cordon_node"), drains=types.count("drain_node"),
                        interrupts=types.count("run_interrupt") + carried,
-                       stage_pods=sum(types.count(t) for t in STAGE_ACTIVITIES))
+                       stage_pods=sum(types.count(t) for t in STAGE_ACTIVITIES), time=window_time(events))
 
 
 async def node_windows(client: Client, nodes: Sequence[str], since: float) -> list[WindowStats]:

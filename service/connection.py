@@ -27,6 +27,13 @@ log = logging.getLogger("noderoll.service")
 # Default activity slots (threads) of `noderoll worker`; `--max-concurrent-activities` /
 # NODEROLL_MAX_CONCURRENT_ACTIVITIES. The bridge has no such flag: its pool is sized to the default.
 ACTIVITY_THREADS = 256
+# Workflow task pollers of `noderoll worker` (`--workflow-task-pollers` / NODEROLL_WORKFLOW_TASK_POLLERS)
+# and the share of them that polls the task queue itself rather than the worker's sticky queue. Every
+# node window is a new workflow run whose first task is on the task queue; the SDK's defaults (5
+# pollers, 0.2 of them there: ONE) start a batch's windows one poll round trip after another (a
+# 64-node batch waited up to 9 s for its last first task; docs/benchmarks.md).
+WORKFLOW_TASK_POLLERS = 10
+NONSTICKY_POLL_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,8 @@ class ServiceSettings:
     metrics_port: int | None = None
     # Activity slots of `noderoll worker` (and the Kubernetes connection pool sized to them).
     max_concurrent_activities: int = ACTIVITY_THREADS
+    # Workflow task pollers of `noderoll worker` (half of them on the task queue, see above).
+    workflow_task_pollers: int = WORKFLOW_TASK_POLLERS
 
 
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -76,6 +85,7 @@ def settings_from_args(args: argparse.Namespace, command: str = "worker") -> Ser
         kubeconfig=connection.kubeconfig,
         metrics_port=args.metrics_port,
         max_concurrent_activities=max(1, getattr(args, "max_concurrent_activities", ACTIVITY_THREADS)),
+        workflow_task_pollers=getattr(args, "workflow_task_pollers", WORKFLOW_TASK_POLLERS),
     )
 
 

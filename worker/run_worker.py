@@ -21,13 +21,16 @@ import os
 import signal
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from typing import Any
 
-from temporalio.worker import Worker
+from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 
 from activities import prometheus, stage_pod
 from protocol.version import worker_identity
 from service.connection import (
     ACTIVITY_THREADS,
+    NONSTICKY_POLL_SHARE,
+    WORKFLOW_TASK_POLLERS,
     ServiceSettings,
     add_connection_arguments,
     env_int,
@@ -47,6 +50,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         default=env_int("NODEROLL_MAX_CONCURRENT_ACTIVITIES") or ACTIVITY_THREADS,
                         help="activity slots, i.e. node windows waiting at once (env "
                              f"NODEROLL_MAX_CONCURRENT_ACTIVITIES; default {ACTIVITY_THREADS})")
+    parser.add_argument("--workflow-task-pollers", type=workflow_task_pollers, metavar="N",
+                        default=os.environ.get("NODEROLL_WORKFLOW_TASK_POLLERS") or str(WORKFLOW_TASK_POLLERS),
+                        help="concurrent workflow task polls, half of them for new node windows "
+                             "(env NODEROLL_WORKFLOW_TASK_POLLERS; at least 2; default "
+                             f"{WORKFLOW_TASK_POLLERS})")
     parser.add_argument("--prometheus-address", default=os.environ.get(prometheus.ENV_ADDRESS) or None,
                         type=_http_url, metavar="URL",
                         help="Prometheus the analysis gates of DeploymentPolicies query, e.g. http://prometheus:9090 "
@@ -54,6 +62,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                              "default: none)")
     add_stage_pod_arguments(parser)
     parser.set_defaults(func=run)
+
+
+def workflow_task_pollers(value: str) -> int:
+    """`--workflow-task-pollers`: an integer >= 2 (one poller for the task queue, one for the sticky queue)."""
+    try:
+        pollers = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of pollers") from None
+    if pollers < 2:
+        raise argparse.ArgumentTypeError(f"{pollers} is too few: at least 2 (one for the task queue, one for the "
+                                         "worker's sticky queue)")
+    return pollers
 
 
 def _http_url(value: str) -> str:
@@ -88,6 +108,13 @@ def stage_pod_settings(args: argparse.Namespace) -> stage_pod.StagePodSettings:
     )
 
 
+def polling(settings: ServiceSettings) -> dict[str, Any]:
+    """The worker's workflow task polling: half the polls on the task queue, where every new node
+    window's first task waits (service/connection.py: WORKFLOW_TASK_POLLERS)."""
+    return {"workflow_task_poller_behavior": PollerBehaviorSimpleMaximum(maximum=settings.workflow_task_pollers),
+            "nonsticky_to_sticky_poll_ratio": NONSTICKY_POLL_SHARE}
+
+
 async def serve(settings: ServiceSettings, stop: asyncio.Event) -> None:
     """Run the worker until `stop` is set."""
     client = await start_service(settings)
@@ -100,13 +127,14 @@ async def serve(settings: ServiceSettings, stop: asyncio.Event) -> None:
             activities=ACTIVITIES,
             activity_executor=pool,
             max_concurrent_activities=slots,
+            **polling(settings),
             graceful_shutdown_timeout=timedelta(seconds=10),
             # `noderoll version` reads the version of every running worker from its identity.
             identity=worker_identity(),
         )
-        log.info("worker on %s namespace=%s task_queue=%s kubeconfig=%s activity slots=%d",
+        log.info("worker on %s namespace=%s task_queue=%s kubeconfig=%s activity slots=%d workflow task pollers=%d",
                  settings.temporal_address, settings.namespace, settings.task_queue,
-                 settings.kubeconfig or "in-cluster", slots)
+                 settings.kubeconfig or "in-cluster", slots, settings.workflow_task_pollers)
         async with worker:
             await stop.wait()
 

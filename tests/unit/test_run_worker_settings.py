@@ -8,7 +8,8 @@ import pytest
 
 import kube
 from cli.main import build_parser
-from service.connection import ACTIVITY_THREADS, settings_from_args
+from service.connection import ACTIVITY_THREADS, WORKFLOW_TASK_POLLERS, settings_from_args
+from worker.run_worker import polling
 
 
 def test_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -46,6 +47,31 @@ def test_activity_slots_default_flag_and_environment(monkeypatch: pytest.MonkeyP
     assert settings_from_args(flagged).max_concurrent_activities == 64
     monkeypatch.setenv("NODEROLL_MAX_CONCURRENT_ACTIVITIES", "500")
     assert settings_from_args(build_parser().parse_args(["worker"])).max_concurrent_activities == 500
+
+
+def test_workflow_task_pollers_default_flag_environment_and_bad_values(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("NODEROLL_TEMPORAL_ADDRESS", "env:7233")
+    monkeypatch.delenv("NODEROLL_WORKFLOW_TASK_POLLERS", raising=False)
+    default = settings_from_args(build_parser().parse_args(["worker"]))
+    assert default.workflow_task_pollers == WORKFLOW_TASK_POLLERS
+    # The SDK's default gives ONE poller to the task queue where every new node window's first task
+    # waits; noderoll gives it half.
+    options = polling(default)
+    nonsticky = int(options["workflow_task_poller_behavior"].maximum * options["nonsticky_to_sticky_poll_ratio"])
+    assert nonsticky == WORKFLOW_TASK_POLLERS // 2 >= 2
+    assert settings_from_args(build_parser().parse_args(["worker", "--workflow-task-pollers", "20"])
+                              ).workflow_task_pollers == 20
+    monkeypatch.setenv("NODEROLL_WORKFLOW_TASK_POLLERS", "16")
+    assert settings_from_args(build_parser().parse_args(["worker"])).workflow_task_pollers == 16
+    for bad, message in (("1", "1 is too few: at least 2"), ("many", "'many' is not a whole number")):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["worker", "--workflow-task-pollers", bad])
+        assert message in capsys.readouterr().err
+    monkeypatch.setenv("NODEROLL_WORKFLOW_TASK_POLLERS", "0")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["worker"])
+    assert "0 is too few" in capsys.readouterr().err
 
 
 def test_the_kubernetes_pool_is_sized_to_the_activity_slots(tmp_path: Path) -> None:
