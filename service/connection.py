@@ -30,9 +30,10 @@ ACTIVITY_THREADS = 256
 # Workflow task pollers of `noderoll worker` (`--workflow-task-pollers` / NODEROLL_WORKFLOW_TASK_POLLERS)
 # and the share of them that polls the task queue itself rather than the worker's sticky queue. Every
 # node window is a new workflow run whose first task is on the task queue; the SDK's defaults (5
-# pollers, 0.2 of them there: ONE) start a batch's windows one poll round trip after another (a
-# 64-node batch waited up to 9 s for its last first task; docs/benchmarks.md).
-WORKFLOW_TASK_POLLERS = 10
+# pollers, 0.2 of them there: ONE) start a batch's windows one poll round trip after another (at
+# 1,000 nodes a 250-node batch waited up to 93 s for its last first task), and the other four made
+# every later task of 250 windows wait too (docs/benchmarks.md).
+WORKFLOW_TASK_POLLERS = 20
 NONSTICKY_POLL_SHARE = 0.5
 
 
