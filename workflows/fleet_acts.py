@@ -187,8 +187,10 @@ class FleetActs:
         again: list[str] = []
         for workflow_id in result.closed:
             node = workflow_id.removeprefix(names.NODE_WORKFLOW_PREFIX)
+            if node not in state.in_flight:
+                continue  # its answer came with (or before) this result: a window that simply ended
             how = result.statuses.get(workflow_id, "closed")
-            if node in state.in_flight and fs.lost(state, node, how):
+            if fs.lost(state, node, how):
                 again.append(node)
             workflow.logger.warning("%s: node workflow %s closed (%s) without answering", self._fleet_id(),
                                     workflow_id, how)
