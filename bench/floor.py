@@ -1,7 +1,7 @@
 """Measure the bare Temporal floor of this machine: N workflows of K no-op activities. Temporal I/O.
 
 Same server, same worker shape as `noderoll worker` (sandboxed workflows, synchronous activities on
-a 32-thread pool, 32 concurrent activities): start N workflows at once, wait for all, report
+a pool of as many threads as its activity slots, its workflow task polling): start N workflows at once, wait for all, report
 workflows per second and activities per second. noderoll's windows per second are compared to it.
 """
 
@@ -17,7 +17,8 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from bench.floor_workflow import FLOOR_WORKFLOW, FloorInput, FloorWorkflow, noop
-from worker.run_worker import ACTIVITY_THREADS
+from service.connection import WORKFLOW_TASK_POLLERS
+from worker.run_worker import ACTIVITY_THREADS, polling
 
 START_CONCURRENCY = 50
 
@@ -46,7 +47,8 @@ async def measure_floor(client: Client, workflows: int, activities: int) -> Floo
     limit = asyncio.Semaphore(START_CONCURRENCY)
     with ThreadPoolExecutor(max_workers=ACTIVITY_THREADS, thread_name_prefix="floor") as pool:
         async with Worker(client, task_queue=task_queue, workflows=[FloorWorkflow], activities=[noop],
-                          activity_executor=pool, max_concurrent_activities=ACTIVITY_THREADS):
+                          activity_executor=pool, max_concurrent_activities=ACTIVITY_THREADS,
+                          **polling(WORKFLOW_TASK_POLLERS)):
 
             async def one(index: int) -> None:
                 async with limit:  # bounded start rate; every workflow then runs concurrently

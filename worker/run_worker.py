@@ -108,10 +108,10 @@ def stage_pod_settings(args: argparse.Namespace) -> stage_pod.StagePodSettings:
     )
 
 
-def polling(settings: ServiceSettings) -> dict[str, Any]:
-    """The worker's workflow task polling: half the polls on the task queue, where every new node
-    window's first task waits (service/connection.py: WORKFLOW_TASK_POLLERS)."""
-    return {"workflow_task_poller_behavior": PollerBehaviorSimpleMaximum(maximum=settings.workflow_task_pollers),
+def polling(pollers: int) -> dict[str, Any]:
+    """The worker's workflow task polling (`pollers` polls): half of them on the task queue, where
+    every new node window's first task waits (service/connection.py: WORKFLOW_TASK_POLLERS)."""
+    return {"workflow_task_poller_behavior": PollerBehaviorSimpleMaximum(maximum=pollers),
             "nonsticky_to_sticky_poll_ratio": NONSTICKY_POLL_SHARE}
 
 
@@ -127,7 +127,7 @@ async def serve(settings: ServiceSettings, stop: asyncio.Event) -> None:
             activities=ACTIVITIES,
             activity_executor=pool,
             max_concurrent_activities=slots,
-            **polling(settings),
+            **polling(settings.workflow_task_pollers),
             graceful_shutdown_timeout=timedelta(seconds=10),
             # `noderoll version` reads the version of every running worker from its identity.
             identity=worker_identity(),

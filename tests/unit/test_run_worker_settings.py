@@ -57,7 +57,7 @@ def test_workflow_task_pollers_default_flag_environment_and_bad_values(
     assert default.workflow_task_pollers == WORKFLOW_TASK_POLLERS
     # The SDK's default gives ONE poller to the task queue where every new node window's first task
     # waits; noderoll gives it half.
-    options = polling(default)
+    options = polling(default.workflow_task_pollers)
     nonsticky = int(options["workflow_task_poller_behavior"].maximum * options["nonsticky_to_sticky_poll_ratio"])
     assert nonsticky == WORKFLOW_TASK_POLLERS // 2 >= 2
     assert settings_from_args(build_parser().parse_args(["worker", "--workflow-task-pollers", "20"])
