@@ -28,7 +28,15 @@ from dataclasses import dataclass, field
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 
+# Where a started or closing event names the task it belongs to (its `scheduled_event_id`).
+STARTED = {
+    EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED: "workflow_task_started_event_attributes",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED: "activity_task_started_event_attributes",
+}
 CLOSED = {
+    EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED: "workflow_task_completed_event_attributes",
+    EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED: "workflow_task_failed_event_attributes",
+    EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT: "workflow_task_timed_out_event_attributes",
     EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: "activity_task_completed_event_attributes",
     EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED: "activity_task_failed_event_attributes",
     EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: "activity_task_timed_out_event_attributes",
@@ -55,11 +63,6 @@ def _epoch(event: HistoryEvent) -> float:
 
 
 WORKFLOW_TASK = ""  # the kind of a workflow task among the activities' kinds
-TASK_CLOSED = {
-    EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED: "workflow_task_completed_event_attributes",
-    EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED: "workflow_task_failed_event_attributes",
-    EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT: "workflow_task_timed_out_event_attributes",
-}
 
 
 @dataclass
@@ -73,28 +76,20 @@ class _Task:
 def _tasks(events: Sequence[HistoryEvent]) -> list[_Task]:
     found: dict[int, _Task] = {}
     for event in events:
+        at = _epoch(event)
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED:
-            found[event.event_id] = _Task(WORKFLOW_TASK, _epoch(event))
-        elif event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED:
-            task = found.get(event.workflow_task_started_event_attributes.scheduled_event_id)
-            if task is not None:
-                task.started = _epoch(event)
-        elif event.event_type in TASK_CLOSED:
-            task = found.get(getattr(event, TASK_CLOSED[event.event_type]).scheduled_event_id)
-            if task is not None:
-                task.closed = _epoch(event)
+            found[event.event_id] = _Task(WORKFLOW_TASK, at)
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            kind = event.activity_task_scheduled_event_attributes.activity_type.name
-            found[event.event_id] = _Task(kind, _epoch(event))
-        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            activity = found.get(event.activity_task_started_event_attributes.scheduled_event_id)
-            if activity is not None:
-                activity.started = _epoch(event)
-        elif event.event_type in CLOSED:
-            attrs = getattr(event, CLOSED[event.event_type])
-            activity = found.get(attrs.scheduled_event_id)
-            if activity is not None:
-                activity.closed = _epoch(event)
+            found[event.event_id] = _Task(event.activity_task_scheduled_event_attributes.activity_type.name, at)
+        elif event.event_type in STARTED or event.event_type in CLOSED:
+            attrs = getattr(event, STARTED.get(event.event_type) or CLOSED[event.event_type])
+            task = found.get(attrs.scheduled_event_id)
+            if task is None:
+                continue
+            if event.event_type in STARTED:
+                task.started = at
+            else:
+                task.closed = at
     return sorted(found.values(), key=lambda a: a.scheduled)  # stable: history order among equal times
 
 
