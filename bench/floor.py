@@ -17,7 +17,6 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from bench.floor_workflow import FLOOR_WORKFLOW, FloorInput, FloorWorkflow, noop
-from service.connection import WORKFLOW_TASK_POLLERS
 from worker.run_worker import ACTIVITY_THREADS, polling
 
 START_CONCURRENCY = 50
@@ -40,15 +39,16 @@ class FloorResult:
         return self.workflows * self.activities_per_workflow / self.seconds if self.seconds else 0.0
 
 
-async def measure_floor(client: Client, workflows: int, activities: int) -> FloorResult:
-    """Run the floor once on a fresh task queue (its own worker in this process)."""
+async def measure_floor(client: Client, workflows: int, activities: int, pollers: int | None = None) -> FloorResult:
+    """Run the floor once on a fresh task queue (its own worker in this process, polling like a
+    `noderoll worker --workflow-task-pollers pollers`)."""
     task_queue = f"bench-floor-{uuid.uuid4().hex[:8]}"
     run_id = uuid.uuid4().hex[:8]
     limit = asyncio.Semaphore(START_CONCURRENCY)
     with ThreadPoolExecutor(max_workers=ACTIVITY_THREADS, thread_name_prefix="floor") as pool:
         async with Worker(client, task_queue=task_queue, workflows=[FloorWorkflow], activities=[noop],
                           activity_executor=pool, max_concurrent_activities=ACTIVITY_THREADS,
-                          **polling(WORKFLOW_TASK_POLLERS)):
+                          **polling(pollers)):
 
             async def one(index: int) -> None:
                 async with limit:  # bounded start rate; every workflow then runs concurrently

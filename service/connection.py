@@ -27,13 +27,14 @@ log = logging.getLogger("noderoll.service")
 # Default activity slots (threads) of `noderoll worker`; `--max-concurrent-activities` /
 # NODEROLL_MAX_CONCURRENT_ACTIVITIES. The bridge has no such flag: its pool is sized to the default.
 ACTIVITY_THREADS = 256
-# Workflow task pollers of `noderoll worker` (`--workflow-task-pollers` / NODEROLL_WORKFLOW_TASK_POLLERS)
-# and the share of them that polls the task queue itself rather than the worker's sticky queue. Every
-# node window is a new workflow run whose first task is on the task queue; the SDK's defaults (5
-# pollers, 0.2 of them there: ONE) start a batch's windows one poll round trip after another (at
-# 1,000 nodes a 250-node batch waited up to 93 s for its last first task), and the other four made
-# every later task of 250 windows wait too (docs/benchmarks.md).
-WORKFLOW_TASK_POLLERS = 20
+# Workflow task pollers of `noderoll worker` (`--workflow-task-pollers` / NODEROLL_WORKFLOW_TASK_POLLERS):
+# unset, the SDK's polling (5 polls, 0.2 of them on the task queue: ONE). Every node window is a new
+# workflow run whose first task waits on the task queue, so with one poll there a batch's windows
+# begin one poll round trip after another: at 1,000 nodes a 250-node batch's last window began
+# 109 s late. N polls put half of them there (1,000 nodes: 8 s, ratio 2.83 -> 2.54), but on 2 cores
+# at 200 nodes 20 polls did worse than the SDK's (1.29 against 1.26), and with two workers the first
+# tasks of a small rollout all went to the worker that polled first (docs/benchmarks.md). Hence
+# opt-in, for large fleets.
 NONSTICKY_POLL_SHARE = 0.5
 
 
@@ -48,8 +49,8 @@ class ServiceSettings:
     metrics_port: int | None = None
     # Activity slots of `noderoll worker` (and the Kubernetes connection pool sized to them).
     max_concurrent_activities: int = ACTIVITY_THREADS
-    # Workflow task pollers of `noderoll worker` (half of them on the task queue, see above).
-    workflow_task_pollers: int = WORKFLOW_TASK_POLLERS
+    # Workflow task pollers of `noderoll worker` (half of them on the task queue; None: the SDK's, see above).
+    workflow_task_pollers: int | None = None
 
 
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -86,7 +87,7 @@ def settings_from_args(args: argparse.Namespace, command: str = "worker") -> Ser
         kubeconfig=connection.kubeconfig,
         metrics_port=args.metrics_port,
         max_concurrent_activities=max(1, getattr(args, "max_concurrent_activities", ACTIVITY_THREADS)),
-        workflow_task_pollers=getattr(args, "workflow_task_pollers", WORKFLOW_TASK_POLLERS),
+        workflow_task_pollers=getattr(args, "workflow_task_pollers", None),
     )
 
 

@@ -30,7 +30,6 @@ from protocol.version import worker_identity
 from service.connection import (
     ACTIVITY_THREADS,
     NONSTICKY_POLL_SHARE,
-    WORKFLOW_TASK_POLLERS,
     ServiceSettings,
     add_connection_arguments,
     env_int,
@@ -51,10 +50,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="activity slots, i.e. node windows waiting at once (env "
                              f"NODEROLL_MAX_CONCURRENT_ACTIVITIES; default {ACTIVITY_THREADS})")
     parser.add_argument("--workflow-task-pollers", type=workflow_task_pollers, metavar="N",
-                        default=os.environ.get("NODEROLL_WORKFLOW_TASK_POLLERS") or str(WORKFLOW_TASK_POLLERS),
-                        help="concurrent workflow task polls, half of them for new node windows "
-                             "(env NODEROLL_WORKFLOW_TASK_POLLERS; at least 2; default "
-                             f"{WORKFLOW_TASK_POLLERS})")
+                        default=os.environ.get("NODEROLL_WORKFLOW_TASK_POLLERS") or None,
+                        help="concurrent workflow task polls, half of them for new node windows: for "
+                             "large fleets, e.g. 20 (env NODEROLL_WORKFLOW_TASK_POLLERS; at least 2; "
+                             "default: the Temporal SDK's, 5 with one for new windows)")
     parser.add_argument("--prometheus-address", default=os.environ.get(prometheus.ENV_ADDRESS) or None,
                         type=_http_url, metavar="URL",
                         help="Prometheus the analysis gates of DeploymentPolicies query, e.g. http://prometheus:9090 "
@@ -108,9 +107,12 @@ def stage_pod_settings(args: argparse.Namespace) -> stage_pod.StagePodSettings:
     )
 
 
-def polling(pollers: int) -> dict[str, Any]:
-    """The worker's workflow task polling (`pollers` polls): half of them on the task queue, where
-    every new node window's first task waits (service/connection.py: WORKFLOW_TASK_POLLERS)."""
+def polling(pollers: int | None) -> dict[str, Any]:
+    """The worker's workflow task polling: the SDK's when `pollers` is None, else `pollers` polls,
+    half of them on the task queue, where every new node window's first task waits
+    (service/connection.py: NONSTICKY_POLL_SHARE)."""
+    if pollers is None:
+        return {}
     return {"workflow_task_poller_behavior": PollerBehaviorSimpleMaximum(maximum=pollers),
             "nonsticky_to_sticky_poll_ratio": NONSTICKY_POLL_SHARE}
 
@@ -132,9 +134,9 @@ async def serve(settings: ServiceSettings, stop: asyncio.Event) -> None:
             # `noderoll version` reads the version of every running worker from its identity.
             identity=worker_identity(),
         )
-        log.info("worker on %s namespace=%s task_queue=%s kubeconfig=%s activity slots=%d workflow task pollers=%d",
+        log.info("worker on %s namespace=%s task_queue=%s kubeconfig=%s activity slots=%d workflow task pollers=%s",
                  settings.temporal_address, settings.namespace, settings.task_queue,
-                 settings.kubeconfig or "in-cluster", slots, settings.workflow_task_pollers)
+                 settings.kubeconfig or "in-cluster", slots, settings.workflow_task_pollers or "the SDK's")
         async with worker:
             await stop.wait()
 

@@ -8,7 +8,7 @@ import pytest
 
 import kube
 from cli.main import build_parser
-from service.connection import ACTIVITY_THREADS, WORKFLOW_TASK_POLLERS, settings_from_args
+from service.connection import ACTIVITY_THREADS, settings_from_args
 from worker.run_worker import polling
 
 
@@ -54,14 +54,14 @@ def test_workflow_task_pollers_default_flag_environment_and_bad_values(
     monkeypatch.setenv("NODEROLL_TEMPORAL_ADDRESS", "env:7233")
     monkeypatch.delenv("NODEROLL_WORKFLOW_TASK_POLLERS", raising=False)
     default = settings_from_args(build_parser().parse_args(["worker"]))
-    assert default.workflow_task_pollers == WORKFLOW_TASK_POLLERS
-    # The SDK's default gives ONE poller to the task queue where every new node window's first task
-    # waits; noderoll gives it half.
-    options = polling(default.workflow_task_pollers)
+    assert default.workflow_task_pollers is None and polling(None) == {}  # the SDK's polling
+    flagged = settings_from_args(build_parser().parse_args(["worker", "--workflow-task-pollers", "20"]))
+    assert flagged.workflow_task_pollers == 20
+    # The SDK's default gives ONE poll to the task queue where every new node window's first task
+    # waits; the flag gives it half of them.
+    options = polling(flagged.workflow_task_pollers)
     nonsticky = int(options["workflow_task_poller_behavior"].maximum * options["nonsticky_to_sticky_poll_ratio"])
-    assert nonsticky == WORKFLOW_TASK_POLLERS // 2 >= 2
-    assert settings_from_args(build_parser().parse_args(["worker", "--workflow-task-pollers", "20"])
-                              ).workflow_task_pollers == 20
+    assert nonsticky == 10
     monkeypatch.setenv("NODEROLL_WORKFLOW_TASK_POLLERS", "16")
     assert settings_from_args(build_parser().parse_args(["worker"])).workflow_task_pollers == 16
     for bad, message in (("1", "1 is too few: at least 2"), ("many", "'many' is not a whole number")):
