@@ -37,8 +37,8 @@ from bench.floor import measure_floor
 from bench.rollout import Target, run_rollout
 from bench.scenario import Scenario
 from localstack.state import StackInfo, load_stack_info
-from service.connection import env_int
 from service.temporal_client import connect
+from worker.run_worker import pollers_from_env
 
 DEFAULT_SIZES = (50, 200, 1000)
 console = Console(stderr=True)
@@ -126,7 +126,7 @@ def _environment(args: argparse.Namespace) -> dict[str, Any]:
         "reboot_seconds": args.reboot_seconds, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "workers": args.workers, "pod_startup_seconds": args.pod_startup_seconds,
         # The workers' (and the floor's) workflow task polling: None is the SDK's.
-        "workflow_task_pollers": env_int("NODEROLL_WORKFLOW_TASK_POLLERS"),
+        "workflow_task_pollers": pollers_from_env(),
         "load_average_at_start": [round(x, 2) for x in psutil.getloadavg()],
     }
 
@@ -164,7 +164,7 @@ async def _measure_size(args: argparse.Namespace, target: Target, temporal: Clie
         activities = int(row.get("no_interrupt_activities_per_window_median")
                          or row["activities_per_window_median"] or 1)
         # Polling like the rollout's `noderoll worker`s (they inherit NODEROLL_WORKFLOW_TASK_POLLERS).
-        floor = await measure_floor(temporal, size, activities, pollers=env_int("NODEROLL_WORKFLOW_TASK_POLLERS"))
+        floor = await measure_floor(temporal, size, activities, pollers=pollers_from_env())
         row["floor_windows_per_s"] = round(floor.workflows_per_s, 3)
         row["floor_activities_per_s"] = round(floor.activities_per_s, 1)
         if row.get("throughput_windows_per_s"):

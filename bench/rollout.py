@@ -216,7 +216,8 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
     """The result row of one size from raw measurements. Pure."""
     critical = measured["critical_path_s"]
     overheads = [w.seconds - critical for w in windows]
-    first_waits = [w.time.first_task_queued_s for w in windows if w.time is not None]
+    times = [w.time for w in windows if w.time is not None]
+    first_waits = [t.first_task_queued_s for t in times]
     makespan = measured["makespan_s"]
     # "The ideal for the same batches": the batches the rollout really ran (they can differ from the
     # plan, e.g. when nodes are re-listed mid-rollout), each as long as one node's critical path.
@@ -253,7 +254,7 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
         "overhead_median_s": round(statistics.median(overheads), 2) if overheads else None,
         "overhead_p95_s": round(histories.percentile(overheads, 95), 2) if overheads else None,
         # Median seconds of a window: queued, running per activity type, between activities.
-        "window_time_median_s": median_breakdown([w.time for w in windows if w.time is not None]),
+        "window_time_median_s": median_breakdown(times),
         # How late the last windows of a batch began: their first workflow task's wait, p95 and max.
         "first_task_queued_p95_s": round(histories.percentile(first_waits, 95), 2) if first_waits else None,
         "first_task_queued_max_s": round(max(first_waits), 2) if first_waits else None,

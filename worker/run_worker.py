@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="activity slots, i.e. node windows waiting at once (env "
                              f"NODEROLL_MAX_CONCURRENT_ACTIVITIES; default {ACTIVITY_THREADS})")
     parser.add_argument("--workflow-task-pollers", type=workflow_task_pollers, metavar="N",
-                        default=os.environ.get("NODEROLL_WORKFLOW_TASK_POLLERS") or None,
+                        default=os.environ.get(ENV_WORKFLOW_TASK_POLLERS) or None,
                         help="concurrent workflow task polls, half of them for new node windows: for "
                              "large fleets, e.g. 20 (env NODEROLL_WORKFLOW_TASK_POLLERS; at least 2; "
                              "default: the Temporal SDK's, 5 with one for new windows)")
@@ -61,6 +61,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                              "default: none)")
     add_stage_pod_arguments(parser)
     parser.set_defaults(func=run)
+
+
+ENV_WORKFLOW_TASK_POLLERS = "NODEROLL_WORKFLOW_TASK_POLLERS"
+
+
+def pollers_from_env() -> int | None:
+    """NODEROLL_WORKFLOW_TASK_POLLERS checked as the flag checks it (None when unset): what the
+    bench's floor polls like, since its `noderoll worker`s inherit the variable."""
+    value = os.environ.get(ENV_WORKFLOW_TASK_POLLERS)
+    if not value:
+        return None
+    try:
+        return workflow_task_pollers(value)
+    except argparse.ArgumentTypeError as err:
+        raise SystemExit(f"{ENV_WORKFLOW_TASK_POLLERS}: {err}") from None
 
 
 def workflow_task_pollers(value: str) -> int:
