@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
     from planning.node_plan import NodePlanInput, plan_node
     from protocol import errors, names
     from protocol.fleet import NodeReset, PackageOutcome, WindowCancel, WindowRequest, WindowResult
+    from workflows.api_retries import API_RETRY
     from workflows.messages import (
         NODE_WORKFLOW_TYPE,
         QUERY_NODE_STATUS,
@@ -69,7 +70,6 @@ with workflow.unsafe.imports_passed_through():
     from workflows.node_marks import mark_nodes
     from workflows.node_reset import apply_reset
     from workflows.node_window import (
-        API_RETRY,
         API_TIMEOUT,
         CONFIG_STAGE_ON_CONFIG_CHANGE,
         WindowContext,

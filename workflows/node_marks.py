@@ -13,17 +13,17 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from activities.io import MarkBlockedNodesInput, MarkBlockedNodesResult
     from planning.node_marks import NodeMark, listing_marks
     from planning.targets import NodeView, TargetSelection
+    from workflows.api_retries import outlasting
 
 MARK_TIMEOUT = timedelta(minutes=2)
-MARK_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=30),
-                         maximum_attempts=3)
+# Marks are retried through an apiserver outage like the window's calls (`workflows.api_retries`).
+MARK_RETRY = outlasting(timedelta(seconds=2), timedelta(seconds=30))
 
 
 async def mark_nodes(marks: Sequence[NodeMark]) -> None:

@@ -21,7 +21,8 @@ with workflow.unsafe.imports_passed_through():
     from planning.node_reset import reset_state
     from protocol import errors
     from protocol.fleet import NodeReset
-    from workflows.node_window import API_RETRY, API_TIMEOUT
+    from workflows.api_retries import API_RETRY
+    from workflows.node_window import API_TIMEOUT
 
 # Reset ids the bridge derives from the Node annotation start with this (the annotation is then removed).
 ANNOTATION_RESET_PREFIX = "annotation:"

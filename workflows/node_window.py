@@ -65,6 +65,7 @@ with workflow.unsafe.imports_passed_through():
         updated_entry,
         window_limits,
     )
+    from workflows.api_retries import API_RETRY, CLOSE_RETRY, WAIT_RETRY
     from workflows.messages import (
         NodeResult,
     )
@@ -72,13 +73,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.node_pods import PodStages
     from workflows.node_window_types import Failure, WindowContext, WindowOutcome, cause, node_gone
 
-# Short Kubernetes calls: retried quickly, a handful of times; non-retryable types stop at once.
-API_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30),
-                        maximum_attempts=10)
-# Long waits (drain, Jobs, reboot): infrastructure failures (worker lost, API down) are retried;
-# the activity's own bounds end in non-retryable errors.
-WAIT_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_interval=timedelta(seconds=60),
-                         maximum_attempts=5)
+# Short Kubernetes calls; their retries and the waits' are `workflows.api_retries`.
 API_TIMEOUT = timedelta(seconds=60)
 DRAIN_STAGE = "drain"
 WINDOW_STAGE = "window"
@@ -121,7 +116,7 @@ class WindowRun:
     def _heartbeat(self) -> timedelta:
         return timedelta(seconds=self.ctx.settings.heartbeat_seconds)
 
-    async def _write(self, in_window: bool, events: list[NodeEvent]) -> None:
+    async def _write(self, in_window: bool, events: list[NodeEvent], retry: RetryPolicy = API_RETRY) -> None:
         status = node_status(self.state, in_window)
         erroring = bool(self.failures)
         message = "; ".join(f"{n}: {f.stage}: {f.message}" for n, f in sorted(self.failures.items()))
@@ -132,7 +127,7 @@ class WindowRun:
                 updating=in_window, erroring=erroring,
                 message=message or f"window {self.ctx.key}: {status.value}", events=events,
             ),
-            start_to_close_timeout=API_TIMEOUT, retry_policy=API_RETRY, summary=f"state {status.value}",
+            start_to_close_timeout=API_TIMEOUT, retry_policy=retry, summary=f"state {status.value}",
         )
 
     def _event(self, reason: str, message: str, warning: bool = False) -> NodeEvent:
@@ -387,13 +382,14 @@ class WindowRun:
             workflow.logger.warning("deleting stage Jobs of %s on %s failed: %s", packages, self.node, cause(err))
 
     async def _close(self, left_cordoned: bool) -> None:
-        """Uncordon (unless left cordoned) and write the final state; failures here are only logged."""
+        """Uncordon (unless left cordoned) and write the final state, retried until the API answers;
+        errors no retry mends (the node gone, a 4xx) are only logged."""
         try:
             if self.cordoned and not left_cordoned:
                 await workflow.execute_activity(
                     "uncordon_node", NodeInput(self.node), result_type=UncordonNodeResult,
-                    start_to_close_timeout=API_TIMEOUT, retry_policy=API_RETRY, summary="uncordon")
-            await self._write(False, self._final_events(left_cordoned))
+                    start_to_close_timeout=API_TIMEOUT, retry_policy=CLOSE_RETRY, summary="uncordon")
+            await self._write(False, self._final_events(left_cordoned), CLOSE_RETRY)
         except ActivityError as err:
             workflow.logger.warning("closing window %s on %s failed: %s", self.ctx.key, self.node, cause(err))
 

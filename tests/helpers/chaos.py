@@ -57,9 +57,11 @@ class ChaosStack:
             down(state_dir)
             raise
 
-    def restart(self, component: str) -> None:
-        """Stop one component (SIGTERM its group) and start it again on the same port and data."""
+    def restart(self, component: str, down_seconds: float = 0.0) -> None:
+        """Stop one component (SIGTERM its group), keep it down `down_seconds`, and start it again on
+        the same port and data."""
         stop(self.info.components[component])
+        time.sleep(down_seconds)
         self.info = up(self.state_dir)
 
     def stop(self) -> None:

@@ -60,6 +60,8 @@ class FakeNode:
     ran: list[str] = field(default_factory=list)
     # `delete_stage_jobs` calls: (packages, kept Job names).
     cleanups: list[tuple[list[str], list[str]]] = field(default_factory=list)
+    # Activity name -> how many of its next calls find the API unreachable (a retryable error).
+    outage: dict[str, int] = field(default_factory=dict)
 
     def names(self) -> list[str]:
         """The activity names called, in order."""
@@ -78,6 +80,11 @@ class FakeNode:
         """The modes that ran (a stage, then its check in the same Job when the stage succeeded) and
         interrupts, in order."""
         return list(self.ran)
+
+    def _api_down(self, activity_name: str) -> None:
+        if self.outage.get(activity_name, 0) > 0:
+            self.outage[activity_name] -= 1
+            raise RuntimeError(f"{activity_name}: HTTP 0: no answer: connection refused (apiserver restarting)")
 
     def _exit(self, mode: str) -> int:
         script = self.exits.get(mode)
@@ -100,6 +107,7 @@ class FakeNode:
     @activity.defn(name="uncordon_node")
     def uncordon_node(self, input: NodeInput) -> UncordonNodeResult:
         self.calls.append(("uncordon_node", input))
+        self._api_down("uncordon_node")
         if self.cordoned_by != "noderoll":
             return UncordonNodeResult(False)
         self.unschedulable, self.cordoned_by = False, ""
@@ -121,6 +129,7 @@ class FakeNode:
     @activity.defn(name="drain_node")
     def drain_node(self, input: DrainNodeInput) -> DrainNodeResult:
         self.calls.append(("drain_node", input))
+        self._api_down("drain_node")
         if self.drain_error:
             raise errors.fatal("drain timed out; blocking pods: ns/solo; PodDisruptionBudgets: ns/solo-pdb",
                                self.drain_error)

@@ -75,10 +75,10 @@ class Harness:
             NodeWorkflow.run, settings, id=self.workflow_id, task_queue=self.task_queue,
             start_signal=SIGNAL_NODE_REQUEST, start_signal_args=[request])
 
-    async def results(self, count: int) -> list[NodeResult]:
-        """Poll (virtual time) until the collector holds `count` results."""
+    async def results(self, count: int, seconds: int = 200) -> list[NodeResult]:
+        """Poll (virtual time, at most `seconds`) until the collector holds `count` results."""
         got: list[NodeResult] = []
-        for _ in range(200):
+        for _ in range(seconds):
             got = await self.collector.query(ResultCollector.collected)
             if len(got) >= count:
                 break
@@ -223,6 +223,22 @@ async def test_reboot_package_cordons_drains_interrupts_and_uncordons(
         state, _ = parse_node_state(h.node.state_annotation)
         assert (state.packages["kernel"].stage, state.packages["kernel"].state) == ("post-interrupt", "complete")
         print(f"history events for one reboot package: {await h.history_events()}")
+
+
+async def test_an_api_outage_of_minutes_stalls_the_window_but_fails_nothing_and_leaves_nothing_cordoned(
+    temporal_test_env: WorkflowEnvironment,
+) -> None:
+    # An apiserver restart on a busy control plane outlasted the old 5 drain attempts (30 s of backoff);
+    # the waits now outlast 5 minutes of outage, uncordon and the final state retry until it ends.
+    node = FakeNode(name=f"node-{uuid.uuid4().hex[:8]}", outage={"drain_node": 8, "uncordon_node": 20})
+    async with harness(temporal_test_env, node) as h:
+        await h.request("kernel", a_spec(interrupt={"type": "reboot"}))
+        [result] = await h.results(1, seconds=3600)
+        assert (result.state, result.disrupted) == ("complete", True)
+        assert h.node.names().count("drain_node") == 9
+        assert h.node.names().count("uncordon_node") == 21
+        assert not h.node.unschedulable
+        assert h.node.writes[-1].status == "complete"
 
 
 async def test_two_packages_share_one_merged_interrupt(temporal_test_env: WorkflowEnvironment) -> None:
