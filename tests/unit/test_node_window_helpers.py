@@ -202,23 +202,75 @@ def test_completed_modes_are_the_agent_containers_that_exited_zero_in_order() ->
     assert completed_modes(pod) == ("apply", "apply-check", "config")
 
 
-def test_a_bookmark_moves_the_pod_watch_on_and_a_finished_pod_ends_it() -> None:
-    # Issue #14: the stage pod watch asks for bookmarks; their object is raw JSON, not a pod.
-    from kubernetes import client as k8s
+def _raw_pod(uid: str, phase: str, version: str, **status: Any) -> dict[str, Any]:
+    """A stage pod as the watch delivers it: raw JSON (camelCase)."""
+    return {"kind": "Pod", "metadata": {"uid": uid, "name": f"nr-job-{uid}", "resourceVersion": version},
+            "status": {"phase": phase, **status}}
 
+
+def _container(state: dict[str, Any], name: str = "apply") -> dict[str, Any]:
+    """A container status as the apiserver sends it (the typed client requires these fields)."""
+    return {"name": name, "image": "i", "imageID": "", "ready": False, "restartCount": 0, "state": state}
+
+
+def _event(kind: str, raw: dict[str, Any]) -> dict[str, Any]:
+    # What `watch.Watch.stream` yields for a list call without a return type: the JSON twice.
+    return {"type": kind, "object": raw, "raw_object": raw}
+
+
+def test_a_bookmark_moves_the_pod_watch_on_and_a_finished_pod_ends_it() -> None:
+    # Issue #14: the stage pod watch asks for bookmarks, and reads every event as raw JSON.
     from kube.pod_wait import JobWait
 
     wait = JobWait("nr-job", "", created="100")
-    assert wait.on_event({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "150"}},
-                          "raw_object": {"kind": "Pod", "metadata": {"resourceVersion": "150"}}}) is None
+    assert wait.on_event(_event("BOOKMARK", {"kind": "Pod", "metadata": {"resourceVersion": "150"}})) is None
     assert wait.resource_version == "150"
-    done = k8s.V1ContainerStatus(name="apply", image="i", image_id="", ready=False, restart_count=0,
-                                 state=k8s.V1ContainerState(terminated=k8s.V1ContainerStateTerminated(exit_code=0)))
-    pod = k8s.V1Pod(metadata=k8s.V1ObjectMeta(uid="u1", name="nr-job-x", resource_version="160"),
-                    status=k8s.V1PodStatus(phase="Succeeded", container_statuses=[done]))
-    outcome = wait.on_event({"type": "MODIFIED", "object": pod})
+    running = _raw_pod("u1", "Running", "155", containerStatuses=[
+        _container({"running": {"startedAt": "2026-12-02T00:00:00Z"}})])
+    assert wait.on_event(_event("MODIFIED", running)) is None
+    assert (wait.resource_version, wait.pod_uid, wait.pod_name, wait.seen) == ("155", "u1", "nr-job-u1", "155")
+    done = _raw_pod("u1", "Succeeded", "160", containerStatuses=[
+        _container({"terminated": {"exitCode": 0, "startedAt": "2026-12-02T00:00:00Z",
+                                   "finishedAt": "2026-12-02T00:00:05Z"}})])
+    outcome = wait.on_event(_event("MODIFIED", done))
     assert outcome is not None and (outcome.exit_code, outcome.completed) == (0, ("apply",))
+    assert outcome.durations == {"apply": 5.0}
     assert (wait.resource_version, wait.pod_uid, wait.seen) == ("160", "u1", "160")
+
+
+def test_an_undecided_event_of_another_pod_means_ours_was_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kube import pod_wait
+
+    ended: list[str] = []
+    monkeypatch.setattr(pod_wait, "end_job", ended.append)
+    wait = pod_wait.JobWait("nr-job", "", created="100")
+    assert wait.on_event(_event("ADDED", _raw_pod("u1", "Pending", "110"))) is None
+    outcome = wait.on_event(_event("ADDED", _raw_pod("u2", "Pending", "120")))
+    assert outcome is not None and outcome.exit_code == -1 and "was deleted before it finished" in outcome.log_tail
+    assert ended == ["nr-job"]
+
+
+@pytest.mark.parametrize(("status", "decides"), [
+    pytest.param({"phase": "Pending"}, False, id="pending"),
+    pytest.param({"phase": "Running", "containerStatuses": [_container({"running": {}})]}, False, id="running"),
+    pytest.param({"phase": "Pending", "initContainerStatuses": [_container({"waiting": {"reason": "PodInitializing"}})]},
+                 False, id="initializing"),
+    pytest.param({"phase": "Pending", "initContainerStatuses": [_container({"waiting": {"reason": "ErrImagePull"}})]},
+                 True, id="unstartable-init"),
+    pytest.param({"phase": "Pending", "containerStatuses": [_container({"waiting": {"reason": "ImagePullBackOff"}})]},
+                 True, id="unstartable"),
+    pytest.param({"phase": "Succeeded"}, True, id="succeeded"),
+    pytest.param({"phase": "Failed"}, True, id="failed"),
+    pytest.param({}, False, id="no-status"),
+])
+def test_only_a_finished_or_unstartable_pod_may_decide(status: dict[str, Any], decides: bool) -> None:
+    from kube.pod_wait import finished_outcome, may_decide, pod_from_json
+
+    raw = {"kind": "Pod", "metadata": {"uid": "u1", "name": "p"}, "status": status}
+    assert may_decide(raw) is decides
+    if not decides:
+        # What the raw check skips, the typed one would have found undecided too.
+        assert finished_outcome("nr-job", pod_from_json(raw)) is None
 
 
 @pytest.mark.parametrize(("version", "floor", "expected"), [
