@@ -147,18 +147,18 @@ def pod_path(pod: dict[str, Any]) -> str:
 STATUS_RETRY_SECONDS = 120.0
 
 
-def until_landed(call: Callable[[], Any], done: tuple[int, ...] = (404,)) -> None:
-    """Run `call` until the apiserver takes it: no answer, 429 and 5xx are retried with backoff for
-    STATUS_RETRY_SECONDS; a KubeError whose status is in `done` counts as landed; others raise."""
-    deadline = time.monotonic() + STATUS_RETRY_SECONDS
+def until_landed(call: Callable[[], Any], done: tuple[int, ...] = (404,), seconds: float | None = None) -> Any:
+    """Run `call` until the apiserver takes it and return its answer: no answer, 429 and 5xx are
+    retried with backoff for `seconds` (default STATUS_RETRY_SECONDS); a KubeError whose status is in
+    `done` counts as landed (None); others raise."""
+    deadline = time.monotonic() + (STATUS_RETRY_SECONDS if seconds is None else seconds)
     delay = 0.5
     while True:
         try:
-            call()
-            return
+            return call()
         except KubeError as err:
             if err.status in done:
-                return
+                return None
             if not err.transient or time.monotonic() > deadline:
                 raise
         time.sleep(delay)

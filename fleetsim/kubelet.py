@@ -165,6 +165,10 @@ def _complete(ctx: SimContext, pod: dict[str, Any], started: str) -> None:
     patch_status(ctx.kube, pod, podstatus.terminated_status(pod, 0, "", (started, now_rfc3339())))
 
 
+# How long a node back from a reboot keeps trying to list its pods (longer than any outage the tests make).
+COME_BACK_RETRY_SECONDS = 600.0
+
+
 def resume_node(ctx: SimContext, node: SimNode) -> dict[str, int]:
     """The node's kubelet runs again after a reboot: every pod bound to it is looked at once more.
 
@@ -178,7 +182,10 @@ def resume_node(ctx: SimContext, node: SimNode) -> dict[str, int]:
     query = {"fieldSelector": f"spec.nodeName={node.name}"}
     if ctx.pods_version:
         query.update(resourceVersion=ctx.pods_version, resourceVersionMatch="NotOlderThan")
-    listing = ctx.kube.request("GET", "/api/v1/pods", query=query)
+    # Retried while the apiserver is away, as a kubelet back from a reboot keeps trying: a single try
+    # that met an apiserver restart left the rebooting stage pod unfinished for good (chaos test (c)).
+    listing = until_landed(lambda: ctx.kube.request("GET", "/api/v1/pods", query=query), done=(),
+                           seconds=COME_BACK_RETRY_SECONDS)
     now = now_rfc3339()
     counts = {"restarted": 0, "failed": 0, "other": 0}
     for pod in listing.get("items", []):

@@ -53,3 +53,19 @@ def test_gives_up_after_the_retry_window(monkeypatch: pytest.MonkeyPatch) -> Non
     with pytest.raises(KubeError):
         kube.until_landed(call)
     assert len(calls) == 1
+
+
+def test_a_read_is_retried_and_its_answer_returned_within_its_own_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A node back from a reboot lists its pods this way (`fleetsim.kubelet.resume_node`), for longer
+    # than the status writes' window.
+    monkeypatch.setattr(kube, "STATUS_RETRY_SECONDS", -1.0)
+    answers = iter([KubeError(0, "GET", "/api/v1/pods", ""), KubeError(503, "GET", "/api/v1/pods", ""),
+                    {"items": []}])
+
+    def call() -> object:
+        answer = next(answers)
+        if isinstance(answer, KubeError):
+            raise answer
+        return answer
+
+    assert kube.until_landed(call, done=(), seconds=600.0) == {"items": []}
