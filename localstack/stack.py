@@ -2,7 +2,8 @@
 
 A component is reused when its recorded process is alive and its command line is what this
 `up` would run (same binaries, same ports of its dependencies); otherwise it is (re)started on
-its recorded port when free, else its default port when free, else a port the kernel picks.
+its recorded port when free, else its default port when free, else a port the kernel picks; stacks
+starting at once on one machine pick their ports one after the other (`ports_held`).
 `stack.json` is rewritten after every start, so `down` can stop even a half-started stack.
 Does I/O (processes, files, Kubernetes and Temporal probes).
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import shutil
+import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -77,6 +80,36 @@ def _locked(state_dir: Path) -> Iterator[None]:
     with open(state_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
+
+
+# Machine-wide, across state dirs: a free port is only ours once a component listens on it, so two
+# stacks planning at once (two `dev up`s, parallel test processes) would both pick the same defaults.
+PORTS_LOCK_FILE = Path(tempfile.gettempdir()) / "noderoll-localstack-ports.lock"
+_ports_depth = threading.local()
+
+
+@contextlib.contextmanager
+def ports_held() -> Iterator[None]:
+    """Hold the machine-wide port lock: no other stack on this machine picks ports until it is released.
+
+    `up` holds it from planning its ports until its components listen on them; hold it around stopping
+    and restarting a component so nobody takes the freed port meanwhile. Reentrant within a thread.
+    """
+    depth = getattr(_ports_depth, "value", 0)
+    if depth:
+        _ports_depth.value = depth + 1
+        try:
+            yield
+        finally:
+            _ports_depth.value = depth
+        return
+    with open(PORTS_LOCK_FILE, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _ports_depth.value = 1
+        try:
+            yield
+        finally:
+            _ports_depth.value = 0
 
 
 def _by_name() -> dict[str, Component]:
@@ -173,23 +206,24 @@ def up(state_dir: Path, progress: Progress = _quiet, *, die_with_parent: bool = 
         recorded = load_stack_info(state_dir)
         previous = recorded.components if recorded else {}
         alive = {name for name, c in previous.items() if c.is_alive()}
-        layout = StackLayout(binaries, state_dir, pki, _plan_ports(previous, alive))
-        kubeconfig = _write_kubeconfigs(layout)
-        info = StackInfo(
-            temporal_address=layout.temporal_address,
-            temporal_ui=layout.temporal_ui,
-            kubeconfig=str(kubeconfig),
-            state_dir=str(state_dir),
-        )
-        run = _Run(layout, info, previous, progress, die_with_parent)
-        comps = _by_name()
-        for wave in WAVES:
-            for name in wave:
-                run.ensure(comps[name])
-            for name in wave:
-                if name != TEMPORAL:
-                    _wait_ready(comps[name], info.components[name], layout)
-        _wait_ready(comps[TEMPORAL], info.components[TEMPORAL], layout)
+        with ports_held():
+            layout = StackLayout(binaries, state_dir, pki, _plan_ports(previous, alive))
+            kubeconfig = _write_kubeconfigs(layout)
+            info = StackInfo(
+                temporal_address=layout.temporal_address,
+                temporal_ui=layout.temporal_ui,
+                kubeconfig=str(kubeconfig),
+                state_dir=str(state_dir),
+            )
+            run = _Run(layout, info, previous, progress, die_with_parent)
+            comps = _by_name()
+            for wave in WAVES:
+                for name in wave:
+                    run.ensure(comps[name])
+                for name in wave:
+                    if name != TEMPORAL:
+                        _wait_ready(comps[name], info.components[name], layout)
+            _wait_ready(comps[TEMPORAL], info.components[TEMPORAL], layout)
         try:
             register_search_attributes(layout)
         except SearchAttributeTypeError as err:

@@ -2,7 +2,7 @@
 
 * `local_stack` -> `localstack.state.StackInfo`: the stack named by `NODEROLL_TEST_STACK=<state-dir>`
   when that one runs (fast iteration: `noderoll dev up --state-dir X` once, then
-  `NODEROLL_TEST_STACK=X pytest ...`), otherwise one stack per pytest run in a temporary state
+  `NODEROLL_TEST_STACK=X pytest ...`), otherwise one stack per test process (each pytest-xdist worker) in a temporary state
   dir, started with the same code as `noderoll dev up` and stopped at the end of the session.
 * `kube_api_client`, `temporal_client`: clients of that stack (session scope).
 * `temporal_test_env`: the time-skipping test server (tests/workflows), no stack needed.

@@ -36,7 +36,7 @@ from api.keys import (
 )
 from bench.procs import Connection, ProcessSet
 from localstack.processes import stop
-from localstack.stack import down, up
+from localstack.stack import down, ports_held, up
 from localstack.state import StackInfo
 
 PDB_SAMPLE_SECONDS = 0.25
@@ -59,10 +59,12 @@ class ChaosStack:
 
     def restart(self, component: str, down_seconds: float = 0.0) -> None:
         """Stop one component (SIGTERM its group), keep it down `down_seconds`, and start it again on
-        the same port and data."""
-        stop(self.info.components[component])
-        time.sleep(down_seconds)
-        self.info = up(self.state_dir)
+        the same port and data. The machine-wide port lock is held meanwhile: a stack starting in another
+        test process (`scripts/test` runs two) would otherwise be free to take the port."""
+        with ports_held():
+            stop(self.info.components[component])
+            time.sleep(down_seconds)
+            self.info = up(self.state_dir)
 
     def stop(self) -> None:
         down(self.state_dir, purge=True)

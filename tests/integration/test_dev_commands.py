@@ -14,6 +14,7 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -115,16 +116,39 @@ def test_taken_default_ports_are_replaced_by_free_ones(state_dir: Path) -> None:
     with ExitStack() as stack:
         for port in DEFAULT_PORTS:
             sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            # As the servers do: without it a TIME_WAIT leftover of the stack before (its clients'
+            # connections) fails this bind, the port looks held and is not, and the stack gets it.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind(("127.0.0.1", port))
                 sock.listen()
             except OSError:
-                pass  # already taken by someone else: just as good for this test
+                pass  # a listener holds it (another stack): just as good for this test
         data = up_json(state_dir)
         check_stack_answers(data)
         used = {p for c in load_stack_info(state_dir).components.values() for p in c.ports.values()}  # type: ignore[union-attr]
         assert not used & set(DEFAULT_PORTS), f"a taken default port was used: {used & set(DEFAULT_PORTS)}"
         assert not data["temporal_address"].endswith(":7233")
+    assert dev(state_dir, "down").returncode == 0
+
+
+def ports_of(state_dir: Path) -> set[int]:
+    return {p for c in load_stack_info(state_dir).components.values() for p in c.ports.values()}  # type: ignore[union-attr]
+
+
+def test_two_stacks_started_at_once_pick_different_ports(state_dir: Path, tmp_path: Path) -> None:
+    # Ports are planned all at once but bound wave by wave, seconds apart: without the machine-wide
+    # port lock both stacks plan the same free defaults and the later apiserver cannot bind.
+    other = tmp_path / "other-stack"
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            answers = list(pool.map(up_json, [state_dir, other]))
+        for data in answers:
+            check_stack_answers(data)
+        assert not ports_of(state_dir) & ports_of(other), ports_of(state_dir) & ports_of(other)
+    finally:
+        dev(other, "down", "--purge")
+        assert not leftovers(other)
     assert dev(state_dir, "down").returncode == 0
 
 
