@@ -152,8 +152,31 @@ def node_condition(kind: str, on: bool, reason: str, message: str) -> dict[str, 
 
 @activity.defn(name="write_node_state")
 def write_node_state(input: WriteNodeStateInput) -> None:
-    """Write one state transition: annotation + status label (one patch), the conditions, Events."""
+    """Write one state transition: the conditions, then annotation + status label (one patch), Events.
 
+    The conditions go first: whoever reads the record (annotation, label) then sees conditions that
+    agree with it. Written the other way round, a reader between the two requests saw a node labelled
+    `erroring` whose `noderoll.io/Erroring` condition was still False (the bad-input tier, loaded).
+    """
+    reason = input.status.replace("-", " ").title().replace(" ", "")
+    conditions = [
+        node_condition(CONDITION_UPDATING, input.updating, reason, input.message or input.status),
+        node_condition(CONDITION_ERRORING, input.erroring, reason, input.message or input.status),
+    ]
+    if input.state_annotation is not None:
+        # The window writes the annotation now, so it reads (planning/node_marks.py: the other writer).
+        conditions.append(node_condition(CONDITION_STATE_MALFORMED, False, REASON_READABLE, READABLE_MESSAGE))
+    try:
+        # Strategic merge: NodeStatus.conditions merge by `type`, so the kubelet's conditions stay.
+        kube.core().patch_node_status(
+            input.node,
+            {"status": {"conditions": conditions}},
+            _content_type="application/strategic-merge-patch+json",
+        )
+    except ApiException as err:
+        if kube.is_not_found(err):
+            raise node_not_found(input.node) from err
+        kube.raise_for(err, f"patch conditions of node {input.node}")
     metadata: dict[str, Any] = {"labels": {NODE_STATUS_LABEL: input.status}}
     if input.state_annotation is not None:
         metadata["annotations"] = {NODE_STATE_ANNOTATION: input.state_annotation}
@@ -168,23 +191,6 @@ def write_node_state(input: WriteNodeStateInput) -> None:
         if kube.is_not_found(err):
             raise node_not_found(input.node) from err
         kube.raise_for(err, f"patch node {input.node}")
-    reason = input.status.replace("-", " ").title().replace(" ", "")
-    conditions = [
-        node_condition(CONDITION_UPDATING, input.updating, reason, input.message or input.status),
-        node_condition(CONDITION_ERRORING, input.erroring, reason, input.message or input.status),
-    ]
-    if input.state_annotation is not None:
-        # The window just wrote the annotation, so it reads (planning/node_marks.py: the other writer).
-        conditions.append(node_condition(CONDITION_STATE_MALFORMED, False, REASON_READABLE, READABLE_MESSAGE))
-    try:
-        # Strategic merge: NodeStatus.conditions merge by `type`, so the kubelet's conditions stay.
-        kube.core().patch_node_status(
-            input.node,
-            {"status": {"conditions": conditions}},
-            _content_type="application/strategic-merge-patch+json",
-        )
-    except ApiException as err:
-        kube.raise_for(err, f"patch conditions of node {input.node}")
     # One Event per (node, reason), updated in place (activities.node_events): a node's Events do
     # not grow with the windows run on it.
     emit_events(input.node, list(input.events), written.metadata.uid or "")

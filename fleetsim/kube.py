@@ -145,12 +145,17 @@ def pod_path(pod: dict[str, Any]) -> str:
 # grace-0 delete of a terminated pod is retried the same way (a lost one leaves the pod Terminating
 # for good, and a drain waiting for it never ends).
 STATUS_RETRY_SECONDS = 120.0
+# How long a node's own status and a node back from a reboot listing its pods keep trying while the
+# apiserver is away, as a kubelet does for good (longer than any outage the tests make).
+KUBELET_RETRY_SECONDS = 600.0
 
 
-def until_landed(call: Callable[[], Any], done: tuple[int, ...] = (404,), seconds: float | None = None) -> Any:
+def until_landed(call: Callable[[], Any], done: tuple[int, ...] = (404,), seconds: float | None = None,
+                 stopping: threading.Event | None = None) -> Any:
     """Run `call` until the apiserver takes it and return its answer: no answer, 429 and 5xx are
-    retried with backoff for `seconds` (default STATUS_RETRY_SECONDS); a KubeError whose status is in
-    `done` counts as landed (None); others raise."""
+    retried with backoff for `seconds` (default STATUS_RETRY_SECONDS), not once `stopping` is set (the
+    simulator shuts down: its stop waits for this thread); a KubeError whose status is in `done`
+    counts as landed (None); others raise."""
     deadline = time.monotonic() + (STATUS_RETRY_SECONDS if seconds is None else seconds)
     delay = 0.5
     while True:
@@ -159,7 +164,7 @@ def until_landed(call: Callable[[], Any], done: tuple[int, ...] = (404,), second
         except KubeError as err:
             if err.status in done:
                 return None
-            if not err.transient or time.monotonic() > deadline:
+            if not err.transient or time.monotonic() > deadline or (stopping is not None and stopping.is_set()):
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 5.0)

@@ -23,7 +23,7 @@ from api.keys import STAGE_COMPONENT, STAGE_COMPONENT_LABEL
 from fleetsim import podstatus, stagepods
 from fleetsim.agents import AgentRun
 from fleetsim.context import RUN_SECONDS_ANNOTATION, SimContext, SimNode
-from fleetsim.kube import KubeError, patch_status, pod_path, until_landed
+from fleetsim.kube import KUBELET_RETRY_SECONDS, KubeError, patch_status, pod_path, until_landed
 from fleetsim.nodes import node_ip, now_rfc3339
 
 log = logging.getLogger(__name__)
@@ -165,10 +165,6 @@ def _complete(ctx: SimContext, pod: dict[str, Any], started: str) -> None:
     patch_status(ctx.kube, pod, podstatus.terminated_status(pod, 0, "", (started, now_rfc3339())))
 
 
-# How long a node back from a reboot keeps trying to list its pods (longer than any outage the tests make).
-COME_BACK_RETRY_SECONDS = 600.0
-
-
 def resume_node(ctx: SimContext, node: SimNode) -> dict[str, int]:
     """The node's kubelet runs again after a reboot: every pod bound to it is looked at once more.
 
@@ -185,7 +181,7 @@ def resume_node(ctx: SimContext, node: SimNode) -> dict[str, int]:
     # Retried while the apiserver is away, as a kubelet back from a reboot keeps trying: a single try
     # that met an apiserver restart left the rebooting stage pod unfinished for good (chaos test (c)).
     listing = until_landed(lambda: ctx.kube.request("GET", "/api/v1/pods", query=query), done=(),
-                           seconds=COME_BACK_RETRY_SECONDS)
+                           seconds=KUBELET_RETRY_SECONDS, stopping=ctx.stopping)
     now = now_rfc3339()
     counts = {"restarted": 0, "failed": 0, "other": 0}
     for pod in listing.get("items", []):

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from fleetsim.context import PREFIX_LABEL, SIM_LABEL, SimContext, SimNode
-from fleetsim.kube import MERGE_PATCH, STRATEGIC_PATCH, KubeError, quoted
+from fleetsim.kube import KUBELET_RETRY_SECONDS, MERGE_PATCH, STRATEGIC_PATCH, KubeError, quoted, until_landed
 
 log = logging.getLogger(__name__)
 
@@ -188,10 +188,17 @@ def schedule_heartbeats(ctx: SimContext, node: SimNode, first_delay: float) -> N
 
 
 def set_ready(ctx: SimContext, node: SimNode, ready: bool, message: str) -> None:
-    """Write the Ready condition (and the boot id) of a node."""
+    """Write the Ready condition (and the boot id) of a node, retried while the apiserver is away (a
+    deleted node is fine).
+
+    A reboot's NotReady and its Ready with the new boot id must land: written once, a try that met an
+    apiserver restart failed the simulated reboot, whose interrupt pod then never finished and whose
+    window waited for good (chaos test (c), 40 s down, 2026-12-02).
+    """
     node.ready = ready
     status = {"conditions": [ready_condition(ready, message)], "nodeInfo": {"bootID": node.boot_id}}
-    ctx.kube.request("PATCH", f"/api/v1/nodes/{quoted(node.name)}/status", {"status": status}, content_type=STRATEGIC_PATCH)
+    until_landed(lambda: ctx.kube.request("PATCH", f"/api/v1/nodes/{quoted(node.name)}/status", {"status": status},
+                                          content_type=STRATEGIC_PATCH), seconds=KUBELET_RETRY_SECONDS, stopping=ctx.stopping)
 
 
 def delete_node(ctx: SimContext, name: str) -> None:

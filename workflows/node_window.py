@@ -118,8 +118,14 @@ class WindowRun:
 
     async def _write(self, in_window: bool, events: list[NodeEvent], retry: RetryPolicy = API_RETRY) -> None:
         status = node_status(self.state, in_window)
-        erroring = bool(self.failures)
-        message = "; ".join(f"{n}: {f.stage}: {f.message}" for n, f in sorted(self.failures.items()))
+        # As the label: erroring while any package's record says so, failed in this window or an earlier
+        # one (it waits for `retry`); this window's failures alone turned the condition False under an
+        # `erroring` label when a later window ran another package.
+        earlier = {n: e.last_error or "erroring" for n, e in self.state.packages.items()
+                   if e.state == State.ERRORING and n not in self.failures}
+        erroring = bool(self.failures or earlier)
+        message = "; ".join([*(f"{n}: {f.stage}: {f.message}" for n, f in sorted(self.failures.items())),
+                             *(f"{n}: {error}" for n, error in sorted(earlier.items()))])
         await workflow.execute_activity(
             "write_node_state",
             WriteNodeStateInput(

@@ -428,3 +428,24 @@ async def test_cancel_withdraws_a_queued_request(temporal_test_env: WorkflowEnvi
         assert await h.closed() == WorkflowExecutionStatus.COMPLETED
         assert h.node.modes() == []
         assert await h.collector.query(ResultCollector.collected) == []
+
+
+async def test_the_erroring_condition_follows_the_record_not_only_this_windows_failures(
+    temporal_test_env: WorkflowEnvironment,
+) -> None:
+    # The label says `erroring` while any package's record does; the condition must say the same,
+    # also in a later window that fails nothing (the package that failed earlier still waits).
+    node = FakeNode(name=f"node-{uuid.uuid4().hex[:8]}", exits={"apply": [1, 1, 1]})
+    async with harness(temporal_test_env, node) as h:
+        await h.request("sysctl", a_spec("1.0.0"))
+        [first] = await h.results(1)
+        assert first.state == "erroring"
+        assert (h.node.writes[-1].status, h.node.writes[-1].erroring) == ("erroring", True)
+        await h.request("driver", a_spec("2.0.0"))
+        results = await h.results(2)
+        assert (results[1].package, results[1].state) == ("driver", "complete")
+        state, _ = parse_node_state(h.node.state_annotation)
+        assert state.packages["sysctl"].state == "erroring"
+        last = h.node.writes[-1]
+        assert (last.status, last.erroring) == ("erroring", True), last
+        assert "sysctl" in last.message
