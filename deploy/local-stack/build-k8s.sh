@@ -58,13 +58,35 @@ if ! grep -rqs "^deb-src " /etc/apt/sources.list /etc/apt/sources.list.d/ && \
     "$suite" "$keyring" > "$src_list"
 fi
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends golang-go rsync jq etcd-server dpkg-dev >/dev/null
+# Each step's output goes to its own log, kept beside the cache; a ticker says what runs, for how long and
+# where its log is at least every 30 s (a build step is silent for minutes otherwise).
+logs=$(dirname "$cache_dir")/build-logs
+mkdir -p "$logs"
+total=$SECONDS
+step() {
+  local what=$1 log=$2; shift 2
+  local start=$SECONDS rc=0
+  echo "build-k8s: $what (log $log)..."
+  ( while sleep 30; do echo "build-k8s: $what: $((SECONDS - start)) s so far (log $log)"; done ) &
+  local ticker=$!
+  "$@" >"$log" 2>&1 || rc=$?
+  kill "$ticker" 2>/dev/null || true
+  wait "$ticker" 2>/dev/null || true
+  if [ "$rc" != 0 ]; then
+    tail -n 30 "$log" >&2
+    echo "error: $what failed (exit $rc; log $log). Remove $cache_dir and retry, or set KUBEBUILDER_ASSETS." >&2
+    exit 5
+  fi
+  echo "build-k8s: $what done in $((SECONDS - start)) s"
+}
+step "apt-get update" "$logs/apt-update.log" apt-get update
+step "installing golang-go rsync jq etcd-server dpkg-dev" "$logs/apt-install.log" \
+  apt-get install -y --no-install-recommends golang-go rsync jq etcd-server dpkg-dev
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/noderoll-k8s-build.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-apt-get source -qq kubernetes >/dev/null
+step "fetching Debian's kubernetes source package" "$logs/apt-source.log" apt-get source kubernetes
 src=$(find . -maxdepth 1 -type d -name 'kubernetes-*' | head -n1)
 [ -n "$src" ] || { echo "error: apt-get source kubernetes produced no source tree" >&2; exit 4; }
 cd "$src"
@@ -78,19 +100,15 @@ export KUBE_VERBOSE=0 FORCE_HOST_GO=y
 targets=("${extra[@]}")
 if [ "$only_extra" = 0 ]; then targets=("${bins[@]}" "${extra[@]}"); fi
 for b in "${targets[@]}"; do
-  echo "building $b (several minutes on 2 cores)..."
-  if ! make WHAT="cmd/$b" >"$work/build-$b.log" 2>&1; then
-    tail -n 30 "$work/build-$b.log" >&2
-    echo "error: building $b failed; log above. Remove $cache_dir and retry, or set KUBEBUILDER_ASSETS." >&2
-    exit 5
-  fi
+  step "building $b (the first one about 5.5 min on 2 cores, then about 40 s each)" "$logs/build-$b.log" \
+    make WHAT="cmd/$b"
 done
 if [ "$only_extra" = 1 ]; then
   for b in "${extra[@]}"; do
     install -m 0755 "$(find _output -type f -name "$b" -perm -u+x | head -n1)" "$cache_dir/.$b.tmp"
     mv "$cache_dir/.$b.tmp" "$cache_dir/$b"
   done
-  echo "k8s binaries ${extra[*]} added to $cache_dir"
+  echo "k8s binaries ${extra[*]} added to $cache_dir ($((SECONDS - total)) s)"
   exit 0
 fi
 mkdir -p "$cache_dir.tmp"
@@ -99,4 +117,4 @@ for b in "${bins[@]}" "${extra[@]}"; do
 done
 echo "$build_revision" > "$cache_dir.tmp/.noderoll-build"
 rm -rf "$cache_dir"; mv "$cache_dir.tmp" "$cache_dir"
-echo "k8s binaries installed in $cache_dir"
+echo "k8s binaries installed in $cache_dir ($((SECONDS - total)) s)"
