@@ -1,8 +1,7 @@
 """Liveness of workflow runs, asked of the Temporal server. Does I/O (Temporal frontend).
 
 The fleet uses `describe_workflow_runs` to notice node workflows that closed without answering its
-request (terminated or reset from the Temporal UI, timed out), and the legacy budget workflow to
-reclaim leases whose holder is gone. Async activity: it uses the worker's own client (`activity.client()`).
+request (terminated or reset from the Temporal UI, timed out). Async activity: it uses the worker's own client (`activity.client()`).
 """
 
 from __future__ import annotations
@@ -11,7 +10,7 @@ from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.io import DescribeWorkflowRunsInput, DescribeWorkflowRunsResult
+from protocol.activities import DescribeWorkflowRunsInput, DescribeWorkflowRunsResult
 
 
 @activity.defn(name="describe_workflow_runs")

@@ -30,13 +30,6 @@ from temporalio.exceptions import ApplicationError
 import kube
 import metrics
 from activities.heartbeats import beat, keep_alive, wait_slice
-from activities.io import (
-    DrainNodeInput,
-    DrainNodeResult,
-    NodeEvent,
-    WaitProtectedPodsInput,
-    WaitProtectedPodsResult,
-)
 from activities.node_events import record_event
 from activities.nodes import set_draining
 from api.enums import DrainReason
@@ -52,6 +45,13 @@ from planning.drain import (
     protected_pods_message,
 )
 from protocol import errors
+from protocol.node_activities import (
+    DrainNodeInput,
+    DrainNodeResult,
+    NodeEvent,
+    WaitProtectedPodsInput,
+    WaitProtectedPodsResult,
+)
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 MAX_BACKOFF_SECONDS = 10.0

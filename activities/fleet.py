@@ -21,9 +21,7 @@ from kube.node_snapshot import node_view
 from kube.nodes import list_node_facts
 from planning.fleet_targets import FleetPackage, FleetQuery, FleetSelection, select_fleet
 from planning.node_marks import NodeMark, listing_marks
-from planning.targets import TargetSelection
 from protocol.activities import ListFleetNodesInput, ListFleetNodesResult, RequestWindowsInput
-from protocol.names import SIGNAL_WINDOW
 
 _SELECTION = TypeAdapter(FleetSelection)
 _MARKS = TypeAdapter(list[NodeMark])
@@ -42,7 +40,7 @@ def list_fleet_nodes(input: ListFleetNodesInput) -> ListFleetNodesResult:
     # What the blocked nodes do not show yet (label, StateMalformed): the fleet has it marked.
     blocked = {name: "; ".join(f"{p}: {r}" for p, r in sorted(t.blocked.items()))
                for name, t in selection.nodes.items() if t.blocked and not t.eligible}
-    marks = listing_marks([v for v in views if v.name in selection.nodes], TargetSelection(blocked=blocked))
+    marks = listing_marks([v for v in views if v.name in selection.nodes], blocked)
     return ListFleetNodesResult(
         selection=_SELECTION.dump_python(selection, mode="json"), listed=len(views),
         marks=_MARKS.dump_python(marks, mode="json"))
@@ -51,4 +49,4 @@ def list_fleet_nodes(input: ListFleetNodesInput) -> ListFleetNodesResult:
 @activity.defn(name="request_windows")
 async def request_windows(input: RequestWindowsInput) -> None:
     """Signal-with-start `node/<node>` with each request (heartbeats per node)."""
-    await signal_node_workflows(input.nodes, input.requests, SIGNAL_WINDOW, input.task_queue)
+    await signal_node_workflows(input.nodes, input.requests, input.task_queue)

@@ -19,7 +19,6 @@ from temporalio.exceptions import ApplicationError
 import kube
 import metrics
 from activities.heartbeats import beat, keep_alive, wait_slice
-from activities.io import RunInterruptInput, RunInterruptResult
 from activities.jobs import ensure_job, job_name
 from activities.nodes import snapshot
 from activities.stage_wait import wait_job
@@ -28,6 +27,7 @@ from kube.nodes import node_not_found, read_node
 from kube.pod_wait import WATCH_SECONDS, JobWait, PodOutcome
 from kube.watching import BOOKMARK, Watched, watch_from
 from protocol import errors
+from protocol.node_activities import RunInterruptInput, RunInterruptResult
 
 # How a node that is gone during its reboot is reported (NodeNotFound).
 REBOOT_GONE = "disappeared during its reboot"

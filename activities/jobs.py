@@ -22,17 +22,15 @@ from kubernetes.client.exceptions import ApiException
 
 import kube
 from activities import stage_pod
-from activities.io import StageJob
 from activities.stage_pod import StagePodIdentity, StagePodSettings
 from api.keys import GROUP, PACKAGE_PLURAL, PACKAGE_POD_NAMESPACE, VERSION
 from kube.nodes import read_node
+from protocol.node_activities import StageJob
 
 
 def job_name(job: StageJob) -> str:
     """Deterministic, readable Job name of at most 63 characters (prefix + hash of the identity)."""
     parts = [job.package, job.version, job.node, job.mode, str(job.attempt), job.window]
-    if job.check:
-        parts.append(job.check)  # a stage+check Job never shares a name with a stage-only one
     if job.modes:
         parts.append(",".join(job.modes))  # a pod of several stages (and maybe the interrupt)
     digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
@@ -41,7 +39,7 @@ def job_name(job: StageJob) -> str:
 
 
 def job_modes(job: StageJob) -> list[str]:
-    """The modes the Job's pod runs, in order: the stage, then its check when it has one (pure)."""
+    """The modes the Job's pod runs, in order (pure; `activities.stage_pod.modes`)."""
     return stage_pod.modes(job)
 
 

@@ -30,7 +30,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 import kube
-from activities.io import NodeEvent
+from protocol.node_activities import NodeEvent
 
 EVENT_NAMESPACE = "default"
 EVENT_SOURCE = "noderoll"

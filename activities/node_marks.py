@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from pydantic import TypeAdapter
 from temporalio import activity
 
 import kube
-from activities.io import MarkBlockedNodesInput, MarkBlockedNodesResult, NodeEvent
 from activities.node_events import emit_event
 from activities.nodes import CONFLICT_RETRIES, node_condition
 from api.keys import CONDITION_STATE_MALFORMED, NODE_STATUS_LABEL
@@ -26,8 +26,12 @@ from kube.node_snapshot import node_facts, node_view
 from kube.nodes import find_node
 from planning.node_marks import NodeMark, decide_mark
 from planning.targets import NodeView
+from protocol.activities import MarkBlockedNodesInput, MarkBlockedNodesResult
+from protocol.node_activities import NodeEvent
 
 MERGE_PATCH = "application/merge-patch+json"
+# The marks travel as JSON (`protocol.activities.MarkBlockedNodesInput`).
+_MARKS = TypeAdapter(list[NodeMark])
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 
 
@@ -74,7 +78,7 @@ def _mark_one(mark: NodeMark) -> bool:
 def mark_blocked_nodes(input: MarkBlockedNodesInput) -> MarkBlockedNodesResult:
     """Write each mark that still applies (module docstring); heartbeats once per node."""
     result = MarkBlockedNodesResult()
-    for mark in input.marks:
+    for mark in _MARKS.validate_python(input.marks):
         if _mark_one(mark):
             result.written.append(mark.node)
         activity.heartbeat(mark.node)

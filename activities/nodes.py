@@ -22,14 +22,6 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
 import kube
-from activities.io import (
-    CordonNodeResult,
-    NodeEvent,
-    NodeInput,
-    ReadNodeResult,
-    UncordonNodeResult,
-    WriteNodeStateInput,
-)
 from activities.node_events import emit_event, emit_events
 from api.keys import (
     CONDITION_DRAINING,
@@ -45,6 +37,14 @@ from kube.node_snapshot import node_facts
 from kube.nodes import node_not_found
 from kube.nodes import read_node as read_node_or_fail
 from planning.node_marks import READABLE_MESSAGE, REASON_READABLE
+from protocol.node_activities import (
+    CordonNodeResult,
+    NodeEvent,
+    NodeInput,
+    ReadNodeResult,
+    UncordonNodeResult,
+    WriteNodeStateInput,
+)
 
 CONFLICT_RETRIES = 8
 

@@ -26,7 +26,6 @@ from kubernetes.client.exceptions import ApiException
 from temporalio import activity
 
 import kube
-from activities.io import DeleteStageJobsInput, DeleteStageJobsResult
 from api.keys import (
     PACKAGE_POD_NAMESPACE,
     STAGE_COMPONENT,
@@ -34,6 +33,7 @@ from api.keys import (
     STAGE_NODE_LABEL,
     STAGE_PACKAGE_LABEL,
 )
+from protocol.node_activities import DeleteStageJobsInput, DeleteStageJobsResult
 
 PROPAGATION = "Background"
 # Served from the apiserver's watch cache (module docstring).

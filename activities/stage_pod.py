@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-from activities.io import StageJob
 from api.keys import (
     PACKAGE_POD_NAMESPACE,
     STAGE_COMPONENT,
@@ -43,6 +42,7 @@ from api.keys import (
     STAGE_PACKAGE_LABEL,
     STAGE_VERSION_ANNOTATION,
 )
+from protocol.node_activities import StageJob
 
 
 def _release() -> str:
@@ -156,11 +156,9 @@ INTERRUPT_MODE = "interrupt"
 
 
 def modes(job: StageJob) -> list[str]:
-    """The modes the Job's pod runs, in order: `job.modes` when given (several stages, each with its
-    check, maybe the interrupt last), else the stage, then its check when it has one. Pure."""
-    if job.modes:
-        return list(job.modes)
-    return [job.mode] if not job.check else [job.mode, job.check]
+    """The modes the Job's pod runs, in order: `job.modes` when given (a stage pod: its stages, each
+    followed by its check, maybe the interrupt last), else `job.mode` alone (an interrupt pod). Pure."""
+    return list(job.modes) if job.modes else [job.mode]
 
 
 def runs_package(job: StageJob) -> bool:

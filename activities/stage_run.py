@@ -29,13 +29,13 @@ import metrics
 from activities import stage_pod
 from activities.heartbeats import keep_alive
 from activities.interrupts import confirm_reboot
-from activities.io import RunInterruptInput, RunStagePodInput, RunStagePodResult, StageJob
 from activities.jobs import ensure_job
 from activities.stage_pod import INTERRUPT_MODE
 from activities.stage_wait import wait_job
 from api.enums import InterruptType
 from kube.pod_wait import PodOutcome
 from protocol import errors
+from protocol.node_activities import RunInterruptInput, RunStagePodInput, RunStagePodResult, StageJob
 
 
 def _observe(job: StageJob, outcome: PodOutcome) -> None:

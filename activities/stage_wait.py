@@ -1,4 +1,4 @@
-"""The `run_stage_job` activity, and `wait_job`: the heartbeating wait for a Job's pod. Does I/O.
+"""`wait_job`: the heartbeating wait for a stage or interrupt Job's pod (`run_stage_pod`, `run_interrupt`). Does I/O.
 
 The wait itself is `kube.pod_wait.JobWait` (one pod watch resumed from the last resourceVersion, a
 list only for an adopted Job or after 410; a pod deleted or replaced before it finished fails the
@@ -14,10 +14,7 @@ from typing import Any
 
 from temporalio import activity
 
-import metrics
-from activities.heartbeats import beat, keep_alive, wait_slice
-from activities.io import RunStageJobResult, StageJob
-from activities.jobs import ensure_job
+from activities.heartbeats import beat, wait_slice
 from kube.pod_wait import WATCH_SECONDS, JobWait, PodOutcome
 
 
@@ -46,21 +43,3 @@ def wait_job(name: str, deadline: float, node: str = "", created: str = "") -> P
         beat(wait.details())
         outcome = wait.step(max(1, int(min(wait_slice(WATCH_SECONDS), remaining))))
     return outcome
-
-
-@activity.defn(name="run_stage_job")
-@keep_alive
-def run_stage_job(input: StageJob) -> RunStageJobResult:
-    """Run one stage (and its check, in the same pod) as a Job pinned to the node."""
-    started = time.monotonic()
-    name, adopted, version = ensure_job(input)
-    # A small margin over the Job's own activeDeadlineSeconds, so the Job's verdict normally wins.
-    outcome = wait_job(name, time.monotonic() + input.timeout_seconds + 30, input.node, created=version)
-    mode = outcome.mode if outcome.mode in (input.mode, input.check) else input.mode
-    # An adopted Job started before this attempt: its duration is unknown here, so it is not observed.
-    if not adopted:
-        metrics.record_stage_duration(input.package, input.mode, time.monotonic() - started)
-    if outcome.exit_code != 0:
-        metrics.record_stage_failure(input.package, mode)
-    return RunStageJobResult(job_name=name, exit_code=outcome.exit_code, log_tail=outcome.log_tail,
-                             adopted=adopted, mode=mode, completed=list(outcome.completed))

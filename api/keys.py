@@ -98,31 +98,5 @@ NODE_KEYS: tuple[tuple[str, str, str], ...] = (
      "taint of `runtimeRequired` Packages (see `spec.runtimeRequired`)."),
 )
 
-# Temporal names (workflow ids, signals, queries, search attributes) are defined once, in the wire
-# protocol's leaf module; re-exported here for the code that reads every contract name from here.
-from protocol.names import (  # noqa: E402, F401 - re-exported
-    DEFAULT_FLEET,
-    DEFAULT_NAMESPACE,
-    DEFAULT_TASK_QUEUE,
-    FLEET_WORKFLOW_PREFIX,
-    NODE_WORKFLOW_PREFIX,
-    QUERY_PROGRESS,
-    SEARCH_ATTR_NODE,
-    SEARCH_ATTR_PACKAGE,
-    SEARCH_ATTR_PHASE,
-    SEARCH_ATTRIBUTE_TYPES,
-    SEARCH_ATTRIBUTES,
-    SIGNAL_HALT,
-    SIGNAL_PAUSE,
-    SIGNAL_RESUME,
-    SIGNAL_RETRY,
-    budget_workflow_id,
-    fleet_workflow_id,
-    node_workflow_id,
-)
-from protocol.names import LEGACY_BUDGET_WORKFLOW_PREFIX as BUDGET_WORKFLOW_PREFIX  # noqa: E402, F401 - re-exported
-from protocol.names import LEGACY_ROLLOUT_WORKFLOW_PREFIX as ROLLOUT_WORKFLOW_PREFIX  # noqa: E402, F401 - re-exported
-from protocol.names import legacy_rollout_workflow_id as rollout_workflow_id  # noqa: E402, F401 - re-exported
-
 # Namespace where stage Jobs and interrupt pods run.
 PACKAGE_POD_NAMESPACE = "noderoll-system"

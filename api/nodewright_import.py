@@ -49,6 +49,7 @@ from api.nodewright_skyhook import (
     document,
 )
 from api.validation import check_document, cross_check
+from protocol import names
 
 __all__ = ["ImportNote", "ImportOptions", "ImportResult", "ImportUsageError", "Imported", "NameStyle", "Severity",
            "Skipped", "import_documents"]
@@ -137,7 +138,7 @@ def _collect(docs: Sequence[object], result: ImportResult) -> list[Source]:
 
 def _policy_name_problem(name: str, original: str) -> str | None:
     hint = f"; pass --policy-name {original}=NEW"
-    if name == keys.DEFAULT_FLEET:
+    if name == names.DEFAULT_FLEET:
         return f"the DeploymentPolicy name {name!r} is reserved in noderoll (its built-in fleet){hint}"
     try:
         check_name(name, "DeploymentPolicy name")

@@ -27,6 +27,7 @@ from api.problems import InvalidDocumentError, ValidationProblem, validate_objec
 from api.quantity import parse_quantity
 from api.selectors import LabelSelector
 from api.versions import VersionError, parse_version
+from protocol import names
 
 _CONFIG_KEY_RE = re.compile(r"^[-._a-zA-Z0-9]{1,253}$")
 _CONFIG_GLOB_RE = re.compile(r"^[-._a-zA-Z0-9*?]{1,253}$")
@@ -152,11 +153,8 @@ class Drain(SpecModel):
     delete_empty_dir_data: bool = False
 
 
-# The worker's bounds when a Package sets no `limits` (NodeWorkflowInput's defaults; the worker's
-# environment can change them: protocol/node_settings.py).
-DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS = 3600
-DEFAULT_STAGE_TIMEOUT_SECONDS = 1800
-DEFAULT_INTERRUPT_TIMEOUT_SECONDS = 900
+# The worker's bounds when a Package sets no `limits` are `protocol.node_settings.DEFAULT_*_TIMEOUT_SECONDS`
+# (the worker's environment can change them there).
 # Ranges of the `limits` fields: from a minute (a shorter bound only turns slow nodes erroring) to
 # 30 days for protected pods (multi-day training jobs) and a day for one stage or one reboot.
 LIMIT_MIN_SECONDS = 60
@@ -254,9 +252,9 @@ class PackageSpec(SpecModel):
     @field_validator("deployment_policy")
     @classmethod
     def _policy_name(cls, value: str | None) -> str | None:
-        if value == keys.DEFAULT_FLEET:
+        if value == names.DEFAULT_FLEET:
             raise ValueError(
-                f"{keys.DEFAULT_FLEET!r} is the built-in one-node-at-a-time policy; leave deploymentPolicy unset to use it"
+                f"{names.DEFAULT_FLEET!r} is the built-in one-node-at-a-time policy; leave deploymentPolicy unset to use it"
             )
         return None if value is None else check_name(value, "deploymentPolicy")
 

@@ -31,11 +31,12 @@ from api.names import check_name
 from api.package import ObjectMeta
 from api.problems import InvalidDocumentError, ValidationProblem, validate_object
 from api.selectors import LabelSelector
+from protocol import names
 
 DEFAULT_COMPARTMENT = "default"
 RESERVED_POLICY_NAME = (
-    f"the name {keys.DEFAULT_FLEET!r} is reserved: Packages that name no DeploymentPolicy roll out in the "
-    f"built-in fleet {keys.DEFAULT_FLEET!r} (one node at a time); pick another name"
+    f"the name {names.DEFAULT_FLEET!r} is reserved: Packages that name no DeploymentPolicy roll out in the "
+    f"built-in fleet {names.DEFAULT_FLEET!r} (one node at a time); pick another name"
 )
 
 
@@ -207,7 +208,7 @@ class DeploymentPolicy(LenientModel):
     def from_k8s(cls, obj: dict[str, Any]) -> DeploymentPolicy:
         """Build from a Kubernetes object dict; raise InvalidDocumentError listing every problem."""
         policy, problems = validate_object(cls, keys.POLICY_KIND, obj)
-        if policy.name == keys.DEFAULT_FLEET:
+        if policy.name == names.DEFAULT_FLEET:
             problems.append(ValidationProblem(keys.POLICY_KIND, policy.name, "metadata.name", RESERVED_POLICY_NAME))
         if problems:
             raise InvalidDocumentError(problems)

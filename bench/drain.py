@@ -26,10 +26,10 @@ from temporalio.testing import ActivityEnvironment
 
 import kube as activity_kube
 from activities.drain import drain_node
-from activities.io import DrainNodeInput, NodeInput
 from activities.nodes import cordon_node
 from fleetsim.context import FleetOptions
 from fleetsim.fleet import Fleet
+from protocol.node_activities import DrainNodeInput, NodeInput
 
 PODS = 10
 KUBECTL_TIMEOUT = "120s"

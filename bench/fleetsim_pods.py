@@ -23,12 +23,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from activities import stage_pod
-from activities.io import StageJob
 from api.keys import PACKAGE_POD_NAMESPACE
 from bench.procs import start_sim
 from bench.resources import cpu_seconds
 from bench.scenario import IMAGE, PACKAGES_DIR
 from fleetsim.nodes import node_name
+from protocol.node_activities import StageJob
 
 MODES = ["apply", "apply-check", "config", "config-check"]
 IDLE_SECONDS = 10.0

@@ -92,7 +92,7 @@ def package_manifests(sc: Scenario) -> list[dict[str, Any]]:
 def node_critical_path(sc: Scenario) -> float:
     """Seconds one fresh node needs at best in its one window: every planned stage plus one interrupt. Pure."""
     desired = {m["metadata"]["name"]: PackageSpec.model_validate(m["spec"]) for m in package_manifests(sc)}
-    plan = plan_node(NodePlanInput(node="n", recorded=NodeState(), desired=desired, one_window=True))
+    plan = plan_node(NodePlanInput(node="n", recorded=NodeState(), desired=desired))
     stages = [s for name in desired for s in plan.packages[name].stages if s is not Stage.INTERRUPT]
     interrupted = any(Stage.INTERRUPT in plan.packages[name].stages for name in desired)
     return len(stages) * sc.stage_seconds + (sc.reboot_seconds if interrupted else 0.0)

@@ -27,6 +27,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "webhook.command",
     "cli.ops_commands",
     "cli.node_commands",
+    "cli.migrate_command",
     "bench.command",
 )
 

@@ -38,6 +38,7 @@ from cli.ops_commands import run_ops
 from planning.node_plan import RERUN_STAGES
 from protocol import names
 from protocol.fleet import NodeReset, Rerun
+from protocol.node import signal_node_workflow
 from protocol.version import identity_version, noderoll_version
 
 EXIT_USAGE = 2
@@ -45,11 +46,6 @@ EXIT_USAGE = 2
 
 def _task_queue(args: argparse.Namespace) -> str:
     return str(args.task_queue or os.environ.get("NODEROLL_TASK_QUEUE") or names.DEFAULT_TASK_QUEUE)
-
-
-def _node_input(node: str) -> dict[str, Any]:
-    # `workflows.messages.NodeWorkflowInput` as JSON: a run started by a reset takes the defaults.
-    return {"node": node}
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
@@ -66,10 +62,7 @@ def cmd_reset(args: argparse.Namespace) -> int:
         request = NodeReset(id=args.id or uuid.uuid4().hex[:12], packages=sorted(set(args.package)),
                             source="noderoll node reset")
         try:
-            await ops.temporal.start_workflow(
-                names.NODE_WORKFLOW_TYPE, _node_input(args.node), id=names.node_workflow_id(args.node),
-                task_queue=task_queue, start_signal=names.SIGNAL_NODE_RESET, start_signal_args=[request],
-                static_summary=f"node {args.node}")
+            await signal_node_workflow(ops.temporal, args.node, names.SIGNAL_NODE_RESET, request, task_queue)
         except RPCError as err:
             raise OpsError(f"cannot signal reset to {names.node_workflow_id(args.node)}: {err.message}") from err
         what = ", ".join(request.packages) if request.packages else "every package"

@@ -84,7 +84,7 @@ def add_connection_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temporal-address", default=None,
                         help="host:port of Temporal (env NODEROLL_TEMPORAL_ADDRESS; default: dev stack)")
     parser.add_argument("--temporal-namespace", default=os.environ.get("NODEROLL_TEMPORAL_NAMESPACE",
-                                                                       keys.DEFAULT_NAMESPACE),
+                                                                       names.DEFAULT_NAMESPACE),
                         help="Temporal namespace (env NODEROLL_TEMPORAL_NAMESPACE)")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (env KUBECONFIG; default: dev stack)")
     parser.add_argument("--state-dir", default=None, help="dev stack state dir (env NODEROLL_STATE_DIR)")

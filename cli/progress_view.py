@@ -21,17 +21,17 @@ from rich.text import Text
 
 from api.enums import RolloutPhase, State
 from api.node_state import PackageNodeState
-from api.package import (
-    DEFAULT_INTERRUPT_TIMEOUT_SECONDS,
-    DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS,
-    DEFAULT_STAGE_TIMEOUT_SECONDS,
-    Limits,
-)
+from api.package import Limits
 from cli.ops_client import NodeRow, PackageView
 from cli.ops_fleets import QUERY_SOURCE, FleetView
 from planning.drain import drains_window
 from planning.fleet_status import NodeProgress
 from protocol import names
+from protocol.node_settings import (
+    DEFAULT_INTERRUPT_TIMEOUT_SECONDS,
+    DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS,
+    DEFAULT_STAGE_TIMEOUT_SECONDS,
+)
 
 ZONE_LABEL = "topology.kubernetes.io/zone"
 STATE_STYLE = {

@@ -14,9 +14,8 @@ retried with backoff: a task must never end while the bridge runs):
   (`noderoll_bridge_reconcile_errors_total`) and retried after `RETRY_SECONDS`;
 * `_poll_once`: the status poller every `status_seconds`;
 * `_resync_once`: every `resync_seconds` marks everything dirty (level-triggered: lost events, Temporal
-  outages and closed fleets all heal), hands an empty desired state to running fleets of this task
-  queue that no Package names any more (they end), and retires per-Package rollouts of releases
-  before fleets (`package/<name>`: halted, then terminated; ADR 0007).
+  outages and closed fleets all heal) and hands an empty desired state to running fleets of this task
+  queue that no Package names any more (they end).
 Replicas that do not lead keep their caches warm and do nothing else.
 """
 
@@ -276,9 +275,8 @@ class Bridge:
             self.nodes.note_reset(node)
         try:
             await self._end_orphans()
-            await self._retire_legacy()
         except Exception as err:  # noqa: BLE001 - visibility may be briefly unavailable
-            log.warning("orphaned fleets and legacy rollouts not checked: %s", err)
+            log.warning("orphaned fleets not checked: %s", err)
 
     async def _end_orphans(self) -> None:
         """Running fleets of this task queue that no Package names (any more) are reconciled: they end."""
@@ -289,11 +287,3 @@ class Bridge:
                 self.dirty.fleets.add(fleet)
         self._wake.set()
 
-    async def _retire_legacy(self) -> None:
-        """Per-Package rollouts of releases before fleets (`package/<name>`): halt, then terminate (ADR 0007)."""
-        fleets = self.reconciler.fleets
-        for package in await fleets.running_legacy():
-            obj = self.cache.get(keys.PACKAGE_KIND, package)
-            fleet = raw_fleet(obj) if obj is not None else DEFAULT_FLEET
-            done = await fleets.retire_legacy(package, fleet)
-            log.info("legacy rollout package/%s: %s (its Package rolls out in fleet/%s)", package, done, fleet)

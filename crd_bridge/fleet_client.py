@@ -4,10 +4,6 @@
 does not run (`ALLOW_DUPLICATE` lets a fleet that ended start again) and only signals it when it
 does (`USE_EXISTING`), so a second bridge, or a restarted one, never starts a second rollout.
 The fleet itself ignores a FleetSpec equal to the one it has.
-
-Legacy: `package/<name>` rollouts of releases before fleets are listed and retired here (ADR 0007):
-`halt` first (requests not yet started on their node are withdrawn; windows already running
-finish in their node workflows), then terminated once the rollout reports `Halted`.
 """
 
 from __future__ import annotations
@@ -20,16 +16,14 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from crd_bridge.decisions import RolloutState
 from planning.fleet_status import FleetProgress
-from planning.status import RolloutProgress
 from protocol import names
 from protocol.fleet import FleetInput, FleetSpec, NodeReset
-from protocol.node_settings import node_workflow_settings
+from protocol.node import signal_node_workflow
 from workflows.fleet_codec import progress_from_json
-from workflows.messages import NodeWorkflowInput
 
 
 class Fleets:
-    """Fleet workflows (and legacy rollouts) of one Temporal namespace and task queue."""
+    """Fleet workflows of one Temporal namespace and task queue."""
 
     def __init__(self, client: Client, task_queue: str) -> None:
         self.client = client
@@ -73,12 +67,7 @@ class Fleets:
 
     async def reset_node(self, node: str, request: NodeReset) -> None:
         """Signal-with-start `reset` on `node/<node>` (the node workflow applies it between windows)."""
-        await self.client.start_workflow(
-            names.NODE_WORKFLOW_TYPE, NodeWorkflowInput(node=node, **node_workflow_settings()),  # type: ignore[arg-type]
-            id=names.node_workflow_id(node),
-            task_queue=self.task_queue, start_signal=names.SIGNAL_NODE_RESET, start_signal_args=[request],
-            static_summary=f"node {node}",
-        )
+        await signal_node_workflow(self.client, node, names.SIGNAL_NODE_RESET, request, self.task_queue)
 
     async def signal(self, fleet: str, signal: str, arg: Any = None) -> None:
         """Send `signal` (with `arg` unless None) to the running fleet."""
@@ -95,34 +84,12 @@ class Fleets:
 
     async def running(self) -> list[str]:
         """Fleets with a running workflow on this task queue."""
-        return await self._running(names.FLEET_WORKFLOW_TYPE, names.FLEET_WORKFLOW_PREFIX)
-
-    # --- legacy per-Package rollouts -------------------------------------------------------
-
-    async def running_legacy(self) -> list[str]:
-        """Packages with a running `package/<name>` rollout on this task queue (before fleets)."""
-        return await self._running(names.LEGACY_ROLLOUT_WORKFLOW_TYPE, names.LEGACY_ROLLOUT_WORKFLOW_PREFIX)
-
-    async def retire_legacy(self, package: str, fleet: str) -> str:
-        """One step of retiring `package/<name>`: halt it, then terminate it once it reports Halted.
-
-        Returns what was done ("halted", "terminated", "waiting").
-        """
-        handle = self.client.get_workflow_handle(names.legacy_rollout_workflow_id(package))
-        progress = await handle.query(names.QUERY_PROGRESS, result_type=RolloutProgress)
-        if progress.phase.value != "Halted":
-            await handle.signal(names.SIGNAL_HALT)
-            return "halted"
-        await handle.terminate(reason=f"superseded by {names.fleet_workflow_id(fleet)} (fleet rollouts, ADR 0007)")
-        return "terminated"
-
-    async def _running(self, workflow_type: str, prefix: str) -> list[str]:
-        query = (f"WorkflowType = '{workflow_type}' AND ExecutionStatus = 'Running' "
+        query = (f"WorkflowType = '{names.FLEET_WORKFLOW_TYPE}' AND ExecutionStatus = 'Running' "
                  f"AND TaskQueue = '{self.task_queue}'")
         found = []
         async for execution in self.client.list_workflows(query):
-            if execution.id.startswith(prefix):
-                found.append(execution.id.removeprefix(prefix))
+            if execution.id.startswith(names.FLEET_WORKFLOW_PREFIX):
+                found.append(execution.id.removeprefix(names.FLEET_WORKFLOW_PREFIX))
         return sorted(set(found))
 
 

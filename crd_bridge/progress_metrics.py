@@ -15,7 +15,6 @@ from api.node_state import parse_node_state
 from metrics import NodeCount
 from planning.fleet_status import FleetProgress as FleetReport
 from planning.status import RolloutProgress
-from workflows.messages import BudgetStatus
 
 ROLLOUT_PHASES = tuple(p.value for p in RolloutPhase)
 
@@ -46,11 +45,6 @@ def publish_progress(package: str, progress: RolloutProgress) -> None:
     """Publish what a rollout's `progress` query answered: phase, batch number and size."""
     set_rollout_phase(package, str(progress.phase))
     metrics.set_batch(package, progress.batch_number, progress.batch_size)
-
-
-def publish_budget(policy: str, compartment: str, status: BudgetStatus) -> None:
-    """Publish what a (legacy) budget workflow's `budget_status` query answered."""
-    metrics.set_budget(policy, compartment, status.in_use, status.limit)
 
 
 def publish_fleet(fleet: str, progress: FleetReport) -> None:

@@ -26,7 +26,6 @@ from typing import Any
 from rich.console import Console
 from rich.live import Live
 
-from api import keys
 from api.enums import RolloutPhase, State
 from cli.ops_client import Ops, OpsTarget, is_finished
 from cli.ops_fleets import fleet_view
@@ -58,7 +57,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--state-dir", help="local stack state dir, as for `dev up` (default $NODEROLL_STATE_DIR or .noderoll/)")
     p.add_argument("--keep", action="store_true", help="leave stack, worker, bridge and fleet running afterwards")
     p.add_argument("--timeout", type=float, default=900.0, help="give up after this many seconds (default 900)")
-    p.add_argument("--task-queue", default=keys.DEFAULT_TASK_QUEUE, help="task queue of the demo worker")
+    p.add_argument("--task-queue", default=names.DEFAULT_TASK_QUEUE, help="task queue of the demo worker")
     p.add_argument("--name-suffix", default="", help="suffix for every demo object name (several demos per cluster)")
     p.add_argument("--soak-seconds", type=int, default=10, help="canary soak of the demo policy (default 10)")
     p.add_argument("--budget-percent", type=int, help="override the policy's default budget percent")
@@ -138,7 +137,7 @@ def _run_demo(console: Console, args: argparse.Namespace, record: procs.DemoReco
 
 async def _drive(console: Console, args: argparse.Namespace, launch: procs.DemoLaunch,
                  record: procs.DemoRecord, objects: DemoObjects) -> Outcome:
-    target = OpsTarget(launch.stack.temporal_address, keys.DEFAULT_NAMESPACE, launch.stack.kubeconfig, "demo")
+    target = OpsTarget(launch.stack.temporal_address, names.DEFAULT_NAMESPACE, launch.stack.kubeconfig, "demo")
     ops = await Ops.connect(target)
     try:
         procs.start_processes(launch, record)
@@ -265,7 +264,7 @@ def _evidence(stack: StackInfo, outcome: Outcome, sandbox_dir: str) -> NodeEvide
 def _where_to_look(console: Console, stack: StackInfo, record: procs.DemoRecord) -> None:
     query = urllib.parse.quote(f'WorkflowId = "{names.fleet_workflow_id(record.policy)}"')
     console.print("[bold]where to look[/]")
-    console.print(f"  Temporal UI : {stack.temporal_ui}/namespaces/{keys.DEFAULT_NAMESPACE}/workflows?query={query}",
+    console.print(f"  Temporal UI : {stack.temporal_ui}/namespaces/{names.DEFAULT_NAMESPACE}/workflows?query={query}",
                   highlight=False, soft_wrap=True)
     console.print(f"  kubeconfig  : {stack.kubeconfig}   (kubectl --kubeconfig {stack.kubeconfig} get packages)",
                   highlight=False, soft_wrap=True)

@@ -2,19 +2,18 @@
 
 `node_facts` takes a Node as the typed client returns it (`V1Node`: reads, lists) or as its API
 JSON (the bridge's watch cache), and answers a `NodeFacts` with every part any caller reads:
-the node window (`activities.nodes.snapshot`: cordon, boot id, Ready), target selection
-(`activities.targets`, `activities.fleet`), the node marks (`activities.node_marks`) and the bridge
+the node window (`activities.nodes.snapshot`: cordon, boot id, Ready), the fleet's target selection
+(`activities.fleet`), the node marks (`activities.node_marks`) and the bridge
 (`crd_bridge.node_changes`). `node_view` turns it into the pure core's `planning.targets.NodeView`.
-Taints are `{"key", "value", "effect"}` with "" for an absent part. `NodeFacts` extends the wire
-type `protocol.activities.NodeSnapshot` (the legacy `list_target_nodes` result) by what the node
-window reads; the node window's `activities.io.ReadNodeResult` is a projection of it (workflows
-import those types, so they cannot import this module).
+Taints are `{"key", "value", "effect"}` with "" for an absent part. The node window's wire type
+`protocol.node_activities.ReadNodeResult` is a projection of it (`activities.nodes.snapshot`;
+workflows import the wire types, so they cannot import this module).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kubernetes import client
@@ -26,14 +25,23 @@ from api.keys import (
     NODE_STATUS_LABEL,
 )
 from planning.targets import NodeView
-from protocol.activities import NodeSnapshot
 
 
 @dataclass
-class NodeFacts(NodeSnapshot):
-    """One Node as noderoll sees it, observed once: what target selection reads (`NodeSnapshot`)
+class NodeFacts:
+    """One Node as noderoll sees it, observed once: what target selection and the node marks read,
     and what the node window reads besides."""
 
+    name: str
+    labels: dict[str, str] = field(default_factory=dict)
+    # Each taint as {"key", "value", "effect"}.
+    taints: list[dict[str, str]] = field(default_factory=list)
+    created: str = ""
+    # The raw `noderoll.io/state` annotation ("" when absent); parsed by the pure core.
+    state_annotation: str = ""
+    # The `noderoll.io/status` label ("" when absent) and whether `noderoll.io/StateMalformed` is True.
+    status_label: str = ""
+    state_malformed: bool = False
     unschedulable: bool = False
     # Value of `noderoll.io/cordoned-by` ("" when absent).
     cordoned_by: str = ""

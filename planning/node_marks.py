@@ -1,4 +1,4 @@
-"""What a node that a rollout cannot update shows, and when it may be written. Pure (no I/O).
+"""What a node that a fleet cannot update shows, and when it may be written. Pure (no I/O).
 
 A targeted node can be blocked without any node window running on it: an untolerated taint, or a
 `noderoll.io/state` annotation that cannot be read (the node is held: no window may overwrite it).
@@ -7,7 +7,7 @@ state the condition `noderoll.io/StateMalformed` and a Warning Event `StateMalfo
 
 Who writes (docs/architecture.md "Node state"): the node workflow stays the only writer of the
 state annotation, and owns the label and conditions while its window runs. A mark is written by the
-activity `mark_blocked_nodes`, which the rollout calls after a listing (and the node workflow when
+activity `mark_blocked_nodes`, which the fleet calls after a listing (and the node workflow when
 it finds garbage itself), under two guards:
 * `listing_marks` sends only what the listed node does not show yet, so a steady state costs no
   call at all;
@@ -18,20 +18,20 @@ it finds garbage itself), under two guards:
   `in-progress` or `erroring`; the next window's state write replaces `blocked` as usual.
 
 When an unreadable annotation reads again (removed or repaired by an operator), the condition turns
-False (`STATE_REPAIRED`): by the next window's state write, or by a rollout's listing when no
+False (`STATE_REPAIRED`): by the next window's state write, or by a fleet's listing when no
 window is due (a repair to a complete record).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from api.enums import NodeMarkKind, NodeStatus
 from api.keys import EVENT_STATE_MALFORMED, NODE_STATE_ANNOTATION, STATE_MALFORMED_REASON
 from api.node_state import held_reason, parse_node_state
-from planning.targets import NodeView, TargetSelection
+from planning.targets import NodeView
 from planning.window import node_status
 
 EVENT_STATE_REPAIRED = "StateRepaired"
@@ -82,14 +82,15 @@ def _digest(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()[:16]
 
 
-def listing_marks(nodes: Sequence[NodeView], selection: TargetSelection) -> list[NodeMark]:
-    """The marks a listing calls for, sorted by node: only what the nodes do not show already."""
+def listing_marks(nodes: Sequence[NodeView], blocked: Mapping[str, str]) -> list[NodeMark]:
+    """The marks a listing calls for, sorted by node: only what the nodes do not show already.
+    `blocked`: node -> why no window can update it (the fleet's selection)."""
     marks = []
     for node in sorted(nodes, key=lambda n: n.name):
         if node.status_label == NodeStatus.IN_PROGRESS.value:
             continue  # a window owns the node; its own state write says what is true
         problem = parse_node_state(node.state_annotation)[1]
-        reason = selection.blocked.get(node.name)
+        reason = blocked.get(node.name)
         if reason is not None and problem:
             if not node.state_malformed or wants_blocked_label(node.status_label):
                 marks.append(NodeMark(node.name, NodeMarkKind.STATE_MALFORMED, reason))
@@ -134,7 +135,7 @@ def decide_mark(mark: NodeMark, current: NodeView) -> MarkWrite | None:
     if problem or not current.state_malformed:
         return None
     # Repaired: a `blocked` label of ours goes back to what the record says (none when it is empty);
-    # a rollout that still cannot reach the node labels it again at its next listing.
+    # a fleet that still cannot reach the node labels it again at its next listing.
     label = node_status(recorded, in_window=False).value if recorded.packages else None
     return MarkWrite(
         set_label=current.status_label == NodeStatus.BLOCKED.value,

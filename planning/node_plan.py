@@ -1,4 +1,4 @@
-"""The per-node plan: what each package must do on one node, in which order and windows. Pure.
+"""The per-node plan: what each package must do on one node, in which order, in its one window. Pure.
 
 Input: the node's recorded state (`noderoll.io/state`), the desired Package specs that target the
 node, and the names whose uninstall is requested. Output: a `NodePlan`.
@@ -20,9 +20,7 @@ Finished (rule 4): the node window writes `complete` only when an operation fini
 config hashes it applied, so `complete` at a stage that can end the action's sequence (`config`,
 `post-interrupt`) is finished even when the current spec's sequence is longer (a configInterrupt
 matching a new change, an added interrupt). `complete` at `apply`, `upgrade` or the `interrupt`
-of an install/upgrade/config, and any other state, is unfinished. Runs recorded before the patch
-`config-stage-on-config-change` replay with `legacy_resume` (complete before the last stage of
-the current sequence was unfinished: issue #12).
+of an install/upgrade/config, and any other state, is unfinished.
 
 Stages per action (each stage is followed by its `-check`, the interrupt has none):
 * install, downgrade: `apply`, `config`, then `interrupt`, `post-interrupt` when the package has an
@@ -34,16 +32,13 @@ Stages per action (each stage is followed by its `-check`, the interrupt has non
   interrupt alone does not fire on a config-only change (NodeWright semantics).
 * uninstall: `uninstall`, then `interrupt` when the package has an interrupt.
 
-Windows: packages with work are grouped into windows; each window runs every package's stages
-before the interrupt, then ONE merged interrupt (`api.interrupts`), then every
-post-interrupt stage. Uninstalls go first, into window 0. A package joins the window after the
-latest window of its pending dependencies; when such a dependency itself has an interrupt the
-dependent moves to the next window (it must see the dependency finished, post-interrupt
-included), except with `one_window` (fleet windows, ADR 0007): then every package shares window 0,
-in dependency order, so a change set costs one drain and one merged interrupt; a dependent's
-stages before the interrupt then see its dependency's stages before the interrupt complete (its
-post-interrupt stages run after the merged interrupt, before the dependent's).
-A window needs a drain when its merged interrupt is disruptive (not `noop`).
+The window: every package with work shares ONE window (ADR 0007): every package's stages before
+the interrupt, then ONE merged interrupt (`api.interrupts`), then every post-interrupt stage, so a
+change set costs one drain and one merged interrupt. Uninstalls go first (dependents before their
+dependencies), then the others in dependency order; a dependent's stages before the interrupt see
+its dependency's stages before the interrupt complete (its post-interrupt stages run after the
+merged interrupt, before the dependent's). The window needs a drain when its merged interrupt is
+disruptive (not `noop`).
 
 Rerun (`noderoll rerun`, fleet windows only): a package named in `rerun` whose plan has no work
 (recorded complete at the desired version, image and config) runs again: the install sequence
@@ -81,11 +76,6 @@ class NodePlanInput:
     desired: Mapping[str, PackageSpec]
     # Names whose uninstall is requested besides `spec.uninstall.apply` (e.g. a deleted Package).
     uninstall: frozenset[str] = field(default_factory=frozenset)
-    # Fleet windows: every package with work shares ONE window (one drain, one merged interrupt),
-    # dependents after their dependencies, also when a dependency has an interrupt.
-    one_window: bool = False
-    # The rule 4 of node workflow runs recorded before `config-stage-on-config-change` (replay only).
-    legacy_resume: bool = False
     # Package name -> the stage a rerun starts at ("" = the whole install sequence); see the module rules.
     rerun: Mapping[str, str] = field(default_factory=dict)
 
@@ -158,18 +148,19 @@ class NodePlan:
 
     node: str
     packages: Mapping[str, PackagePlan]
-    windows: tuple[NodeWindow, ...] = ()
+    # None when no package has work (or the plan has an error).
+    window: NodeWindow | None = None
     error: str | None = None
 
     @property
     def order(self) -> tuple[str, ...]:
-        """Packages with work, in execution order across windows."""
-        return tuple(name for window in self.windows for name in window.packages)
+        """Packages with work, in execution order."""
+        return self.window.packages if self.window else ()
 
     @property
     def needs_drain(self) -> bool:
-        """True when any window drains the node."""
-        return any(w.needs_drain for w in self.windows)
+        """True when the window drains the node."""
+        return self.window is not None and self.window.needs_drain
 
     @property
     def blocked(self) -> dict[str, str]:
@@ -250,7 +241,7 @@ def _ends_sequence(action: PlanAction, stage: Stage | None) -> bool:
     return stage is not None and stage in {stage_sequence(action, False)[-1], stage_sequence(action, True)[-1]}
 
 
-def _resume(name: str, spec: PackageSpec, rec: PackageNodeState, legacy: bool) -> PackagePlan | None:
+def _resume(name: str, spec: PackageSpec, rec: PackageNodeState) -> PackagePlan | None:
     """Continue an unfinished recorded operation, or None when the recorded one finished."""
     action = rec.action
     if action is None or action is PlanAction.NONE:
@@ -260,16 +251,14 @@ def _resume(name: str, spec: PackageSpec, rec: PackageNodeState, legacy: bool) -
     if action is PlanAction.UNINSTALL:
         # The uninstall was cancelled (apply set back to false): install again, like NodeWright.
         return _make(name, spec, PlanAction.INSTALL, rec, "uninstall cancelled; installing again")
-    if not legacy and rec.state is State.COMPLETE and _ends_sequence(action, rec.stage):
+    if rec.state is State.COMPLETE and _ends_sequence(action, rec.stage):
         return None  # finished (module notes): a new desired config is a new config operation
-    return _continue(name, spec, rec, action, legacy)
+    return _continue(name, spec, rec, action)
 
 
-def _continue(
-    name: str, spec: PackageSpec, rec: PackageNodeState, action: PlanAction, legacy: bool = False
-) -> PackagePlan | None:
+def _continue(name: str, spec: PackageSpec, rec: PackageNodeState, action: PlanAction) -> PackagePlan | None:
     """The stages of `action` left after the recorded stage (None when none are left)."""
-    changed = _changed_keys(rec, spec, unfinished=not legacy) if action is PlanAction.CONFIG else []
+    changed = _changed_keys(rec, spec, unfinished=True) if action is PlanAction.CONFIG else []
     interrupt = _interrupt_for(action, spec, changed)
     stages = stage_sequence(action, interrupt is not None)
     note = ""
@@ -277,7 +266,7 @@ def _continue(
         start = stages.index(rec.stage) + (1 if rec.state is State.COMPLETE else 0)
         # Past `config`, but not known to have applied the desired config: apply it (rule 4).
         stale = rec.target_config != config_hashes(spec.config)
-        if not legacy and Stage.CONFIG in stages[:start] and stale:
+        if Stage.CONFIG in stages[:start] and stale:
             start = stages.index(Stage.CONFIG)
             note = "; the desired config is not the one it applied"
         stages = stages[start:]
@@ -298,9 +287,7 @@ def _continue(
     )
 
 
-def plan_package(
-    name: str, spec: PackageSpec, rec: PackageNodeState | None, uninstall: bool, legacy_resume: bool = False
-) -> PackagePlan:
+def plan_package(name: str, spec: PackageSpec, rec: PackageNodeState | None, uninstall: bool) -> PackagePlan:
     """The plan of one package on one node, ignoring dependencies (module rules 1-7)."""
     if uninstall or spec.uninstall_requested():
         if rec is None:
@@ -309,7 +296,7 @@ def plan_package(
             )
         if rec.action is PlanAction.UNINSTALL:
             # An uninstall already under way continues where it stopped (entry removal pending).
-            left = _continue(name, spec, rec, PlanAction.UNINSTALL, legacy_resume)
+            left = _continue(name, spec, rec, PlanAction.UNINSTALL)
             return left or PackagePlan(
                 name, PlanAction.NONE, spec.version, reason="uninstalled; entry removal pending"
             )
@@ -326,7 +313,7 @@ def plan_package(
         return _make(name, spec, PlanAction.DOWNGRADE, rec, f"downgrade from {rec.version}")
     if rec.image and rec.image != spec.image:
         return _make(name, spec, PlanAction.INSTALL, rec, f"image changed from {rec.image}")
-    resumed = _resume(name, spec, rec, legacy_resume)
+    resumed = _resume(name, spec, rec)
     if resumed is not None:
         return resumed
     if changed_config_keys(rec.config, spec.config):
@@ -380,8 +367,7 @@ def complete_version(recorded: NodeState, package: str) -> str | None:
 def plan_node(data: NodePlanInput) -> NodePlan:
     """Plan every desired package on one node (see the module docstring for the rules)."""
     plans: dict[str, PackagePlan] = {
-        name: plan_package(name, spec, data.recorded.packages.get(name), name in data.uninstall,
-                           data.legacy_resume)
+        name: plan_package(name, spec, data.recorded.packages.get(name), name in data.uninstall)
         for name, spec in sorted(data.desired.items())
     }
     for name, stage in sorted(data.rerun.items()):
@@ -396,41 +382,23 @@ def plan_node(data: NodePlanInput) -> NodePlan:
             if blocker:
                 plans[name] = replace(plan, stages=(), blocked=blocker)
     try:
-        windows = _windows(data, plans)
+        window = _window(data, plans)
     except DependencyCycleError as err:
         return NodePlan(node=data.node, packages=plans, error=str(err))
-    return NodePlan(node=data.node, packages=plans, windows=windows)
+    return NodePlan(node=data.node, packages=plans, window=window)
 
 
-def _windows(data: NodePlanInput, plans: Mapping[str, PackagePlan]) -> tuple[NodeWindow, ...]:
+def _window(data: NodePlanInput, plans: Mapping[str, PackagePlan]) -> NodeWindow | None:
     working = {n for n, p in plans.items() if p.has_work}
+    if not working:
+        return None
     uninstalls = {n for n in working if plans[n].action is PlanAction.UNINSTALL}
     installs = working - uninstalls
-    deps = {n: [d for d in data.desired[n].depends_on if d in installs] for n in installs}
-    order = topological_order(deps)
+    order = topological_order({n: [d for d in data.desired[n].depends_on if d in installs] for n in installs})
     # Uninstall dependents before their dependencies: reverse dependency order.
     uninstall_order = list(
         reversed(topological_order({n: list(data.desired[n].depends_on) for n in uninstalls}))
     )
-    slot: dict[str, int] = dict.fromkeys(uninstalls, 0)
-    for name in order:
-        slot[name] = 0
-        for dep in deps[name]:
-            bump = 1 if plans[dep].needs_interrupt and not data.one_window else 0
-            slot[name] = max(slot[name], slot[dep] + bump)
-    if not slot:
-        return ()
-    windows = []
-    for index in range(max(slot.values()) + 1):
-        members = [n for n in uninstall_order if slot[n] == index] + [n for n in order if slot[n] == index]
-        if not members:
-            continue
-        interrupt = merge_interrupts(plans[n].interrupt for n in members if plans[n].needs_interrupt)
-        windows.append(
-            NodeWindow(
-                packages=tuple(members),
-                interrupt=interrupt,
-                needs_drain=bool(interrupt and interrupt.disruptive),
-            )
-        )
-    return tuple(windows)
+    members = [*uninstall_order, *order]
+    interrupt = merge_interrupts(plans[n].interrupt for n in members if plans[n].needs_interrupt)
+    return NodeWindow(packages=tuple(members), interrupt=interrupt, needs_drain=bool(interrupt and interrupt.disruptive))

@@ -1,7 +1,7 @@
 """Inputs and results of the fleet's activities, as plain dataclasses (no Kubernetes import). Pure data.
 
-Workflows call activities by name with these, so the workflow sandbox never loads a client. (The
-node window's activities still take `activities/io.py`; both move here with the protocol.)
+Workflows call activities by name with these, so the workflow sandbox never loads a client. The
+node window's activities have theirs in `protocol/node_activities.py`.
 """
 
 
@@ -75,19 +75,33 @@ class QueryPrometheusResult:
 
 
 @dataclass
-class NodeSnapshot:
-    """What target selection and batch planning need to know about one Node (observed once).
+class DescribeWorkflowRunsInput:
+    """Workflow ids whose latest run should be checked (the fleet's watchdog)."""
 
-The result of the legacy `list_target_nodes` (in `activities.io.ListTargetNodesResult`), and the base
-of the Kubernetes adapter's whole snapshot (`kube.node_snapshot.NodeFacts`)."""
+    workflow_ids: list[str]
 
-    name: str
-    labels: dict[str, str] = field(default_factory=dict)
-    # Each taint as {"key", "value", "effect"}.
-    taints: list[dict[str, str]] = field(default_factory=list)
-    created: str = ""
-    # The raw `noderoll.io/state` annotation ("" when absent); parsed by the pure core.
-    state_annotation: str = ""
-    # The `noderoll.io/status` label ("" when absent) and whether `noderoll.io/StateMalformed` is True.
-    status_label: str = ""
-    state_malformed: bool = False
+
+@dataclass
+class DescribeWorkflowRunsResult:
+    """The ids (of the input) whose latest run is closed or that do not exist."""
+
+    closed: list[str] = field(default_factory=list)
+    # Closed id -> how it closed (`COMPLETED`, `TERMINATED`, `TIMED_OUT`, ..., `NOT_FOUND`).
+    statuses: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class MarkBlockedNodesInput:
+    """Show on each node what its mark says (decided again on a fresh read).
+
+    Each mark is the JSON of a `planning.node_marks.NodeMark` (`workflows.fleet_codec` converts):
+    this module stays a leaf."""
+
+    marks: list[dict[str, Any]]
+
+
+@dataclass
+class MarkBlockedNodesResult:
+    """The nodes written (the others already showed it, changed meanwhile, run a window or are gone)."""
+
+    written: list[str] = field(default_factory=list)

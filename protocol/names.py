@@ -10,16 +10,13 @@ from __future__ import annotations
 # --- workflow types (what a starter passes to start_workflow by name) -----------------------
 FLEET_WORKFLOW_TYPE = "FleetWorkflow"
 NODE_WORKFLOW_TYPE = "NodeWorkflow"
-# Per-Package rollouts and budget workflows of releases before fleets (ADR 0007): still registered
-# so that runs started before an upgrade can be retired and their node windows finish.
-LEGACY_ROLLOUT_WORKFLOW_TYPE = "RolloutWorkflow"
-LEGACY_BUDGET_WORKFLOW_TYPE = "BudgetWorkflow"
+# The per-Package engine of releases before fleets (ADR 0013): no longer registered; the worker and
+# the bridge refuse to start while runs of these types are open (`noderoll migrate --finish-legacy`).
+LEGACY_WORKFLOW_TYPES = ("RolloutWorkflow", "BudgetWorkflow")
 
 # --- workflow ids (contract) ----------------------------------------------------------------
 FLEET_WORKFLOW_PREFIX = "fleet/"
 NODE_WORKFLOW_PREFIX = "node/"
-LEGACY_ROLLOUT_WORKFLOW_PREFIX = "package/"
-LEGACY_BUDGET_WORKFLOW_PREFIX = "budget/"
 # The fleet of Packages that name no DeploymentPolicy (a reserved policy name: one node at a time).
 DEFAULT_FLEET = "default"
 
@@ -49,17 +46,6 @@ SIGNAL_WINDOW_RESULT = "window_result"
 QUERY_NODE_STATUS = "node_status"
 # bridge -> fleet: the FleetSpec the fleet holds (after a bridge restart: what was handed over).
 QUERY_FLEET_SPEC = "desired_state"
-# Legacy (per-Package rollouts): node request/cancel/result, budget leases.
-SIGNAL_NODE_REQUEST = "request"
-SIGNAL_NODE_CANCEL = "cancel"
-SIGNAL_NODE_RESULT = "node_result"
-SIGNAL_NODE_RETRY = "retry"
-SIGNAL_BUDGET_ACQUIRE = "acquire"
-SIGNAL_BUDGET_RELEASE = "release"
-SIGNAL_LEASE_GRANTED = "lease_granted"
-QUERY_BUDGET_STATUS = "budget_status"
-SIGNAL_SPEC_CHANGED = "spec_changed"
-SIGNAL_PACKAGE_DELETED = "deleted"
 
 # --- search attributes (registered by the tooling: `noderoll dev up`, the Helm chart) -------
 # Keyword list: every Package a fleet or node workflow carries (`NoderollPackage = 'x'` finds them).
@@ -91,13 +77,3 @@ def fleet_workflow_id(policy: str | None) -> str:
 def node_workflow_id(node: str) -> str:
     """Workflow id of a node's workflow, the single writer of that node's state (contract)."""
     return f"{NODE_WORKFLOW_PREFIX}{node}"
-
-
-def legacy_rollout_workflow_id(package: str) -> str:
-    """Workflow id of a Package's rollout before fleets (`package/<name>`)."""
-    return f"{LEGACY_ROLLOUT_WORKFLOW_PREFIX}{package}"
-
-
-def budget_workflow_id(policy: str, compartment: str) -> str:
-    """Workflow id of a compartment's disruption budget before fleets (`budget/<policy>/<compartment>`)."""
-    return f"{LEGACY_BUDGET_WORKFLOW_PREFIX}{policy}/{compartment}"

@@ -1,8 +1,9 @@
 """The failure policy of a new node workflow, tuned by the environment of the process that starts it.
 
-Both starters of `node/<node>` use it: the worker's activities (`activities.node_requests`,
-`activities.fleet`) and the bridge (`crd_bridge.fleet_client`, a `reset`). Defaults are those of
-`workflows.messages.NodeWorkflowInput`; `NODEROLL_NODE_STAGE_ATTEMPTS` (attempts per stage) and
+Every starter of `node/<node>` uses it through `protocol.node.node_workflow_input`: the fleet's
+activity `request_windows`, the bridge and the CLI (a `reset`). Defaults are those of
+`protocol.node.NodeWorkflowInput` (the bounds' defaults are defined here, below, so that `api`
+reads them without loading a Temporal client); `NODEROLL_NODE_STAGE_ATTEMPTS` (attempts per stage) and
 `NODEROLL_NODE_RETRY_BACKOFF_SECONDS` (backoff before the second attempt, doubling after) change
 them, and so do the defaults of the bounds a Package's `limits` override (seconds):
 `NODEROLL_NODE_PROTECTED_PODS_TIMEOUT_SECONDS` (3600), `NODEROLL_NODE_STAGE_TIMEOUT_SECONDS` (1800),
@@ -13,6 +14,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+
+# Defaults of the bounds a Package's `limits` override (seconds).
+DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS = 3600
+DEFAULT_STAGE_TIMEOUT_SECONDS = 1800
+DEFAULT_INTERRUPT_TIMEOUT_SECONDS = 900
 
 STAGE_ATTEMPTS_ENV = "NODEROLL_NODE_STAGE_ATTEMPTS"
 RETRY_BACKOFF_ENV = "NODEROLL_NODE_RETRY_BACKOFF_SECONDS"

@@ -33,15 +33,17 @@ from api.enums import (  # noqa: E402
 )
 from api.maintenance import TIME_PATTERN  # noqa: E402
 from api.package import (  # noqa: E402
-    DEFAULT_INTERRUPT_TIMEOUT_SECONDS,
-    DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS,
-    DEFAULT_STAGE_TIMEOUT_SECONDS,
     INTERRUPT_MAX_SECONDS,
     LIMIT_MIN_SECONDS,
     PROTECTED_PODS_MAX_SECONDS,
     STAGE_MAX_SECONDS,
 )
 from api.versions import VALID_VERSION_HINT  # noqa: E402
+from protocol.node_settings import (  # noqa: E402
+    DEFAULT_INTERRUPT_TIMEOUT_SECONDS,
+    DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS,
+    DEFAULT_STAGE_TIMEOUT_SECONDS,
+)
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 VERSION_PATTERN = (

@@ -5,7 +5,8 @@ Settings come from flags, then environment variables, then a running `noderoll d
 `--temporal-namespace`, `--task-queue`, `--kubeconfig` (`KUBECONFIG`; in-cluster config otherwise),
 `--metrics-port`, `--state-dir`. `start_service` is what each of them does first: the Kubernetes
 client (its connection pool sized to the worker's activity slots), Temporal (waiting for a frontend
-that is down or restarting), the metrics endpoint.
+that is down or restarting), a refusal to start while the retired per-Package engine has open runs
+(`service/legacy_engine.py`), the metrics endpoint.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from dataclasses import dataclass
 from temporalio.client import Client
 
 import kube
-from api.keys import DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE
 from localstack.state import resolve_connection
 from metrics import start_metrics_server
+from protocol.names import DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE
+from service.legacy_engine import refuse_legacy_runs
 from service.temporal_client import SERVICE_CONNECT_WAIT_SECONDS, connect
 
 log = logging.getLogger("noderoll.service")
@@ -91,13 +93,15 @@ def settings_from_args(args: argparse.Namespace, command: str = "worker") -> Ser
     )
 
 
-async def start_service(settings: ServiceSettings) -> Client:
-    """What every long-running process (worker, bridge) does first: Kubernetes client, Temporal
-    (waiting for a frontend that is down or restarting), metrics endpoint."""
+async def start_service(settings: ServiceSettings, process: str) -> Client:
+    """What every long-running process (`process`: worker, bridge) does first: Kubernetes client,
+    Temporal (waiting for a frontend that is down or restarting), the refusal to run beside the retired
+    per-Package engine (`service.legacy_engine`), metrics endpoint."""
     kube.configure(settings.kubeconfig, pool_size=settings.max_concurrent_activities + kube.POOL_SPARE)
     client = await connect(
         settings.temporal_address, settings.namespace, wait_seconds=SERVICE_CONNECT_WAIT_SECONDS
     )
+    await refuse_legacy_runs(client, process)
     if settings.metrics_port is not None:
         port = start_metrics_server(settings.metrics_port)
         log.info("metrics on :%d/metrics", port)

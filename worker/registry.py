@@ -13,51 +13,36 @@ from activities.describe import describe_workflow_runs
 from activities.drain import drain_node, wait_protected_pods
 from activities.fleet import list_fleet_nodes, request_windows
 from activities.interrupts import run_interrupt
-from activities.leases import acquire_lease
 from activities.node_marks import mark_blocked_nodes
-from activities.node_requests import request_node_windows
 from activities.nodes import cordon_node, read_node, uncordon_node, write_node_state
 from activities.prometheus import query_prometheus
 from activities.stage_cleanup import delete_stage_jobs
 from activities.stage_run import run_stage_pod
-from activities.stage_wait import run_stage_job
-from activities.targets import list_target_nodes
-from workflows.budget import BudgetWorkflow
 from workflows.fleet import FleetWorkflow
 from workflows.node import NodeWorkflow
-from workflows.rollout import RolloutWorkflow
 
 WORKFLOWS: list[type] = [
     FleetWorkflow,
     NodeWorkflow,
-    # Legacy (ADR 0007): per-Package rollouts and budgets started before fleets finish or are retired.
-    BudgetWorkflow,
-    RolloutWorkflow,
 ]
 
 ACTIVITIES: list[Callable[..., Any]] = [
-    # node window (activities/nodes.py, drain.py, jobs.py, interrupts.py, leases.py)
+    # node window (activities/nodes.py, drain.py, stage_run.py, interrupts.py, stage_cleanup.py)
     read_node,
     cordon_node,
     uncordon_node,
     write_node_state,
     wait_protected_pods,
     drain_node,
-    run_stage_job,
     run_stage_pod,
     run_interrupt,
     delete_stage_jobs,
-    acquire_lease,
-    # budget
-    describe_workflow_runs,
-    # fleet (activities/fleet.py)
+    # fleet (activities/fleet.py, describe.py: the watchdog)
     list_fleet_nodes,
     request_windows,
+    describe_workflow_runs,
     # analysis gates of fleets (activities/prometheus.py)
     query_prometheus,
-    # legacy rollout (activities/targets.py, node_requests.py)
-    list_target_nodes,
-    request_node_windows,
-    # rollout and node workflow (activities/node_marks.py)
+    # fleet and node workflow (activities/node_marks.py)
     mark_blocked_nodes,
 ]

@@ -134,7 +134,7 @@ def polling(pollers: int | None) -> dict[str, Any]:
 
 async def serve(settings: ServiceSettings, stop: asyncio.Event) -> None:
     """Run the worker until `stop` is set."""
-    client = await start_service(settings)
+    client = await start_service(settings, "worker")
     slots = settings.max_concurrent_activities
     with ThreadPoolExecutor(max_workers=slots, thread_name_prefix="activity") as pool:
         worker = Worker(

@@ -12,14 +12,19 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from activities.io import DescribeWorkflowRunsInput, DescribeWorkflowRunsResult
     from api.enums import RolloutPhase
     from api.policy import DeploymentPolicySpec
     from planning import fleet_rollback as rollbacks
     from planning import fleet_state as fs
     from planning.fleet_targets import FleetSelection
     from protocol import names
-    from protocol.activities import ListFleetNodesInput, ListFleetNodesResult, RequestWindowsInput
+    from protocol.activities import (
+        DescribeWorkflowRunsInput,
+        DescribeWorkflowRunsResult,
+        ListFleetNodesInput,
+        ListFleetNodesResult,
+        RequestWindowsInput,
+    )
     from protocol.fleet import FleetInput, WindowCancel, WindowRequest
     from workflows.fleet_codec import marks_from_json, selection_from_json
     from workflows.node_marks import mark_nodes

@@ -8,6 +8,7 @@ sandbox; the sandbox reuses them (the module is passed through).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -46,3 +47,8 @@ def progress_from_json(data: Any) -> FleetProgress:
 def marks_from_json(data: list[Any]) -> list[NodeMark]:
     """The `NodeMark`s a `list_fleet_nodes` activity returned."""
     return _MARKS.validate_python(data)
+
+
+def marks_to_json(marks: Sequence[NodeMark]) -> list[dict[str, Any]]:
+    """`marks` as the JSON `mark_blocked_nodes` takes (`protocol.activities.MarkBlockedNodesInput`)."""
+    return _MARKS.dump_python(list(marks), mode="json")

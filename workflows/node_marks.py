@@ -1,10 +1,9 @@
-"""Call site of `mark_blocked_nodes` for rollouts and node workflows. Deterministic, no I/O.
+"""Call site of `mark_blocked_nodes` for fleets and node workflows. Deterministic, no I/O.
 
-`mark_listed(nodes, selection)`: after a listing, show on the nodes that the selection blocked what
-they do not show yet (`planning.node_marks.listing_marks`; no activity at all when there is
-nothing to show). `mark_nodes(marks)`: the same for marks made by the caller (the node workflow
-holding its own node). A failed mark is logged, never fatal: the next listing asks again, and the
-Package status names the node either way.
+`mark_nodes(marks)`: show on the nodes what the marks say (no activity at all when there is nothing
+to show): the marks a fleet's listing returned (`planning.node_marks.listing_marks`, decided in the
+activity `list_fleet_nodes`) and the mark of a node workflow holding its own node. A failed mark is
+logged, never fatal: the next listing asks again, and the Package status names the node either way.
 """
 
 from __future__ import annotations
@@ -16,10 +15,10 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.io import MarkBlockedNodesInput, MarkBlockedNodesResult
-    from planning.node_marks import NodeMark, listing_marks
-    from planning.targets import NodeView, TargetSelection
+    from planning.node_marks import NodeMark
+    from protocol.activities import MarkBlockedNodesInput, MarkBlockedNodesResult
     from workflows.api_retries import outlasting
+    from workflows.fleet_codec import marks_to_json
 
 MARK_TIMEOUT = timedelta(minutes=2)
 # Marks are retried through an apiserver outage like the window's calls (`workflows.api_retries`).
@@ -32,13 +31,8 @@ async def mark_nodes(marks: Sequence[NodeMark]) -> None:
         return
     try:
         await workflow.execute_activity(
-            "mark_blocked_nodes", MarkBlockedNodesInput(list(marks)), result_type=MarkBlockedNodesResult,
+            "mark_blocked_nodes", MarkBlockedNodesInput(marks_to_json(marks)), result_type=MarkBlockedNodesResult,
             start_to_close_timeout=MARK_TIMEOUT, heartbeat_timeout=timedelta(seconds=60), retry_policy=MARK_RETRY,
             summary=f"mark {len(marks)} blocked node(s)")
     except ActivityError as err:
         workflow.logger.warning("marking %d node(s) failed: %s", len(marks), err)
-
-
-async def mark_listed(nodes: Sequence[NodeView], selection: TargetSelection) -> None:
-    """Show on the listed nodes what the selection found and they do not show yet."""
-    await mark_nodes(listing_marks(nodes, selection))

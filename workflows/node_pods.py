@@ -1,138 +1,160 @@
-"""A node window's stages in pods of several stages (issue #14). Deterministic, no I/O.
+"""A node window's stages and its merged interrupt, in pods pinned to the node. Deterministic, no I/O.
 
-Windows run since the patch `stages-in-one-pod` (`workflows/node_window.py`) run each package's
-stages before the window's interrupt in ONE pod and its stages after the interrupt in another
-(`run_stage_pod`, `planning/pod_steps.py`), where they used to run a Job per stage and one for the
-interrupt: a reboot package's window runs two stage pods instead of four. Every stage keeps its
-check (its own container, right after the stage) and its record (the pod reports the modes that
-succeeded; the entry in `noderoll.io/state` says the stage and attempt that failed).
+Each package's stages before the window's interrupt run in ONE pod and its stages after the
+interrupt in another (`run_stage_pod`, `planning/pod_steps.py`): a reboot package's window runs two
+stage pods (issue #14). Every stage keeps its check (its own container, right after the stage) and
+its record (the pod reports the modes that succeeded; the entry in `noderoll.io/state` says the
+stage and attempt that failed). Packages run in the window's dependency order; a package whose
+`dependsOn` package failed or was skipped earlier in the window is not run (skipped, its record left
+as it was).
 
 The merged interrupt runs as the last container of the window's last package's pre-interrupt pod
 (the interrupt container needs no package files, so any package's pod can carry it), once every
 stage of the window before it succeeded. If that package failed, was skipped, or has no stage
-before the interrupt, the interrupt runs in its own pod as before (`WindowRun._interrupt`).
+before the interrupt, the interrupt runs in interrupt pods of its own (`run_interrupt`).
 
 Retries: a stage (or its check) that fails is retried, after the usual backoff, from that stage in
 a new pod that runs it and the stages after it (and the interrupt, if this pod carried it); the
-stages before it are done and do not run again. Attempts count per stage, as with a Job per stage:
-a stage is given up after `stage_attempts` failed attempts of its own. An interrupt that the pod
-reached and that failed (or a pod whose activity failed, so that it is unknown whether the
-interrupt ran) is not carried again: its further attempts run in interrupt pods of their own
-(`run_interrupt` never reboots a node twice).
+stages before it are done and do not run again. Attempts count per stage: a stage is given up after
+`stage_attempts` failed attempts of its own. An interrupt that the pod reached and that failed (or a
+pod whose activity failed, so that it is unknown whether the interrupt ran) is not carried again:
+its further attempts run in interrupt pods of their own (`run_interrupt` never reboots a node twice).
+
+Everything that happens is recorded in the window's `WindowLedger`; a deleted node (`NodeNotFound`)
+ends the window at once (the `ActivityError` is raised to the sequencer).
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.io import RunInterruptResult, RunStagePodInput, RunStagePodResult
     from api.enums import Stage, State
     from api.interrupts import InterruptRequest, merge_interrupts
-    from planning.node_plan import NodeWindow, StageStep
+    from planning.node_plan import StageStep
     from planning.pod_steps import pod_modes, pod_progress
     from planning.window import EntryUpdate, log_tail, package_limits, retry_backoff
-    from workflows.node_window_types import Failure, cause, node_gone
-
-if TYPE_CHECKING:
-    from workflows.node_window import WindowRun
+    from protocol.node_activities import (
+        RunInterruptInput,
+        RunInterruptResult,
+        RunStagePodInput,
+        RunStagePodResult,
+    )
+    from workflows.api_retries import WAIT_RETRY
+    from workflows.node_window_types import Failure, WindowContext, WindowLedger, cause, node_gone
 
 WAIT_MARGIN_SECONDS = 120
+# The only path since the one-engine release (ADR 0013; `workflows/node_window.py` says why deprecated).
+SKIP_DEPENDENTS_OF_FAILED = "skip-dependents-of-failed"
 
 
 class PodStages:
-    """Runs a window's stages in pods (module docstring); writes into the `WindowRun` it serves."""
+    """Runs a window's stages and interrupt in pods (module docstring), recording into its ledger."""
 
-    def __init__(self, run: WindowRun) -> None:
-        self.run = run
+    def __init__(self, ctx: WindowContext, ledger: WindowLedger) -> None:
+        self.ctx = ctx
+        self.ledger = ledger
         # The merged interrupt: carried by a pod that reached it (or may have), and whether it is done.
         self.interrupt_tried = False
         self.interrupt_done = False
         self.interrupt_result: RunInterruptResult | None = None
 
-    async def run_window(self, window: NodeWindow, wait_retry: object) -> None:
+    async def run_window(self) -> None:
         """Every package's stages before the interrupt, the interrupt, then the stages after it."""
-        run, plans = self.run, self.run.ctx.plan.packages
-        self.wait_retry = wait_retry
-        order = list(window.packages)
+        plans = self.ctx.plan.packages
+        order = list(self.ctx.window.packages)
         carrier = order[-1] if order and plans[order[-1]].steps_before_interrupt() else None
         for name in order:
-            if run.dependency_failed(name):
+            if self._dependency_failed(name):
                 continue
             steps = plans[name].steps_before_interrupt()
             if steps:
-                await self.run_steps(name, steps, self._with_interrupt() if name == carrier else [])
+                await self._run_steps(name, steps, self._with_interrupt() if name == carrier else [])
         with_interrupt = self._with_interrupt()
         if not self.interrupt_done:
             first = 2 if self.interrupt_result is not None else 1
-            await run.interrupt(with_interrupt, first, self.interrupt_result)
+            await self._interrupt(with_interrupt, first, self.interrupt_result)
         for name in with_interrupt:
             after = plans[name].steps_after_interrupt()
-            if name not in run.failures and after:
-                await self.run_steps(name, after, [])
+            if name not in self.ledger.failures and after:
+                await self._run_steps(name, after, [])
 
     def _with_interrupt(self) -> list[str]:
-        run, plans = self.run, self.run.ctx.plan.packages
-        return [n for n in run.ctx.window.packages
-                if n not in run.failures and n not in run.skipped and plans[n].needs_interrupt]
+        plans = self.ctx.plan.packages
+        return [n for n in self.ledger.healthy(self.ctx.window.packages) if plans[n].needs_interrupt]
 
-    async def run_steps(self, name: str, steps: tuple[StageStep, ...], carry: list[str]) -> None:
+    def _dependency_failed(self, name: str) -> bool:
+        """True (and `name` skipped) when a `dependsOn` package failed or was skipped earlier in this window."""
+        ledger = self.ledger
+        failed = sorted(d for d in self.ctx.specs[name].depends_on if d in ledger.failures or d in ledger.skipped)
+        if not failed:
+            return False
+        workflow.deprecate_patch(SKIP_DEPENDENTS_OF_FAILED)
+        ledger.skipped[name] = f"not run: dependency {', '.join(failed)} failed on this node in this window"
+        # Nothing ran: the package's record stays what it was before the window.
+        previous = self.ctx.recorded.packages.get(name)
+        if previous is None:
+            ledger.state.packages.pop(name, None)
+        else:
+            ledger.state.packages[name] = previous.model_copy(deep=True)
+        return True
+
+    # --- stage pods -----------------------------------------------------------------------------
+
+    async def _run_steps(self, name: str, steps: tuple[StageStep, ...], carry: list[str]) -> None:
         """Run `steps` in pods until done or a stage's attempts are exhausted (recorded as its Failure)."""
-        run = self.run
-        attempts = run.ctx.settings.stage_attempts
+        ledger = self.ledger
+        attempts = self.ctx.settings.stage_attempts
         failed_attempts: dict[Stage, int] = {}
         remaining = list(steps)
         while remaining:
             first = remaining[0]
             attempt = failed_attempts.get(first.stage, 0) + 1
-            run.set_entry(name, EntryUpdate(first.stage, State.IN_PROGRESS, attempt))
+            ledger.set_entry(name, EntryUpdate(first.stage, State.IN_PROGRESS, attempt))
             names = carry if carry and not self.interrupt_tried else []
-            merged = merge_interrupts(run.ctx.plan.packages[n].interrupt for n in names) if names else None
-            result = await self._pod(name, remaining, attempt, (names, merged))
+            merged = merge_interrupts(self.ctx.plan.packages[n].interrupt for n in names) if names else None
+            result = await self._pod(name, remaining, attempt, names, merged)
             progress = pod_progress(remaining, result.completed, result.mode)
-            run.note_job(name, result.job_name, failed=progress.failed is not None)
+            ledger.note_job(name, result.job_name, failed=progress.failed is not None)
             remaining = remaining[progress.done:]
             if progress.failed is None:
                 if merged is not None:
-                    self._interrupted(name, names, merged, result)
+                    self._carried_interrupt(name, names, merged, result)
                 return
             failed = progress.failed
             count = failed_attempts[failed.stage] = failed_attempts.get(failed.stage, 0) + 1
-            run.set_entry(name, EntryUpdate(failed.stage, State.IN_PROGRESS, count))
+            ledger.set_entry(name, EntryUpdate(failed.stage, State.IN_PROGRESS, count))
             if count >= attempts:
                 tail = log_tail(result.log_tail)
                 message = f"{progress.failed_mode} failed after {attempts} attempts (exit code {result.exit_code})"
-                run.failures[name] = Failure(failed.stage.value, message, tail)
-                run.set_entry(name, EntryUpdate(failed.stage, State.ERRORING, attempts, f"{message}: {tail}"[-2000:]))
+                ledger.fail(name, Failure(failed.stage.value, message, tail),
+                            EntryUpdate(failed.stage, State.ERRORING, attempts, f"{message}: {tail}"[-2000:]))
                 return
-            await workflow.sleep(retry_backoff(run.ctx.settings.retry_backoff_seconds, count))
+            await workflow.sleep(retry_backoff(self.ctx.settings.retry_backoff_seconds, count))
 
-    async def _pod(self, name: str, steps: list[StageStep], attempt: int,
-                   interrupt: tuple[list[str], InterruptRequest | None]) -> RunStagePodResult:
-        run = self.run
-        names, merged = interrupt
-        job = run.stage_job(name, steps[0].mode, attempt)
+    async def _pod(self, name: str, steps: list[StageStep], attempt: int, names: list[str],
+                   merged: InterruptRequest | None) -> RunStagePodResult:
+        ctx = self.ctx
+        job = ctx.stage_job(name, steps[0].mode, attempt)
         job.modes = pod_modes(steps, merged is not None)
-        spec = run.ctx.specs[name]
         # The Job's deadline covers every stage of the pod (each within the package's stage limit).
-        job.timeout_seconds = package_limits(spec, run.default_limits()).stage * len(steps)
+        job.timeout_seconds = package_limits(ctx.specs[name], ctx.default_limits()).stage * len(steps)
         reboot_timeout = 0
         if merged is not None:
             job.interrupt = {"type": merged.type.value, "services": list(merged.services)}
-            reboot_timeout = run.limits(names).interrupt
+            reboot_timeout = ctx.limits(names).interrupt
             job.timeout_seconds += reboot_timeout
-        run.ctx.set_phase("Running")
+        ctx.set_phase("Running")
         try:
             result: RunStagePodResult = await workflow.execute_activity(
-                "run_stage_pod", RunStagePodInput(job, run.ctx.snapshot.boot_id, reboot_timeout),
+                "run_stage_pod", RunStagePodInput(job, ctx.snapshot.boot_id, reboot_timeout),
                 result_type=RunStagePodResult,
                 start_to_close_timeout=timedelta(seconds=job.timeout_seconds + reboot_timeout + WAIT_MARGIN_SECONDS),
-                heartbeat_timeout=timedelta(seconds=run.ctx.settings.heartbeat_seconds),
-                retry_policy=self.wait_retry,  # type: ignore[arg-type]
+                heartbeat_timeout=timedelta(seconds=ctx.settings.heartbeat_seconds),
+                retry_policy=WAIT_RETRY,
                 summary=f"{name} {', '.join(job.modes)} #{attempt}",
             )
         except ActivityError as err:
@@ -145,17 +167,77 @@ class PodStages:
             self.interrupt_tried = True  # reached (or maybe): never carried again (module docstring)
         return result
 
-    def _interrupted(self, name: str, names: list[str], merged: InterruptRequest, result: RunStagePodResult) -> None:
+    def _carried_interrupt(self, name: str, names: list[str], merged: InterruptRequest,
+                           result: RunStagePodResult) -> None:
         """The pod's stages succeeded and it ran the interrupt: record its outcome."""
-        run = self.run
-        run.interrupted = True
+        ledger = self.ledger
+        ledger.interrupted = True
         outcome = RunInterruptResult(result.job_name, -1 if result.interrupt_exit is None else result.interrupt_exit,
                                      result.boot_id_after, result.interrupt_log)
-        run.last_interrupt_job = (name, result.job_name)
+        ledger.last_interrupt_job = (name, result.job_name)
         if outcome.exit_code != 0:
             self.interrupt_result = outcome
             return
         self.interrupt_done = True
         for package in names:
-            run.set_entry(package, EntryUpdate(Stage.INTERRUPT, State.COMPLETE, 1))
-        run.note_interrupt(merged, names, outcome)
+            ledger.set_entry(package, EntryUpdate(Stage.INTERRUPT, State.COMPLETE, 1))
+        self._note_interrupt(merged, names, outcome)
+
+    # --- interrupt pods -------------------------------------------------------------------------
+
+    def _interrupt_owner(self, names: list[str], merged: InterruptRequest) -> str:
+        # The first package (by name) asking for the winning type runs the interrupt pod with its image.
+        plans = self.ctx.plan.packages
+        return next((n for n in sorted(names) if plans[n].interrupt and plans[n].interrupt.type is merged.type),
+                    sorted(names)[0])
+
+    async def _interrupt(self, names: list[str], first_attempt: int, last: RunInterruptResult | None) -> None:
+        """The merged interrupt of `names` in interrupt pods, attempts `first_attempt`.. (`last`: the
+        result of the attempt before, made in a stage pod that carried it)."""
+        merged = merge_interrupts(self.ctx.plan.packages[n].interrupt for n in names)
+        if merged is None:
+            return
+        ctx, ledger = self.ctx, self.ledger
+        ctx.set_phase("Interrupting")
+        owner = self._interrupt_owner(names, merged)
+        attempts = ctx.settings.stage_attempts
+        reboot_timeout = ctx.limits(names).interrupt
+        result = last or RunInterruptResult(job_name="", exit_code=-1)
+        for attempt in range(first_attempt, attempts + 1):
+            for name in names:
+                ledger.set_entry(name, EntryUpdate(Stage.INTERRUPT, State.IN_PROGRESS, attempt))
+            job = ctx.stage_job(owner, Stage.INTERRUPT.value, attempt)
+            job.interrupt = {"type": merged.type.value, "services": list(merged.services)}
+            try:
+                result = await workflow.execute_activity(
+                    "run_interrupt",
+                    RunInterruptInput(job, ctx.snapshot.boot_id, reboot_timeout),
+                    result_type=RunInterruptResult,
+                    start_to_close_timeout=timedelta(seconds=reboot_timeout + job.timeout_seconds + WAIT_MARGIN_SECONDS),
+                    heartbeat_timeout=timedelta(seconds=ctx.settings.heartbeat_seconds), retry_policy=WAIT_RETRY,
+                    summary=f"interrupt {merged.type.value} for {', '.join(names)}")
+            except ActivityError as err:
+                if node_gone(err):
+                    raise
+                result = RunInterruptResult(job_name="", exit_code=-1, log_tail=cause(err))
+            ledger.interrupted = True
+            if result.job_name:
+                ledger.last_interrupt_job = (owner, result.job_name)
+            if result.exit_code == 0:
+                self._note_interrupt(merged, names, result)
+                for name in names:
+                    ledger.set_entry(name, EntryUpdate(Stage.INTERRUPT, State.COMPLETE, attempt))
+                return
+            if attempt < attempts:
+                await workflow.sleep(retry_backoff(ctx.settings.retry_backoff_seconds, attempt))
+        tail = log_tail(result.log_tail)
+        message = f"interrupt {merged.type.value} failed after {attempts} attempts (exit code {result.exit_code})"
+        ledger.note_job(*ledger.last_interrupt_job, failed=True)
+        for name in names:
+            ledger.fail(name, Failure(Stage.INTERRUPT.value, message, tail),
+                        EntryUpdate(Stage.INTERRUPT, State.ERRORING, attempts, f"{message}: {tail}"[-2000:]))
+
+    def _note_interrupt(self, merged: InterruptRequest, names: list[str], result: RunInterruptResult) -> None:
+        """The interrupt succeeded: its Event."""
+        self.ledger.notes.append(self.ctx.event("Interrupted", f"{merged.type.value} for {', '.join(names)}" + (
+            f" (boot id {result.boot_id_after})" if merged.type.value == "reboot" else "")))

@@ -16,11 +16,11 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.io import NodeEvent, NodeInput, ReadNodeResult, WriteNodeStateInput
     from api.keys import RESET_ANNOTATION
     from planning.node_reset import reset_state
     from protocol import errors
     from protocol.fleet import NodeReset
+    from protocol.node_activities import NodeEvent, NodeInput, ReadNodeResult, WriteNodeStateInput
     from workflows.api_retries import API_RETRY
     from workflows.node_window import API_TIMEOUT
 

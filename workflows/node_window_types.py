@@ -1,6 +1,8 @@
-"""The data of one node window: its context, a package's failure, the window's outcome. Deterministic.
+"""The data of one node window: what it was asked and planned (`WindowContext`) and what happened
+(`WindowLedger`). Deterministic, no I/O.
 
-Split from `workflows/node_window.py` (which sequences the window) to keep each module one concept.
+The window's sequencer (`workflows/node_window.py`) and its stage pods (`workflows/node_pods.py`)
+both receive the ledger they record into, and read the context; neither holds the other.
 """
 
 from __future__ import annotations
@@ -8,30 +10,75 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from activities.io import ReadNodeResult
 from api.node_state import NodeState
 from api.package import PackageSpec
 from planning.node_plan import NodePlan, NodeWindow
+from planning.window import (
+    EntryUpdate,
+    TimeLimits,
+    package_limits,
+    stage_tolerations,
+    updated_entry,
+    window_limits,
+)
 from protocol import errors
-from workflows.messages import NodeRequest, NodeResult, NodeWorkflowInput
+from protocol.fleet import PackageOrder
+from protocol.node import NodeWorkflowInput
+from protocol.node_activities import NodeEvent, ReadNodeResult, StageJob
 
 
 @dataclass
 class WindowContext:
-    """Everything one window needs; `grants` is the workflow's live set of granted lease ids."""
+    """Everything one window was given and planned; read only once the window runs."""
 
     settings: NodeWorkflowInput
+    # Unique per window within the node workflow (Job names, Event keys).
     key: str
     snapshot: ReadNodeResult
     recorded: NodeState
     plan: NodePlan
     window: NodeWindow
-    requests: dict[str, NodeRequest]
+    # The fleet's order and the validated spec of each Package of the window.
+    orders: dict[str, PackageOrder]
     specs: dict[str, PackageSpec]
-    grants: set[str]
+    # The node's position in the fleet's order (NodeWright's SKYHOOK_NODE_ORDER).
+    node_order: int
     set_phase: Callable[[str], None]
+
+    @property
+    def node(self) -> str:
+        return self.settings.node
+
+    def default_limits(self) -> TimeLimits:
+        """The worker's bounds, which a Package's `limits` replace."""
+        settings = self.settings
+        return TimeLimits(settings.protected_pods_timeout_seconds, settings.stage_timeout_seconds,
+                          settings.reboot_timeout_seconds)
+
+    def limits(self, names: list[str]) -> TimeLimits:
+        """The bounds of a step shared by `names` (the largest of their `limits`)."""
+        return window_limits([self.specs[n] for n in names], self.default_limits())
+
+    def stage_job(self, name: str, mode: str, attempt: int) -> StageJob:
+        """The Job of package `name` whose pod starts with `mode` (its caller sets the pod's modes)."""
+        spec = self.specs[name]
+        return StageJob(
+            package=name, version=spec.version, node=self.node, mode=mode, image=spec.image,
+            attempt=attempt, window=self.key,
+            env=[{"name": e.name, "value": e.value} for e in spec.env],
+            resources=spec.resources.model_dump(by_alias=True) if spec.resources else {},
+            tolerations=stage_tolerations(self.snapshot.taints, spec),
+            config=dict(spec.config), timeout_seconds=package_limits(spec, self.default_limits()).stage,
+            agent_image=spec.agent_image or "", image_pull_secrets=[s.name for s in spec.image_pull_secrets],
+            node_order=self.node_order,
+        )
+
+    def event(self, reason: str, message: str, warning: bool = False) -> NodeEvent:
+        """An Event of this window on the Node (its key makes a retried write idempotent)."""
+        return NodeEvent(reason=reason, message=message, key=f"{self.key}/{reason}/{message[:40]}", warning=warning)
 
 
 @dataclass
@@ -44,13 +91,43 @@ class Failure:
 
 
 @dataclass
-class WindowOutcome:
-    """What the window did: one result per package, and whether the node was left cordoned."""
+class WindowLedger:
+    """What the window did so far: the node's record as it will be written, and the disruptions."""
 
-    results: dict[str, NodeResult] = field(default_factory=dict)
-    left_cordoned: bool = False
-    # The node was deleted during the window: nothing to hold for a retry.
-    node_gone: bool = False
+    state: NodeState
+    failures: dict[str, Failure] = field(default_factory=dict)
+    # Packages not run because a dependency failed earlier in this window -> why.
+    skipped: dict[str, str] = field(default_factory=dict)
+    cordoned: bool = False
+    drained: bool = False
+    interrupted: bool = False
+    # Events gathered during the window, written with the final state (one write per window).
+    notes: list[NodeEvent] = field(default_factory=list)
+    # Stage Jobs (issue #14): packages that ran one in this window, the latest failed one per
+    # package, and the package and Job of the last interrupt attempt (deleted or kept at the end).
+    job_packages: set[str] = field(default_factory=set)
+    failed_jobs: dict[str, str] = field(default_factory=dict)
+    last_interrupt_job: tuple[str, str] = ("", "")
+
+    def set_entry(self, name: str, update: EntryUpdate) -> None:
+        """Apply `update` to package `name`'s entry (stamped with the workflow's time)."""
+        self.state.packages[name] = updated_entry(self.state.packages[name], update, workflow.now().isoformat())
+
+    def fail(self, name: str, failure: Failure, update: EntryUpdate) -> None:
+        """Package `name` ends erroring in this window."""
+        self.failures[name] = failure
+        self.set_entry(name, update)
+
+    def note_job(self, package: str, job_name: str, failed: bool) -> None:
+        """A stage Job ran for `package` (and failed): deleted, or kept as its latest failure, at the end."""
+        if job_name:
+            self.job_packages.add(package)
+            if failed:
+                self.failed_jobs[package] = job_name
+
+    def healthy(self, names: tuple[str, ...] | list[str]) -> list[str]:
+        """Those of `names` that neither failed nor were skipped in this window."""
+        return [n for n in names if n not in self.failures and n not in self.skipped]
 
 
 def cause(err: ActivityError) -> str:

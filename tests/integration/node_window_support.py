@@ -1,7 +1,9 @@
 """Helpers of the node window integration tests: a worker, requests, node and Job reads, a PDB watch.
 
 The worker runs the real node workflow and the real activities against the session stack; the
-rollout is replaced by `ResultCollector` (it only collects `node_result` signals).
+fleet is replaced by `ResultCollector` (it only collects `window_result` signals): `Window.request`
+sends what a fleet sends (a `WindowRequest`, signal-with-start `window`), `Window.results` reads the
+answers back, one `Answer` per Package.
 """
 
 from __future__ import annotations
@@ -23,13 +25,16 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 import kube
-from api.keys import NODE_STATE_ANNOTATION, PACKAGE_POD_NAMESPACE, STAGE_PACKAGE_CONTAINER, node_workflow_id
+from api.keys import NODE_STATE_ANNOTATION, PACKAGE_POD_NAMESPACE, STAGE_PACKAGE_CONTAINER
 from api.node_state import NodeState, parse_node_state
+from protocol.fleet import PackageOrder, WindowRequest
+from protocol.names import SIGNAL_WINDOW, node_workflow_id
+from protocol.node import NodeWorkflowInput
 from tests.helpers import assert_eventually, new_task_queue
 from tests.helpers.stagejobs import StageRecorder
 from tests.workflows.node_collector import ResultCollector
+from tests.workflows.node_harness import Answer
 from worker.registry import ACTIVITIES, WORKFLOWS
-from workflows.messages import SIGNAL_NODE_REQUEST, BudgetRef, NodeRequest, NodeResult, NodeWorkflowInput
 from workflows.node import NodeWorkflow
 
 T = TypeVar("T")
@@ -80,27 +85,26 @@ class Window:
         self.collector = await self.temporal.start_workflow(
             ResultCollector.run, id=f"collector-{uuid.uuid4()}", task_queue=self.task_queue)
 
-    async def request(self, package: str, spec: dict[str, Any], settings: NodeWorkflowInput | None = None) -> None:
-        """Signal-with-start `node/<node>` with a request whose answers go to the collector."""
+    async def window(self, *orders: PackageOrder, settings: NodeWorkflowInput | None = None) -> None:
+        """Signal-with-start `node/<node>` with one request for `orders` whose answer goes to the collector."""
         assert self.collector is not None
-        request = NodeRequest(rollout_workflow_id=self.collector.id, package=package, spec=spec,
-                              generation=1, request_id=str(uuid.uuid4()))
+        request = WindowRequest(fleet_workflow_id=self.collector.id, request_id=str(uuid.uuid4()),
+                                packages=list(orders))
         await self.temporal.start_workflow(
             NodeWorkflow.run, settings or fast_settings(self.node), id=node_workflow_id(self.node),
-            task_queue=self.task_queue, start_signal=SIGNAL_NODE_REQUEST, start_signal_args=[request])
+            task_queue=self.task_queue, start_signal=SIGNAL_WINDOW, start_signal_args=[request])
 
-    async def request_with_budget(self, package: str, spec: dict[str, Any], budget: BudgetRef) -> None:
-        """Like `request`, counting the disruption against `budget`."""
-        assert self.collector is not None
-        request = NodeRequest(rollout_workflow_id=self.collector.id, package=package, spec=spec,
-                              generation=1, request_id=str(uuid.uuid4()), budget=budget)
-        await self.temporal.start_workflow(
-            NodeWorkflow.run, fast_settings(self.node), id=node_workflow_id(self.node),
-            task_queue=self.task_queue, start_signal=SIGNAL_NODE_REQUEST, start_signal_args=[request])
+    async def request(self, package: str, spec: dict[str, Any], settings: NodeWorkflowInput | None = None) -> None:
+        """One request carrying Package `package` alone."""
+        await self.window(PackageOrder(package, spec, 1), settings=settings)
 
-    async def results(self) -> list[NodeResult]:
+    async def results(self) -> list[Answer]:
+        """One `Answer` per Package of every answer so far, in arrival order."""
         assert self.collector is not None
-        return list(await self.collector.query(ResultCollector.collected))
+        return [Answer(name, o.state, o.version, o.stage, o.message, o.log_tail, w.request_id,
+                       w.cordoned or w.drained or bool(w.interrupt))
+                for w in await self.collector.query(ResultCollector.collected_windows)
+                for name, o in sorted(w.outcomes.items())]
 
     def node_object(self) -> client.V1Node:
         return self.core.read_node(self.node)

@@ -13,10 +13,8 @@
   both go in ONE window per node (one cordon, one reboot).
 * A node relabelled out of the selector before its batch gets no window and is named in the
   Package's status message.
-* The fleet's history and a node's fleet window replay against the worker's workflows; so do the
-  legacy `package/<name>` rollout started by the current code (its patched "strict" and "marks"
-  paths), its budget and a node's legacy window (all recorded into tests/histories with
-  `NODEROLL_RECORD_FLEET_HISTORIES=tests/histories`).
+* The fleet's history and a node's fleet window replay against the worker's workflows (recorded into
+  tests/histories with `NODEROLL_RECORD_FLEET_HISTORIES=tests/histories`).
 """
 
 from __future__ import annotations
@@ -39,15 +37,12 @@ from temporalio.worker import Replayer
 
 from api import keys
 from api.enums import RolloutPhase
-from api.package import Package
-from api.policy import DEFAULT_COMPARTMENT, DeploymentPolicySpec
 from fleetsim.faults import Fault
 from fleetsim.fleet import Fleet
 from localstack.state import StackInfo
 from planning.fleet_status import FleetProgress
-from planning.status import RolloutProgress
 from protocol import names
-from tests.helpers import assert_eventually, assert_eventually_async, unique_name
+from tests.helpers import assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.helpers.nodewatch import watching_nodes
 from tests.integration.bridge_support import (
@@ -63,7 +58,6 @@ from tests.integration.bridge_support import (
 )
 from worker.registry import WORKFLOWS
 from workflows.fleet_codec import progress_from_json
-from workflows.messages import RolloutInput
 
 pytestmark = pytest.mark.integration
 ROLLOUT_TIMEOUT = 420.0
@@ -173,7 +167,7 @@ async def test_change_set_costs_one_cordon_one_reboot_one_interrupt_per_node(
             assert policy_status["phase"] == "Complete" and policy_status["wave"] == 1, policy_status
             assert sorted(policy_status["packages"]) == sorted([kernel, driver, tuned])
             # Temporal UI: NoderollPackage = '<driver>' finds the fleet and the node windows that carried it.
-            found = [w.id async for w in temporal_client.list_workflows(f"{keys.SEARCH_ATTR_PACKAGE} = '{driver}'")]
+            found = [w.id async for w in temporal_client.list_workflows(f"{names.SEARCH_ATTR_PACKAGE} = '{driver}'")]
             assert names.fleet_workflow_id(policy) in found
             assert {names.node_workflow_id(n) for n in fleet.node_names} <= set(found), found
         finally:
@@ -324,186 +318,15 @@ async def test_node_workflow_terminated_mid_window_is_noticed_and_asked_again(
             delete_policy(kube_api_client, policy)
 
 
-async def test_upgrade_from_a_per_package_rollout_disrupts_no_node_twice(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
-) -> None:
-    """A `package/<name>` rollout of the release before fleets runs when the new bridge sees its Package."""
-    labels = {"fleet-test": unique_name("upg")}
-    selector = ",".join(f"{k}={v}" for k, v in labels.items())
-    policy, name = unique_name("pol"), unique_name("pkg")
-    policy_spec = {"default": {"budget": {"count": 1}, "strategy": {"type": "fixed", "initialBatch": 1}}}
-    body = spec(policy, labels, image=SLEEP_IMAGE, env=[{"name": "BENCH_STAGE_SECONDS", "value": "2"}],
-                interrupt={"type": "service", "services": ["containerd"]})
-    legacy_id = names.legacy_rollout_workflow_id(name)
-    with running_fleet(local_stack, nodes=4, labels=labels, image_stores=[BENCH_PACKAGES]) as fleet, \
-            watching_nodes(kube_api_client, selector) as seen:
-        # The release before fleets ran no fleet bridge: stop ours while the per-Package rollout runs.
-        run.kill("bridge")
-        try:
-            # What the previous bridge did: start package/<name> (its worker code is still registered).
-            package = Package.from_k8s({"metadata": {"name": name}, "spec": body})
-            legacy = await temporal_client.start_workflow(
-                names.LEGACY_ROLLOUT_WORKFLOW_TYPE,
-                RolloutInput(package=name, spec=package.spec.dump(), generation=1, policy_name=policy,
-                             policy=DeploymentPolicySpec.model_validate(policy_spec).dump()),
-                id=legacy_id, task_queue=run.task_queue)
-
-            async def legacy_mid_rollout() -> None:
-                report = await legacy.query(keys.QUERY_PROGRESS, result_type=RolloutProgress)
-                assert report.counts.get("complete", 0) >= 1 and report.counts.get("in_progress", 0) >= 1, report
-
-            await assert_eventually_async(legacy_mid_rollout, timeout=180)
-            # The upgrade: the new bridge starts and sees the Package and its policy.
-            create_policy(kube_api_client, run, policy, policy_spec)
-            create_package(kube_api_client, run.package(name, body))
-            wait_leading(run, run.start_bridge())
-            kubectl_wait_ready(local_stack, name, timeout=300)
-
-            async def legacy_retired() -> None:
-                assert (await legacy.describe()).status == WorkflowExecutionStatus.TERMINATED
-
-            await assert_eventually_async(legacy_retired, timeout=60)
-            histories = {
-                f"rollout/{RECORDED_AS['rollout']}": await legacy.fetch_history(),
-                f"budget/{RECORDED_AS['budget']}": await temporal_client.get_workflow_handle(
-                    names.budget_workflow_id(policy, DEFAULT_COMPARTMENT)).fetch_history(),
-                f"node/{RECORDED_AS['legacy-node']}": await temporal_client.get_workflow_handle(
-                    names.node_workflow_id(fleet.node_names[0])).fetch_history(),
-            }
-            await replay_and_record(histories)
-            assert all(seen.cordons.get(n) == 1 for n in fleet.node_names), seen.cordons
-            records = {n.metadata.name: json.loads(n.metadata.annotations[keys.NODE_STATE_ANNOTATION])["packages"]
-                       for n in client.CoreV1Api(kube_api_client).list_node(label_selector=selector).items}
-            assert all(r[name]["state"] == "complete" for r in records.values()), records
-        finally:
-            if "bridge" not in run.processes:
-                wait_leading(run, run.start_bridge())
-            delete_package(kube_api_client, name)
-            delete_policy(kube_api_client, policy)
-
-
-async def test_two_fleets_one_window_each_and_a_dependency_across_fleets(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
-) -> None:
-    """Packages of two policies on the same nodes: one window per fleet; B (policy Q) depends on A
-    (policy P) and waits, reported blocked, until A is complete on the node."""
-    labels = {"fleet-test": unique_name("two")}
-    first_policy, second_policy = unique_name("pol-p"), unique_name("pol-q")
-    base, dependent = unique_name("base"), unique_name("dep")
-    with running_fleet(local_stack, nodes=2, labels=labels) as fleet:
-        try:
-            for policy in (first_policy, second_policy):
-                create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 2}}})
-            create_package(kube_api_client, run.package(base, spec(first_policy, labels),
-                                                        annotations={keys.PAUSE_ANNOTATION: "true"}))
-            create_package(kube_api_client, run.package(dependent, spec(second_policy, labels,
-                                                                        dependsOn={base: "1.0.0"})))
-
-            def waits_for_base() -> None:
-                status = read_package(kube_api_client, dependent).get("status") or {}
-                reasons = [b["reason"] for b in status.get("blockedNodes") or []]
-                assert len(reasons) == 2 and all(f"waits for dependency {base}" in r for r in reasons), status
-                assert status["conditions"] and status["phase"] != "Complete", status
-
-            assert_eventually(waits_for_base, timeout=120)
-            patch_package(kube_api_client, base, {"metadata": {"annotations": {keys.PAUSE_ANNOTATION: None}}})
-            kubectl_wait_ready(local_stack, base, timeout=180)
-            kubectl_wait_ready(local_stack, dependent, timeout=180)
-            for node in fleet.node_names:
-                windows = windows_of(kube_api_client, node)
-                assert (windows.count, carried(windows.last)) == (2, [dependent]), (node, windows)
-        finally:
-            for name in (dependent, base):
-                delete_package(kube_api_client, name)
-            for policy in (first_policy, second_policy):
-                delete_policy(kube_api_client, policy)
-
-
-async def fleet_decided_after_listing(temporal: Client, fleet_id: str, after_event: int) -> None:
-    """The fleet listed its nodes after event `after_event` and then completed a workflow task (decided)."""
-    events = [e async for e in temporal.get_workflow_handle(fleet_id).fetch_history_events()]
-    listings = {e.event_id for e in events if e.event_id > after_event
-                and e.HasField("activity_task_scheduled_event_attributes")
-                and e.activity_task_scheduled_event_attributes.activity_type.name == "list_fleet_nodes"}
-    listed = [e.event_id for e in events if e.HasField("activity_task_completed_event_attributes")
-              and e.activity_task_completed_event_attributes.scheduled_event_id in listings]
-    assert listed, f"no listing of {fleet_id} after event {after_event} yet"
-    assert any(e.event_id > listed[0] and e.HasField("workflow_task_completed_event_attributes") for e in events)
-
-
-async def test_a_dependency_paused_by_signal_keeps_its_dependent_out_of_the_windows(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
-) -> None:
-    """Regression: with the dependency paused by the `pause` signal, windows carried the dependent alone.
-
-    Each such window answered it blocked ("needs kernel ..."); once the dependency was resumed and had
-    run, the node changed, the dependent was asked again, and every node got a second drain and reboot.
-    """
-    labels = {"fleet-test": unique_name("dep")}
-    selector = ",".join(f"{k}={v}" for k, v in labels.items())
-    policy, kernel, driver = unique_name("pol"), unique_name("kernel"), unique_name("driver")
-    fleet_id = names.fleet_workflow_id(policy)
-    reboot = {"type": "reboot"}
-    with running_fleet(local_stack, nodes=3, labels=labels) as fleet, watching_nodes(kube_api_client, selector) as seen:
-        try:
-            create_policy(kube_api_client, run, policy, {
-                "default": {"budget": {"count": 1}, "strategy": {"type": "fixed", "initialBatch": 1}}})
-            # The dependency starts paused by its annotation: the fleet runs, nothing is handed out.
-            create_package(kube_api_client, run.package(kernel, spec(policy, labels, interrupt=reboot),
-                                                        annotations={keys.PAUSE_ANNOTATION: "true"}))
-            create_package(kube_api_client, run.package(driver, spec(
-                policy, labels, image="example.local/kmod-blocklist:1.0.0", interrupt=reboot,
-                dependsOn={kernel: "1.0.0"})))
-
-            async def both_known() -> None:
-                assert sorted((await fleet_progress(temporal_client, policy)).packages) == sorted([kernel, driver])
-
-            await assert_eventually_async(both_known, timeout=120)
-            # The operator pauses it by signal, then its annotation goes: only the signal holds it now.
-            temporal_signal(local_stack, fleet_id, names.SIGNAL_PAUSE, {"packages": [kernel]})
-            patch_package(kube_api_client, kernel, {"metadata": {"annotations": {keys.PAUSE_ANNOTATION: None}}})
-
-            async def unpaused_spec_taken() -> int:
-                handle = temporal_client.get_workflow_handle(fleet_id)
-                desired = await handle.query(names.QUERY_FLEET_SPEC)
-                assert not next(e for e in desired["packages"] if e["name"] == kernel)["paused"], desired
-                events = [e async for e in handle.fetch_history_events()]
-                return max(e.event_id for e in events if e.HasField("workflow_execution_signaled_event_attributes")
-                           and e.workflow_execution_signaled_event_attributes.signal_name == names.SIGNAL_FLEET_SPEC)
-
-            signalled = await assert_eventually_async(unpaused_spec_taken, timeout=60)
-            await assert_eventually_async(
-                lambda: fleet_decided_after_listing(temporal_client, fleet_id, signalled), timeout=60)
-            report = await fleet_progress(temporal_client, policy)
-            assert report.packages[driver].counts == {"waiting": 3}, report.packages[driver]
-            assert not any(windows_of(kube_api_client, n).count for n in fleet.node_names)
-
-            temporal_signal(local_stack, fleet_id, names.SIGNAL_RESUME, {"packages": [kernel]})
-            for name in (kernel, driver):
-                kubectl_wait_ready(local_stack, name, timeout=300)
-            for node in fleet.node_names:
-                windows = windows_of(kube_api_client, node)
-                assert (windows.count, carried(windows.last)) == (1, sorted([kernel, driver])), (node, windows)
-                assert seen.cordons.get(node) == 1 and seen.reboots(node) == 1, (node, seen.cordons, seen.boot_ids)
-        finally:
-            for name in (driver, kernel):
-                delete_package(kube_api_client, name)
-            delete_policy(kube_api_client, policy)
-
-
 # Set to a histories root (tests/histories) to save the histories below as <root>/<kind>/<name>.json
-# for tests/workflows/test_replay.py. The names are new for each patch recorded: files recorded
-# before a patch stay, so both of its paths keep a history (fleet-canary-then-batch-two-packages and
-# fleet-window-reboot-dependency were recorded before `unproven-changes-count-again`, `stages-in-one-pod`
-# and `delete-stage-jobs`).
+# for tests/workflows/test_replay.py. The names are new for each change recorded: files recorded
+# before a change stay, so every path keeps a history (fleet-canary-then-batch-two-packages was recorded
+# before `unproven-changes-count-again`; the fleet-window-* ones before the one-engine release, ADR 0013).
 RECORD_FLEET_HISTORIES_ENV = "NODEROLL_RECORD_FLEET_HISTORIES"
 RECORDED_AS = {
-    "fleet": "fleet-canary-then-batch-unproven-changes-count",
-    "node": "fleet-window-reboot-dependency-stages-in-one-pod",
-    "rollout": "package-strict-marks-then-retired-by-fleet",
-    "budget": "budget-concurrent-grants",
-    "legacy-node": "node-window-legacy-request-stages-in-one-pod",
-    "skip": "fleet-window-dependent-of-failed-skipped",
+    "fleet": "fleet-canary-then-batch-one-engine",
+    "node": "window-reboot-dependency",
+    "skip": "window-dependent-of-failed-skipped",
 }
 
 

@@ -15,7 +15,7 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.worker import Worker
 
-from api.keys import SEARCH_ATTR_NODE, SEARCH_ATTR_PACKAGE, SEARCH_ATTR_PHASE
+from protocol.names import SEARCH_ATTR_NODE, SEARCH_ATTR_PACKAGE, SEARCH_ATTR_PHASE
 from tests.helpers import assert_eventually, assert_eventually_async, new_task_queue, unique_name
 from tests.helpers.kube import FakeNode, create_ready_node, delete_node
 from tests.integration.roundtrip_workflow import GreetInput, RoundTripWorkflow, greet

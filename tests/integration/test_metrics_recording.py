@@ -17,8 +17,8 @@ from temporalio.testing import ActivityEnvironment
 
 import kube
 from activities import drain
-from activities.io import DrainNodeInput
 from localstack.state import StackInfo
+from protocol.node_activities import DrainNodeInput
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.kube import FakeNode, create_ready_node, delete_node
 

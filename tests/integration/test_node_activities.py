@@ -23,15 +23,6 @@ import kube
 from activities import node_marks as node_marks_activity
 from activities.drain import drain_node, policy_version, wait_protected_pods
 from activities.interrupts import run_interrupt
-from activities.io import (
-    DrainNodeInput,
-    MarkBlockedNodesInput,
-    NodeInput,
-    RunInterruptInput,
-    StageJob,
-    WaitProtectedPodsInput,
-    WriteNodeStateInput,
-)
 from activities.jobs import job_name
 from activities.node_marks import mark_blocked_nodes
 from activities.nodes import (
@@ -42,7 +33,7 @@ from activities.nodes import (
     uncordon_node,
     write_node_state,
 )
-from activities.stage_wait import run_stage_job
+from activities.stage_run import run_stage_pod
 from api.enums import NodeMarkKind
 from api.keys import (
     CONDITION_DRAINING,
@@ -55,9 +46,20 @@ from fleetsim.faults import Fault
 from localstack.state import StackInfo
 from planning.node_marks import NodeMark, decide_mark
 from protocol import errors
+from protocol.activities import MarkBlockedNodesInput
+from protocol.node_activities import (
+    DrainNodeInput,
+    NodeInput,
+    RunInterruptInput,
+    RunStagePodInput,
+    StageJob,
+    WaitProtectedPodsInput,
+    WriteNodeStateInput,
+)
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.integration.node_window_support import SYSCTL_IMAGE, cordon, wait_pods_running
+from workflows.fleet_codec import marks_to_json
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
@@ -288,11 +290,12 @@ def test_missing_node_is_non_retryable(node: str) -> None:
 
 
 def test_stage_job_is_adopted_when_the_activity_runs_again(node: str, kube_api_client: ApiClient) -> None:
-    job = StageJob(package="sysctl-tuning", version="1.0.0", node=node, mode="apply-check", image=SYSCTL_IMAGE,
-                   window=unique_name("w"), tolerations=[{"operator": "Exists"}], timeout_seconds=60)
+    job = StageJob(package="sysctl-tuning", version="1.0.0", node=node, mode="apply", image=SYSCTL_IMAGE,
+                   window=unique_name("w"), tolerations=[{"operator": "Exists"}], timeout_seconds=60,
+                   modes=["apply", "apply-check"])
     beats = Beats()
-    first = beats.env.run(run_stage_job, job)
-    second = ActivityEnvironment().run(run_stage_job, job)
+    first = beats.env.run(run_stage_pod, RunStagePodInput(job))
+    second = ActivityEnvironment().run(run_stage_pod, RunStagePodInput(job))
     assert (first.adopted, second.adopted) == (False, True)
     assert first.job_name == second.job_name and first.exit_code == second.exit_code
     pods = client.CoreV1Api(kube_api_client).list_namespaced_pod(
@@ -337,7 +340,7 @@ def test_reboot_is_confirmed_by_a_new_boot_id_and_never_repeated(node: str, kube
 
 
 def _stage_and_check(node: str) -> StageJob:
-    return StageJob(package="sysctl-tuning", version="1.0.0", node=node, mode="apply", check="apply-check",
+    return StageJob(package="sysctl-tuning", version="1.0.0", node=node, mode="apply", modes=["apply", "apply-check"],
                     image=SYSCTL_IMAGE, window=unique_name("w"), tolerations=[{"operator": "Exists"}],
                     timeout_seconds=60)
 
@@ -348,7 +351,7 @@ def test_a_failing_check_in_the_stage_pod_is_reported_as_the_check(
     with running_fleet(local_stack, nodes=1) as fleet:
         node = fleet.node_names[0]
         fleet.options.faults.add(Fault("fail-stage", nodes=node, mode="apply-check", exit_code=4))
-        result = ActivityEnvironment().run(run_stage_job, _stage_and_check(node))
+        result = ActivityEnvironment().run(run_stage_pod, RunStagePodInput(_stage_and_check(node)))
     assert (result.exit_code, result.mode) == (4, "apply-check") and "injected fault" in result.log_tail
     [pod] = client.CoreV1Api(kube_api_client).list_namespaced_pod(
         PACKAGE_POD_NAMESPACE, label_selector=f"job-name={result.job_name}").items
@@ -375,7 +378,7 @@ def test_a_stage_pod_deleted_before_it_finished_fails_the_attempt_and_ends_its_j
         with ThreadPoolExecutor(1) as pool:
             deleting = pool.submit(lambda: core.delete_namespaced_pod(
                 assert_eventually(running_pod, timeout=30), PACKAGE_POD_NAMESPACE))
-            result = ActivityEnvironment().run(run_stage_job, job)
+            result = ActivityEnvironment().run(run_stage_pod, RunStagePodInput(job))
             deleting.result()
     assert result.exit_code == -1 and "deleted before it finished" in result.log_tail
 
@@ -395,7 +398,7 @@ def test_mark_blocked_nodes_shows_a_held_node_once_and_clears_it(node: str, kube
     core = client.CoreV1Api(kube_api_client)
     core.patch_node(node, {"metadata": {"annotations": {NODE_STATE_ANNOTATION: "{{{ garbage"},
                                         "labels": {NODE_STATUS_LABEL: "complete"}}})
-    malformed = MarkBlockedNodesInput([NodeMark(node, NodeMarkKind.STATE_MALFORMED)])
+    malformed = MarkBlockedNodesInput(marks_to_json([NodeMark(node, NodeMarkKind.STATE_MALFORMED)]))
     assert ActivityEnvironment().run(mark_blocked_nodes, malformed).written == [node]
     got = core.read_node(node)
     assert got.metadata.labels[NODE_STATUS_LABEL] == "blocked"
@@ -409,7 +412,7 @@ def test_mark_blocked_nodes_shows_a_held_node_once_and_clears_it(node: str, kube
     assert ActivityEnvironment().run(mark_blocked_nodes, malformed).written == []
     # Removed by an operator: the condition turns False, our `blocked` label goes (nothing recorded).
     core.patch_node(node, {"metadata": {"annotations": {NODE_STATE_ANNOTATION: None}}})
-    repaired = MarkBlockedNodesInput([NodeMark(node, NodeMarkKind.STATE_REPAIRED)])
+    repaired = MarkBlockedNodesInput(marks_to_json([NodeMark(node, NodeMarkKind.STATE_REPAIRED)]))
     assert ActivityEnvironment().run(mark_blocked_nodes, repaired).written == [node]
     assert _conditions(core, node)["noderoll.io/StateMalformed"].status == "False"
     assert NODE_STATUS_LABEL not in (core.read_node(node).metadata.labels or {})
@@ -431,7 +434,7 @@ def test_mark_blocked_nodes_never_writes_over_a_window_that_starts_meanwhile(
         return decide_mark(mark, current)
 
     monkeypatch.setattr(node_marks_activity, "decide_mark", window_starts_after_the_read)
-    marks = MarkBlockedNodesInput([NodeMark(node, NodeMarkKind.STATE_MALFORMED)])
+    marks = MarkBlockedNodesInput(marks_to_json([NodeMark(node, NodeMarkKind.STATE_MALFORMED)]))
     assert ActivityEnvironment().run(mark_blocked_nodes, marks).written == []
     # The stale write was refused (409), the node read again and left to its window.
     assert decisions == ["", "in-progress"]

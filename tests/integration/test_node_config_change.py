@@ -24,7 +24,7 @@ from tests.integration.node_window_support import (
     package_spec,
     record_history,
 )
-from workflows.messages import NodeResult
+from tests.workflows.node_harness import Answer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 B_INTERRUPT = {"type": "service", "services": ["noderoll-script"]}
@@ -46,11 +46,11 @@ def spec_with(config: dict[str, str]) -> dict[str, Any]:
     return package_spec(SCRIPT_IMAGE, config=config, configInterrupts={"b.conf": B_INTERRUPT})
 
 
-async def run_request(w: Window, config: dict[str, str], answered: int) -> NodeResult:
+async def run_request(w: Window, config: dict[str, str], answered: int) -> Answer:
     """Request the package with `config` and wait for the node's answer number `answered`."""
     await w.request("script-config", spec_with(config))
 
-    async def answer() -> NodeResult:
+    async def answer() -> Answer:
         got = await w.results()
         assert len(got) >= answered, got
         return got[answered - 1]
@@ -96,4 +96,4 @@ async def test_config_change_after_a_finished_config_change_runs_the_config_stag
     entry = window.state().packages["script-config"]
     assert entry.config == config_hashes(b_changed)
     assert (entry.action, entry.stage, entry.state) == ("config", "post-interrupt", "complete")
-    await record_history(window.temporal, window.node, "node-window-config-change-runs-config")
+    await record_history(window.temporal, window.node, "window-config-change-runs-config")

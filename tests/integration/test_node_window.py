@@ -1,7 +1,7 @@
 """Node windows on the real stack: Temporal dev server, kube-apiserver + controllers, fleetsim kubelets.
 
-The node workflow is driven directly (signal-with-start, as a rollout would); a collector workflow
-stands in for the rollout and gathers the `node_result` answers.
+The node workflow is driven directly (signal-with-start `window`, as a fleet drives it); a collector
+workflow stands in for the fleet and gathers the `window_result` answers.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from kubernetes.client import ApiClient
 from temporalio.client import Client
 
 import kube
-from activities.io import DrainNodeResult
 from activities.jobs import jobs_per_window
 from api.keys import (
     CONDITION_ERRORING,
@@ -27,7 +26,9 @@ from api.keys import (
 )
 from fleetsim.context import RUN_SECONDS_ANNOTATION
 from fleetsim.faults import Fault
-from tests.helpers import assert_eventually, assert_eventually_async, unique_name
+from protocol.fleet import PackageOrder
+from protocol.node_activities import DrainNodeResult
+from tests.helpers import assert_eventually, assert_eventually_async
 from tests.helpers.fleet import running_fleet
 from tests.integration.node_window_support import (
     KMOD_IMAGE,
@@ -46,7 +47,7 @@ from tests.integration.node_window_support import (
     record_history,
     wait_pods_running,
 )
-from workflows.messages import SIGNAL_NODE_RETRY, BudgetRef, NodeResult
+from tests.workflows.node_harness import Answer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 SERVICE_INTERRUPT = {"type": "service", "services": ["systemd-sysctl"]}
@@ -68,8 +69,8 @@ async def window(temporal_client: Client, kube_api_client: ApiClient, fleet: Any
     await close_workflows(temporal_client, [f"node/{w.node}", w.collector.id])
 
 
-async def wait_results(w: Window, count: int, timeout: float = 60) -> list[NodeResult]:
-    async def enough() -> list[NodeResult]:
+async def wait_results(w: Window, count: int, timeout: float = 60) -> list[Answer]:
+    async def enough() -> list[Answer]:
         got = await w.results()
         assert len(got) >= count, got
         return got
@@ -137,7 +138,7 @@ async def test_sysctl_window_drains_through_a_pdb_without_violating_it(
         assert len([p for p in drain.evicted if p.startswith(f"{k8s_namespace}/trainer-")]) == 2, drain
         assert drain.refused >= 1, drain
         print(f"drain: {drain}")
-        await record_history(window.temporal, window.node, "node-window-drain-service-interrupt")
+        await record_history(window.temporal, window.node, "window-drain-service-interrupt")
         print(f"history events of a sysctl window with drain and service interrupt: "
               f"{await history_events(window.temporal, window.node)}")
 
@@ -175,7 +176,7 @@ async def test_protected_pods_delay_the_drain_until_they_finish(
     assert any(e.reason == "WaitingForProtectedPods" for e in events.items)
 
 
-async def test_failing_stage_is_retried_then_erroring_then_retry_signal_completes(
+async def test_failing_stage_is_retried_then_erroring_then_the_next_request_completes(
     window: Window, local_stack: Any, fleet: Any,
 ) -> None:
     # Fails every apply of this node twice (both attempts), then the fault is spent.
@@ -194,13 +195,13 @@ async def test_failing_stage_is_retried_then_erroring_then_retry_signal_complete
         # No interrupt: never cordoned, so nothing to leave cordoned.
         assert not node.spec.unschedulable
         assert window.job_modes() == ["apply", "apply"]  # one Job per attempt (its check never ran)
-        handle = window.temporal.get_workflow_handle(f"node/{window.node}")
-        await handle.signal(SIGNAL_NODE_RETRY)
+        # The fleet's `retry` asks again: a new request, a new window that resumes at the failed stage.
+        await window.request("sysctl-tuning", package_spec(SYSCTL_IMAGE))
         results = await wait_results(window, 2)
     assert results[1].state == "complete"
     assert window.state().packages["sysctl-tuning"].state == "complete"
     assert window.condition(CONDITION_ERRORING) == "False"
-    await record_history(window.temporal, window.node, "node-window-retries-erroring-retry")
+    await record_history(window.temporal, window.node, "window-resumes-at-the-failed-stage")
 
 
 async def test_reboot_package_reboots_checks_and_uncordons(
@@ -234,16 +235,15 @@ async def test_reboot_package_reboots_checks_and_uncordons(
     assert_eventually(lambda: window.live_jobs() == [], timeout=30)
     entry = window.state().packages["script-config"]
     assert (entry.stage, entry.state) == ("post-interrupt", "complete")
-    await record_history(window.temporal, window.node, "node-window-reboot")
+    await record_history(window.temporal, window.node, "window-reboot")
 
 
 async def test_two_pending_packages_share_one_merged_interrupt(
     window: Window, local_stack: Any,
 ) -> None:
-    # Both requests queue before any worker runs, so one window takes both.
-    await window.request("sysctl-tuning", package_spec(SYSCTL_IMAGE, interrupt=SERVICE_INTERRUPT))
-    await window.request("kmod-blocklist", package_spec(
-        KMOD_IMAGE, interrupt={"type": "service", "services": ["kmod"]}))
+    await window.window(PackageOrder("sysctl-tuning", package_spec(SYSCTL_IMAGE, interrupt=SERVICE_INTERRUPT), 1),
+                        PackageOrder("kmod-blocklist", package_spec(
+                            KMOD_IMAGE, interrupt={"type": "service", "services": ["kmod"]}), 1))
     async with in_process_worker(window.temporal, local_stack.kubeconfig, window.task_queue):
         results = await wait_results(window, 2)
     assert sorted((r.package, r.state) for r in results) == [("kmod-blocklist", "complete"),
@@ -300,58 +300,17 @@ async def test_reboot_that_never_returns_ends_erroring_and_keeps_the_node_cordon
     assert any(e.reason == "LeftCordoned" for e in events.items)
 
 
-async def test_budget_of_one_never_disrupts_two_nodes_at_once(
-    temporal_client: Client, kube_api_client: ApiClient, local_stack: Any, fleet: Any,
-) -> None:
-    policy = unique_name("policy")
-    windows = [Window(temporal_client, kube_api_client, name) for name in fleet.node_names]
-    task_queue = windows[0].task_queue
-    for w in windows:
-        w.task_queue = task_queue
-        await w.start_collector()
-    cordoned_together: list[list[str]] = []
-    ever_cordoned: set[str] = set()
-
-    def sample() -> None:
-        both = [w.node for w in windows if w.node_object().spec.unschedulable]
-        ever_cordoned.update(both)
-        if len(both) > 1:
-            cordoned_together.append(both)
-
-    try:
-        async with in_process_worker(temporal_client, local_stack.kubeconfig, task_queue):
-            for w in windows:
-                await w.request_with_budget("sysctl-tuning", package_spec(SYSCTL_IMAGE, interrupt=SERVICE_INTERRUPT),
-                                            BudgetRef(policy, "gpu", 1))
-
-            async def both_answered() -> None:
-                sample()
-                for w in windows:
-                    assert len(await w.results()) == 1
-
-            await assert_eventually_async(both_answered, timeout=90, interval=0.1)
-            assert [(await w.results())[0].state for w in windows] == ["complete", "complete"]
-        # Each node was cordoned (the sampling saw both windows), never both at the same time.
-        assert ever_cordoned == {w.node for w in windows}
-        assert cordoned_together == []
-    finally:
-        for w in windows:
-            w.close()
-        await close_workflows(temporal_client, [f"budget/{policy}/gpu"]
-                              + [f"node/{w.node}" for w in windows] + [w.collector.id for w in windows if w.collector])
-
-
 async def test_unreadable_state_holds_the_request_and_runs_nothing(window: Window, local_stack: Any) -> None:
     """A state annotation that cannot be read at the window's start: the request is answered `blocked`
-    with `held` (`node-hold-unreadable-state`), no stage runs, the annotation is left as it was."""
+    with the reason, no stage runs, the annotation is left as it was."""
     window.core.patch_node(window.node, {"metadata": {"annotations": {NODE_STATE_ANNOTATION: "{garbage"}}})
     try:
         async with in_process_worker(window.temporal, local_stack.kubeconfig, window.task_queue):
             await window.request("sysctl-tuning", package_spec(SYSCTL_IMAGE))
             [result] = await wait_results(window, 1)
-        assert (result.state, result.held) == ("blocked", True), result
+        assert result.state == "blocked" and "noderoll.io/state unreadable" in result.message, result
         assert window.stage_jobs() == []
         assert (window.node_object().metadata.annotations or {})[NODE_STATE_ANNOTATION] == "{garbage"
-        await record_history(window.temporal, window.node, "node-window-unreadable-state-held")
+        await record_history(window.temporal, window.node, "window-unreadable-state-held")
     finally:
         window.core.patch_node(window.node, {"metadata": {"annotations": {NODE_STATE_ANNOTATION: None}}})

@@ -20,11 +20,11 @@ from kubernetes.client import ApiClient
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.io import RunStagePodResult
 from api.keys import CORDONED_BY_ANNOTATION
 from bench.scenario import IMAGE as BENCH_IMAGE
 from bench.scenario import PACKAGES_DIR
 from localstack.state import StackInfo
+from protocol.node_activities import RunStagePodResult
 from tests.helpers import assert_eventually, assert_eventually_async, new_task_queue
 from tests.helpers.fleet import running_fleet
 from tests.integration.node_window_support import (

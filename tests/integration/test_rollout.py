@@ -226,7 +226,7 @@ async def test_runtime_required_joining_node_and_pause_by_temporal_signal(
             kubectl_wait_ready(local_stack, name, timeout=180)
 
             # Pause through Temporal directly; a node joining now is tainted but not updated.
-            temporal_signal(keys.SIGNAL_PAUSE)
+            temporal_signal(names.SIGNAL_PAUSE)
 
             async def paused() -> None:
                 assert (await progress(temporal_client, name)).phase is RolloutPhase.PAUSED
@@ -243,7 +243,7 @@ async def test_runtime_required_joining_node_and_pause_by_temporal_signal(
                 report = await progress(temporal_client, name)
                 assert report.total_nodes == 4 and report.counts.get("complete") == 3, report
 
-                temporal_signal(keys.SIGNAL_RESUME)
+                temporal_signal(names.SIGNAL_RESUME)
 
                 def joiner_done() -> None:
                     record = node_records(kube_api_client, f"rr-fleet={fleet_label}")[joiner]

@@ -106,7 +106,7 @@ async def test_failure_threshold_halts_and_retry_completes(
             assert len(status["erroringNodes"]) == 2 and "exit code 7" in status["erroringNodes"][0]["reason"], status
 
             fleet.options.faults.replace([])
-            await temporal_client.get_workflow_handle(names.fleet_workflow_id(policy)).signal(keys.SIGNAL_RETRY)
+            await temporal_client.get_workflow_handle(names.fleet_workflow_id(policy)).signal(names.SIGNAL_RETRY)
 
             def ready() -> None:
                 cond = condition(read_package(kube_api_client, name), "Ready")

@@ -1,7 +1,8 @@
 """The real stage pod (activities.stage_pod) on the real apiserver, played by fleetsim (issue 15).
 
-The `run_stage_job` activity creates the Job exactly as the worker does: the package image's folder
-copied by the `package` init container, noderoll's agent image running the stage and its check.
+The `run_stage_pod` activity creates the Job exactly as the worker does: the package image's folder
+copied by the `package` init container, noderoll's agent image running the stage and its check
+(`run_interrupt`: the agent alone).
 The package is written in NodeWright's image layout (deploy/examples/packages/nodewright-tuning).
 """
 
@@ -18,10 +19,11 @@ from kubernetes.client import ApiClient
 from temporalio.testing import ActivityEnvironment
 
 import kube
-from activities.io import StageJob
-from activities.stage_wait import run_stage_job
+from activities.interrupts import run_interrupt
+from activities.stage_run import run_stage_pod
 from api.keys import GROUP, PACKAGE_PLURAL, PACKAGE_POD_NAMESPACE, VERSION
 from localstack.state import StackInfo
+from protocol.node_activities import RunInterruptInput, RunStagePodInput, StageJob
 from tests.helpers import unique_name
 from tests.helpers.fleet import running_fleet
 
@@ -51,7 +53,7 @@ def package(kube_api_client: ApiClient) -> Iterator[dict[str, Any]]:
 
 
 def a_job(node: str, package: str, image: str, **fields: Any) -> StageJob:
-    values: dict[str, Any] = dict(package=package, version="1.0.0", node=node, mode="apply", check="apply-check",
+    values: dict[str, Any] = dict(package=package, version="1.0.0", node=node, mode="apply", modes=["apply", "apply-check"],
                                   image=image, window=unique_name("w"), tolerations=[{"operator": "Exists"}],
                                   timeout_seconds=60)
     values.update(fields)
@@ -63,7 +65,8 @@ def test_a_nodewright_image_runs_unchanged(fleet: Any, package: dict[str, Any], 
     core = client.CoreV1Api(kube_api_client)
     core.patch_node(node, {"metadata": {"labels": {"example.com/rack": "r7"}}})
     config = dict(package["spec"]["config"])
-    result = ActivityEnvironment().run(run_stage_job, a_job(node, name, NODEWRIGHT_IMAGE, config=config, node_order=3))
+    result = ActivityEnvironment().run(run_stage_pod, RunStagePodInput(
+        a_job(node, name, NODEWRIGHT_IMAGE, config=config, node_order=3)))
     assert (result.exit_code, result.mode) == (0, "apply-check"), result.log_tail
     sandbox = fleet.sandbox(node)
     # NodeWright's tuning names its drop-in after field 2 of SKYHOOK_RESOURCE_ID: the Package's name.
@@ -93,7 +96,7 @@ def test_steps_of_a_simulated_node_never_touch_the_machine(fleet: Any, tmp_path:
     (folder / "write.sh").write_text(f"#!/bin/sh\nset -e\necho sandboxed > /etc/{marker}\necho here > /var/tmp/{marker}\n")
     (folder / "check.sh").write_text(f"#!/bin/sh\ntest -f /etc/{marker}\n")
     machine = [Path("/etc") / marker, Path("/var/tmp") / marker]
-    result = ActivityEnvironment().run(run_stage_job, a_job(node, "escape", "example.local/escape:1.0.0"))
+    result = ActivityEnvironment().run(run_stage_pod, RunStagePodInput(a_job(node, "escape", "example.local/escape:1.0.0")))
     assert result.exit_code == 0, result.log_tail
     assert (fleet.sandbox(node) / "etc" / marker).read_text() == "sandboxed\n"
     assert (fleet.sandbox(node) / "var/tmp" / marker).read_text() == "here\n"
@@ -102,8 +105,8 @@ def test_steps_of_a_simulated_node_never_touch_the_machine(fleet: Any, tmp_path:
 
 def test_interrupt_pod_runs_the_agent_image_alone(fleet: Any) -> None:
     node = fleet.node_names[0]
-    job = a_job(node, "svc", NODEWRIGHT_IMAGE, mode="interrupt", check=None,
+    job = a_job(node, "svc", NODEWRIGHT_IMAGE, mode="interrupt", modes=[],
                 interrupt={"type": "service", "services": ["containerd"]})
-    result = ActivityEnvironment().run(run_stage_job, job)
+    result = ActivityEnvironment().run(run_interrupt, RunInterruptInput(job))
     assert result.exit_code == 0, result.log_tail
     assert (fleet.sandbox(node) / "var/lib/noderoll/restarted-services.log").read_text().split() == ["containerd"]

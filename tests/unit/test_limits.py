@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from activities.node_requests import node_workflow_input
 from api.package import PackageSpec
 from api.validation import validate_documents
 from planning.window import TimeLimits, package_limits, window_limits
+from protocol.node import node_workflow_input
 from protocol.node_settings import INTERRUPT_TIMEOUT_ENV, PROTECTED_PODS_TIMEOUT_ENV, STAGE_TIMEOUT_ENV
 
 DEFAULTS = TimeLimits(protected_pods=3600, stage=1800, interrupt=900)

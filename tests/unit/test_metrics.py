@@ -156,13 +156,13 @@ def test_node_counts_from_state_annotations() -> None:
 
 
 def test_publish_progress_and_budget_from_query_answers() -> None:
+    from planning.fleet_status import BudgetUse, FleetProgress
     from planning.status import RolloutProgress
-    from workflows.messages import BudgetStatus
 
     pkg = "unit-progress"
     progress_metrics.publish_progress(pkg, RolloutProgress(phase=RolloutPhase.PROGRESSING, batch_number=2, batch_size=4))
     assert sample("noderoll_rollout_phase", {"package": pkg, "phase": "Progressing"}) == 1
     assert sample("noderoll_rollout_batch_size", {"package": pkg}) == 4
-    progress_metrics.publish_budget("unit-pol", "default", BudgetStatus(limit=3, in_use=1))
+    progress_metrics.publish_fleet("unit-pol", FleetProgress(budgets={"default": BudgetUse(limit=3, in_use=1)}))
     assert sample("noderoll_budget_limit", {"policy": "unit-pol", "compartment": "default"}) == 3
     metrics.forget_package(pkg)

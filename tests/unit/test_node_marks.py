@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from api.enums import NodeMarkKind
 from planning.node_marks import NodeMark, decide_mark, listing_marks
-from planning.targets import NodeView, TargetSelection
+from planning.targets import NodeView
 
 GARBAGE = "{{{ not json"
 COMPLETE = json.dumps({"packages": {"pkg": {"version": "1.0.0", "stage": "config", "state": "complete"}}})
@@ -37,13 +37,12 @@ def test_a_listing_marks_only_what_the_nodes_do_not_show_yet() -> None:
         node("taint-erroring", "", "erroring"),                 # erroring is the stronger label
         node("repaired", "", "blocked", malformed=True),        # removed by an operator
         node("fine", COMPLETE, "complete"),
-        node("dependency-wait", "", ""),                       # waits are the rollout's own order
+        node("dependency-wait", "", ""),                       # waits are the fleet's own order
         node("running", GARBAGE, "in-progress"),                # a window owns it
     ]
     blocked = {"held-new": HELD, "held-shown": HELD, "held-relabelled": HELD, "taint-new": TAINT,
                "taint-shown": TAINT, "taint-erroring": TAINT, "running": HELD}
-    selection = TargetSelection(blocked=blocked, waiting={"dependency-wait": "waits for dependency base 1.0.0"})
-    marks = listing_marks(nodes, selection)
+    marks = listing_marks(nodes, blocked)
     assert kinds(marks) == {
         "held-new": NodeMarkKind.STATE_MALFORMED,
         "held-relabelled": NodeMarkKind.STATE_MALFORMED,

@@ -156,7 +156,7 @@ def node(
     )
 
 
-def test_one_merged_interrupt_per_window() -> None:
+def test_one_merged_interrupt_in_the_window() -> None:
     plan = plan_node(
         node(
             {
@@ -166,19 +166,19 @@ def test_one_merged_interrupt_per_window() -> None:
             }
         )
     )
-    assert len(plan.windows) == 1
-    window = plan.windows[0]
-    assert window.packages == ("a", "b", "c")
+    window = plan.window
+    assert window is not None and window.packages == ("a", "b", "c")
     assert window.interrupt == InterruptRequest(InterruptType.SERVICE, ("containerd", "cron"))
     assert window.needs_drain and plan.needs_drain
 
 
 def test_noop_interrupt_needs_no_drain() -> None:
     plan = plan_node(node({"a": spec(interrupt={"type": "noop"})}))
-    assert plan.windows[0].interrupt == InterruptRequest(InterruptType.NOOP) and not plan.needs_drain
+    assert plan.window is not None
+    assert plan.window.interrupt == InterruptRequest(InterruptType.NOOP) and not plan.needs_drain
 
 
-def test_dependent_of_an_interrupting_package_goes_to_the_next_window() -> None:
+def test_a_dependent_of_an_interrupting_package_shares_its_window_after_it() -> None:
     plan = plan_node(
         node(
             {
@@ -189,9 +189,11 @@ def test_dependent_of_an_interrupting_package_goes_to_the_next_window() -> None:
             }
         )
     )
-    assert [w.packages for w in plan.windows] == [("driver", "sysctl", "after-sysctl"), ("toolkit",)]
-    assert plan.windows[0].needs_drain and not plan.windows[1].needs_drain
-    assert plan.order == ("driver", "sysctl", "after-sysctl", "toolkit")
+    # One drain and one merged interrupt for the whole change set (ADR 0007), dependents after dependencies.
+    assert plan.window is not None and plan.window.needs_drain
+    order = plan.order
+    assert sorted(order) == ["after-sysctl", "driver", "sysctl", "toolkit"]
+    assert order.index("driver") < order.index("toolkit") and order.index("sysctl") < order.index("after-sysctl")
 
 
 def test_dependency_already_installed_is_satisfied() -> None:
@@ -226,18 +228,18 @@ def test_uninstalls_go_first_dependents_before_dependencies() -> None:
             uninstall=frozenset({"base", "top"}),
         )
     )
-    assert plan.windows[0].packages == ("top", "base", "new")
+    assert plan.window is not None and plan.window.packages == ("top", "base", "new")
 
 
 def test_cycle_is_reported_not_raised() -> None:
     plan = plan_node(node({"a": spec(dependsOn={"b": "1.0.0"}), "b": spec(dependsOn={"a": "1.0.0"})}))
-    assert plan.windows == ()
+    assert plan.window is None
     assert plan.error is not None and "a -> b -> a" in plan.error
 
 
 def test_nothing_to_do() -> None:
     plan = plan_node(node({"a": spec()}, {"a": done()}))
-    assert plan.windows == () and plan.packages["a"].action is PlanAction.NONE
+    assert plan.window is None and plan.packages["a"].action is PlanAction.NONE
 
 
 # ---- property: windows over random packages and recorded states -------------------------------
@@ -274,10 +276,10 @@ def node_inputs(draw: st.DrawFn) -> NodePlanInput:
 
 @settings(max_examples=500, deadline=None)
 @given(node_inputs())
-def test_windows_respect_dependencies_and_merge_interrupts(data: NodePlanInput) -> None:
+def test_the_window_respects_dependencies_and_merges_interrupts(data: NodePlanInput) -> None:
     plan = plan_node(data)
     assert plan.error is None
-    placed = {name: (w, i) for w, window in enumerate(plan.windows) for i, name in enumerate(window.packages)}
+    placed = {name: i for i, name in enumerate(plan.order)}
     working = {n for n, p in plan.packages.items() if p.has_work}
     assert set(placed) == working and len(plan.order) == len(working), (
         "each package with work runs exactly once"
@@ -288,11 +290,9 @@ def test_windows_respect_dependencies_and_merge_interrupts(data: NodePlanInput) 
         for dep in data.desired[name].depends_on:
             if dep in working and plan.packages[dep].action is not PlanAction.UNINSTALL:
                 assert placed[dep] < placed[name], "a dependency runs before its dependent"
-                if plan.packages[dep].needs_interrupt:
-                    assert placed[dep][0] < placed[name][0], (
-                        "a dependent waits for its dependency's interrupt"
-                    )
-    for window in plan.windows:
+    window = plan.window
+    assert (window is None) == (not working)
+    if window is not None:
         wanted = [plan.packages[n].interrupt for n in window.packages if plan.packages[n].needs_interrupt]
         assert window.interrupt == merge_interrupts(wanted)
         assert window.needs_drain == bool(window.interrupt and window.interrupt.disruptive)
@@ -358,8 +358,8 @@ def test_rollback_of_a_config_change_that_failed_reapplies_the_previous_config()
 def test_rollback_window_uninstalls_first_then_downgrades_in_one_window() -> None:
     recorded = NodeState(packages={"old": failed("2.0.0", U, PlanAction.UPGRADE),
                                    "new": failed("1.0.0", C, PlanAction.INSTALL)})
-    plan = plan_node(NodePlanInput(node="n", recorded=recorded, one_window=True,
+    plan = plan_node(NodePlanInput(node="n", recorded=recorded,
                                    desired={"old": spec("1.0.0", **REBOOT), "new": spec("1.0.0", **REBOOT)},
                                    uninstall=frozenset({"new"})))
-    assert len(plan.windows) == 1 and plan.windows[0].packages == ("new", "old")
-    assert plan.windows[0].interrupt == InterruptRequest(type=InterruptType.REBOOT) and plan.needs_drain
+    assert plan.window is not None and plan.window.packages == ("new", "old")
+    assert plan.window.interrupt == InterruptRequest(type=InterruptType.REBOOT) and plan.needs_drain

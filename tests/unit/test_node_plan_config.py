@@ -47,12 +47,6 @@ def test_the_issue_scenario_runs_config_for_the_b_conf_change() -> None:
     assert plan.interrupt == InterruptRequest(InterruptType.SERVICE, ("b",)) and not plan.resumed
 
 
-def test_legacy_rule_kept_for_replaying_old_node_workflow_runs() -> None:
-    after_a = entry(PlanAction.CONFIG, C, State.COMPLETE, A_CHANGED)
-    plan = plan_package("p", spec(B_CHANGED), after_a, uninstall=False, legacy_resume=True)
-    assert (plan.stages, plan.resumed) == ((INT, P), True)  # the defect, as those runs made it
-
-
 REBOOT = {"interrupt": {"type": "reboot"}}
 
 

@@ -11,7 +11,6 @@ from kubernetes import client
 from temporalio.testing import ActivityEnvironment
 
 from activities.heartbeats import wait_slice
-from activities.io import StageJob
 from activities.jobs import job_manifest, job_name
 from api.enums import NodeStatus, Stage, State
 from api.node_state import NodeState, PackageNodeState
@@ -27,6 +26,7 @@ from planning.window import (
     stage_tolerations,
     updated_entry,
 )
+from protocol.node_activities import StageJob
 
 
 def a_spec(**fields: Any) -> PackageSpec:
@@ -102,7 +102,7 @@ def test_job_name_is_deterministic_bounded_and_distinct_per_attempt_and_window()
     assert job_name(a_job()) == job_name(a_job())
     names = {job_name(a_job()), job_name(a_job(attempt=2)), job_name(a_job(window="other-1")),
              job_name(a_job(mode="apply-check")), job_name(a_job(version="550.2.0")),
-             job_name(a_job(check="apply-check"))}
+             job_name(a_job(modes=["apply", "apply-check"]))}
     assert len(names) == 6
     assert job_name(a_job()).startswith("nr-nvidia-driver-apply-")
 
@@ -127,7 +127,7 @@ def test_job_manifest_follows_the_stage_pod_contract() -> None:
 
 
 def test_a_stage_and_its_check_run_in_one_pod() -> None:
-    manifest = job_manifest(a_job(check="apply-check"), "nr-x")
+    manifest = job_manifest(a_job(modes=["apply", "apply-check"]), "nr-x")
     pod = manifest["spec"]["template"]["spec"]
     [copy, stage], [check] = pod["initContainers"], pod["containers"]
     assert copy["name"] == "package" and copy["image"] == "registry.local/driver:550"

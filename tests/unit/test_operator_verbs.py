@@ -33,10 +33,10 @@ def complete(package: PackageSpec) -> NodeState:
 
 def test_rerun_plan_runs_the_install_sequence_from_the_stage() -> None:
     package = spec(interrupt=REBOOT)
-    plan = plan_node(NodePlanInput("n", complete(package), {"a": package}, one_window=True, rerun={"a": ""}))
+    plan = plan_node(NodePlanInput("n", complete(package), {"a": package}, rerun={"a": ""}))
     assert plan.packages["a"].stages == (Stage.APPLY, Stage.CONFIG, Stage.INTERRUPT, Stage.POST_INTERRUPT)
     assert plan.needs_drain
-    plan = plan_node(NodePlanInput("n", complete(package), {"a": package}, one_window=True,
+    plan = plan_node(NodePlanInput("n", complete(package), {"a": package},
                                    rerun={"a": "post-interrupt"}))
     assert plan.packages["a"].stages == (Stage.POST_INTERRUPT,) and not plan.needs_drain
     # No rerun: nothing to do.

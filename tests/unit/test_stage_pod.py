@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from activities import stage_pod
-from activities.io import StageJob
 from activities.stage_pod import StagePodIdentity, StagePodSettings, job_manifest
+from protocol.node_activities import StageJob
 from tests.helpers.hostroot import a_host_root, add_binary, can_chroot
 
 IDENTITY = StagePodIdentity(package_uid="6f1c-uid", generation=3, metadata=True)
@@ -20,7 +20,7 @@ IDENTITY = StagePodIdentity(package_uid="6f1c-uid", generation=3, metadata=True)
 
 def a_job(**fields: Any) -> StageJob:
     values: dict[str, Any] = dict(package="gpu-tuning", version="2.0.2", node="gpu-7", mode="apply",
-                                  image="ghcr.io/nvidia/skyhook-packages/tuning:2.0.2", check="apply-check",
+                                  image="ghcr.io/nvidia/skyhook-packages/tuning:2.0.2", modes=["apply", "apply-check"],
                                   config={"sysctl.conf": "vm.swappiness = 1"}, node_order=4)
     values.update(fields)
     return StageJob(**values)
@@ -71,7 +71,7 @@ def test_nodewright_environment_of_the_agent_containers() -> None:
 
 
 def test_interrupt_pod_is_the_agent_alone() -> None:
-    pod = pod_of(a_job(mode="interrupt", check=None, interrupt={"type": "service", "services": ["containerd"]}),
+    pod = pod_of(a_job(mode="interrupt", modes=[], interrupt={"type": "service", "services": ["containerd"]}),
                  identity=StagePodIdentity("u", 1, metadata=False))
     assert "initContainers" not in pod
     [agent] = pod["containers"]
@@ -183,7 +183,7 @@ def test_a_pod_of_several_stages_runs_each_then_its_check_and_the_interrupt_last
 
 
 def test_an_interrupt_pod_alone_has_no_copy_container_and_no_package_volume() -> None:
-    pod = pod_of(a_job(mode="interrupt", check=None, interrupt={"type": "reboot", "services": []}),
+    pod = pod_of(a_job(mode="interrupt", modes=[], interrupt={"type": "reboot", "services": []}),
                  identity=StagePodIdentity())
     assert "initContainers" not in pod
     assert [v["name"] for v in pod["volumes"]] == ["host"]

@@ -5,7 +5,10 @@ target selection (`planning.fleet_targets.select_fleet`) over fake Nodes whose s
 the fake keeps; `request_windows` records every request and, for nodes in `auto`, answers at once
 as a node workflow would: every Package complete (recorded on the fake node at its version and
 config), or erroring for nodes in `fail` (and, on any node, for Packages of a version in
-`fail_versions`); the test answers other nodes itself with `finish`.
+`fail_versions`); the test answers other nodes itself with `finish`. As the real activity,
+`list_fleet_nodes` also returns the marks the blocked nodes do not show yet
+(`planning.node_marks.listing_marks`), and `mark_blocked_nodes` writes them as the real one decides
+(`decide_mark`) on the fake Node's label and StateMalformed condition, recording each mark written.
 """
 
 from __future__ import annotations
@@ -17,16 +20,25 @@ from pydantic import TypeAdapter
 from temporalio import activity
 from temporalio.client import Client
 
-from activities.io import DescribeWorkflowRunsInput, DescribeWorkflowRunsResult
 from api.node_state import config_hashes
 from api.package import PackageSpec
 from planning.fleet_targets import FleetPackage, FleetQuery, FleetSelection, select_fleet
+from planning.node_marks import NodeMark, decide_mark, listing_marks
 from planning.targets import NodeView
-from protocol.activities import ListFleetNodesInput, ListFleetNodesResult, RequestWindowsInput
+from protocol.activities import (
+    DescribeWorkflowRunsInput,
+    DescribeWorkflowRunsResult,
+    ListFleetNodesInput,
+    ListFleetNodesResult,
+    MarkBlockedNodesInput,
+    MarkBlockedNodesResult,
+    RequestWindowsInput,
+)
 from protocol.fleet import PackageOutcome, WindowRequest, WindowResult
 from protocol.names import SIGNAL_WINDOW_RESULT
 
 _SELECTION = TypeAdapter(FleetSelection)
+_MARKS = TypeAdapter(list[NodeMark])
 
 
 @dataclass
@@ -38,13 +50,17 @@ class FakeNode:
     taints: list[dict[str, str]] = field(default_factory=list)
     recorded: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
     garbage: str = ""
+    # What the Node shows: the `noderoll.io/status` label and the StateMalformed condition.
+    status_label: str = ""
+    state_malformed: bool = False
 
     def view(self) -> NodeView:
         if self.garbage:
-            return NodeView(self.name, self.labels, self.taints, self.garbage)
+            return NodeView(self.name, self.labels, self.taints, self.garbage, self.status_label, self.state_malformed)
         packages = {name: {"version": version, "state": "complete", "stage": "config", "config": config}
                     for name, (version, config) in self.recorded.items()}
-        return NodeView(self.name, self.labels, self.taints, json.dumps({"packages": packages}))
+        return NodeView(self.name, self.labels, self.taints, json.dumps({"packages": packages}), self.status_label,
+                        self.state_malformed)
 
 
 @dataclass
@@ -63,6 +79,8 @@ class FakeNodes:
     # Node workflows that are "closed" (for the watchdog's describe).
     closed: set[str] = field(default_factory=set)
     listings: int = 0
+    # Every mark `mark_blocked_nodes` wrote, in order.
+    marks: list[NodeMark] = field(default_factory=list)
 
     @classmethod
     def of(cls, count: int, prefix: str = "n", **kwargs: object) -> FakeNodes:
@@ -78,7 +96,27 @@ class FakeNodes:
             views = [n.view() for n in self.nodes.values()]
             in_flight = {n: frozenset(p) for n, p in input.in_flight.items()}
             selection = select_fleet(FleetQuery(packages, views, in_flight, frozenset(input.label_keys)))
-            return ListFleetNodesResult(_SELECTION.dump_python(selection, mode="json"), len(views))
+            blocked = {name: "; ".join(f"{p}: {r}" for p, r in sorted(t.blocked.items()))
+                       for name, t in selection.nodes.items() if t.blocked and not t.eligible}
+            marks = listing_marks([v for v in views if v.name in selection.nodes], blocked)
+            return ListFleetNodesResult(_SELECTION.dump_python(selection, mode="json"), len(views),
+                                        _MARKS.dump_python(marks, mode="json"))
+
+        @activity.defn(name="mark_blocked_nodes")
+        async def mark_blocked_nodes(input: MarkBlockedNodesInput) -> MarkBlockedNodesResult:
+            written = []
+            for mark in _MARKS.validate_python(input.marks):
+                node = self.nodes[mark.node]
+                write = decide_mark(mark, node.view())
+                if write is None:
+                    continue
+                if write.set_label:
+                    node.status_label = write.label or ""
+                if write.malformed is not None:
+                    node.state_malformed = write.malformed
+                self.marks.append(mark)
+                written.append(mark.node)
+            return MarkBlockedNodesResult(written)
 
         @activity.defn(name="request_windows")
         async def request_windows(input: RequestWindowsInput) -> None:
@@ -93,7 +131,7 @@ class FakeNodes:
             closed = [w for w in input.workflow_ids if w.removeprefix("node/") in self.closed]
             return DescribeWorkflowRunsResult(closed=closed, statuses=dict.fromkeys(closed, "TERMINATED"))
 
-        return [list_fleet_nodes, request_windows, describe_workflow_runs]
+        return [list_fleet_nodes, request_windows, describe_workflow_runs, mark_blocked_nodes]
 
     def requested(self) -> list[str]:
         return [node for node, _ in self.requests]

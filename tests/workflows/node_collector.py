@@ -1,4 +1,4 @@
-"""A stand-in rollout or fleet for node workflow tests: collects `node_result` and `window_result`. Deterministic."""
+"""A stand-in fleet for node workflow tests: collects `window_result` answers. Deterministic."""
 
 from __future__ import annotations
 
@@ -7,26 +7,20 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from protocol.fleet import WindowResult
     from protocol.names import SIGNAL_WINDOW_RESULT
-    from workflows.messages import SIGNAL_NODE_RESULT, NodeResult
 
 
 @workflow.defn(name="TestResultCollector")
 class ResultCollector:
-    """Stands in for a rollout: collects `node_result` signals until told to stop."""
+    """Stands in for a fleet: collects `window_result` signals until told to stop."""
 
     def __init__(self) -> None:
-        self.results: list[NodeResult] = []
         self.windows: list[WindowResult] = []
         self.done = False
 
     @workflow.run
-    async def run(self) -> list[NodeResult]:
+    async def run(self) -> list[WindowResult]:
         await workflow.wait_condition(lambda: self.done)
-        return self.results
-
-    @workflow.signal(name=SIGNAL_NODE_RESULT)
-    def node_result(self, result: NodeResult) -> None:
-        self.results.append(result)
+        return self.windows
 
     @workflow.signal(name=SIGNAL_WINDOW_RESULT)
     def window_result(self, result: WindowResult) -> None:
@@ -39,7 +33,3 @@ class ResultCollector:
     @workflow.signal
     def stop(self) -> None:
         self.done = True
-
-    @workflow.query
-    def collected(self) -> list[NodeResult]:
-        return self.results

@@ -14,19 +14,19 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.io import (
+from activities.jobs import job_name
+from protocol import errors
+from protocol.activities import MarkBlockedNodesInput, MarkBlockedNodesResult
+from protocol.node_activities import (
     CordonNodeResult,
     DeleteStageJobsInput,
     DeleteStageJobsResult,
     DrainNodeInput,
     DrainNodeResult,
-    MarkBlockedNodesInput,
-    MarkBlockedNodesResult,
     NodeInput,
     ReadNodeResult,
     RunInterruptInput,
     RunInterruptResult,
-    RunStageJobResult,
     RunStagePodInput,
     RunStagePodResult,
     StageJob,
@@ -35,8 +35,6 @@ from activities.io import (
     WaitProtectedPodsResult,
     WriteNodeStateInput,
 )
-from activities.jobs import job_name
-from protocol import errors
 
 
 @dataclass
@@ -68,8 +66,8 @@ class FakeNode:
         return [name for name, _ in self.calls]
 
     def stage_jobs(self) -> list[StageJob]:
-        """Every stage Job the window asked for (stage pods, stage Jobs of older runs, interrupt pods), in order."""
-        jobs = [arg for name, arg in self.calls if name in ("run_stage_job", "run_stage_pod", "run_interrupt")]
+        """Every stage Job the window asked for (stage pods and interrupt pods), in order."""
+        jobs = [arg for name, arg in self.calls if name in ("run_stage_pod", "run_interrupt")]
         return [getattr(job, "job", job) for job in jobs]
 
     def interrupts(self) -> list[StageJob]:
@@ -77,8 +75,7 @@ class FakeNode:
         return [job for job in self.stage_jobs() if job.interrupt is not None]
 
     def modes(self) -> list[str]:
-        """The modes that ran (a stage, then its check in the same Job when the stage succeeded) and
-        interrupts, in order."""
+        """The modes that ran (each stage, then its check) and interrupts, in order."""
         return list(self.ran)
 
     def _api_down(self, activity_name: str) -> None:
@@ -135,20 +132,6 @@ class FakeNode:
                                self.drain_error)
         return DrainNodeResult(evicted=["default/workload"])
 
-    @activity.defn(name="run_stage_job")
-    def run_stage_job(self, input: StageJob) -> RunStageJobResult:
-        self.calls.append(("run_stage_job", input))
-        name = job_name(input)
-        self.jobs.append(name)
-        if input.mode == self.deleted_at:
-            raise errors.fatal(f"node {self.name} does not exist (deleted during the window)", errors.NODE_NOT_FOUND)
-        mode, code = input.mode, self._exit(input.mode)
-        self.ran.append(mode)
-        if code == 0 and input.check:
-            mode, code = input.check, self._exit(input.check)
-            self.ran.append(mode)
-        return RunStageJobResult(name, code, log_tail=f"{mode} exited {code}\nlast line", mode=mode)
-
     @activity.defn(name="run_interrupt")
     def run_interrupt(self, input: RunInterruptInput) -> RunInterruptResult:
         self.calls.append(("run_interrupt", input))
@@ -192,10 +175,10 @@ class FakeNode:
     @activity.defn(name="mark_blocked_nodes")
     def mark_blocked_nodes(self, input: MarkBlockedNodesInput) -> MarkBlockedNodesResult:
         self.calls.append(("mark_blocked_nodes", input))
-        return MarkBlockedNodesResult([m.node for m in input.marks])
+        return MarkBlockedNodesResult([m["node"] for m in input.marks])
 
     def activities(self) -> list[Callable[..., Any]]:
         """Every fake, for `Worker(activities=...)`."""
         return [self.read_node, self.cordon_node, self.uncordon_node, self.write_node_state,
-                self.wait_protected_pods, self.drain_node, self.run_stage_job, self.run_interrupt,
+                self.wait_protected_pods, self.drain_node, self.run_interrupt,
                 self.run_stage_pod, self.delete_stage_jobs, self.mark_blocked_nodes]

@@ -22,7 +22,7 @@ from protocol import names
 from protocol.fleet import Filter, FleetInput, FleetSpec, PackageEntry
 from tests.helpers import assert_eventually_async, new_task_queue, unique_name
 from tests.workflows.fleet_fakes import FakeNodes
-from tests.workflows.test_node_workflow import register_search_attributes
+from tests.workflows.node_harness import register_search_attributes
 from workflows.fleet import FleetWorkflow
 from workflows.fleet_codec import progress_from_json
 

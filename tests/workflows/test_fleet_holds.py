@@ -34,8 +34,8 @@ from protocol.fleet import FleetInput, FleetSpec
 from tests.helpers import assert_eventually_async, new_task_queue, unique_name
 from tests.workflows.cancel_log import WindowCancelLog
 from tests.workflows.fleet_fakes import FakeNodes
+from tests.workflows.node_harness import register_search_attributes
 from tests.workflows.test_fleet import package, policy, progress, settled
-from tests.workflows.test_node_workflow import register_search_attributes
 from workflows.fleet import FleetWorkflow
 
 DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")

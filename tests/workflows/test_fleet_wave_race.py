@@ -24,8 +24,8 @@ from protocol.activities import ListFleetNodesInput, ListFleetNodesResult
 from protocol.fleet import FleetInput, FleetSpec
 from tests.helpers import assert_eventually_async, new_task_queue, unique_name
 from tests.workflows.fleet_fakes import FakeNodes
+from tests.workflows.node_harness import register_search_attributes
 from tests.workflows.test_fleet import EXPONENTIAL, package, policy, progress
-from tests.workflows.test_node_workflow import register_search_attributes
 from workflows.fleet import FleetWorkflow
 
 
@@ -38,7 +38,7 @@ async def test_a_package_arriving_during_the_first_listing_shares_the_window(
     pol = policy(EXPONENTIAL, budget=2, canary={"count": 1})
     first = FleetSpec(name, pol, 1, [package("kernel")])
     both = FleetSpec(name, pol, 1, [package("kernel"), package("driver", spec={"dependsOn": {"kernel": "1.0.0"}})])
-    fake_list, request_windows, describe = nodes.activities()
+    fake_list, request_windows, describe, mark = nodes.activities()
     sent: list[bool] = []
 
     @activity.defn(name="list_fleet_nodes")
@@ -54,7 +54,7 @@ async def test_a_package_arriving_during_the_first_listing_shares_the_window(
     task_queue = new_task_queue()
     await register_search_attributes(env.client)
     async with Worker(env.client, task_queue=task_queue, workflows=[FleetWorkflow],
-                      activities=[list_fleet_nodes, request_windows, describe]):
+                      activities=[list_fleet_nodes, request_windows, describe, mark]):
         handle = await env.client.start_workflow(
             FleetWorkflow.run, FleetInput(policy_name=name), id=names.fleet_workflow_id(name),
             task_queue=task_queue, start_signal=names.SIGNAL_FLEET_SPEC, start_signal_args=[first],

@@ -1,8 +1,8 @@
 """A config operation that stopped after its config stage (node workflow, time-skipping server, fakes).
 
-Issue #12 item 1: the window records the config it applies (`targetConfig`) when it starts, so a
-retry of the same change resumes at the failed interrupt, while a newer desired config runs the
-config stage again before the interrupt.
+Issue #12 item 1: the window records the config it applies (`targetConfig`) when it starts, so the
+next request for the same change (the fleet's `retry`) resumes at the failed interrupt, while a
+newer desired config runs the config stage again before the interrupt.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from temporalio.testing import WorkflowEnvironment
 from api.enums import PlanAction, Stage, State
 from api.node_state import NodeState, PackageNodeState, config_hashes, dump_node_state, parse_node_state
 from tests.workflows.node_fakes import FakeNode
-from tests.workflows.test_node_workflow import a_spec, harness
-from workflows.messages import SIGNAL_NODE_RETRY
+from tests.workflows.node_harness import a_spec, harness
 
 pytestmark = pytest.mark.workflows
 FIRST = {"a.conf": "a=1", "b.conf": "b=1"}
@@ -58,10 +57,8 @@ async def test_config_change_stopped_at_its_interrupt(
         assert (entry.action, entry.stage, entry.state) == ("config", "interrupt", "erroring")
         assert (entry.config, entry.target_config) == (config_hashes(FIRST), config_hashes(B_CHANGED))
         ran_before = len(h.node.modes())
-        if second is None:
-            await h.client.get_workflow_handle(h.workflow_id).signal(SIGNAL_NODE_RETRY)
-        else:
-            await h.request("p", spec(second), generation=2)
+        # The fleet's `retry` asks again with the same spec; a newer config comes with a new generation.
+        await h.request("p", spec(second or B_CHANGED), generation=2 if second else 1)
         [_, done] = await h.results(2)
         assert done.state == "complete", done
         assert h.node.modes()[ran_before:] == modes_after_retry

@@ -9,50 +9,21 @@ a duplicate request id is dropped; an unreadable state holds the node.
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
-from typing import Any
 
 from temporalio.testing import WorkflowEnvironment
 
-from protocol.fleet import PackageOrder, WindowCancel, WindowRequest, WindowResult
-from protocol.names import SIGNAL_WINDOW, SIGNAL_WINDOW_CANCEL, node_workflow_id
-from tests.workflows.node_collector import ResultCollector
+from protocol.fleet import WindowCancel
+from protocol.names import SIGNAL_WINDOW_CANCEL
 from tests.workflows.node_fakes import FakeNode
-from tests.workflows.test_node_workflow import Harness, a_spec, harness
-from workflows.messages import NodeWorkflowInput
-from workflows.node import NodeWorkflow
-
-
-def order(name: str, **fields: Any) -> PackageOrder:
-    return PackageOrder(name=name, spec=a_spec(**fields), generation=1)
-
-
-async def send(h: Harness, *orders: PackageOrder, request_id: str = "") -> str:
-    request_id = request_id or f"fleet/t:1:{uuid.uuid4().hex[:6]}:{h.node.name}"
-    request = WindowRequest(fleet_workflow_id=h.collector.id, request_id=request_id, packages=list(orders))
-    await h.client.start_workflow(
-        NodeWorkflow.run, NodeWorkflowInput(node=h.node.name, retry_backoff_seconds=1, stage_attempts=2),
-        id=node_workflow_id(h.node.name), task_queue=h.task_queue, start_signal=SIGNAL_WINDOW,
-        start_signal_args=[request])
-    return request_id
-
-
-async def windows(h: Harness, count: int) -> list[WindowResult]:
-    got: list[WindowResult] = []
-    for _ in range(200):
-        got = await h.collector.query(ResultCollector.collected_windows)
-        if len(got) >= count:
-            break
-        await h.env.sleep(timedelta(seconds=1))
-    return got
+from tests.workflows.node_harness import Harness, harness, order
 
 
 async def test_three_packages_one_window_one_drain_one_merged_interrupt(temporal_test_env: WorkflowEnvironment) -> None:
     async with harness(temporal_test_env) as h:
-        await send(h, order("kernel", interrupt={"type": "reboot"}),
+        await h.window(order("kernel", interrupt={"type": "reboot"}),
                    order("driver", interrupt={"type": "reboot"}, dependsOn={"kernel": "1.0.0"}),
                    order("tuned", interrupt={"type": "service", "services": ["containerd"]}))
-        [result] = await windows(h, 1)
+        [result] = await h.windows(1)
         assert {p: o.state for p, o in result.outcomes.items()} == dict.fromkeys(["driver", "kernel", "tuned"], "complete")
         assert (result.cordoned, result.drained, result.interrupt) == (True, True, "reboot")
         names = h.node.names()
@@ -73,10 +44,10 @@ async def test_three_packages_one_window_one_drain_one_merged_interrupt(temporal
 
 
 async def test_a_dependent_of_a_failed_package_is_not_run(temporal_test_env: WorkflowEnvironment) -> None:
-    node = FakeNode(name=f"node-{uuid.uuid4().hex[:8]}", exits={"apply": [7, 7]})
+    node = FakeNode(name=f"node-{uuid.uuid4().hex[:8]}", exits={"apply": [7, 7, 7]})
     async with harness(temporal_test_env, node) as h:
-        await send(h, order("base"), order("dep", dependsOn={"base": "1.0.0"}))
-        [result] = await windows(h, 1)
+        await h.window(order("base"), order("dep", dependsOn={"base": "1.0.0"}))
+        [result] = await h.windows(1)
         assert result.outcomes["base"].state == "erroring"
         assert result.outcomes["dep"].state == "blocked" and "dependency base failed" in result.outcomes["dep"].message
         assert {job.package for job in h.node.stage_jobs()} == {"base"}
@@ -84,13 +55,13 @@ async def test_a_dependent_of_a_failed_package_is_not_run(temporal_test_env: Wor
 
 async def test_queued_request_is_withdrawn_and_a_duplicate_dropped(temporal_test_env: WorkflowEnvironment) -> None:
     async def queue_two(h: Harness) -> None:
-        await send(h, order("a"), request_id="first")
-        await send(h, order("a"), request_id="first")  # duplicate: dropped
+        await h.window(order("a"), request_id="first")
+        await h.window(order("a"), request_id="first")  # duplicate: dropped
         await h.client.get_workflow_handle(h.workflow_id).signal(
             SIGNAL_WINDOW_CANCEL, WindowCancel(fleet_workflow_id=h.collector.id, request_id="first"))
 
     async with harness(temporal_test_env, before=queue_two) as h:
-        [result] = await windows(h, 1)
+        [result] = await h.windows(1)
         assert result.request_id == "first" and result.withdrawn
         assert h.node.stage_jobs() == []
 
@@ -98,8 +69,8 @@ async def test_queued_request_is_withdrawn_and_a_duplicate_dropped(temporal_test
 async def test_unreadable_state_holds_the_node(temporal_test_env: WorkflowEnvironment) -> None:
     node = FakeNode(name=f"node-{uuid.uuid4().hex[:8]}", state_annotation="{not json")
     async with harness(temporal_test_env, node) as h:
-        await send(h, order("a"), order("b"))
-        [result] = await windows(h, 1)
+        await h.window(order("a"), order("b"))
+        [result] = await h.windows(1)
         assert {o.state for o in result.outcomes.values()} == {"blocked"}
         assert "unreadable" in result.outcomes["a"].message
         assert h.node.stage_jobs() == [] and "write_node_state" not in h.node.names()

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from tests.workflows.test_node_workflow import Harness, a_spec, harness
-from workflows.messages import NodeWorkflowInput
+from protocol.node import NodeWorkflowInput
+from tests.workflows.node_harness import Harness, a_spec, harness, order
 
 pytestmark = pytest.mark.workflows
 PROTECTED = {"matchLabels": {"training": "true"}}
@@ -22,12 +22,10 @@ def inputs(h: Harness, activity: str) -> list[Any]:
 
 
 async def test_window_waits_as_long_as_its_most_patient_package(temporal_test_env: WorkflowEnvironment) -> None:
-    async def queue_both(h: Harness) -> None:
-        await h.request("patient", a_spec(interrupt=REBOOT, podNonInterruptLabels=PROTECTED, limits={
-            "protectedPodsTimeoutSeconds": 7200, "stageTimeoutSeconds": 120, "interruptTimeoutSeconds": 60}))
-        await h.request("plain", a_spec(interrupt=REBOOT, podNonInterruptLabels=PROTECTED))
-
-    async with harness(temporal_test_env, before=queue_both) as h:
+    async with harness(temporal_test_env) as h:
+        await h.window(order("patient", interrupt=REBOOT, podNonInterruptLabels=PROTECTED, limits={
+            "protectedPodsTimeoutSeconds": 7200, "stageTimeoutSeconds": 120, "interruptTimeoutSeconds": 60}),
+                       order("plain", interrupt=REBOOT, podNonInterruptLabels=PROTECTED))
         assert sorted(r.state for r in await h.results(2)) == ["complete", "complete"]
         [wait] = inputs(h, "wait_protected_pods")
         assert wait.timeout_seconds == 7200  # max(7200, the default 3600)

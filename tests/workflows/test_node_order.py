@@ -1,28 +1,11 @@
-"""SKYHOOK_NODE_ORDER's source: each request carries the node's position in its rollout's request order."""
+"""SKYHOOK_NODE_ORDER's source: the node's position in its fleet's order reaches every stage Job of the
+window (the fleet numbers its nodes: tests/workflows/test_fleet.py::test_one_window_per_node_for_three_packages)."""
 
 from __future__ import annotations
 
 from temporalio.testing import WorkflowEnvironment
 
-from tests.workflows.rollout_fakes import FakeFleet
-from tests.workflows.test_node_workflow import a_spec, harness
-from tests.workflows.test_rollout import SPEC, complete, policy, rollout, until
-from workflows.messages import SIGNAL_SPEC_CHANGED, SpecChange
-
-
-async def test_requests_number_nodes_in_order_across_batches_and_restart_for_a_new_version(
-    temporal_test_env: WorkflowEnvironment,
-) -> None:
-    fleet = FakeFleet.of(5)
-    strategy = policy({"type": "linear", "initialBatch": 1, "delta": 1}, 5)
-    async with rollout(temporal_test_env, fleet, strategy) as handle:
-        await until(temporal_test_env, handle, complete(5))
-        first = list(fleet.requests)
-        await handle.signal(SIGNAL_SPEC_CHANGED, SpecChange(dict(SPEC, version="1.1.0"), 2, "p", strategy))
-        await until(temporal_test_env, handle, lambda p: len(fleet.requests) == 10 and complete(5)(p))
-    assert [len(call) for call in fleet.calls[:3]] == [1, 2, 2]  # three batches
-    assert [r.node_order for _, r in first] == [0, 1, 2, 3, 4]
-    assert [r.node_order for _, r in fleet.requests[5:]] == [0, 1, 2, 3, 4]
+from tests.workflows.node_harness import a_spec, harness
 
 
 async def test_stage_jobs_carry_the_order_agent_image_and_pull_secrets_of_the_request(

@@ -13,8 +13,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from api.node_state import parse_node_state
 from tests.workflows.node_fakes import FakeNode
-from tests.workflows.test_node_fleet_window import order, send, windows
-from tests.workflows.test_node_workflow import a_spec, harness
+from tests.workflows.node_harness import a_spec, harness, order
 
 pytestmark = pytest.mark.workflows
 REBOOT = {"type": "reboot"}
@@ -76,8 +75,8 @@ async def test_an_interrupt_that_failed_in_the_stage_pod_is_retried_in_its_own_p
 
 async def test_two_reboot_packages_two_pods_each_one_reboot(temporal_test_env: WorkflowEnvironment) -> None:
     async with harness(temporal_test_env) as h:
-        await send(h, order("a", interrupt=REBOOT), order("b", interrupt=REBOOT, dependsOn={"a": "1.0.0"}))
-        [result] = await windows(h, 1)
+        await h.window(order("a", interrupt=REBOOT), order("b", interrupt=REBOOT, dependsOn={"a": "1.0.0"}))
+        [result] = await h.windows(1)
         assert {p: o.state for p, o in result.outcomes.items()} == {"a": "complete", "b": "complete"}
         assert [(j.package, j.modes) for j in h.node.stage_jobs()] == [
             ("a", BEFORE), ("b", [*BEFORE, "interrupt"]), ("a", AFTER), ("b", AFTER)]

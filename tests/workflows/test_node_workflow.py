@@ -1,152 +1,21 @@
-"""Node workflow on the time-skipping server with fake activities registered under the real names."""
+"""The node workflow on the time-skipping server with fake activities registered under the real names,
+driven through the fleet's `window` request (`tests/workflows/node_harness.py`)."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 import pytest
-from temporalio.api.enums.v1 import IndexedValueType
-from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
-from temporalio.service import RPCError
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
-from activities.leases import acquire_lease
-from api.keys import node_workflow_id
 from api.node_state import parse_node_state
 from protocol import errors
-from protocol.names import SEARCH_ATTRIBUTE_TYPES
-from tests.workflows.node_collector import ResultCollector
 from tests.workflows.node_fakes import FakeNode
-from workflows.budget import BudgetWorkflow
-from workflows.messages import (
-    QUERY_BUDGET_STATUS,
-    SIGNAL_NODE_CANCEL,
-    SIGNAL_NODE_REQUEST,
-    SIGNAL_NODE_RETRY,
-    BudgetRef,
-    BudgetStatus,
-    NodeCancel,
-    NodeRequest,
-    NodeResult,
-    NodeWorkflowInput,
-)
-from workflows.node import NodeWorkflow
+from tests.workflows.node_harness import a_spec, harness, order
 
 pytestmark = pytest.mark.workflows
-
-
-def a_spec(version: str = "1.0.0", **fields: Any) -> dict[str, Any]:
-    """A valid Package spec dict (by alias), e.g. `a_spec(interrupt={"type": "reboot"})`."""
-    return {"version": version, "image": f"registry.local/pkg:{version}", **fields}
-
-
-@dataclass
-class Harness:
-    """One node, its fakes, a result collector (the stand-in rollout) and helpers."""
-
-    env: WorkflowEnvironment
-    task_queue: str
-    node: FakeNode
-    collector: WorkflowHandle[Any, Any]
-
-    @property
-    def client(self) -> Client:
-        return self.env.client
-
-    @property
-    def workflow_id(self) -> str:
-        return node_workflow_id(self.node.name)
-
-    async def request(self, package: str, spec: dict[str, Any], **kw: Any) -> None:
-        settings = kw.pop("settings", None) or NodeWorkflowInput(
-            node=self.node.name, retry_backoff_seconds=10, stage_attempts=3)
-        request = NodeRequest(rollout_workflow_id=self.collector.id, package=package, spec=spec,
-                              generation=kw.pop("generation", 1), request_id=kw.pop("request_id", str(uuid.uuid4())),
-                              **kw)
-        await self.client.start_workflow(
-            NodeWorkflow.run, settings, id=self.workflow_id, task_queue=self.task_queue,
-            start_signal=SIGNAL_NODE_REQUEST, start_signal_args=[request])
-
-    async def results(self, count: int, seconds: int = 200) -> list[NodeResult]:
-        """Poll (virtual time, at most `seconds`) until the collector holds `count` results."""
-        got: list[NodeResult] = []
-        for _ in range(seconds):
-            got = await self.collector.query(ResultCollector.collected)
-            if len(got) >= count:
-                break
-            await self.env.sleep(timedelta(seconds=1))
-        return got
-
-    async def closed(self) -> WorkflowExecutionStatus | None:
-        """Status of the node workflow's latest run after waiting for it to close (virtual time)."""
-        handle = self.client.get_workflow_handle(self.workflow_id)
-        for _ in range(50):
-            status = (await handle.describe()).status
-            if status != WorkflowExecutionStatus.RUNNING:
-                return status
-            await self.env.sleep(timedelta(seconds=1))
-        return WorkflowExecutionStatus.RUNNING
-
-    async def history_events(self) -> int:
-        history = await self.client.get_workflow_handle(self.workflow_id).fetch_history()
-        return len(history.events)
-
-
-_SNAKE = {"Keyword": "KEYWORD", "KeywordList": "KEYWORD_LIST"}
-
-
-async def register_search_attributes(client: Client) -> None:
-    """Register noderoll's search attributes on the time-skipping server (the tooling does it elsewhere)."""
-    request = AddSearchAttributesRequest(
-        namespace=client.namespace,
-        search_attributes={name: IndexedValueType.Value(f"INDEXED_VALUE_TYPE_{_SNAKE[kind]}")
-                           for name, kind in SEARCH_ATTRIBUTE_TYPES.items()},
-    )
-    try:
-        await client.operator_service.add_search_attributes(request)
-    except RPCError as err:
-        if "already" not in str(err).lower():
-            raise
-
-
-@asynccontextmanager
-async def harness(
-    env: WorkflowEnvironment, node: FakeNode | None = None, before: Callable[[Harness], Awaitable[None]] | None = None,
-) -> AsyncIterator[Harness]:
-    """Worker with the node workflow, the fakes, the real budget workflow and the real lease activity.
-
-    `before(h)` runs before the worker starts: requests sent there are all queued for the first window.
-    """
-    await register_search_attributes(env.client)
-    task_queue = str(uuid.uuid4())
-    fake = node or FakeNode(name=f"node-{uuid.uuid4().hex[:8]}")
-    collector = await env.client.start_workflow(
-        ResultCollector.run, id=f"collector-{uuid.uuid4()}", task_queue=task_queue)
-    h = Harness(env, task_queue, fake, collector)
-    try:
-        if before is not None:
-            await before(h)
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            worker = Worker(env.client, task_queue=task_queue,
-                            workflows=[NodeWorkflow, ResultCollector, BudgetWorkflow],
-                            activities=[*fake.activities(), acquire_lease], activity_executor=pool)
-            async with worker:
-                yield h
-    finally:
-        # Leftover timers on the shared time-skipping server would block time skipping later.
-        for workflow_id in (collector.id, h.workflow_id):
-            try:
-                await env.client.get_workflow_handle(workflow_id).terminate("test cleanup")
-            except RPCError:
-                pass
 
 
 async def test_one_package_without_interrupt_runs_stages_and_checks_only(
@@ -215,7 +84,7 @@ async def test_reboot_package_cordons_drains_interrupts_and_uncordons(
         # Two stage pods (issue #14): everything before the interrupt, the interrupt last, then the rest.
         assert [job.modes for job in h.node.stage_jobs()] == [
             ["apply", "apply-check", "config", "config-check", "interrupt"], ["post-interrupt", "post-interrupt-check"]]
-        assert "run_interrupt" not in h.node.names() and "run_stage_job" not in h.node.names()
+        assert "run_interrupt" not in h.node.names()
         # Once the outcome is written, the window's stage Jobs go.
         assert h.node.names()[-3:] == ["uncordon_node", "write_node_state", "delete_stage_jobs"]
         assert h.node.cleanups == [(["kernel"], [])]
@@ -242,11 +111,9 @@ async def test_an_api_outage_of_minutes_stalls_the_window_but_fails_nothing_and_
 
 
 async def test_two_packages_share_one_merged_interrupt(temporal_test_env: WorkflowEnvironment) -> None:
-    async def queue_both(h: Harness) -> None:
-        await h.request("containerd-cfg", a_spec(interrupt={"type": "service", "services": ["containerd"]}))
-        await h.request("cron-cfg", a_spec(interrupt={"type": "service", "services": ["cron"]}))
-
-    async with harness(temporal_test_env, before=queue_both) as h:
+    async with harness(temporal_test_env) as h:
+        await h.window(order("containerd-cfg", interrupt={"type": "service", "services": ["containerd"]}),
+                       order("cron-cfg", interrupt={"type": "service", "services": ["cron"]}))
         results = await h.results(2)
         assert sorted(r.state for r in results) == ["complete", "complete"]
         interrupts = h.node.interrupts()
@@ -255,32 +122,7 @@ async def test_two_packages_share_one_merged_interrupt(temporal_test_env: Workfl
         assert h.node.names().count("drain_node") == 1
 
 
-async def test_leases_from_two_budgets_are_taken_in_order_and_all_released(
-    temporal_test_env: WorkflowEnvironment,
-) -> None:
-    policy = f"p-{uuid.uuid4().hex[:8]}"
-
-    async def queue_both(h: Harness) -> None:
-        await h.request("a", a_spec(interrupt={"type": "reboot"}), budget=BudgetRef(policy, "gpu", 1))
-        await h.request("b", a_spec(interrupt={"type": "reboot"}), budget=BudgetRef(policy, "cpu", 1))
-
-    async with harness(temporal_test_env, before=queue_both) as h:
-        results = await h.results(2)
-        assert [r.state for r in results] == ["complete", "complete"]
-        assert len(h.node.interrupts()) == 1
-        for compartment in ("cpu", "gpu"):
-            budget = h.client.get_workflow_handle(f"budget/{policy}/{compartment}")
-            status = await budget.query(QUERY_BUDGET_STATUS, result_type=BudgetStatus)
-            for _ in range(10):
-                if status.in_use == 0:
-                    break
-                await h.env.sleep(timedelta(seconds=1))
-                status = await budget.query(QUERY_BUDGET_STATUS, result_type=BudgetStatus)
-            assert status.in_use == 0
-            await budget.terminate("test cleanup")
-
-
-async def test_failed_stage_is_retried_with_backoff_then_erroring_until_retry(
+async def test_failed_stage_is_retried_with_backoff_then_erroring_until_asked_again(
     temporal_test_env: WorkflowEnvironment,
 ) -> None:
     node = FakeNode(name=f"node-{uuid.uuid4().hex[:8]}", exits={"apply": [1, 1, 1, 0]})
@@ -301,12 +143,13 @@ async def test_failed_stage_is_retried_with_backoff_then_erroring_until_retry(
         assert (entry.stage, entry.state, entry.attempts) == ("apply", "erroring", 3)
         assert "exit code 1" in (entry.last_error or "")
         assert h.node.status_label == "erroring"
-        handle = h.client.get_workflow_handle(h.workflow_id)
-        assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
-        await handle.signal(SIGNAL_NODE_RETRY)
+        # Nothing is held here: the fleet asks again (its `retry`), with a new request.
+        assert await h.closed() == WorkflowExecutionStatus.COMPLETED
+        await h.request("driver", a_spec(interrupt={"type": "reboot"}))
         results = await h.results(2)
         assert results[1].state == "complete"
-        assert not h.node.unschedulable
+        # The new window resumed at the failed stage, and lifted the cordon the failure left.
+        assert h.node.modes()[3] == "apply" and not h.node.unschedulable
         assert await h.closed() == WorkflowExecutionStatus.COMPLETED
 
 
@@ -319,38 +162,18 @@ async def test_node_cordoned_by_someone_else_stays_cordoned(temporal_test_env: W
         assert h.node.unschedulable and "uncordon_node" not in h.node.names()
 
 
-async def test_dependent_waits_queued_until_its_dependency_completes(
+async def test_a_dependent_without_its_dependency_is_answered_blocked_and_runs_with_it(
     temporal_test_env: WorkflowEnvironment,
 ) -> None:
     async with harness(temporal_test_env) as h:
         await h.request("nvidia-driver", a_spec(dependsOn={"kernel": "1.0.0"}))
-        for _ in range(5):
-            await h.env.sleep(timedelta(seconds=1))
+        [alone] = await h.results(1)
+        assert alone.state == "blocked" and "needs kernel 1.0.0" in alone.message, alone
         assert h.node.modes() == []
-        assert await h.collector.query(ResultCollector.collected) == []
-        await h.request("kernel", a_spec())
-        results = await h.results(2)
-        assert [r.package for r in results] == ["kernel", "nvidia-driver"]
-        assert [r.state for r in results] == ["complete", "complete"]
-
-
-async def test_budget_lease_is_taken_before_cordon_and_released_after(
-    temporal_test_env: WorkflowEnvironment,
-) -> None:
-    policy = f"p-{uuid.uuid4().hex[:8]}"
-    async with harness(temporal_test_env) as h:
-        await h.request("kernel", a_spec(interrupt={"type": "reboot"}), budget=BudgetRef(policy, "gpu", 1))
-        [result] = await h.results(1)
-        assert result.state == "complete"
-        budget = h.client.get_workflow_handle(f"budget/{policy}/gpu")
-        status = await budget.query(QUERY_BUDGET_STATUS, result_type=BudgetStatus)
-        for _ in range(10):
-            if status.in_use == 0:
-                break
-            await h.env.sleep(timedelta(seconds=1))
-            status = await budget.query(QUERY_BUDGET_STATUS, result_type=BudgetStatus)
-        assert (status.in_use, status.limit) == (0, 1)
-        await budget.terminate("test cleanup")
+        await h.window(order("nvidia-driver", dependsOn={"kernel": "1.0.0"}), order("kernel"))
+        results = (await h.results(3))[1:]
+        assert [(r.package, r.state) for r in results] == [("kernel", "complete"), ("nvidia-driver", "complete")]
+        assert h.node.modes() == ["apply", "apply-check", "config", "config-check"] * 2
 
 
 async def test_duplicate_request_is_dropped_and_invalid_spec_is_answered(
@@ -363,6 +186,9 @@ async def test_duplicate_request_is_dropped_and_invalid_spec_is_answered(
         await h.request("sysctl", a_spec(), request_id="same")
         await h.request("sysctl", a_spec(), request_id="same")
         results = await h.results(2)
+        for _ in range(5):
+            await h.env.sleep(timedelta(seconds=1))
+        assert len(await h.results(2)) == 2, "the duplicate request was answered"
         assert [r.package for r in results] == ["bad", "sysctl"]
         assert h.node.modes().count("apply") == 1
 
@@ -394,7 +220,7 @@ async def test_drain_timeout_fails_the_window_names_blockers_and_uncordons(
         assert "ns/solo" in (state.packages["kernel"].last_error or "")
 
 
-async def test_new_spec_replaces_a_held_erroring_request(temporal_test_env: WorkflowEnvironment) -> None:
+async def test_a_newer_version_after_a_failure_installs_the_newer_one(temporal_test_env: WorkflowEnvironment) -> None:
     node = FakeNode(name=f"node-{uuid.uuid4().hex[:8]}", exits={"apply": [1, 1, 1]})
     async with harness(temporal_test_env, node) as h:
         await h.request("sysctl", a_spec("1.0.0"))
@@ -416,18 +242,6 @@ async def test_uninstall_runs_uninstall_stage_and_removes_the_entry(temporal_tes
         assert h.node.modes()[-2:] == ["uninstall", "uninstall-check"]
         state, _ = parse_node_state(h.node.state_annotation)
         assert "sysctl" not in state.packages
-
-
-async def test_cancel_withdraws_a_queued_request(temporal_test_env: WorkflowEnvironment) -> None:
-    async def queue_then_cancel(h: Harness) -> None:
-        await h.request("sysctl", a_spec())
-        await h.client.get_workflow_handle(h.workflow_id).signal(
-            SIGNAL_NODE_CANCEL, NodeCancel(rollout_workflow_id=h.collector.id, package="sysctl"))
-
-    async with harness(temporal_test_env, before=queue_then_cancel) as h:
-        assert await h.closed() == WorkflowExecutionStatus.COMPLETED
-        assert h.node.modes() == []
-        assert await h.collector.query(ResultCollector.collected) == []
 
 
 async def test_the_erroring_condition_follows_the_record_not_only_this_windows_failures(

@@ -1,82 +1,15 @@
-"""Inputs and results of every activity, as plain dataclasses (no Kubernetes import).
+"""Inputs and results of the node window's activities, as plain dataclasses (no Kubernetes import). Pure data.
 
-Workflows import this module (inside `imports_passed_through`) and call activities by name, so the
-workflow sandbox never loads the Kubernetes client (import contract `workflows-no-io`).
-Each activity owner adds its `<Verb><Noun>Input` / `...Result` classes here.
+The node workflow calls its activities by name with these (`workflows/node_window.py`,
+`workflows/node_pods.py`), so the workflow sandbox never loads a client; the activities
+(`activities/nodes.py`, `drain.py`, `stage_run.py`, `interrupts.py`, `stage_cleanup.py`) take and
+return the same types. The fleet's activities have theirs in `protocol/activities.py`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-
-from planning.node_marks import NodeMark
-from protocol.activities import NodeSnapshot
-from workflows.messages import LeaseRequest, NodeRequest
-
-# --- rollout, budget and bridge activities (activities/targets.py, describe.py, node_requests.py) ---
-
-
-@dataclass
-class DescribeWorkflowRunsInput:
-    """Workflow ids whose latest run should be checked."""
-
-    workflow_ids: list[str]
-
-
-@dataclass
-class DescribeWorkflowRunsResult:
-    """The ids (of the input) whose latest run is closed or that do not exist."""
-
-    closed: list[str] = field(default_factory=list)
-    # Closed id -> how it closed (`COMPLETED`, `TERMINATED`, `TIMED_OUT`, ..., `NOT_FOUND`).
-    statuses: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class ListTargetNodesInput:
-    """List Nodes (optionally narrowed server-side by a label selector string) as snapshots."""
-
-    label_selector: str = ""
-    # When set, each snapshot's state annotation keeps only this package's entry (smaller history).
-    package: str = ""
-    # Entries kept besides `package`'s (its `dependsOn` packages: target selection checks them).
-    also: list[str] = field(default_factory=list)
-
-
-@dataclass
-class ListTargetNodesResult:
-    """Every Node matching the input, sorted by name."""
-
-    nodes: list[NodeSnapshot] = field(default_factory=list)
-
-
-@dataclass
-class RequestNodeWindowsInput:
-    """Hand each request to `node/<request.node>` by signal-with-start (one activity per batch)."""
-
-    requests: list[NodeRequest]
-    # Nodes of each request, in the same order as `requests`.
-    nodes: list[str]
-    # Task queue of the node workflows ("" = the calling activity's own queue).
-    task_queue: str = ""
-
-
-@dataclass
-class MarkBlockedNodesInput:
-    """Show on each node what its mark says (`planning.node_marks`; decided again on a fresh read)."""
-
-    marks: list[NodeMark]
-
-
-@dataclass
-class MarkBlockedNodesResult:
-    """The nodes written (the others already showed it, changed meanwhile, run a window or are gone)."""
-
-    written: list[str] = field(default_factory=list)
-
-
-# --- node window activities (activities/nodes.py, drain.py, jobs.py, interrupts.py, leases.py) ---
 
 
 @dataclass
@@ -191,7 +124,7 @@ class StageJob:
     package: str
     version: str
     node: str
-    # A stage (`apply`), its check (`apply-check`, Jobs of older workflow runs) or `interrupt`.
+    # The first stage of the pod (`apply`; its name and Job name start with it) or `interrupt`.
     mode: str
     image: str
     # Stage attempt (1-based) and the window's key: both go into the deterministic Job name.
@@ -204,37 +137,14 @@ class StageJob:
     # For `interrupt`: {"type": ..., "services": [...]} (NODEROLL_INTERRUPT).
     interrupt: dict[str, Any] | None = None
     timeout_seconds: int = 1800
-    # The stage's check (`apply-check`), run in the same pod after the stage succeeded; None: no check.
-    check: str | None = None
     # The Package's `agentImage` ("" = the worker's pinned agent image) and `imagePullSecrets` (names).
     agent_image: str = ""
     image_pull_secrets: list[str] = field(default_factory=list)
     # The node's position in its rollout's order (NodeWright's SKYHOOK_NODE_ORDER).
     node_order: int = 0
-    # Every container's mode, in order, for a pod that runs several stages (each followed by its
-    # check, the merged `interrupt` last when the pod carries it); empty: `mode` then `check`.
+    # Every container's mode, in order, for a stage pod (each stage followed by its check, the merged
+    # `interrupt` last when the pod carries it); empty: `mode` alone (an interrupt pod).
     modes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class RunStageJobResult:
-    """The finished stage pod: exit code and the last lines of its log (`terminated.message`)."""
-
-    job_name: str
-    exit_code: int
-    log_tail: str = ""
-    # True when an existing Job was adopted (a retried activity) instead of created.
-    adopted: bool = False
-    # The mode whose container decided the outcome: the stage, or its check when the check failed
-    # (or, on success, the last one that ran). "" from workers before stage+check Jobs.
-    mode: str = ""
-    # The modes whose containers exited 0, in order (a pod of several stages: how far it got).
-    completed: list[str] = field(default_factory=list)
-
-    @property
-    def succeeded(self) -> bool:
-        """Exit code 0."""
-        return self.exit_code == 0
 
 
 @dataclass
@@ -285,14 +195,6 @@ class RunInterruptResult:
     exit_code: int
     boot_id_after: str = ""
     log_tail: str = ""
-
-
-@dataclass
-class AcquireLeaseInput:
-    """Ask `budget/<policy>/<compartment>` for a lease by signal-with-start (answer: `lease_granted`)."""
-
-    budget_workflow_id: str
-    request: LeaseRequest
 
 
 @dataclass
