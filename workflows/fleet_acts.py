@@ -1,18 +1,17 @@
-"""What a fleet does outside its own state: list nodes, hand out and withdraw windows, watch node workflows.
+"""What a fleet does outside its own state: list nodes, hand out and withdraw windows, watch node
+workflows, wait. Deterministic, no I/O (every side effect is an activity called by name or a signal).
 
-Deterministic, no I/O (every side effect is an activity called by name or a signal). `FleetActs` is
-mixed into `workflows.fleet.FleetWorkflow`, which owns the attributes declared here.
+`FleetActs` acts on the `FleetRun` it is given (`workflows/fleet_run.py`); the workflow and the
+other helpers (`fleet_holds.py`, `fleet_rollback.py`) call it.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from api.enums import RolloutPhase
     from api.policy import DeploymentPolicySpec
     from planning import fleet_rollback as rollbacks
     from planning import fleet_state as fs
@@ -25,14 +24,17 @@ with workflow.unsafe.imports_passed_through():
         ListFleetNodesResult,
         RequestWindowsInput,
     )
-    from protocol.fleet import FleetInput, WindowCancel, WindowRequest
+    from protocol.fleet import WindowCancel, WindowRequest
     from workflows.fleet_codec import marks_from_json, selection_from_json
+    from workflows.fleet_run import ONE_SECOND, FleetRun, apply_inbox
     from workflows.node_marks import mark_nodes
 
 ACTIVITY_TIMEOUT = timedelta(minutes=5)
 UNPROVEN_CHANGES_PATCH = "unproven-changes-count-again"
 # Requests per `request_windows` call: keeps each activity payload well under 2 MB.
 REQUEST_CHUNK = 50
+# `nodes_changed` comes at every cordon of every node: re-list at most this often.
+RELIST_MIN_INTERVAL = timedelta(seconds=30)
 
 
 def selector_label_keys(policy: DeploymentPolicySpec) -> list[str]:
@@ -45,57 +47,37 @@ def selector_label_keys(policy: DeploymentPolicySpec) -> list[str]:
 
 
 class FleetActs:
-    """Listing, requests, withdrawals and the watchdog of a fleet (attributes owned by the workflow)."""
+    """Listing, requests, withdrawals, the watchdog and the waits of one fleet run."""
 
-    _input: FleetInput
-    _state: fs.FleetState
-    _policy: DeploymentPolicySpec
-    _policy_name: str
-    _relist: bool
-    _relist_requested: bool
-    _relist_now: bool
-    _listed_at: datetime
-    _resolved: bool
-    _inbox: list[Any]
-    # Nodes whose request must be withdrawn (halt), and those whose withdrawal was sent.
-    _to_withdraw: set[str]
-    _withdrawing: set[str]
-    _next_watchdog: datetime
-
-    def _apply_inbox(self) -> None:
-        raise NotImplementedError  # FleetWorkflow._apply_inbox
-
-    def _set_phase(self, phase: RolloutPhase) -> None:
-        raise NotImplementedError  # FleetWorkflow._set_phase
-
-    def _fleet_id(self) -> str:
-        return names.fleet_workflow_id(self._policy_name)
+    def __init__(self, run: FleetRun) -> None:
+        self.run = run
 
     # --- listing -------------------------------------------------------------------------------
 
-    async def _list(self) -> FleetSelection:
-        state = self._state
+    async def list(self) -> FleetSelection:
+        run = self.run
+        state = run.state
         assert state.spec is not None
         # Cleared before listing: a change reported while the listing runs asks for another one.
-        self._relist_requested, self._relist, self._relist_now = False, False, False
+        run.relist_requested, run.relist, run.relist_now = False, False, False
         result = await workflow.execute_activity(
             "list_fleet_nodes",
             ListFleetNodesInput(
                 packages=list(state.spec.packages),
                 in_flight={n: list(f.packages) for n, f in state.in_flight.items()},
-                label_keys=selector_label_keys(self._policy),
+                label_keys=selector_label_keys(run.policy),
             ),
             result_type=ListFleetNodesResult,
             start_to_close_timeout=ACTIVITY_TIMEOUT,
             heartbeat_timeout=timedelta(seconds=60),
             summary="list and classify nodes",
         )
-        self._listed_at = workflow.now()
-        self._resolved = True
+        run.listed_at = workflow.now()
+        run.resolved = True
         await mark_nodes(marks_from_json(result.marks))
         return selection_from_json(result.selection)
 
-    async def _start_wave(self) -> None:
+    async def start_wave(self) -> None:
         """A new wave over the nodes not at the desired state (nothing is in flight).
 
         A desired state that arrives while the nodes are listed (the bridge often hands two Packages
@@ -103,32 +85,39 @@ class FleetActs:
         listed again for it: the Packages then share the wave's windows instead of the first batch
         going out with the first Package alone.
         """
-        state = self._state
+        run = self.run
+        state = run.state
         while True:
             listed_for = state.spec
-            selection = await self._list()
-            self._apply_inbox()
+            selection = await self.list()
+            apply_inbox(run)
             if state.spec is listed_for:
                 break
         # Runs recorded before the rule (planning.fleet_rollback: unproven changes) replay without it.
-        fs.start_wave(state, selection, self._policy, self._fleet_id(), workflow.patched(UNPROVEN_CHANGES_PATCH))
+        fs.start_wave(state, selection, run.policy, run.fleet_id, workflow.patched(UNPROVEN_CHANGES_PATCH))
         state.message = (f"wave {state.wave}: {len(fs.startable(state))} node(s) to update"
                          + (f" (changes {', '.join(state.changed)})" if state.changed else " (policy changed)"))
-        workflow.logger.info("%s: %s", self._fleet_id(), state.message)
+        workflow.logger.info("%s: %s", run.fleet_id, state.message)
 
-    async def _refresh(self) -> None:
+    async def refresh(self) -> None:
         """Pick up joining nodes, departures, lifted taints and dependencies within the wave."""
-        selection = await self._list()
-        joined = fs.refresh_targets(self._state, selection, self._policy)
+        selection = await self.list()
+        joined = fs.refresh_targets(self.run.state, selection, self.run.policy)
         if joined:
-            workflow.logger.info("%s: %d node(s) joined", self._fleet_id(), len(joined))
+            workflow.logger.info("%s: %d node(s) joined", self.run.fleet_id, len(joined))
+
+    def relist_due(self, next_relist: datetime) -> bool:
+        """A re-list now: a `nodes_changed` one past its rate limit, the periodic one, or one asked at once."""
+        run = self.run
+        now = workflow.now()
+        return ((run.relist_wanted() and now >= run.listed_at + RELIST_MIN_INTERVAL)
+                or now >= next_relist or run.relist_now)
 
     # --- requests ------------------------------------------------------------------------------
 
-    async def _send(self, nodes: list[str]) -> None:
+    async def send(self, nodes: list[str]) -> None:
         """Hand each node one request for every Package it wants now (signal-with-start)."""
-        state = self._state
-        fleet_id = self._fleet_id()
+        state, fleet_id = self.run.state, self.run.fleet_id
         now = workflow.now().isoformat()
         requests: list[WindowRequest] = []
         targets: list[str] = []
@@ -141,42 +130,44 @@ class FleetActs:
             state.in_flight[node] = fs.InFlight(request_id, packages, now, reruns=reruns)
             requests.append(WindowRequest(fleet_id, request_id, orders, state.wave, fs.order_of(state, node)))
             targets.append(node)
-        await self._hand_over(requests, targets)
+        await self.hand_over(requests, targets)
 
-    async def _hand_over(self, requests: list[WindowRequest], nodes: list[str]) -> None:
+    async def hand_over(self, requests: list[WindowRequest], nodes: list[str]) -> None:
         for start in range(0, len(nodes), REQUEST_CHUNK):
             chunk = nodes[start:start + REQUEST_CHUNK]
             await workflow.execute_activity(
                 "request_windows",
                 RequestWindowsInput(requests=requests[start:start + REQUEST_CHUNK], nodes=chunk,
-                                    task_queue=self._input.node_task_queue),
+                                    task_queue=self.run.input.node_task_queue),
                 start_to_close_timeout=ACTIVITY_TIMEOUT,
                 heartbeat_timeout=timedelta(seconds=60),
                 summary=f"request {len(chunk)} node window(s)",
             )
 
-    async def _withdraw(self) -> None:
+    async def withdraw(self) -> None:
         """Ask node workflows to drop requests that have not started (they answer `withdrawn`)."""
-        pending = sorted(n for n in self._to_withdraw if n in self._state.in_flight and n not in self._withdrawing)
-        self._to_withdraw.clear()
+        run = self.run
+        pending = sorted(n for n in run.to_withdraw if n in run.state.in_flight and n not in run.withdrawing)
+        run.to_withdraw.clear()
         for node in pending:
-            flight = self._state.in_flight[node]
-            self._withdrawing.add(node)
+            flight = run.state.in_flight[node]
+            run.withdrawing.add(node)
             handle = workflow.get_external_workflow_handle(names.node_workflow_id(node))
             try:
-                await handle.signal(names.SIGNAL_WINDOW_CANCEL, WindowCancel(self._fleet_id(), flight.request_id))
+                await handle.signal(names.SIGNAL_WINDOW_CANCEL, WindowCancel(run.fleet_id, flight.request_id))
             except Exception as err:  # noqa: BLE001 - a node workflow that ended is caught by the watchdog
                 workflow.logger.info("withdrawal from node %s not delivered: %s", node, err)
 
     # --- watchdog --------------------------------------------------------------------------------
 
-    async def _watchdog(self) -> None:
+    async def watchdog(self) -> None:
         """Every `watchdog_seconds` while windows are out: are their node workflows still running?"""
-        state = self._state
-        every = timedelta(seconds=self._input.watchdog_seconds)
-        if not state.in_flight or workflow.now() < self._next_watchdog:
+        run = self.run
+        state = run.state
+        every = timedelta(seconds=run.input.watchdog_seconds)
+        if not state.in_flight or workflow.now() < run.next_watchdog:
             return
-        self._next_watchdog = workflow.now() + every
+        run.next_watchdog = workflow.now() + every
         suspects = fs.overdue(state, workflow.now(), every)
         if not suspects:
             return
@@ -188,7 +179,7 @@ class FleetActs:
             summary=f"check {len(suspects)} node workflow(s)",
         )
         # Answers that arrived meanwhile come first: a node workflow answers before it closes.
-        self._apply_inbox()
+        apply_inbox(run)
         again: list[str] = []
         for workflow_id in result.closed:
             node = workflow_id.removeprefix(names.NODE_WORKFLOW_PREFIX)
@@ -197,20 +188,20 @@ class FleetActs:
             how = result.statuses.get(workflow_id, "closed")
             if fs.lost(state, node, how):
                 again.append(node)
-            workflow.logger.warning("%s: node workflow %s closed (%s) without answering", self._fleet_id(),
+            workflow.logger.warning("%s: node workflow %s closed (%s) without answering", run.fleet_id,
                                     workflow_id, how)
         if again:
             await self._resend(again)
 
     async def _resend(self, nodes: list[str]) -> None:
         """Ask again, with a new request id, nodes whose node workflow closed without answering."""
-        state = self._state
+        state, fleet_id = self.run.state, self.run.fleet_id
         entries = fs.entries(state)
         requests, targets = [], []
         now = workflow.now().isoformat()
         for node in nodes:
             flight = state.in_flight[node]
-            request_id = fs.request_id(state, self._fleet_id(), node)
+            request_id = fs.request_id(state, fleet_id, node)
             if flight.rollback and state.rollback is not None:
                 orders, reruns = rollbacks.orders_for(state.rollback, node), []
                 packages = [o.name for o in orders]
@@ -219,37 +210,36 @@ class FleetActs:
                 orders, reruns = fs.package_orders(state, node, packages)
             state.in_flight[node] = fs.InFlight(request_id, packages, now, flight.resent + 1, reruns,
                                                 rollback=flight.rollback)
-            requests.append(WindowRequest(self._fleet_id(), request_id, orders, state.wave, fs.order_of(state, node)))
+            requests.append(WindowRequest(fleet_id, request_id, orders, state.wave, fs.order_of(state, node)))
             targets.append(node)
-        await self._hand_over(requests, targets)
+        await self.hand_over(requests, targets)
 
-    async def _wait(self, timeout: timedelta | None) -> bool:
+    # --- waiting ---------------------------------------------------------------------------------
+
+    async def wait(self, timeout: timedelta | None) -> bool:
         """Wait for a message (or the timeout); False when the timeout passed.
 
         Shortened to when a pending re-list is due, and to the next watchdog round while windows are out
-        (and to the close of a maintenance window or a continuous gate's next sample, `FleetHolds`).
+        (and to the close of a maintenance window or a continuous gate's next sample, `FleetRun.hold_wakeups`).
         """
+        run = self.run
         due: list[timedelta] = [] if timeout is None else [timeout]
-        if self._relist_wanted():
-            due.append(max(self._listed_at + timedelta(seconds=30) - workflow.now(), timedelta(seconds=1)))
-        if self._state.in_flight:
-            due.append(max(self._next_watchdog - workflow.now(), timedelta(seconds=1)))
-        due.extend(self._hold_wakeups())
+        if run.relist_wanted():
+            due.append(max(run.listed_at + RELIST_MIN_INTERVAL - workflow.now(), ONE_SECOND))
+        if run.state.in_flight:
+            due.append(max(run.next_watchdog - workflow.now(), ONE_SECOND))
+        due.extend(run.hold_wakeups())
         wait_for = min(due) if due else None
         try:
-            await workflow.wait_condition(lambda: bool(self._inbox), timeout=wait_for)
+            await workflow.wait_condition(lambda: bool(run.inbox), timeout=wait_for)
         except TimeoutError:
             # Not the caller's timeout when a re-list or the watchdog cut it short.
             return timeout is None or wait_for != timeout
         return True
 
-    def _relist_wanted(self) -> bool:
-        raise NotImplementedError  # FleetWorkflow._relist_wanted
-
-    def _hold_wakeups(self) -> list[timedelta]:
-        raise NotImplementedError  # FleetHolds._hold_wakeups (maintenance windows, continuous gates)
-
-
-def never() -> datetime:
-    """The earliest time (a watchdog that has not run yet)."""
-    return datetime.min.replace(tzinfo=UTC)
+    async def wait_unfinished(self, next_relist: datetime, keep_phase: bool = False) -> None:
+        """Nothing to start now: windows are out, or nodes wait (dependencies, pauses)."""
+        if not keep_phase:
+            self.run.set_working_phase()
+        if not await self.wait(max(next_relist - workflow.now(), ONE_SECOND)):
+            self.run.relist = True

@@ -1,11 +1,11 @@
 """What holds a fleet's next batch: maintenance windows and analysis gates. Deterministic, no I/O.
 
-`FleetHolds` is mixed into `workflows.fleet.FleetWorkflow` (which owns the attributes). Every
-decision is a pure function of `planning/maintenance.py` and `planning/gates.py`; this module only
-sequences them, with durable timers (`_wait`: `workflow.wait_condition` with a timeout) and the
-activity `query_prometheus`:
+`FleetHolds` acts on the `FleetRun` it is given and waits and withdraws through its `FleetActs`.
+Every decision is a pure function of `planning/maintenance.py` and `planning/gates.py`; this module
+only sequences them, with durable timers (`FleetActs.wait`: `workflow.wait_condition` with a timeout)
+and the activity `query_prometheus`:
 
-* before a batch is handed out (`_held`): the gates of the evaluation point (after the canary's
+* before a batch is handed out (`held`): the gates of the evaluation point (after the canary's
   soak, between batches) are sampled until they pass; outside the maintenance windows the fleet
   reports `Waiting` with the next opening and sleeps until it (a re-list follows); continuous gates
   need a fresh good sample;
@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from protocol.errors import PROMETHEUS_NOT_CONFIGURED, PROMETHEUS_QUERY_ERROR, PROMETHEUS_RESULT_TYPE
     from protocol.fleet import Filter
     from workflows.fleet_acts import FleetActs
+    from workflows.fleet_run import ONE_SECOND, FleetRun
 
 # An unreachable Prometheus is asked four times (1, 2 and 4 s apart), then the gate fails with the reason.
 GATE_RETRY = RetryPolicy(
@@ -43,23 +44,20 @@ GATE_RETRY = RetryPolicy(
     non_retryable_error_types=[PROMETHEUS_QUERY_ERROR, PROMETHEUS_RESULT_TYPE, PROMETHEUS_NOT_CONFIGURED],
 )
 GATE_QUERY_TIMEOUT = timedelta(seconds=60)
-ONE_SECOND = timedelta(seconds=1)
 
 
-class FleetHolds(FleetActs):
-    """Maintenance windows and analysis gates of a fleet (attributes owned by the workflow)."""
+class FleetHolds:
+    """Maintenance windows and analysis gates of one fleet run."""
 
-    def _set_working_phase(self) -> None:
-        raise NotImplementedError  # FleetWorkflow._set_working_phase
+    def __init__(self, run: FleetRun, acts: FleetActs) -> None:
+        self.run = run
+        self.acts = acts
 
     # --- maintenance windows -------------------------------------------------------------------
 
-    def _windows_open(self) -> bool:
-        return maintenance.is_open(self._policy.maintenance_windows, workflow.now())
-
     async def _wait_for_window(self) -> bool:
         """Outside the windows: phase `Waiting`, sleep until the next opening. True when it waited."""
-        state, windows, now = self._state, self._policy.maintenance_windows, workflow.now()
+        state, windows, now = self.run.state, self.run.policy.maintenance_windows, workflow.now()
         if maintenance.is_open(windows, now):
             state.next_window = ""
             return False
@@ -67,55 +65,43 @@ class FleetHolds(FleetActs):
         state.next_window = opening.isoformat() if opening else ""
         state.message = (f"outside the maintenance windows; the next opens {maintenance.describe_opening(opening, windows)}"
                          if opening else "outside the maintenance windows; none opens within a week")
-        self._set_phase(RolloutPhase.WAITING)
-        if not await self._wait(opening - now if opening else None):
+        self.run.set_phase(RolloutPhase.WAITING)
+        if not await self.acts.wait(opening - now if opening else None):
             # The window opened: list the nodes again before the batch (hours may have passed).
-            self._resolved = False
+            self.run.resolved = False
         return True
 
-    async def _withdraw_outside_windows(self) -> None:
+    async def withdraw_outside_windows(self) -> None:
         """The maintenance window closed while requests are out: withdraw those that have not started."""
-        if self._state.in_flight and not self._windows_open():
-            self._to_withdraw.update(self._state.in_flight)
-            await self._withdraw()
-
-    def _hold_wakeups(self) -> list[timedelta]:
-        """While windows are out: the close of the maintenance window and the next continuous sample."""
-        state, now = self._state, workflow.now()
-        if not state.in_flight:
-            return []
-        due = []
-        close = maintenance.closes_at(self._policy.maintenance_windows, now)
-        if close is not None:
-            due.append(max(close - now, ONE_SECOND))
-        sample = gate_rules.next_sample(state.gates.continuous) if self._policy.analysis else None
-        if sample is not None:
-            due.append(max(sample - now, ONE_SECOND))
-        return due
+        if self.run.state.in_flight and not self.run.windows_open():
+            self.run.to_withdraw.update(self.run.state.in_flight)
+            await self.acts.withdraw()
 
     # --- analysis gates ------------------------------------------------------------------------
 
-    async def _held(self) -> bool:
+    async def held(self) -> bool:
         """Before the next batch (module docstring); True when something held it (it waited or sampled)."""
-        if self._policy.analysis and await self._gates_hold():
+        policy = self.run.policy
+        if policy.analysis and await self.gates_hold():
             return True
-        if self._policy.maintenance_windows and await self._wait_for_window():
+        if policy.maintenance_windows and await self._wait_for_window():
             return True
-        return bool(gate_rules.continuous_gates(self._policy.analysis)) and await self._continuous_hold()
+        return bool(gate_rules.continuous_gates(policy.analysis)) and await self._continuous_hold()
 
-    def _open_gates(self, was_canary: bool, planner: batches.BatchPlannerState) -> None:
+    def open_gates(self, was_canary: bool, planner: batches.BatchPlannerState) -> None:
         """After a batch was evaluated: open the evaluation point of the gates, when work is left."""
-        if not self._policy.analysis or planner.halted or not fs.remaining(self._state):
+        state, gates = self.run.state, self.run.policy.analysis
+        if not gates or planner.halted or not fs.remaining(state):
             return
         if was_canary:
             if planner.canary_phase in (CanaryPhase.SOAKING, CanaryPhase.PASSED):
-                gate_rules.open_point(self._state.gates, self._policy.analysis, GateWhen.AFTER_CANARY)
+                gate_rules.open_point(state.gates, gates, GateWhen.AFTER_CANARY)
             return
-        gate_rules.open_point(self._state.gates, self._policy.analysis, GateWhen.BETWEEN_BATCHES)
+        gate_rules.open_point(state.gates, gates, GateWhen.BETWEEN_BATCHES)
 
-    async def _gates_hold(self) -> bool:
+    async def gates_hold(self) -> bool:
         """Sample the gates of the open evaluation point; True while they hold the fleet."""
-        state, gates = self._state, self._policy.analysis
+        state, gates = self.run.state, self.run.policy.analysis
         book = state.gates
         if gate_rules.point_passed(book):
             return False
@@ -129,19 +115,19 @@ class FleetHolds(FleetActs):
             return True  # judged again on the next turn of the loop (messages first)
         following = gate_rules.next_sample(book.tracks)
         if book.point == GateWhen.BETWEEN_BATCHES.value:
-            self._set_working_phase()  # after the canary the phase stays Canary
+            self.run.set_working_phase()  # after the canary the phase stays Canary
         state.message = gate_rules.summary(book, gates) + (f"; next sample at {following.isoformat()}"
                                                            if following else "")
-        await self._wait(following - workflow.now() if following else None)
+        await self.acts.wait(following - workflow.now() if following else None)
         return True
 
-    async def _sample_continuous(self) -> bool:
+    async def sample_continuous(self) -> bool:
         """Sample the continuous gates that are due; True when one failed (the fleet halts)."""
-        gates = self._policy.analysis
+        state, gates = self.run.state, self.run.policy.analysis
         if not gates:
             return False
-        for gate in gate_rules.continuous_due(self._state.gates, gates, workflow.now()):
-            failure = gate_rules.record_continuous(self._state.gates, gate, await self._sample(gate), workflow.now())
+        for gate in gate_rules.continuous_due(state.gates, gates, workflow.now()):
+            failure = gate_rules.record_continuous(state.gates, gate, await self._sample(gate), workflow.now())
             if failure is not None:
                 self._gate_failed(failure)
                 return True
@@ -149,18 +135,18 @@ class FleetHolds(FleetActs):
 
     async def _continuous_hold(self) -> bool:
         """Before a batch: every continuous gate needs a fresh good sample; True while it holds."""
-        if await self._sample_continuous():
+        if await self.sample_continuous():
             return True
-        book, gates = self._state.gates, self._policy.analysis
+        book, gates = self.run.state.gates, self.run.policy.analysis
         if gate_rules.continuous_clear(book, gates, workflow.now()):
             return False
         bad = [f"{g.name} (value {book.continuous[g.name].last_value})" for g in gate_rules.continuous_gates(gates)
                if g.name in book.continuous and not book.continuous[g.name].last_ok]
         following = gate_rules.next_sample(book.continuous)
-        self._set_working_phase()
-        self._state.message = (f"next batch waits for continuous gate(s) {', '.join(bad)}"
-                               + (f"; next sample at {following.isoformat()}" if following else ""))
-        await self._wait(max(following - workflow.now(), ONE_SECOND) if following else None)
+        self.run.set_working_phase()
+        self.run.state.message = (f"next batch waits for continuous gate(s) {', '.join(bad)}"
+                                  + (f"; next sample at {following.isoformat()}" if following else ""))
+        await self.acts.wait(max(following - workflow.now(), ONE_SECOND) if following else None)
         return True
 
     async def _sample(self, gate: AnalysisGate) -> gate_rules.SampleOutcome:
@@ -182,8 +168,8 @@ class FleetHolds(FleetActs):
 
     def _gate_failed(self, failure: gate_rules.GateFailure) -> None:
         """Halt the fleet for a failed gate (requests not started are withdrawn, windows running finish)."""
-        state = self._state
-        self._to_withdraw.update(fs.apply_halt(state, Filter()))
+        state = self.run.state
+        self.run.to_withdraw.update(fs.apply_halt(state, Filter()))
         state.message = (f"halted: {gate_rules.failure_text(failure)}; signal resume to go on (overrides the gate "
                          "once) or retry to evaluate it again")
-        workflow.logger.warning("%s: %s", self._fleet_id(), state.message)
+        workflow.logger.warning("%s: %s", self.run.fleet_id, state.message)

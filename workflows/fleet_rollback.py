@@ -1,12 +1,12 @@
 """The rollback of a failed canary (`canary.onFailure: rollback`, ADR 0009). Deterministic, no I/O.
 
-`FleetRollbacks` is mixed into `workflows.fleet.FleetWorkflow` (which owns the attributes). Every
-decision is a pure function of `planning/fleet_rollback.py` (through `planning.fleet_state`); this
-module only sequences them:
+`FleetRollbacks` acts on the `FleetRun` it is given, through its `FleetActs`. Every decision is a
+pure function of `planning/fleet_rollback.py` (through `planning.fleet_state`); this module only
+sequences them:
 
 * when the canary batch is evaluated as failed and the policy says `rollback`, the rollback is
-  planned (`_canary_failed`); without a known previous spec the fleet halts as with `halt`, saying why;
-* while a rollback has nodes left (`_roll_back`), each canary node to roll back gets ONE window (the
+  planned (`canary_failed`); without a known previous spec the fleet halts as with `halt`, saying why;
+* while a rollback has nodes left (`roll_back`), each canary node to roll back gets ONE window (the
   activity `request_windows`, a `WindowRequest` whose orders carry the previous specs, or uninstall),
   at once: the canary fitted the budgets, so its rollback does too. The phase is `RollingBack`; the
   rollback is not held by pauses, maintenance windows or gates; `halt` withdraws what has not started;
@@ -27,46 +27,50 @@ with workflow.unsafe.imports_passed_through():
     from planning import fleet_rollback as rollbacks
     from planning import fleet_state as fs
     from protocol.fleet import WindowRequest
-    from workflows.fleet_holds import FleetHolds
+    from workflows.fleet_acts import FleetActs
+    from workflows.fleet_run import FleetRun
 
 
-class FleetRollbacks(FleetHolds):
-    """The canary rollback of a fleet (attributes owned by the workflow)."""
+class FleetRollbacks:
+    """The canary rollback of one fleet run."""
 
-    async def _wait_unfinished(self, next_relist: datetime, keep_phase: bool = False) -> None:
-        raise NotImplementedError  # FleetWorkflow._wait_unfinished
+    def __init__(self, run: FleetRun, acts: FleetActs) -> None:
+        self.run = run
+        self.acts = acts
 
-    def _canary_failed(self, planner: batches.BatchPlannerState) -> None:
+    def canary_failed(self, planner: batches.BatchPlannerState) -> None:
         """The canary batch was just evaluated as failed: plan its rollback when the policy asks for one."""
-        canary = self._policy.canary
+        run = self.run
+        canary = run.policy.canary
         if canary is None or canary.on_failure is not CanaryFailure.ROLLBACK:
             return
-        problem = fs.start_rollback(self._state)
+        problem = fs.start_rollback(run.state)
         if problem:
             planner.halt_reason += f"; not rolled back: {problem}"
-            workflow.logger.warning("%s: canary failed, no rollback: %s", self._fleet_id(), problem)
+            workflow.logger.warning("%s: canary failed, no rollback: %s", run.fleet_id, problem)
             return
-        self._state.message = rollbacks.message(self._state.rollback)  # type: ignore[arg-type]
-        workflow.logger.warning("%s: %s", self._fleet_id(), self._state.message)
+        run.state.message = rollbacks.message(run.state.rollback)  # type: ignore[arg-type]
+        workflow.logger.warning("%s: %s", run.fleet_id, run.state.message)
 
-    async def _roll_back(self, rollback: rollbacks.Rollback, next_relist: datetime) -> None:
+    async def roll_back(self, rollback: rollbacks.Rollback, next_relist: datetime) -> None:
         """One step of the rollback: hand out its windows, wait for answers, then show how it ended."""
-        state = self._state
+        run = self.run
+        state = run.state
         if state.halted:
-            self._to_withdraw.update(state.in_flight)
-            await self._withdraw()
+            run.to_withdraw.update(state.in_flight)
+            await self.acts.withdraw()
         else:
             todo = [n for n in rollbacks.pending(rollback) if n not in state.in_flight]
             if todo:
-                await self._send_rollback(rollback, todo)
+                await self._send(rollback, todo)
         state.message = rollbacks.message(rollback, state.halted)
         phase = rollbacks.phase(rollback)
-        self._set_phase(RolloutPhase.HALTED if state.halted else phase)
-        await self._wait_unfinished(next_relist, keep_phase=True)
+        run.set_phase(RolloutPhase.HALTED if state.halted else phase)
+        await self.acts.wait_unfinished(next_relist, keep_phase=True)
 
-    async def _send_rollback(self, rollback: rollbacks.Rollback, nodes: list[str]) -> None:
+    async def _send(self, rollback: rollbacks.Rollback, nodes: list[str]) -> None:
         """One rollback window per node (signal-with-start `window`), outside any maintenance window or pause."""
-        state, fleet_id = self._state, self._fleet_id()
+        state, fleet_id = self.run.state, self.run.fleet_id
         now = workflow.now().isoformat()
         requests = []
         for node in nodes:
@@ -75,4 +79,4 @@ class FleetRollbacks(FleetHolds):
             state.in_flight[node] = fs.InFlight(request_id, [o.name for o in orders], now, rollback=True)
             requests.append(WindowRequest(fleet_id, request_id, orders, state.wave, fs.order_of(state, node)))
         workflow.logger.info("%s: rolling back %s", fleet_id, ", ".join(nodes))
-        await self._hand_over(requests, nodes)
+        await self.acts.hand_over(requests, nodes)
