@@ -4,19 +4,14 @@ Style rule 15. The workflow classes come from the worker's own registry (`worker
 so a workflow type added there without a recorded history fails here. Histories live under
 tests/histories/<kind>/ (the kind is only a folder: each file's type is read from its first event)
 and were recorded on the real stack (dev server, apiserver, fleetsim):
-* fleet/ and node/fleet-window-*: `NODEROLL_RECORD_FLEET_HISTORIES=tests/histories` with
-  tests/integration/test_fleet_rollout.py::test_fleet_and_node_window_histories_replay;
-* node/node-window-*: `NODEROLL_RECORD_HISTORIES=tests/histories/node` with tests/integration/test_node_window.py
-  and test_node_config_change.py (legacy per-Package requests; node-window-unreadable-state-held:
-  `node-hold-unreadable-state`);
-* node/fleet-window-dependent-of-failed-skipped (`skip-dependents-of-failed`), fleet/*-unproven-changes-count
-  and node/fleet-window-*-stages-in-one-pod: `NODEROLL_RECORD_FLEET_HISTORIES=tests/histories` with
-  tests/integration/test_fleet_rollout.py;
-* rollout/ and budget/: the per-Package rollouts before fleets (ADR 0007), still registered so that
-  runs started before an upgrade finish; `package_rr-pkg-*` and `budget_pol-*` were recorded before
-  their patches, rollout/package-strict-marks-* and budget/budget-concurrent-grants (and
-  node/node-window-legacy-request-*) with `NODEROLL_RECORD_FLEET_HISTORIES=tests/histories` and
-  test_fleet_rollout.py::test_upgrade_from_a_per_package_rollout_disrupts_no_node_twice.
+* fleet/ and node/window-reboot-dependency, node/window-dependent-of-failed-skipped:
+  `NODEROLL_RECORD_FLEET_HISTORIES=tests/histories` with tests/integration/test_fleet_rollout.py
+  (fleet-canary-then-batch-two-packages and fleet_canary-halt-then-policy-edit before the patch
+  `unproven-changes-count-again`);
+* node/window-*: `NODEROLL_RECORD_HISTORIES=tests/histories/node` with tests/integration/test_node_window.py
+  and test_node_config_change.py (the node workflow driven with the fleet's `window` request);
+* node/fleet-window-*: recorded before the one-engine release (ADR 0013) with the patches that are
+  deprecated since (`workflow.deprecate_patch`), so windows recorded with them still replay.
 Every `workflow.patched(...)` id in workflows/ must be recorded (its marker) in some history, so its
 patched path replays; its unpatched path replays from the histories recorded before the patch (the
 ones without its marker). A workflow change that fails here needs `workflow.patched` (or is a
