@@ -1,5 +1,5 @@
 # noderoll worker and bridge image: `docker run IMAGE worker` / `docker run IMAGE bridge`.
-# Build: docker build -t noderoll:dev .
+# Build: docker build -t ghcr.io/noderoll/noderoll:dev . (docker-compose.yml builds it under that name)
 FROM python:3.11-slim AS build
 WORKDIR /src
 # Dependencies first so a code change does not reinstall them.

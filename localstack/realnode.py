@@ -59,14 +59,15 @@ class RealNodeError(RuntimeError):
     """The real node cannot run here; the message is the exact reason (the tier skips with it)."""
 
 
-def _missing_packages() -> list[str]:
-    return sorted({pkg for path, pkg in APT_PACKAGES.items()
+def _missing_packages(wanted: dict[str, str]) -> list[str]:
+    return sorted({pkg for path, pkg in wanted.items()
                    if not (Path(path).exists() if path.startswith("/") else shutil.which(path))})
 
 
-def install_packages() -> None:
-    """apt-get install what is missing of containerd, runc, the CNI plugins and busybox-static."""
-    missing = _missing_packages()
+def install_packages(wanted: dict[str, str] = APT_PACKAGES) -> None:
+    """apt-get install what is missing of `wanted` (path or command -> Debian package; default: containerd,
+    runc, the CNI plugins and busybox-static)."""
+    missing = _missing_packages(wanted)
     if not missing:
         return
     if os.geteuid() != 0 or not shutil.which("apt-get"):
@@ -75,7 +76,7 @@ def install_packages() -> None:
     subprocess.run(["apt-get", "update", "-qq"], check=False, env=env, capture_output=True)
     result = subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
                             check=False, env=env, capture_output=True, text=True)
-    if _missing_packages():
+    if _missing_packages(wanted):
         raise RealNodeError(f"apt-get install {' '.join(missing)} failed: {result.stderr.strip()[-400:]}")
 
 

@@ -9,6 +9,7 @@
 * `k8s_namespace`: a fresh namespace per test, ready for pods.
 Fixtures are lazy: unit tests that request none of them never start anything. Tests requesting
 a stack fixture are marked `integration` automatically (so `-m "not integration"` never starts it).
+A skip outside the Docker tier fails the run unless `NODEROLL_ALLOW_SKIPS=1` (tests/helpers/skip_policy.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.helpers import unique_name
+from tests.helpers import skip_policy, unique_name
 from tests.helpers.workflows_cleanup import STARTED_STACKS
 
 if TYPE_CHECKING:
@@ -35,6 +36,11 @@ TEST_STACK_ENV = "NODEROLL_TEST_STACK"
 STACK_FIXTURES = frozenset({"local_stack", "kube_api_client", "temporal_client", "k8s_namespace"})
 TESTS_ROOT = Path(__file__).parent
 TEST_SERVER = Path(sys.executable).parent / "temporal-test-server"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The skip policy: every skip's reason printed, and one outside the Docker tier fails the run."""
+    skip_policy.register(config)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

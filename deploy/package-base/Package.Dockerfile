@@ -1,7 +1,7 @@
 # A package image from a package folder (config.json + steps): the build context is the folder.
-#   docker build -f deploy/package-base/Package.Dockerfile --build-arg BASE=noderoll/package-base:dev \
+#   docker build -f deploy/package-base/Package.Dockerfile --build-arg BASE=ghcr.io/noderoll/agent:0.1.0 \
 #     -t registry.example.com/packages/sysctl-tuning:1.0.0 deploy/examples/packages/sysctl-tuning
-ARG BASE=noderoll/package-base:0.1.0
+ARG BASE=ghcr.io/noderoll/agent:0.1.0
 FROM ${BASE}
 COPY . /noderoll-package/
 # Validate config.json at build time, not on the first node.

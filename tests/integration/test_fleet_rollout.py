@@ -388,7 +388,7 @@ async def test_a_node_relabelled_out_before_its_batch_is_named_in_the_package_st
     run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     """Regression: a node that left the selector before its batch was dropped from the fleet's progress
-    without a word; the Package's status now names it (as the README promises), and it gets no window."""
+    without a word; the Package's status now names it (as docs/how-it-works.md promises), and it gets no window."""
     labels = {"fleet-test": unique_name("left")}
     policy, name = unique_name("pol"), unique_name("pkg")
     with running_fleet(local_stack, nodes=3, labels=labels, image_stores=[BENCH_PACKAGES]) as fleet:
