@@ -8,9 +8,9 @@ The convention (tests/integration/test_doc_commands.py runs it):
   `grep -rn '^ *```.*\\(doc-test\\|illustrative\\)' README.md docs/`.
 * A command that acts on a rollout must be in one of the two: every `kubectl ...`, every
   `temporal workflow ...`, and every `noderoll ...` (also `scripts/noderoll`, `.venv/bin/noderoll`)
-  whose sub-command is a rollout verb, i.e. one of the commands `cli.ops_commands` and
-  `cli.node_commands` register (status, pause, resume, halt, retry, nodes, logs, node, rerun,
-  version). `noderoll demo`, `dev`, `validate`, `import` and the like set things up or read files.
+  whose sub-command is a rollout verb, i.e. one of the commands `cli.ops_commands`,
+  `cli.node_commands` and `cli.migrate_command` register (status, pause, resume, halt, retry, nodes,
+  logs, node, rerun, version, migrate). `noderoll demo`, `dev`, `validate`, `import` and the like set things up or read files.
 * In a block, a line is a command unless it is indented (output), starts with `#` (a comment), or
   is empty; a `$ ` prompt is dropped and lines ending in `\\` are joined with the next.
 """

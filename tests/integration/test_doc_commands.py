@@ -64,7 +64,7 @@ from workflows.fleet_codec import progress_from_json
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / d for d in ("README.md", "docs/getting-started.md", "docs/how-it-works.md", "docs/operations.md",
                            "docs/testing.md", "docs/migration-from-nodewright.md")]
-ROLLOUT_MODULES = ("cli.ops_commands", "cli.node_commands")
+ROLLOUT_MODULES = ("cli.ops_commands", "cli.node_commands", "cli.migrate_command")
 SIGNAL_VERBS = {names.SIGNAL_PAUSE, names.SIGNAL_RESUME, names.SIGNAL_HALT, names.SIGNAL_RETRY, names.SIGNAL_RERUN}
 NODES = 6
 COMMAND_TIMEOUT = 300
