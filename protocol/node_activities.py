@@ -140,7 +140,7 @@ class StageJob:
     # The Package's `agentImage` ("" = the worker's pinned agent image) and `imagePullSecrets` (names).
     agent_image: str = ""
     image_pull_secrets: list[str] = field(default_factory=list)
-    # The node's position in its rollout's order (NodeWright's SKYHOOK_NODE_ORDER).
+    # The node's position in its fleet's order (NodeWright's SKYHOOK_NODE_ORDER).
     node_order: int = 0
     # Every container's mode, in order, for a stage pod (each stage followed by its check, the merged
     # `interrupt` last when the pod carries it); empty: `mode` alone (an interrupt pod).

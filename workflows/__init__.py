@@ -1,1 +1,1 @@
-"""Durable orchestration: rollout, node and budget workflows (deterministic, no I/O)."""
+"""Durable orchestration: fleet rollouts and node windows (deterministic, no I/O)."""

@@ -14,7 +14,7 @@ The fleet stays open while it has Packages (joining nodes, spec changes, a re-li
 
 Budgets: a batch never holds more nodes of a compartment than its budget and a new batch starts
 only when nothing is in flight, so the fleet never disrupts more nodes at once than the budget,
-whatever the number of Packages (ADR 0007: the per-Package `budget/...` workflows are retired).
+whatever the number of Packages (ADR 0007, 0013).
 
 Signals (contract, each with an optional `Filter` {"packages": [...], "nodes": [...]}): `pause`,
 `resume` (without a filter: also clears a halt and promotes a canary awaiting promotion), `halt`
