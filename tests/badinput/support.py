@@ -137,10 +137,11 @@ class System:
         return self.package_object(name).get("status") or {}
 
     def wait_status(self, name: str, check: Any, timeout: float = ROLLOUT_TIMEOUT) -> dict[str, Any]:
-        """Wait until `check(status)` holds (assertions or a bool); returns the status."""
+        """Wait until `check(status)` is truthy (a predicate, or assertions ending in `return True`);
+        returns the status."""
         def probe() -> dict[str, Any]:
             status = self.status(name)
-            assert check(status) is not False, status
+            assert check(status), status
             return status
 
         return assert_eventually(probe, timeout=timeout, interval=0.5)

@@ -274,12 +274,13 @@ def _blocked_status(system: System, applied: Applied, expect: str) -> dict[str, 
     """Wait until the Package says the first node is blocked (`expect` in the reason), Ready False."""
     node = applied.node
 
-    def says_blocked(status: dict[str, Any]) -> None:
+    def says_blocked(status: dict[str, Any]) -> bool:
         assert expect in blocked_reason(status, node), status.get("blockedNodes")
         assert status.get("phase") == "Blocked", status.get("phase")
         ready = _ready(status)
         assert (ready.get("status"), ready.get("reason")) == ("False", "NodesBlocked"), ready
         assert node in ready.get("message", "") and expect in ready.get("message", ""), ready
+        return True
 
     return system.wait_status(applied.package, says_blocked)
 
@@ -288,7 +289,7 @@ def _assert_held(system: System, applied: Applied, garbage: str) -> None:
     """The node is held: marked, its annotation kept, never touched."""
     node = applied.node
 
-    def marked() -> None:
+    def marked() -> bool:
         conditions = {c.type: c for c in system.node(node).status.conditions or []}
         malformed = conditions.get("noderoll.io/StateMalformed")
         assert malformed is not None and malformed.status == "True" and malformed.reason == "ParseError", malformed
@@ -296,6 +297,7 @@ def _assert_held(system: System, applied: Applied, garbage: str) -> None:
         found = system.core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
         assert [e for e in found if e.type == "Warning" and e.reason == "StateMalformed"], [e.reason for e in found]
         assert system.node_status_label(node) == "blocked"
+        return True
 
     assert_eventually(marked, timeout=60, interval=0.5)
     assert (system.node(node).metadata.annotations or {})[NODE_STATE_ANNOTATION] == garbage, "garbage kept"
@@ -388,9 +390,10 @@ def test_h05_untolerated_taint_keeps_the_package_not_ready_until_removed(
 
 
 def _first_job(system: System, package: str, node: str | None = None) -> None:
-    def started() -> None:
+    def started() -> bool:
         jobs = system.jobs(package)
         assert [j for j in jobs if node is None or j.metadata.labels["noderoll.io/node"] == node]
+        return True
 
     assert_eventually(started, timeout=120, interval=0.5)
 
@@ -417,10 +420,11 @@ def test_m02_package_deleted_mid_rollout(system: System) -> None:
         _first_job(system, package)
         system.delete(PACKAGE_PLURAL, package)
 
-        def gone() -> None:
+        def gone() -> bool:
             with pytest.raises(client.exceptions.ApiException) as err:
                 system.package_object(package)
             assert err.value.status == 404
+            return True
 
         assert_eventually(gone, timeout=120, interval=0.5)
         assert_eventually(lambda: system.cordoned(fleet) == [], timeout=120, interval=0.5)
@@ -436,23 +440,24 @@ def test_m03_policy_deleted_while_referenced(system: System) -> None:
         _first_job(system, package)
         system.delete(POLICY_PLURAL, policy)
 
-        def kept_and_says_why() -> None:
+        def kept_and_says_why() -> bool:
             obj = system.custom.get_cluster_custom_object("noderoll.io", "v1alpha1", POLICY_PLURAL, policy)
             assert IN_USE_FINALIZER in obj["metadata"]["finalizers"] and obj["metadata"]["deletionTimestamp"]
             in_use = next(c for c in obj["status"]["conditions"] if c["type"] == "InUse")
             assert in_use["reason"] == "DeletionBlocked" and package in in_use["message"], in_use
+            return True
 
         assert_eventually(kept_and_says_why, timeout=120, interval=0.5)
         system.wait_complete(package, 3)
         assert system.cordoned(fleet) == []
         system.delete(PACKAGE_PLURAL, package)
 
-        def policy_gone() -> None:
+        def policy_gone() -> bool:
             try:
                 system.custom.get_cluster_custom_object("noderoll.io", "v1alpha1", POLICY_PLURAL, policy)
             except client.exceptions.ApiException as err:
                 assert err.status == 404
-                return
+                return True
             raise AssertionError(f"DeploymentPolicy {policy} still there")
 
         assert_eventually(policy_gone, timeout=120, interval=0.5)
@@ -467,9 +472,10 @@ def test_m09_reset_of_a_package_the_node_never_recorded(system: System) -> None:
         before = system.node_state(node)[0].packages[package]
         system.core.patch_node(node, {"metadata": {"annotations": {RESET_ANNOTATION: "m09:ghost-package"}}})
 
-        def applied() -> None:
+        def applied() -> bool:
             assert RESET_ANNOTATION not in (system.node(node).metadata.annotations or {})
             assert any("not recorded: ghost-package" in e for e in system.events(node)), system.events(node)
+            return True
 
         assert_eventually(applied, timeout=120, interval=0.5)
         assert system.node_state(node)[0].packages[package] == before
@@ -557,27 +563,31 @@ def test_m07_drain_blocked_by_a_pdb_is_visible_while_it_waits(system: System, ca
         package = system.package(fleet, interrupt=REBOOT)
         budget = f"{namespace}/web (disruptionsAllowed=0"
 
-        def event() -> None:
+        def event() -> bool:
             events = system.core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
             blocked = [e for e in events if e.reason == "DrainBlocked"]
             assert len(blocked) == 1 and blocked[0].type == "Warning" and budget in blocked[0].message, blocked
+            return True
 
-        def nodes_cli() -> None:
+        def nodes_cli() -> bool:
             [shown] = _cli_json(system, capsys, "nodes", "--selector", f"kubernetes.io/hostname={node}")
             entry = shown["shown"][package]
             assert (entry["stage"], entry["state"]) == ("drain", "blocked") and budget in entry["message"], shown
+            return True
 
-        def status_cli() -> None:
+        def status_cli() -> bool:
             data = _cli_json(system, capsys, "status", package)
             assert [b["node"] for b in data["drain_blocked"]] == [node] and budget in data["drain_blocked"][0]["message"]
+            return True
 
-        def package_status() -> None:
+        def package_status() -> bool:
             status = system.status(package)
             [blocked] = status.get("drainBlockedNodes") or [None]
             assert blocked and blocked["node"] == node and blocked["reason"] == "EvictionRefused", status
             assert budget in blocked["message"]
             progressing = next(c for c in status["conditions"] if c["type"] == "Progressing")
             assert f"drain blocked on 1 node(s): {node}" in progressing["message"]
+            return True
 
         # Blocked after 15 s of refusals; the bridge writes the status every 3 s: well within a minute.
         for check in (event, nodes_cli, status_cli, package_status):

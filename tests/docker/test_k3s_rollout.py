@@ -135,10 +135,11 @@ def test_one_rollout_completes_on_k3s(noderoll: dict[str, str]) -> None:
                         "config": {"sysctl.conf": "vm.max_map_count = 262144\n"}}}
     kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump_all([policy, package]))
 
-    def ready() -> None:
+    def ready() -> bool:
         obj = yaml.safe_load(kubectl(kubeconfig, "get", f"{PACKAGE_PLURAL}.{GROUP}", name, "-o", "yaml"))
         conditions = {c["type"]: c["status"] for c in obj.get("status", {}).get("conditions", [])}
         assert conditions.get("Ready") == "True", obj.get("status")
+        return True
 
     assert_eventually(ready, timeout=ROLLOUT_TIMEOUT, interval=5.0)
     nodes = yaml.safe_load(kubectl(kubeconfig, "get", "nodes", "-o", "yaml"))["items"]

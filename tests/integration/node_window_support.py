@@ -225,10 +225,11 @@ def cordon(core: client.CoreV1Api, node: str, on: bool) -> None:
 
 
 def wait_pods_running(core: client.CoreV1Api, namespace: str, selector: str, count: int, node: str) -> None:
-    def running() -> None:
+    def running() -> bool:
         pods = core.list_namespaced_pod(namespace, label_selector=selector).items
         placed = [p for p in pods if p.spec.node_name == node and p.status.phase == "Running"]
         assert len(placed) == count, [(p.metadata.name, p.spec.node_name, p.status.phase) for p in pods]
+        return True
 
     assert_eventually(running, timeout=30)
 

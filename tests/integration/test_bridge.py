@@ -139,9 +139,10 @@ async def test_one_rollout_across_a_bridge_restart_and_status_ready(
     wait_leading(run, run.start_bridge("bridge-2"), timeout=60)
     patch_package(kube_api_client, name, {"spec": {"env": [{"name": "TUNING", "value": "2"}]}})
 
-    def generation_two() -> None:
+    def generation_two() -> bool:
         ready = condition(read_package(kube_api_client, name), "Ready")
         assert ready["observedGeneration"] == 2 and ready["status"] == "True", ready
+        return True
 
     assert_eventually(generation_two, timeout=ROLLOUT_TIMEOUT)
     # One fleet run across the restart: the new bridge read back what the fleet had, started nothing.
@@ -163,8 +164,9 @@ async def test_pause_annotation_reaches_the_rollout_and_resume_continues(
         report = await progress(temporal_client, name)
         assert report.phase.value == phase, report
 
-    async def paused() -> None:
+    async def paused() -> bool:
         await phase_is("Paused")
+        return True
 
     await assert_eventually_async(paused, timeout=60, retry_on=(AssertionError, RPCError))
     assert_eventually(
@@ -181,9 +183,10 @@ async def test_pause_annotation_reaches_the_rollout_and_resume_continues(
     await assert_eventually_async(paused, timeout=60)
     patch_package(kube_api_client, name, {"metadata": {"annotations": {keys.PAUSE_ANNOTATION: None}}})
 
-    def ready_at_generation_two() -> None:
+    def ready_at_generation_two() -> bool:
         ready = condition(read_package(kube_api_client, name), "Ready")
         assert ready["status"] == "True" and ready["observedGeneration"] == 2, ready
+        return True
 
     assert_eventually(ready_at_generation_two, timeout=ROLLOUT_TIMEOUT)
     seen = reasons(kube_api_client, name)
@@ -204,19 +207,20 @@ async def test_deleted_package_uninstalls_before_its_finalizer_goes(
     handle = temporal_client.get_workflow_handle(FLEET_ID)
     CustomObjectsApi(kube_api_client).delete_cluster_custom_object(keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL, name)
 
-    def gone() -> None:
+    def gone() -> bool:
         try:
             read_package(kube_api_client, name)
         except ApiException as err:
             assert err.status == 404
-            return
+            return True
         raise AssertionError("Package still there")
 
     assert_eventually(gone, timeout=ROLLOUT_TIMEOUT)
 
-    async def fleet_ended() -> None:
+    async def fleet_ended() -> bool:
         # Its last Package is gone: the fleet ends.
         assert (await handle.describe()).status is WorkflowExecutionStatus.COMPLETED
+        return True
 
     await assert_eventually_async(fleet_ended, timeout=60)
     # The uninstall ran on every node before the finalizer went: no node records the Package.

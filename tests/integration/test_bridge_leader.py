@@ -42,9 +42,10 @@ def pair(local_stack: StackInfo, tmp_path: Path, kube_api_client: ApiClient) -> 
         run.stop_all()
 
 
-def ready_at(api: ApiClient, name: str, generation: int) -> None:
+def ready_at(api: ApiClient, name: str, generation: int) -> bool:
     ready = condition(read_package(api, name), "Ready")
     assert ready["status"] == "True" and ready["observedGeneration"] == generation, ready
+    return True
 
 
 async def test_only_the_leader_acts_and_the_standby_takes_over(

@@ -111,9 +111,10 @@ async def test_failed_canary_is_rolled_back_and_the_rest_is_untouched(
             create_package(kube_api_client, run.package(mods, spec(policy, labels, image=KMOD_IMAGE,
                                                                    interrupt={"type": "reboot"})))
 
-            async def both_handed_over() -> None:
+            async def both_handed_over() -> bool:
                 report = await fleet_progress(temporal_client, policy)
                 assert report.packages[tune].version == "2.0.0" and mods in report.packages, report.packages
+                return True
 
             await assert_eventually_async(both_handed_over, timeout=120)
             await fleet_handle.signal(names.SIGNAL_RESUME)

@@ -127,10 +127,11 @@ async def test_a_rollout_leaves_the_cluster_as_it_found_it_but_the_failure_kept_
             create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": NODES}}})
             create_package(kube_api_client, run.package(name, spec(policy, labels, "1.0.0")))
 
-            async def three_done_one_erroring() -> None:
+            async def three_done_one_erroring() -> bool:
                 report = await progress(temporal_client, policy)
                 assert report.packages[name].counts == {"complete": NODES - 1, "erroring": 1}, report.packages[name]
                 assert list(report.packages[name].erroring) == [bad]
+                return True
 
             await assert_eventually_async(three_done_one_erroring, timeout=TIMEOUT)
             # Only the failed node's latest attempt is left (its Job and pod); no ConfigMap; a bounded set of Events.
@@ -142,9 +143,10 @@ async def test_a_rollout_leaves_the_cluster_as_it_found_it_but_the_failure_kept_
             # The retry succeeds and deletes the kept failure with its own Jobs.
             retry(local_stack, policy, name, bad)
 
-            async def all_done() -> None:
+            async def all_done() -> bool:
                 report = await progress(temporal_client, policy)
                 assert report.packages[name].counts == {"complete": NODES}, report.packages[name]
+                return True
 
             await assert_eventually_async(all_done, timeout=TIMEOUT)
             assert_eventually(lambda: footprint(kube_api_client, nodes)["pods"] == 0, timeout=60)
@@ -154,12 +156,13 @@ async def test_a_rollout_leaves_the_cluster_as_it_found_it_but_the_failure_kept_
             # A second rollout on the same nodes (a new version): every count returns to where it was.
             patch_package(kube_api_client, name, {"spec": spec(policy, labels, "1.0.1")})
 
-            async def second_done() -> None:
+            async def second_done() -> bool:
                 report = await progress(temporal_client, policy)
                 read = client.CoreV1Api(kube_api_client).list_node(label_selector=selector).items
                 records = [json.loads((n.metadata.annotations or {}).get(keys.NODE_STATE_ANNOTATION, "{}")) for n in read]
                 versions = {r.get("packages", {}).get(name, {}).get("version") for r in records}
                 assert versions == {"1.0.1"} and report.packages[name].counts == {"complete": NODES}, versions
+                return True
 
             await assert_eventually_async(second_done, timeout=TIMEOUT)
             assert_eventually(lambda: footprint(kube_api_client, nodes) == settled, timeout=60)

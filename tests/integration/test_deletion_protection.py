@@ -67,20 +67,23 @@ def delete(api: ApiClient, plural: str, name: str) -> None:
     client.CustomObjectsApi(api).delete_cluster_custom_object(keys.GROUP, keys.VERSION, plural, name)
 
 
-def has_in_use(api: ApiClient, plural: str, name: str) -> None:
+def has_in_use(api: ApiClient, plural: str, name: str) -> bool:
     obj = read(api, plural, name)
     assert obj is not None and keys.IN_USE_FINALIZER in (obj["metadata"].get("finalizers") or []), obj
+    return True
 
 
-def blocked_by(api: ApiClient, plural: str, name: str, user: str) -> None:
+def blocked_by(api: ApiClient, plural: str, name: str, user: str) -> bool:
     obj = read(api, plural, name)
     assert obj is not None and obj["metadata"].get("deletionTimestamp"), obj
     cond = condition(obj, "InUse")
     assert (cond["status"], cond["reason"]) == ("True", "DeletionBlocked") and user in cond["message"], cond
+    return True
 
 
-def gone(api: ApiClient, plural: str, name: str) -> None:
+def gone(api: ApiClient, plural: str, name: str) -> bool:
     assert read(api, plural, name) is None, f"{plural}/{name} still there"
+    return True
 
 
 def warning_events(api: ApiClient, kind: str, name: str) -> list[str]:
@@ -104,7 +107,7 @@ def test_a_policy_in_use_is_kept_until_its_packages_go(run: BridgeRun, kube_api_
         assert_eventually(lambda: has_in_use(kube_api_client, keys.POLICY_PLURAL, policy), timeout=60)
         delete(kube_api_client, keys.POLICY_PLURAL, policy)
         assert_eventually(lambda: blocked_by(kube_api_client, keys.POLICY_PLURAL, policy, name), timeout=60)
-        assert_eventually(lambda: warning_events(kube_api_client, keys.POLICY_KIND, policy) or False, timeout=30)
+        assert_eventually(lambda: warning_events(kube_api_client, keys.POLICY_KIND, policy), timeout=30)
         # Its Package still rolls out with it (Ready, not Invalid).
         assert_eventually(lambda: condition(read_package(kube_api_client, name), "Ready")["status"] == "True",
                           timeout=TIMEOUT)
@@ -126,7 +129,7 @@ def test_a_dependency_is_kept_while_a_dependent_exists(run: BridgeRun, kube_api_
         assert (in_use["status"], in_use["reason"]) == ("True", "InUse") and app in in_use["message"], in_use
         delete(kube_api_client, keys.PACKAGE_PLURAL, base)
         assert_eventually(lambda: blocked_by(kube_api_client, keys.PACKAGE_PLURAL, base, app), timeout=60)
-        assert_eventually(lambda: warning_events(kube_api_client, keys.PACKAGE_KIND, base) or False, timeout=30)
+        assert_eventually(lambda: warning_events(kube_api_client, keys.PACKAGE_KIND, base), timeout=30)
         # The dependent does not lose its dependency: it stays Ready.
         assert_eventually(lambda: condition(read_package(kube_api_client, app), "Ready")["status"] == "True",
                           timeout=TIMEOUT)

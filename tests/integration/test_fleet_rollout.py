@@ -194,9 +194,10 @@ async def test_package_added_mid_batch_joins_windows_not_yet_started(
             slow = spec(policy, labels, image=SLEEP_IMAGE, env=[{"name": "BENCH_STAGE_SECONDS", "value": "2"}])
             create_package(kube_api_client, run.package(first, slow))
 
-            async def second_batch_out() -> None:
+            async def second_batch_out() -> bool:
                 report = await fleet_progress(temporal_client, policy)
                 assert report.batch_number >= 2 and report.counts.get("in_progress", 0) >= 1, report.counts
+                return True
 
             await assert_eventually_async(second_batch_out, timeout=180)
             create_package(kube_api_client, run.package(second, spec(policy, labels)))
@@ -261,15 +262,17 @@ async def test_pause_one_package_halt_resume_and_retry_one_node(
             # Halt the fleet (operator, Temporal CLI), un-pause the held Package: nothing starts while halted.
             temporal_signal(local_stack, fleet_id, names.SIGNAL_HALT)
 
-            async def halted() -> None:
+            async def halted() -> bool:
                 assert (await fleet_progress(temporal_client, policy)).phase is RolloutPhase.HALTED
+                return True
 
             await assert_eventually_async(halted, timeout=60)
             patch_package(kube_api_client, paused, {"metadata": {"annotations": {keys.PAUSE_ANNOTATION: None}}})
 
-            async def resumed_package_waits() -> None:
+            async def resumed_package_waits() -> bool:
                 report = await fleet_progress(temporal_client, policy)
                 assert report.packages[paused].phase is RolloutPhase.HALTED, report.packages[paused]
+                return True
 
             await assert_eventually_async(resumed_package_waits, timeout=60)
             temporal_signal(local_stack, fleet_id, names.SIGNAL_RESUME)
@@ -371,9 +374,10 @@ async def test_fleet_and_node_window_histories_replay(
                 delete_package(kube_api_client, name)
             delete_policy(kube_api_client, policy)
 
-        async def fleet_ended() -> None:
+        async def fleet_ended() -> bool:
             status = (await temporal_client.get_workflow_handle(fleet_id).describe()).status
             assert status == WorkflowExecutionStatus.COMPLETED, status
+            return True
 
         await assert_eventually_async(fleet_ended, timeout=120)
         histories = {
@@ -432,10 +436,11 @@ async def test_dependent_of_a_package_failed_in_the_window_is_skipped_and_replay
             create_package(kube_api_client, run.package(base, spec(policy, labels)))
             create_package(kube_api_client, run.package(driver, spec(policy, labels, dependsOn={base: "1.0.0"})))
 
-            async def window_over() -> None:
+            async def window_over() -> bool:
                 progress = (await fleet_progress(temporal_client, policy)).nodes.get(node)
                 assert progress is not None and progress.packages.get(base) == "erroring", progress
                 assert progress.state != "in_progress", progress
+                return True
 
             await assert_eventually_async(window_over, timeout=ROLLOUT_TIMEOUT)
             assert windows_of(kube_api_client, node).count == 1

@@ -238,13 +238,14 @@ def test_workloads_spread_with_pdbs_and_training_pods_finish(local_stack: Any, k
             protected = core.list_namespaced_pod(namespace, label_selector=f"{PROTECTED_LABEL}=true").items
             assert [p.spec.node_name for p in protected] == [fleet.node_names[0]]
 
-            def settled() -> None:
+            def settled() -> bool:
                 pods = core.list_namespaced_pod(namespace).items
                 phases = sorted((p.metadata.labels.get("app", "").rsplit("-", 1)[-1], p.status.phase) for p in pods)
                 assert phases == [("0", "Running")] * 3 + [("training", "Succeeded")] * 2, phases
                 assert {p.spec.node_name for p in pods} <= set(fleet.node_names)
                 pdb = objects.get_namespaced_custom_object("policy", "v1beta1", namespace, "poddisruptionbudgets", f"{spec.prefix}-web-0")
                 assert pdb["status"]["disruptionsAllowed"] == 1
+                return True
 
             assert_eventually(settled, timeout=60)
         finally:

@@ -156,10 +156,9 @@ async def test_gate_halts_on_a_bad_value_and_passes_after_it_recovers_and_resume
             assert package["phase"] == "Halted" and package["gateFailure"] == failure, package
             assert query in package["message"]
             assert package["progress"] == "1/3"  # only the canary was updated
-            # `or False`: an empty list is an answer to assert_eventually, and the bridge emits its Events
-            # from a thread after the status write it may lag (seen: the Halted status read, no Event yet).
-            events = assert_eventually(lambda: policy_events(kube_api_client, policy, "GateFailed") or False,
-                                       timeout=60)
+            # Waited for: the bridge emits its Events from a thread after the status write, which they may
+            # lag (seen: the Halted status read, no Event yet); an empty list keeps assert_eventually waiting.
+            events = assert_eventually(lambda: policy_events(kube_api_client, policy, "GateFailed"), timeout=60)
             assert len(events) == 1 and events[0].type == "Warning" and query in events[0].message
 
             # The exporter recovers; once Prometheus has it, resume overrides the failed evaluation once.
@@ -207,9 +206,10 @@ async def test_fleet_waits_for_the_maintenance_window_then_rolls_out(
             assert f"({local:%a %H:%M} Asia/Kolkata)" in status["message"]
             assert all(window_events(kube_api_client, node) == [] for node in fleet.node_names)
 
-            async def opened() -> None:
+            async def opened() -> bool:
                 report = await fleet_progress(temporal_client, policy)
                 assert report.counts.get("complete") == 2, report.counts
+                return True
 
             kubectl_wait_ready(local_stack, name, timeout=300)
             await assert_eventually_async(opened, timeout=60)

@@ -102,8 +102,9 @@ async def test_the_old_engine_blocks_the_start_until_migrate_finishes_it(
     try:
         ids = await start_old_runs(ns, suffix)
 
-        async def listed() -> None:
+        async def listed() -> bool:
             assert {r.workflow_id for r in await open_legacy_runs(ns)} == {ids["rollout"], ids["budget"]}
+            return True
 
         await assert_eventually_async(listed, timeout=30)  # visibility is eventually consistent
         for process in ("worker", "bridge"):
@@ -141,8 +142,9 @@ async def test_the_old_engine_blocks_the_start_until_migrate_finishes_it(
         assert not node_ok.spec.unschedulable and CORDONED_BY_ANNOTATION not in (node_ok.metadata.annotations or {})
         assert core.read_node(err).spec.unschedulable and core.read_node(other).spec.unschedulable
 
-        async def none_open() -> None:
+        async def none_open() -> bool:
             assert await open_legacy_runs(ns) == []
+            return True
 
         await assert_eventually_async(none_open, timeout=30)
         again = noderoll(local_stack, ns.namespace, "migrate", "--finish-legacy")

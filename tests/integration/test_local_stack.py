@@ -185,9 +185,10 @@ async def test_workflow_and_activity_round_trip_on_the_dev_server(temporal_clien
         )
     assert result == "hello noderoll from activity test_greet"
 
-    async def listed() -> None:
+    async def listed() -> bool:
         found = [w async for w in temporal_client.list_workflows(f"{SEARCH_ATTR_NODE} = '{task_queue}'")]
         assert [w.id for w in found] == [f"roundtrip-{task_queue}"]
+        return True
 
     # Visibility is eventually consistent; the custom search attribute must be registered for this query.
     await assert_eventually_async(listed, timeout=20)

@@ -75,10 +75,11 @@ def test_pdb_refusals_and_drain_timeout_are_recorded(
     client.CustomObjectsApi(kube_api_client).create_namespaced_custom_object(
         group, version, k8s_namespace, "poddisruptionbudgets", pdb)
 
-    def pdb_observed() -> None:
+    def pdb_observed() -> bool:
         obj = client.CustomObjectsApi(kube_api_client).get_namespaced_custom_object(
             group, version, k8s_namespace, "poddisruptionbudgets", pod)
         assert obj.get("status", {}).get("currentHealthy") == 1, obj.get("status")
+        return True
 
     assert_eventually(pdb_observed, timeout=60)
     retries = sample("noderoll_eviction_retries_total", {"reason": "pdb"})

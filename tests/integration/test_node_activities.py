@@ -200,8 +200,7 @@ def test_protected_pods_wait_is_reported_while_it_waits(
 
         condition = assert_eventually(reported, timeout=30)
         assert condition.status == "True" and f"{k8s_namespace}/train" in condition.message
-        [event] = assert_eventually(lambda: _node_events(core, node, "WaitingForProtectedPods") or False,
-                                    timeout=30, interval=0.5)
+        [event] = assert_eventually(lambda: _node_events(core, node, "WaitingForProtectedPods"), timeout=30, interval=0.5)
         assert event.type == "Normal" and f"{k8s_namespace}/train" in event.message
         core.delete_namespaced_pod("train", k8s_namespace)
         assert wait.result(timeout=60).waited_for == [f"{k8s_namespace}/train"]
@@ -382,9 +381,10 @@ def test_a_stage_pod_deleted_before_it_finished_fails_the_attempt_and_ends_its_j
             deleting.result()
     assert result.exit_code == -1 and "deleted before it finished" in result.log_tail
 
-    def job_failed() -> None:
+    def job_failed() -> bool:
         conditions = batch.read_namespaced_job(name, PACKAGE_POD_NAMESPACE).status.conditions or []
         assert any(c.type == "Failed" and c.status == "True" for c in conditions), conditions
+        return True
 
     # The Job stays (the record of the failed attempt) but runs nothing more.
     assert_eventually(job_failed, timeout=30)

@@ -110,9 +110,10 @@ async def test_sysctl_window_drains_through_a_pdb_without_violating_it(
     kube.configure(local_stack.kubeconfig)
     selector = create_workload(kube_api_client, k8s_namespace, window.node, fleet.node_names[1])
 
-    async def pdb_ready() -> None:
+    async def pdb_ready() -> bool:
         pdb = kube.request_json("GET", f"/apis/policy/v1beta1/namespaces/{k8s_namespace}/poddisruptionbudgets/trainer")
         assert (pdb.get("status") or {}).get("disruptionsAllowed") == 1, pdb.get("status")
+        return True
 
     await assert_eventually_async(pdb_ready, timeout=30)
     async with in_process_worker(window.temporal, local_stack.kubeconfig, window.task_queue):
@@ -157,11 +158,12 @@ async def test_protected_pods_delay_the_drain_until_they_finish(
     async with in_process_worker(window.temporal, local_stack.kubeconfig, window.task_queue):
         await window.request("sysctl-tuning", spec)
 
-        async def cordoned_and_waiting() -> None:
+        async def cordoned_and_waiting() -> bool:
             assert window.node_object().spec.unschedulable
             pod = window.core.read_namespaced_pod("training-step", k8s_namespace)
             assert pod.status.phase == "Running"
             assert window.stage_jobs() == []
+            return True
 
         await assert_eventually_async(cordoned_and_waiting, timeout=20)
         [result] = await wait_results(window, 1)
@@ -212,11 +214,12 @@ async def test_reboot_package_reboots_checks_and_uncordons(
     async with in_process_worker(window.temporal, local_stack.kubeconfig, window.task_queue):
         await window.request("script-config", package_spec(SCRIPT_IMAGE, interrupt={"type": "reboot"}))
 
-        async def went_down() -> None:
+        async def went_down() -> bool:
             ready = window.condition("Ready")
             if ready == "False":
                 not_ready_seen.append(True)
             assert not_ready_seen or (await window.results())
+            return True
 
         await assert_eventually_async(went_down, timeout=60, interval=0.1)
         [result] = await wait_results(window, 1)

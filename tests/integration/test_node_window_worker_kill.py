@@ -98,8 +98,9 @@ async def test_sigkill_mid_window_then_restart_completes_without_rerunning_jobs(
             assert window.node_object().spec.unschedulable
             worker.start()
 
-            async def answered() -> None:
+            async def answered() -> bool:
                 assert len(await window.results()) == 1
+                return True
 
             await assert_eventually_async(answered, timeout=60)
             [result] = await window.results()

@@ -103,10 +103,11 @@ async def fleet_progress(temporal: Client, policy: str) -> FleetProgress:
 async def settled(temporal: Client, policy: str, package: str, nodes: int) -> None:
     """Until the fleet is Complete with `package` complete on `nodes` nodes."""
 
-    async def check() -> None:
+    async def check() -> bool:
         report = await fleet_progress(temporal, policy)
         assert report.phase.value == "Complete", (report.phase, report.message)
         assert report.packages[package].counts.get("complete") == nodes, report.packages[package].counts
+        return True
 
     await assert_eventually_async(check, timeout=TIMEOUT)
 
@@ -191,9 +192,10 @@ async def test_reset_forgets_the_record_and_the_next_window_installs_again(
             # The way out of an unreadable record: held (blocked) until reset, then installed again.
             core.patch_node(third, {"metadata": {"annotations": {keys.NODE_STATE_ANNOTATION: "{garbage"}}})
 
-            async def held() -> None:
+            async def held() -> bool:
                 report = await fleet_progress(temporal_client, policy)
                 assert report.packages[name].blocked.get(third), report.packages[name].blocked
+                return True
 
             await assert_eventually_async(held, timeout=TIMEOUT)
             noderoll(run, "node", "reset", third, "--task-queue", run.task_queue)
@@ -234,15 +236,17 @@ async def test_ignore_keeps_the_node_out_of_the_next_batch(
             noderoll(run, "node", "ignore", busy)
             noderoll(run, "node", "ignore", left_out)
 
-            def others_done() -> None:
+            def others_done() -> bool:
                 assert recorded(kube_api_client, busy).get(name, {}).get("state") == "complete"
                 assert recorded(kube_api_client, rest).get(name, {}).get("state") == "complete"
+                return True
 
             assert_eventually(others_done, timeout=TIMEOUT)
 
-            async def idle() -> None:
+            async def idle() -> bool:
                 report = await fleet_progress(temporal_client, policy)
                 assert report.phase.value == "Complete" and not report.counts.get("in_progress"), report
+                return True
 
             await assert_eventually_async(idle, timeout=TIMEOUT)
             assert windows_of(kube_api_client, left_out) == 0 and recorded(kube_api_client, left_out) == {}

@@ -121,8 +121,9 @@ async def wait_closed(temporal: Client, policy: str | None) -> None:
     """Until the fleet has ended (its last Package is gone)."""
     handle = temporal.get_workflow_handle(names.fleet_workflow_id(policy))
 
-    async def closed() -> None:
+    async def closed() -> bool:
         assert (await handle.describe()).status != WorkflowExecutionStatus.RUNNING
+        return True
 
     await assert_eventually_async(closed, timeout=60)
 
@@ -181,10 +182,11 @@ async def test_shared_budget_canary_growth_dependency_and_upgrade(
             delete_package(kube_api_client, second)
             patch_package(kube_api_client, first, {"spec": {"version": "1.1.0"}})
 
-            def upgraded() -> None:
+            def upgraded() -> bool:
                 ready = [c for c in read_package(kube_api_client, first).get("status", {}).get("conditions", [])
                          if c["type"] == "Ready"]
                 assert ready and ready[0]["status"] == "True" and ready[0]["observedGeneration"] == 2, ready
+                return True
 
             assert_eventually(upgraded, timeout=ROLLOUT_TIMEOUT, interval=2)
             for node, packages in node_records(kube_api_client, selector).items():
@@ -228,8 +230,9 @@ async def test_runtime_required_joining_node_and_pause_by_temporal_signal(
             # Pause through Temporal directly; a node joining now is tainted but not updated.
             temporal_signal(names.SIGNAL_PAUSE)
 
-            async def paused() -> None:
+            async def paused() -> bool:
                 assert (await progress(temporal_client, name)).phase is RolloutPhase.PAUSED
+                return True
 
             with running_fleet(local_stack, nodes=1, labels=labels) as late:
                 joiner = late.node_names[0]
@@ -245,10 +248,11 @@ async def test_runtime_required_joining_node_and_pause_by_temporal_signal(
 
                 temporal_signal(names.SIGNAL_RESUME)
 
-                def joiner_done() -> None:
+                def joiner_done() -> bool:
                     record = node_records(kube_api_client, f"rr-fleet={fleet_label}")[joiner]
                     assert record.get(name, {}).get("state") == "complete", record
                     assert keys.RUNTIME_REQUIRED_TAINT_KEY not in taint_keys()
+                    return True
 
                 assert_eventually(joiner_done, timeout=180, interval=1)
             assert all(keys.RUNTIME_REQUIRED_TAINT_KEY not in [t.key for t in core.read_node(n).spec.taints or []]

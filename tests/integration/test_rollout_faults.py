@@ -108,9 +108,10 @@ async def test_failure_threshold_halts_and_retry_completes(
             fleet.options.faults.replace([])
             await temporal_client.get_workflow_handle(names.fleet_workflow_id(policy)).signal(names.SIGNAL_RETRY)
 
-            def ready() -> None:
+            def ready() -> bool:
                 cond = condition(read_package(kube_api_client, name), "Ready")
                 assert cond["status"] == "True", cond
+                return True
 
             assert_eventually(ready, timeout=TIMEOUT, interval=0.5)
             status = status_of(kube_api_client, name)
@@ -133,9 +134,10 @@ async def test_bridge_killed_mid_rollout_starts_nothing_twice(
                           {"default": {"budget": {"count": 2}, "strategy": {"type": "fixed", "initialBatch": 2}}})
             create_package(kube_api_client, run.package(name, sleep_spec(policy, fleet_label, stage_seconds=2)))
 
-            def mid_rollout() -> None:
+            def mid_rollout() -> bool:
                 status = status_of(kube_api_client, name)
                 assert status.get("phase") == "Progressing" and audit.count(name) >= 1, status
+                return True
 
             assert_eventually(mid_rollout, timeout=TIMEOUT, interval=0.2)
             bridge = next(n for n in run.processes if n.startswith("bridge"))
@@ -143,9 +145,10 @@ async def test_bridge_killed_mid_rollout_starts_nothing_twice(
             assert status_of(kube_api_client, name)["nodes"]["complete"] < NODES, "killed mid-rollout"
             wait_leading(run, run.start_bridge(unique_name("bridge")), timeout=60)
 
-            def ready() -> None:
+            def ready() -> bool:
                 cond = condition(read_package(kube_api_client, name), "Ready")
                 assert cond["status"] == "True" and cond["observedGeneration"] == 1, cond
+                return True
 
             assert_eventually(ready, timeout=TIMEOUT, interval=0.5)
             complete_everywhere(kube_api_client, name, fleet_label)

@@ -261,9 +261,10 @@ async def test_opt_in_label_gates_an_existing_node_and_its_updates(module: Modul
             created = read_package(api, name)["metadata"]["creationTimestamp"]
             assert datetime.fromisoformat(created) > newest, (created, newest)
 
-            def provisioned(version: str) -> None:
+            def provisioned(version: str) -> bool:
                 for node in fleet.node_names:
                     assert done(record(api, node, name), version) and not tainted(api, node), node
+                return True
 
             # (e) The labelled node is gated (untainted only once complete); its neighbour never is
             # (the old bridge tainted every targeted node that was not complete).

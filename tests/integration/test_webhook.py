@@ -271,11 +271,12 @@ def test_while_a_webhook_with_our_rules_does_not_answer(kube_api_client: client.
         assert apply(kube_api_client, stored) is None  # stored before the outage
         admission.create_validating_webhook_configuration(body)
 
-        def refused() -> None:
+        def refused() -> bool:
             other = package(unique_name("down-new"))
             other["metadata"]["labels"] = labels
             refusal = apply(kube_api_client, other)
             assert refusal is not None and "failed calling webhook" in refusal, refusal
+            return True
 
         assert_eventually(refused, timeout=30)
         # Any update of the object (spec or metadata: a finalizer, an annotation) is refused too ...
