@@ -25,7 +25,6 @@ from kubernetes import client, config
 from activities.jobs import jobs_per_window
 from api.keys import GROUP, PACKAGE_PLURAL, POLICY_PLURAL, VERSION
 from bench.scenario import (
-    PACKAGES_DIR,
     RUN_LABEL,
     Scenario,
     node_critical_path,
@@ -39,6 +38,7 @@ from service.temporal_client import connect
 from tests.helpers import unique_name
 from tests.helpers.chaos import ChaosStack, JobAudit, Noderoll, PdbWatcher, package_status, wait_for
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import BENCH_PACKAGES
 
 # A fresh install of bench-sleep with a reboot: one pod for apply and config (each followed by its
 # check) and the interrupt, one for post-interrupt (issue #14).
@@ -90,7 +90,7 @@ def chaos_rollout(stack: ChaosStack, tmp_path: Path, nodes: int, workers: int = 
     api = _api(kubeconfig)
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
     with running_fleet(stack.info, nodes, name_prefix=name, labels={RUN_LABEL: name},
-                       image_stores=[PACKAGES_DIR], workers=24) as fleet:
+                       image_stores=[BENCH_PACKAGES], workers=24) as fleet:
         workloads = WorkloadSpec(namespace=name, prefix=name, nodes=fleet.node_names, training_pods=0,
                                  deployments=2, replicas=3)
         create_workloads(fleet.ctx.kube, workloads)

@@ -21,10 +21,10 @@ from kubernetes import client
 from api import keys
 from localstack.state import StackInfo
 from tests.helpers import assert_eventually, new_task_queue, unique_name
+from tests.helpers.packages import package_object
 from tests.helpers.workflows_cleanup import end_workflows
 
 TEST_LABEL = "noderoll-test"
-SYSCTL_IMAGE = "example.local/sysctl-tuning:1.0.0"
 
 
 @dataclass
@@ -92,10 +92,7 @@ class BridgeRun:
 
     def package(self, name: str, spec: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[str, Any]:
         """A Package object labelled for this run's bridge."""
-        meta: dict[str, Any] = {"name": name, "labels": {TEST_LABEL: self.run_id}}
-        if annotations:
-            meta["annotations"] = annotations
-        return {"apiVersion": keys.API_VERSION, "kind": keys.PACKAGE_KIND, "metadata": meta, "spec": spec}
+        return package_object(name, spec, {TEST_LABEL: self.run_id}, annotations)
 
 
 def custom(api: client.ApiClient) -> client.CustomObjectsApi:

@@ -24,8 +24,8 @@ from planning.status import RolloutProgress
 from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import package_spec
 from tests.integration.bridge_support import (
-    SYSCTL_IMAGE,
     BridgeRun,
     condition,
     create_package,
@@ -66,8 +66,7 @@ def packages(kube_api_client: ApiClient) -> Iterator[list[str]]:
 
 def fleet_spec(run: BridgeRun, **fields: Any) -> dict[str, Any]:
     """A sysctl-tuning Package spec selecting this module's fleet."""
-    return {"version": "1.0.0", "image": SYSCTL_IMAGE,
-            "nodeSelector": {"matchLabels": {"bridge-fleet": run.run_id}}, **fields}
+    return package_spec(labels={"bridge-fleet": run.run_id}, **fields)
 
 
 # The module's Packages name no DeploymentPolicy: they roll out in the built-in fleet.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes.client import ApiClient
@@ -13,8 +12,8 @@ from temporalio.client import Client
 from localstack.state import StackInfo
 from protocol import names
 from tests.helpers import assert_eventually, unique_name
+from tests.helpers.packages import package_spec
 from tests.integration.bridge_support import (
-    SYSCTL_IMAGE,
     BridgeRun,
     condition,
     create_package,
@@ -53,8 +52,7 @@ async def test_only_the_leader_acts_and_the_standby_takes_over(
 ) -> None:
     name = unique_name("lead")
     # No node matches: the rollout completes at once (0/0), which is all leadership needs.
-    spec: dict[str, Any] = {"version": "1.0.0", "image": SYSCTL_IMAGE,
-                            "nodeSelector": {"matchLabels": {"no-such-node": pair.run_id}}}
+    spec = package_spec(labels={"no-such-node": pair.run_id})
     create_package(kube_api_client, pair.package(name, spec))
     try:
         assert_eventually(lambda: ready_at(kube_api_client, name, 1), timeout=60)

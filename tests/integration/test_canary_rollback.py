@@ -29,6 +29,7 @@ from localstack.state import StackInfo
 from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import KMOD_IMAGE, package_spec
 from tests.helpers.stagejobs import StageRecorder
 from tests.integration.bridge_support import (
     BridgeRun,
@@ -40,13 +41,12 @@ from tests.integration.bridge_support import (
     read_package,
     wait_leading,
 )
-from tests.integration.test_fleet_rollout import fleet_progress, kubectl_wait_ready, spec, windows_of
+from tests.integration.test_fleet_rollout import fleet_progress, kubectl_wait_ready, windows_of
 from tests.integration.test_gates_and_windows import policy_events
 
 # Two waves, a failed canary (3 attempts), its rollback with a reboot, then a fixed wave over 4 nodes:
 # about 80 s at load average 3, more on a loaded machine.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
-KMOD_IMAGE = "example.local/kmod-blocklist:1.0.0"
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +96,7 @@ async def test_failed_canary_is_rolled_back_and_the_rest_is_untouched(
             create_policy(kube_api_client, run, policy, {
                 "canary": {"count": 1, "onFailure": "rollback"},
                 "default": {"budget": {"count": 2}, "strategy": {"type": "fixed", "initialBatch": 2}}})
-            create_package(kube_api_client, run.package(tune, spec(policy, labels)))
+            create_package(kube_api_client, run.package(tune, package_spec(policy=policy, labels=labels)))
             kubectl_wait_ready(local_stack, tune)
             before = {n: windows_of(kube_api_client, n).count for n in fleet.node_names}
             assert set(before.values()) == {1}, before
@@ -108,8 +108,8 @@ async def test_failed_canary_is_rolled_back_and_the_rest_is_untouched(
             fleet_handle = temporal_client.get_workflow_handle(names.fleet_workflow_id(policy))
             await fleet_handle.signal(names.SIGNAL_PAUSE)
             patch_package(kube_api_client, tune, {"spec": {"version": "2.0.0"}})
-            create_package(kube_api_client, run.package(mods, spec(policy, labels, image=KMOD_IMAGE,
-                                                                   interrupt={"type": "reboot"})))
+            mods_spec = package_spec(KMOD_IMAGE, policy=policy, labels=labels, interrupt={"type": "reboot"})
+            create_package(kube_api_client, run.package(mods, mods_spec))
 
             async def both_handed_over() -> bool:
                 report = await fleet_progress(temporal_client, policy)

@@ -18,7 +18,6 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +32,7 @@ from planning.fleet_status import FleetProgress
 from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import BENCH_PACKAGES, SLEEP_IMAGE, package_spec
 from tests.integration.bridge_support import (
     BridgeRun,
     create_package,
@@ -47,7 +47,6 @@ from workflows.fleet_codec import progress_from_json
 pytestmark = pytest.mark.integration
 NODES = 4
 TIMEOUT = 300.0
-BENCH_PACKAGES = Path(__file__).resolve().parents[2] / "bench" / "packages"
 # The Event reasons of a node window (workflows/node_window.py, activities/nodes.py).
 WINDOW_REASONS = ("WindowStarted", "Cordoned", "Drained", "Interrupted", "PackageComplete", "PackageErroring",
                   "LeftCordoned")
@@ -104,9 +103,9 @@ def retry(stack: StackInfo, policy: str, package: str, node: str) -> None:
 
 
 def spec(policy: str, labels: dict[str, str], version: str) -> dict[str, Any]:
-    return {"version": version, "image": "bench.local/bench-sleep:1.0.0", "deploymentPolicy": policy,
-            "nodeSelector": {"matchLabels": labels}, "interrupt": {"type": "reboot"},
-            "env": [{"name": "BENCH_STAGE_SECONDS", "value": "0"}]}
+    """bench-sleep at `version` (the image stays 1.0.0), instant stages, a reboot."""
+    return package_spec(SLEEP_IMAGE, policy=policy, labels=labels, stage_seconds=0, version=version,
+                        interrupt={"type": "reboot"})
 
 
 async def test_a_rollout_leaves_the_cluster_as_it_found_it_but_the_failure_kept_for_logs(

@@ -24,6 +24,7 @@ from api import keys
 from localstack.state import StackInfo
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import package_spec
 from tests.integration.bridge_support import (
     TEST_LABEL,
     BridgeRun,
@@ -92,11 +93,8 @@ def warning_events(api: ApiClient, kind: str, name: str) -> list[str]:
 
 
 def spec(policy: str | None, **extra: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"version": "1.0.0", "image": "example.local/sysctl-tuning:1.0.0",
-                            "nodeSelector": {"matchLabels": {"protect-test": unique_name("none")}}, **extra}
-    if policy:
-        body["deploymentPolicy"] = policy
-    return body
+    """A sysctl-tuning Package spec that selects no node."""
+    return package_spec(policy=policy, labels={"protect-test": unique_name("none")}, **extra)
 
 
 def test_a_policy_in_use_is_kept_until_its_packages_go(run: BridgeRun, kube_api_client: ApiClient) -> None:

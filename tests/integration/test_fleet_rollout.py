@@ -45,8 +45,14 @@ from protocol import names
 from tests.helpers import assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.helpers.nodewatch import watching_nodes
+from tests.helpers.packages import (
+    BENCH_PACKAGES,
+    KMOD_IMAGE,
+    SERVICE_IMAGE,
+    SLEEP_IMAGE,
+    package_spec,
+)
 from tests.integration.bridge_support import (
-    SYSCTL_IMAGE,
     BridgeRun,
     create_package,
     create_policy,
@@ -61,9 +67,6 @@ from workflows.fleet_codec import progress_from_json
 
 pytestmark = pytest.mark.integration
 ROLLOUT_TIMEOUT = 420.0
-SERVICE_IMAGE = "example.local/service-restart:1.0.0"
-SLEEP_IMAGE = "bench.local/bench-sleep:1.0.0"
-BENCH_PACKAGES = Path(__file__).resolve().parents[2] / "bench" / "packages"
 
 
 @pytest.fixture(scope="module")
@@ -119,13 +122,6 @@ def windows_of(api: ApiClient, node: str) -> Windows:
     return Windows(sum(e.count or 1 for e in events), latest.message if latest else "")
 
 
-def spec(policy: str | None, selector: dict[str, str], image: str = SYSCTL_IMAGE, **extra: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"version": "1.0.0", "image": image, "nodeSelector": {"matchLabels": selector}, **extra}
-    if policy:
-        body["deploymentPolicy"] = policy
-    return body
-
-
 async def test_change_set_costs_one_cordon_one_reboot_one_interrupt_per_node(
     run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
@@ -141,12 +137,13 @@ async def test_change_set_costs_one_cordon_one_reboot_one_interrupt_per_node(
                             "strategy": {"type": "exponential", "initialBatch": 1, "growthFactor": 2}},
             })
             reboot = {"type": "reboot"}
-            create_package(kube_api_client, run.package(kernel, spec(policy, labels, interrupt=reboot)))
-            create_package(kube_api_client, run.package(driver, spec(
-                policy, labels, image="example.local/kmod-blocklist:1.0.0", interrupt=reboot,
-                dependsOn={kernel: "1.0.0"})))
-            create_package(kube_api_client, run.package(tuned, spec(
-                policy, labels, image=SERVICE_IMAGE, interrupt={"type": "service", "services": ["containerd"]})))
+            create_package(kube_api_client, run.package(kernel, package_spec(
+                policy=policy, labels=labels, interrupt=reboot)))
+            create_package(kube_api_client, run.package(driver, package_spec(
+                KMOD_IMAGE, policy=policy, labels=labels, interrupt=reboot, dependsOn={kernel: "1.0.0"})))
+            create_package(kube_api_client, run.package(tuned, package_spec(
+                SERVICE_IMAGE, policy=policy, labels=labels,
+                interrupt={"type": "service", "services": ["containerd"]})))
             for name in (kernel, driver, tuned):
                 kubectl_wait_ready(local_stack, name)
             report = await fleet_progress(temporal_client, policy)
@@ -191,7 +188,7 @@ async def test_package_added_mid_batch_joins_windows_not_yet_started(
         try:
             create_policy(kube_api_client, run, policy, {
                 "default": {"budget": {"count": 2}, "strategy": {"type": "fixed", "initialBatch": 2}}})
-            slow = spec(policy, labels, image=SLEEP_IMAGE, env=[{"name": "BENCH_STAGE_SECONDS", "value": "2"}])
+            slow = package_spec(SLEEP_IMAGE, policy=policy, labels=labels, stage_seconds=2)
             create_package(kube_api_client, run.package(first, slow))
 
             async def second_batch_out() -> bool:
@@ -200,7 +197,7 @@ async def test_package_added_mid_batch_joins_windows_not_yet_started(
                 return True
 
             await assert_eventually_async(second_batch_out, timeout=180)
-            create_package(kube_api_client, run.package(second, spec(policy, labels)))
+            create_package(kube_api_client, run.package(second, package_spec(policy=policy, labels=labels)))
             kubectl_wait_ready(local_stack, first)
             kubectl_wait_ready(local_stack, second)
             # One window with both, or two: the first with `first` alone, the last with `second`.
@@ -242,8 +239,8 @@ async def test_pause_one_package_halt_resume_and_retry_one_node(
         try:
             create_policy(kube_api_client, run, policy, {
                 "default": {"budget": {"count": 2}, "strategy": {"type": "fixed", "initialBatch": 2}}})
-            create_package(kube_api_client, run.package(kept, spec(policy, labels)))
-            create_package(kube_api_client, run.package(paused, spec(policy, labels),
+            create_package(kube_api_client, run.package(kept, package_spec(policy=policy, labels=labels)))
+            create_package(kube_api_client, run.package(paused, package_spec(policy=policy, labels=labels),
                                                         annotations={keys.PAUSE_ANNOTATION: "true"}))
 
             async def kept_failed_on_one_node() -> FleetProgress:
@@ -297,8 +294,8 @@ async def test_node_workflow_terminated_mid_window_is_noticed_and_asked_again(
     with running_fleet(local_stack, nodes=3, labels=labels, image_stores=[BENCH_PACKAGES]) as fleet:
         try:
             create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 1}}})
-            create_package(kube_api_client, run.package(name, spec(
-                policy, labels, image=SLEEP_IMAGE, env=[{"name": "BENCH_STAGE_SECONDS", "value": "4"}])))
+            create_package(kube_api_client, run.package(name, package_spec(
+                SLEEP_IMAGE, policy=policy, labels=labels, stage_seconds=4)))
 
             async def first_in_window() -> str:
                 report = await fleet_progress(temporal_client, policy)
@@ -360,9 +357,9 @@ async def test_fleet_and_node_window_histories_replay(
             create_policy(kube_api_client, run, policy, {
                 "canary": {"count": 1, "soakSeconds": 1, "promotion": "auto"},
                 "default": {"budget": {"count": 2}, "strategy": {"type": "fixed", "initialBatch": 2}}})
-            create_package(kube_api_client, run.package(base, spec(policy, labels)))
-            create_package(kube_api_client, run.package(driver, spec(
-                policy, labels, image="example.local/kmod-blocklist:1.0.0", interrupt={"type": "reboot"},
+            create_package(kube_api_client, run.package(base, package_spec(policy=policy, labels=labels)))
+            create_package(kube_api_client, run.package(driver, package_spec(
+                KMOD_IMAGE, policy=policy, labels=labels, interrupt={"type": "reboot"},
                 dependsOn={base: "1.0.0"})))
             for name in (base, driver):
                 kubectl_wait_ready(local_stack, name)
@@ -399,8 +396,8 @@ async def test_a_node_relabelled_out_before_its_batch_is_named_in_the_package_st
         try:
             create_policy(kube_api_client, run, policy, {
                 "default": {"budget": {"count": 1}, "strategy": {"type": "fixed", "initialBatch": 1}}})
-            create_package(kube_api_client, run.package(name, spec(
-                policy, labels, image=SLEEP_IMAGE, env=[{"name": "BENCH_STAGE_SECONDS", "value": "3"}])))
+            create_package(kube_api_client, run.package(name, package_spec(
+                SLEEP_IMAGE, policy=policy, labels=labels, stage_seconds=3)))
 
             async def first_batch_out() -> str:
                 report = await fleet_progress(temporal_client, policy)
@@ -433,8 +430,9 @@ async def test_dependent_of_a_package_failed_in_the_window_is_skipped_and_replay
         fleet.options.faults.add(Fault("fail-stage", nodes=node, mode="apply", package=base, exit_code=7))
         try:
             create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 1}}})
-            create_package(kube_api_client, run.package(base, spec(policy, labels)))
-            create_package(kube_api_client, run.package(driver, spec(policy, labels, dependsOn={base: "1.0.0"})))
+            create_package(kube_api_client, run.package(base, package_spec(policy=policy, labels=labels)))
+            create_package(kube_api_client, run.package(driver, package_spec(
+                policy=policy, labels=labels, dependsOn={base: "1.0.0"})))
 
             async def window_over() -> bool:
                 progress = (await fleet_progress(temporal_client, policy)).nodes.get(node)

@@ -38,6 +38,7 @@ from planning.fleet_status import FleetProgress
 from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import package_spec
 from tests.integration.bridge_support import (
     BridgeRun,
     create_package,
@@ -47,7 +48,7 @@ from tests.integration.bridge_support import (
     read_package,
     wait_leading,
 )
-from tests.integration.test_fleet_rollout import fleet_progress, kubectl_wait_ready, spec
+from tests.integration.test_fleet_rollout import fleet_progress, kubectl_wait_ready
 
 pytestmark = pytest.mark.integration
 METRIC = "noderoll_test_gpu_errors"
@@ -138,7 +139,7 @@ async def test_gate_halts_on_a_bad_value_and_passes_after_it_recovers_and_resume
                 "analysis": [{"name": "gpu-errors", "query": query, "successCondition": "result < 1",
                               "intervalSeconds": 2}],
             })
-            create_package(kube_api_client, run.package(name, spec(policy, labels)))
+            create_package(kube_api_client, run.package(name, package_spec(policy=policy, labels=labels)))
 
             def halted() -> dict[str, Any]:
                 status = read_policy(kube_api_client, policy).get("status") or {}
@@ -191,7 +192,7 @@ async def test_fleet_waits_for_the_maintenance_window_then_rolls_out(
         try:
             create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 2}},
                                                          "maintenanceWindows": [window]})
-            create_package(kube_api_client, run.package(name, spec(policy, labels)))
+            create_package(kube_api_client, run.package(name, package_spec(policy=policy, labels=labels)))
 
             def waiting() -> tuple[dict[str, Any], dict[str, Any]]:
                 status = read_policy(kube_api_client, policy).get("status") or {}

@@ -21,6 +21,7 @@ from localstack.state import StackInfo
 from protocol.node_activities import DrainNodeInput
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.kube import FakeNode, create_ready_node, delete_node
+from tests.helpers.packages import WORKLOAD_IMAGE
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +47,7 @@ def running_pod(core: client.CoreV1Api, namespace: str, node: str) -> str:
     name = unique_name("guarded")
     core.create_namespaced_pod(namespace, {
         "metadata": {"name": name, "labels": {"app": name}},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.invalid/none:1"}]},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": WORKLOAD_IMAGE}]},
     })
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     core.patch_namespaced_pod_status(name, namespace, {"status": {

@@ -58,7 +58,8 @@ from protocol.node_activities import (
 )
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
-from tests.integration.node_window_support import SYSCTL_IMAGE, cordon, wait_pods_running
+from tests.helpers.packages import SCRIPT_IMAGE, SYSCTL_IMAGE, WORKLOAD_IMAGE
+from tests.integration.node_window_support import cordon, wait_pods_running
 from workflows.fleet_codec import marks_to_json
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -85,7 +86,7 @@ def run_pod(core: client.CoreV1Api, namespace: str, node: str, name: str, **spec
     core.create_namespaced_pod(namespace, {
         "metadata": {"name": name, "labels": labels},
         "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
-                 "containers": [{"name": "c", "image": "w:1"}], **spec},
+                 "containers": [{"name": "c", "image": WORKLOAD_IMAGE}], **spec},
     })
     wait_pods_running(core, namespace, f"app={labels['app']}", 1, node)
 
@@ -216,7 +217,7 @@ def test_drain_skips_daemonset_pods_and_respects_empty_dir_setting(
         "metadata": {"name": "agent"},
         "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": {
             "metadata": {"labels": {"app": "agent"}},
-            "spec": {"containers": [{"name": "c", "image": "agent:1"}],
+            "spec": {"containers": [{"name": "c", "image": WORKLOAD_IMAGE}],
                      "tolerations": [{"operator": "Exists"}]},
         }},
     })
@@ -322,7 +323,7 @@ def test_metadata_patch_retries_a_resource_version_conflict(node: str, kube_api_
 def test_reboot_is_confirmed_by_a_new_boot_id_and_never_repeated(node: str, kube_api_client: ApiClient) -> None:
     boot_before = ActivityEnvironment().run(read_node, NodeInput(node)).boot_id
     job = StageJob(package="script-config", version="1.0.0", node=node, mode="interrupt",
-                   image="example.local/script-config:1.0.0", window=unique_name("w"),
+                   image=SCRIPT_IMAGE, window=unique_name("w"),
                    tolerations=[{"operator": "Exists"}], interrupt={"type": "reboot", "services": []},
                    timeout_seconds=60)
     beats = Beats()

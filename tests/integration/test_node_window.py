@@ -30,10 +30,8 @@ from protocol.fleet import PackageOrder
 from protocol.node_activities import DrainNodeResult
 from tests.helpers import assert_eventually, assert_eventually_async
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import KMOD_IMAGE, SCRIPT_IMAGE, SYSCTL_IMAGE, WORKLOAD_IMAGE, package_spec
 from tests.integration.node_window_support import (
-    KMOD_IMAGE,
-    SCRIPT_IMAGE,
-    SYSCTL_IMAGE,
     HealthyPodsWatch,
     Window,
     activity_attempts,
@@ -43,7 +41,6 @@ from tests.integration.node_window_support import (
     fast_settings,
     history_events,
     in_process_worker,
-    package_spec,
     record_history,
     wait_pods_running,
 )
@@ -90,7 +87,7 @@ def create_workload(api: ApiClient, namespace: str, node: str, other: str) -> st
             "selector": {"matchLabels": labels},
             "template": {"metadata": {"labels": labels}, "spec": {
                 "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "c", "image": "trainer:1"}],
+                "containers": [{"name": "c", "image": WORKLOAD_IMAGE}],
             }},
         },
     })
@@ -150,7 +147,8 @@ async def test_protected_pods_delay_the_drain_until_they_finish(
     window.core.create_namespaced_pod(k8s_namespace, {
         "metadata": {"name": "training-step", "labels": {"workload": "training"},
                      "annotations": {RUN_SECONDS_ANNOTATION: "6"}},
-        "spec": {"nodeName": window.node, "restartPolicy": "Never", "containers": [{"name": "c", "image": "t:1"}]},
+        "spec": {"nodeName": window.node, "restartPolicy": "Never",
+                 "containers": [{"name": "c", "image": WORKLOAD_IMAGE}]},
     })
     wait_pods_running(window.core, k8s_namespace, "workload=training", 1, window.node)
     spec = package_spec(SYSCTL_IMAGE, interrupt=SERVICE_INTERRUPT,

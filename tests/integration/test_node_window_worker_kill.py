@@ -21,18 +21,12 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from api.keys import CORDONED_BY_ANNOTATION
-from bench.scenario import IMAGE as BENCH_IMAGE
-from bench.scenario import PACKAGES_DIR
 from localstack.state import StackInfo
 from protocol.node_activities import RunStagePodResult
 from tests.helpers import assert_eventually, assert_eventually_async, new_task_queue
 from tests.helpers.fleet import running_fleet
-from tests.integration.node_window_support import (
-    Window,
-    activity_results,
-    close_workflows,
-    package_spec,
-)
+from tests.helpers.packages import BENCH_PACKAGES, SLEEP_IMAGE, package_spec
+from tests.integration.node_window_support import Window, activity_results, close_workflows
 from tests.workflows.node_collector import ResultCollector
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
@@ -71,7 +65,7 @@ class WorkerProcess:
 def fleet(local_stack: StackInfo) -> Iterator[Any]:
     # bench-sleep's stages take BENCH_STAGE_SECONDS: the kill lands while a stage Job runs (the
     # examples' stages are instant, and a stage with its check in one Job can end before the kill).
-    with running_fleet(local_stack, nodes=1, image_stores=[PACKAGES_DIR]) as running:
+    with running_fleet(local_stack, nodes=1, image_stores=[BENCH_PACKAGES]) as running:
         yield running
 
 
@@ -88,8 +82,7 @@ async def test_sigkill_mid_window_then_restart_completes_without_rerunning_jobs(
                 ResultCollector.run, id=f"collector-{window.node}", task_queue=collector_queue)
             worker.start()
             await window.request("bench-sleep", package_spec(
-                BENCH_IMAGE, interrupt={"type": "service", "services": ["systemd-sysctl"]},
-                env=[{"name": "BENCH_STAGE_SECONDS", "value": "2"}]))
+                SLEEP_IMAGE, interrupt={"type": "service", "services": ["systemd-sysctl"]}, stage_seconds=2))
 
             # Kill as soon as the first stage Job exists: the node is cordoned and drained, the
             # run_stage_job activity is running in the worker that dies.

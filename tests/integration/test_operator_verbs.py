@@ -12,7 +12,6 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +28,7 @@ from protocol import names
 from protocol.version import noderoll_version
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import BENCH_PACKAGES, SLEEP_IMAGE, package_spec
 from tests.integration.bridge_support import (
     BridgeRun,
     create_package,
@@ -41,8 +41,6 @@ from tests.integration.bridge_support import (
 from workflows.fleet_codec import progress_from_json
 
 pytestmark = pytest.mark.integration
-SLEEP_IMAGE = "bench.local/bench-sleep:1.0.0"
-BENCH_PACKAGES = Path(__file__).resolve().parents[2] / "bench" / "packages"
 TIMEOUT = 240.0
 
 
@@ -64,12 +62,6 @@ def noderoll(run: BridgeRun, *argv: str) -> subprocess.CompletedProcess[str]:
                             text=True, timeout=120)
     assert result.returncode == 0, (argv, result.stdout, result.stderr)
     return result
-
-
-def sleep_spec(policy: str, labels: dict[str, str], seconds: int = 1, **extra: Any) -> dict[str, Any]:
-    env = [{"name": "BENCH_STAGE_SECONDS", "value": str(seconds)}, *extra.pop("env", [])]
-    return {"version": "1.0.0", "image": SLEEP_IMAGE, "deploymentPolicy": policy,
-            "nodeSelector": {"matchLabels": labels}, "env": env, **extra}
 
 
 def runs(fleet: Fleet, package: str) -> Counter[tuple[str, str]]:
@@ -126,7 +118,8 @@ async def test_rerun_runs_exactly_what_it_says(
         first, second, third = sorted(fleet.node_names)
         try:
             create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 3}}})
-            create_package(kube_api_client, run.package(name, sleep_spec(policy, labels)))
+            spec = package_spec(SLEEP_IMAGE, policy=policy, labels=labels, stage_seconds=1)
+            create_package(kube_api_client, run.package(name, spec))
             await settled(temporal_client, policy, name, 3)
             before = runs(fleet, name)
             assert before == Counter({(n, m): 1 for n in fleet.node_names for m in ("apply", "config")}), before
@@ -168,8 +161,9 @@ async def test_reset_forgets_the_record_and_the_next_window_installs_again(
         core = client.CoreV1Api(kube_api_client)
         try:
             create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 3}}})
-            create_package(kube_api_client, run.package(name, sleep_spec(policy, labels)))
-            create_package(kube_api_client, run.package(other, sleep_spec(policy, labels)))
+            spec = package_spec(SLEEP_IMAGE, policy=policy, labels=labels, stage_seconds=1)
+            create_package(kube_api_client, run.package(name, spec))
+            create_package(kube_api_client, run.package(other, spec))
             await settled(temporal_client, policy, name, 3)
             await settled(temporal_client, policy, other, 3)
             before = {p: runs(fleet, p) for p in (name, other)}
@@ -221,7 +215,8 @@ async def test_ignore_keeps_the_node_out_of_the_next_batch(
         try:
             create_policy(kube_api_client, run, policy, {
                 "default": {"budget": {"count": 1}, "strategy": {"type": "fixed", "initialBatch": 1}}})
-            create_package(kube_api_client, run.package(name, sleep_spec(policy, labels, seconds=4)))
+            spec = package_spec(SLEEP_IMAGE, policy=policy, labels=labels, stage_seconds=4)
+            create_package(kube_api_client, run.package(name, spec))
 
             async def one_in_window() -> str:
                 report = await fleet_progress(temporal_client, policy)
@@ -272,8 +267,9 @@ def test_logs_follow_streams_the_stage_while_it_runs(
         follower = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 1}}})
-            create_package(kube_api_client, run.package(name, sleep_spec(
-                policy, labels, seconds=8, env=[{"name": "BENCH_STAGE_OUTPUT_BYTES", "value": "12"}])))
+            create_package(kube_api_client, run.package(name, package_spec(
+                SLEEP_IMAGE, policy=policy, labels=labels, stage_seconds=8,
+                env=[{"name": "BENCH_STAGE_OUTPUT_BYTES", "value": "12"}])))
             assert follower.stdout is not None
             first = follower.stdout.readline()
             # The stage printed its first line and sleeps: the pod still runs while we read it.

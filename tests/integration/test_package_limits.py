@@ -22,9 +22,9 @@ from localstack.state import StackInfo
 from protocol.node_settings import PROTECTED_PODS_TIMEOUT_ENV
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import WORKLOAD_IMAGE, package_spec
 from tests.helpers.stagejobs import StageRecorder
 from tests.integration.bridge_support import (
-    SYSCTL_IMAGE,
     BridgeRun,
     create_package,
     delete_package,
@@ -56,7 +56,7 @@ def protected_pod(core: client.CoreV1Api, namespace: str, node: str, label: str,
         "metadata": {"name": name, "labels": {"limits-test": label},
                      "annotations": {RUN_SECONDS_ANNOTATION: str(seconds)}},
         "spec": {"nodeName": node, "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
-                 "containers": [{"name": "train", "image": "example.local/train:1"}]}})
+                 "containers": [{"name": "train", "image": WORKLOAD_IMAGE}]}})
     return name
 
 
@@ -78,11 +78,8 @@ def test_a_raised_limit_outlasts_a_protected_pod_the_default_would_not(
         names = {raised_node: unique_name("raised"), default_node: unique_name("default")}
         try:
             for node, name in names.items():
-                spec: dict[str, Any] = {
-                    "version": "1.0.0", "image": SYSCTL_IMAGE, "interrupt": {"type": "reboot"},
-                    "nodeSelector": {"matchLabels": {"kubernetes.io/hostname": node}},
-                    "podNonInterruptLabels": {"matchLabels": {"limits-test": label}},
-                }
+                spec = package_spec(labels={"kubernetes.io/hostname": node}, interrupt={"type": "reboot"},
+                                    podNonInterruptLabels={"matchLabels": {"limits-test": label}})
                 if node == raised_node:
                     spec["limits"] = {"protectedPodsTimeoutSeconds": RAISED}
                 create_package(kube_api_client, run.package(name, spec))

@@ -34,8 +34,8 @@ from planning.status import RolloutProgress
 from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import SERVICE_IMAGE, package_spec
 from tests.integration.bridge_support import (
-    SYSCTL_IMAGE,
     BridgeRun,
     create_package,
     create_policy,
@@ -51,7 +51,6 @@ pytestmark = pytest.mark.integration
 NODES = 20
 BUDGET = 4
 ROLLOUT_TIMEOUT = 420.0
-SERVICE_IMAGE = "example.local/service-restart:1.0.0"
 
 
 @dataclass
@@ -155,9 +154,8 @@ async def test_shared_budget_canary_growth_dependency_and_upgrade(
             })
 
             def spec(**extra: Any) -> dict[str, Any]:
-                return {"version": "1.0.0", "image": SERVICE_IMAGE, "deploymentPolicy": policy,
-                        "interrupt": {"type": "service", "services": ["containerd"]},
-                        "nodeSelector": {"matchLabels": {"rollout-fleet": fleet_label}}, **extra}
+                return package_spec(SERVICE_IMAGE, policy=policy, labels={"rollout-fleet": fleet_label},
+                                    interrupt={"type": "service", "services": ["containerd"]}, **extra)
 
             create_package(kube_api_client, run.package(first, spec()))
             create_package(kube_api_client, run.package(second, spec(dependsOn={first: "1.0.0"})))
@@ -211,8 +209,7 @@ async def test_runtime_required_joining_node_and_pause_by_temporal_signal(
     fleet_label = unique_name("rr")
     name = unique_name("rr-pkg")
     labels = {"rr-fleet": fleet_label}
-    spec = {"version": "1.0.0", "image": SYSCTL_IMAGE, "runtimeRequired": True,
-            "nodeSelector": {"matchLabels": labels}}
+    spec = package_spec(labels=labels, runtimeRequired=True)
     workflow_id = names.fleet_workflow_id(None)
 
     def temporal_signal(signal: str) -> None:

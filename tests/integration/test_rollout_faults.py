@@ -23,14 +23,13 @@ from kubernetes.client import ApiClient
 from temporalio.client import Client
 
 from api import keys
-from bench.scenario import IMAGE as SLEEP_IMAGE
-from bench.scenario import PACKAGES_DIR
 from fleetsim.faults import Fault, Faults
 from localstack.state import StackInfo
 from protocol import names
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.chaos import JobAudit
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import BENCH_PACKAGES, SLEEP_IMAGE, package_spec
 from tests.integration.bridge_support import (
     BridgeRun,
     condition,
@@ -60,12 +59,6 @@ def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Ite
         bridge_run.stop_all()
 
 
-def sleep_spec(policy: str, fleet_label: str, stage_seconds: int = 1) -> dict[str, Any]:
-    return {"version": "1.0.0", "image": SLEEP_IMAGE, "deploymentPolicy": policy,
-            "env": [{"name": "BENCH_STAGE_SECONDS", "value": str(stage_seconds)}],
-            "nodeSelector": {"matchLabels": {"faults-fleet": fleet_label}}}
-
-
 def status_of(api: ApiClient, name: str) -> dict[str, Any]:
     return dict(read_package(api, name).get("status") or {})
 
@@ -87,10 +80,11 @@ async def test_failure_threshold_halts_and_retry_completes(
     strategy = {"type": "fixed", "initialBatch": 2, "batchThreshold": 100, "failureThreshold": 1, "safetyLimit": 100}
     faults = Faults([Fault("fail-stage", package=name, mode="apply", exit_code=7)])
     with running_fleet(local_stack, nodes=NODES, labels={"faults-fleet": fleet_label},
-                       image_stores=[PACKAGES_DIR], faults=faults) as fleet:
+                       image_stores=[BENCH_PACKAGES], faults=faults) as fleet:
         try:
             create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 2}, "strategy": strategy}})
-            create_package(kube_api_client, run.package(name, sleep_spec(policy, fleet_label)))
+            spec = package_spec(SLEEP_IMAGE, policy=policy, labels={"faults-fleet": fleet_label}, stage_seconds=1)
+            create_package(kube_api_client, run.package(name, spec))
 
             def halted() -> dict[str, Any]:
                 status = status_of(kube_api_client, name)
@@ -128,11 +122,13 @@ async def test_bridge_killed_mid_rollout_starts_nothing_twice(
 ) -> None:
     fleet_label, policy, name = unique_name("faults"), unique_name("pol"), unique_name("killed")
     audit = JobAudit(str(local_stack.kubeconfig)).start()
-    with running_fleet(local_stack, nodes=NODES, labels={"faults-fleet": fleet_label}, image_stores=[PACKAGES_DIR]):
+    with running_fleet(local_stack, nodes=NODES, labels={"faults-fleet": fleet_label},
+                       image_stores=[BENCH_PACKAGES]):
         try:
             create_policy(kube_api_client, run, policy,
                           {"default": {"budget": {"count": 2}, "strategy": {"type": "fixed", "initialBatch": 2}}})
-            create_package(kube_api_client, run.package(name, sleep_spec(policy, fleet_label, stage_seconds=2)))
+            create_package(kube_api_client, run.package(name, package_spec(
+                SLEEP_IMAGE, policy=policy, labels={"faults-fleet": fleet_label}, stage_seconds=2)))
 
             def mid_rollout() -> bool:
                 status = status_of(kube_api_client, name)

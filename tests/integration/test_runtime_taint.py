@@ -36,8 +36,8 @@ from localstack.state import StackInfo
 from protocol.node_settings import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import package_spec
 from tests.integration.bridge_support import (
-    SYSCTL_IMAGE,
     BridgeRun,
     condition,
     create_package,
@@ -135,9 +135,7 @@ def module(local_stack: StackInfo, kube_api_client: ApiClient,
     try:
         run.start_worker({STAGE_ATTEMPTS_ENV: "1", RETRY_BACKOFF_ENV: "1"})
         wait_leading(run, run.start_bridge())
-        create_package(kube_api_client, run.package(sentinel, {
-            "version": "1.0.0", "image": SYSCTL_IMAGE, "runtimeRequired": True, "paused": True,
-            "nodeSelector": {"matchLabels": labels}}))
+        create_package(kube_api_client, run.package(sentinel, spec_for(labels, paused=True)))
         yield Module(run, local_stack, kube_api_client, labels)
     finally:
         delete_package(kube_api_client, sentinel)
@@ -163,8 +161,7 @@ def done(entry: dict[str, Any], version: str) -> bool:
 
 def spec_for(labels: dict[str, str], **fields: Any) -> dict[str, Any]:
     """A runtimeRequired sysctl-tuning Package spec selecting `labels`."""
-    return {"version": "1.0.0", "image": SYSCTL_IMAGE, "runtimeRequired": True,
-            "nodeSelector": {"matchLabels": labels}, **fields}
+    return package_spec(labels=labels, runtimeRequired=True, **fields)
 
 
 def assert_untainted_only_when_done(watcher: NodeWatch, node: str, package: str, version: str,

@@ -22,11 +22,11 @@ from localstack.realnode import PAUSE_IMAGE, RealNode, RealNodeError
 from protocol.node_settings import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
 from tests.helpers import assert_eventually
 from tests.helpers.chaos import ChaosStack, Noderoll
+from tests.helpers.packages import NODEWRIGHT_IMAGE
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "deploy/examples/package-nodewright-tuning.yaml"
 EXAMPLE_FOLDER = REPO / "deploy/examples/packages/nodewright-tuning/skyhook-package"
-PACKAGE_IMAGE = "example.local/nodewright-tuning:1.0.0"
 READY_SECONDS = 180.0
 ROLLOUT_SECONDS = 300.0
 
@@ -97,7 +97,7 @@ def _ready(api: client.ApiClient, node: RealNode) -> bool:
 def _images(node: RealNode, workdir: Path, agent: str) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     for archive in (node_images.pause_image(workdir, PAUSE_IMAGE),
-                    node_images.package_image(workdir, PACKAGE_IMAGE, EXAMPLE_FOLDER),
+                    node_images.package_image(workdir, NODEWRIGHT_IMAGE, EXAMPLE_FOLDER),
                     node_images.agent_image(workdir, agent, REPO)):
         node.import_image(archive)
 
