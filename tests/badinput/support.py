@@ -31,9 +31,10 @@ from fleetsim.context import PREFIX_LABEL
 from fleetsim.fleet import Fleet
 from protocol.node_settings import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
 from tests.helpers import assert_eventually, unique_name
-from tests.helpers.chaos import ChaosStack, Noderoll
+from tests.helpers.chaos import ChaosStack
 from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import BENCH_PACKAGES, SLEEP_IMAGE, package_object, package_spec
+from tests.helpers.processes import NoderollProcesses
 from tests.helpers.stagejobs import StageRecorder
 
 SLEEP_PACKAGE = BENCH_PACKAGES / "bench-sleep"
@@ -72,7 +73,7 @@ class System:
     """The private stack, the noderoll processes and an API client."""
 
     stack: ChaosStack
-    procs: Noderoll
+    procs: NoderollProcesses
     images: Path
     api: client.ApiClient
     # Every stage Job, pod and ConfigMap of the session, as seen while they existed.
@@ -185,9 +186,14 @@ def blocked_reason(status: dict[str, Any], node: str) -> str:
 
 def new_system(tmp: Path) -> System:
     stack = ChaosStack.start(tmp / "stack")
-    procs = Noderoll(stack.info, tmp / "procs", env=FAST_RETRIES)
-    procs.start("worker")
-    procs.start("bridge")
+    procs = NoderollProcesses(stack.info, tmp / "procs", env=FAST_RETRIES, private_stack=True)
+    try:
+        procs.start_worker()
+        procs.wait_leading(procs.start_bridge())
+    except BaseException:
+        procs.stop_all()
+        stack.stop()
+        raise
     images = build_image_store(tmp / "images")
     api = config.new_client_from_config(config_file=stack.info.kubeconfig)
     return System(stack, procs, images, api, StageRecorder(api).start())

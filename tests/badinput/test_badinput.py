@@ -535,7 +535,7 @@ def test_m06_state_annotation_garbled_mid_window(system: System) -> None:
 
 
 def _cli_json(system: System, capsys: pytest.CaptureFixture[str], *args: str) -> Any:
-    flags = ["--temporal-address", system.procs.conn.temporal_address, "--kubeconfig", system.kubeconfig]
+    flags = ["--temporal-address", system.procs.stack.temporal_address, "--kubeconfig", system.kubeconfig]
     capsys.readouterr()
     code = cli_main([*args, "-o", "json", *flags])
     out, err = capsys.readouterr()

@@ -25,15 +25,14 @@ from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import package_spec
+from tests.helpers.processes import NoderollProcesses, noderoll_fixture
 from tests.integration.bridge_support import (
-    BridgeRun,
     condition,
     create_package,
     delete_package,
     patch_package,
     read_package,
     reasons,
-    wait_leading,
 )
 from workflows.fleet_codec import progress_from_json
 
@@ -42,17 +41,14 @@ NODES = 2
 ROLLOUT_TIMEOUT = 180.0
 
 
-@pytest.fixture(scope="module")
-def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
-    """Worker, bridge and a 2-node fleet labelled for this module."""
-    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("bridge"))
-    with running_fleet(local_stack, nodes=NODES, labels={"bridge-fleet": bridge_run.run_id}):
-        try:
-            bridge_run.start_worker()
-            wait_leading(bridge_run, bridge_run.start_bridge())
-            yield bridge_run
-        finally:
-            bridge_run.stop_all()
+run = noderoll_fixture()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fleet(run: NoderollProcesses, local_stack: StackInfo) -> Iterator[None]:
+    """A 2-node fleet labelled for this module's worker and bridge."""
+    with running_fleet(local_stack, nodes=NODES, labels={"bridge-fleet": run.run_id}):
+        yield
 
 
 @pytest.fixture
@@ -64,7 +60,7 @@ def packages(kube_api_client: ApiClient) -> Iterator[list[str]]:
         delete_package(kube_api_client, name)
 
 
-def fleet_spec(run: BridgeRun, **fields: Any) -> dict[str, Any]:
+def fleet_spec(run: NoderollProcesses, **fields: Any) -> dict[str, Any]:
     """A sysctl-tuning Package spec selecting this module's fleet."""
     return package_spec(labels={"bridge-fleet": run.run_id}, **fields)
 
@@ -95,7 +91,7 @@ def kubectl_wait_ready(stack: StackInfo, name: str, timeout: float = ROLLOUT_TIM
 
 
 async def test_invalid_package_gets_condition_and_event_and_no_workflow(
-    run: BridgeRun, kube_api_client: ApiClient, temporal_client: Client, packages: list[str]
+    run: NoderollProcesses, kube_api_client: ApiClient, temporal_client: Client, packages: list[str]
 ) -> None:
     name = unique_name("bad")
     packages.append(name)
@@ -121,7 +117,7 @@ async def test_invalid_package_gets_condition_and_event_and_no_workflow(
 
 
 async def test_one_rollout_across_a_bridge_restart_and_status_ready(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
     packages: list[str],
 ) -> None:
     name = unique_name("once")
@@ -135,7 +131,7 @@ async def test_one_rollout_across_a_bridge_restart_and_status_ready(
 
     # Killed without a goodbye (no Lease release): the new bridge waits out the Lease, then reconciles.
     run.kill("bridge")
-    wait_leading(run, run.start_bridge("bridge-2"), timeout=60)
+    run.wait_leading(run.start_bridge("bridge-2"))
     patch_package(kube_api_client, name, {"spec": {"env": [{"name": "TUNING", "value": "2"}]}})
 
     def generation_two() -> bool:
@@ -152,7 +148,7 @@ async def test_one_rollout_across_a_bridge_restart_and_status_ready(
 
 
 async def test_pause_annotation_reaches_the_rollout_and_resume_continues(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
     packages: list[str],
 ) -> None:
     name = unique_name("pause")
@@ -193,7 +189,7 @@ async def test_pause_annotation_reaches_the_rollout_and_resume_continues(
 
 
 async def test_deleted_package_uninstalls_before_its_finalizer_goes(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
     packages: list[str],
 ) -> None:
     name = unique_name("gone")

@@ -13,8 +13,8 @@ from localstack.state import StackInfo
 from protocol import names
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.packages import package_spec
+from tests.helpers.processes import NoderollProcesses, noderoll_processes
 from tests.integration.bridge_support import (
-    BridgeRun,
     condition,
     create_package,
     delete_package,
@@ -22,23 +22,18 @@ from tests.integration.bridge_support import (
     patch_package,
     read_package,
     reasons,
-    wait_leading,
 )
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def pair(local_stack: StackInfo, tmp_path: Path, kube_api_client: ApiClient) -> Iterator[BridgeRun]:
-    """A worker and two bridges (`bridge-a` leads first); their Package is deleted after."""
-    run = BridgeRun(local_stack, tmp_path)
-    run.start_worker()
-    try:
-        wait_leading(run, run.start_bridge("bridge-a"))
+def pair(local_stack: StackInfo, tmp_path: Path) -> Iterator[NoderollProcesses]:
+    """A worker and two bridges (`bridge-a` leads first)."""
+    with noderoll_processes(local_stack, tmp_path, bridge=False) as run:
+        run.wait_leading(run.start_bridge("bridge-a"))
         run.start_bridge("bridge-b")
         yield run
-    finally:
-        run.stop_all()
 
 
 def ready_at(api: ApiClient, name: str, generation: int) -> bool:
@@ -48,7 +43,7 @@ def ready_at(api: ApiClient, name: str, generation: int) -> bool:
 
 
 async def test_only_the_leader_acts_and_the_standby_takes_over(
-    pair: BridgeRun, kube_api_client: ApiClient, temporal_client: Client
+    pair: NoderollProcesses, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     name = unique_name("lead")
     # No node matches: the rollout completes at once (0/0), which is all leadership needs.
@@ -60,7 +55,7 @@ async def test_only_the_leader_acts_and_the_standby_takes_over(
         assert "leading as" not in pair.log("bridge-b")
 
         pair.kill("bridge-a")
-        wait_leading(pair, "bridge-b", timeout=60)
+        pair.wait_leading("bridge-b")
         assert lease_holder(kube_api_client, pair) == "bridge-b"
         patch_package(kube_api_client, name, {"spec": {"env": [{"name": "X", "value": "1"}]}})
         assert_eventually(lambda: ready_at(kube_api_client, name, 2), timeout=60)

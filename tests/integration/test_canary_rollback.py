@@ -15,7 +15,6 @@ policy. A fixed spec (`tune` 2.0.1, the fault gone) then starts a new wave that 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -30,16 +29,15 @@ from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import KMOD_IMAGE, package_spec
+from tests.helpers.processes import NoderollProcesses, noderoll_fixture
 from tests.helpers.stagejobs import StageRecorder
 from tests.integration.bridge_support import (
-    BridgeRun,
     create_package,
     create_policy,
     delete_package,
     delete_policy,
     patch_package,
     read_package,
-    wait_leading,
 )
 from tests.integration.test_fleet_rollout import fleet_progress, kubectl_wait_ready, windows_of
 from tests.integration.test_gates_and_windows import policy_events
@@ -49,16 +47,7 @@ from tests.integration.test_gates_and_windows import policy_events
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 
-@pytest.fixture(scope="module")
-def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
-    """Worker and bridge processes for this module."""
-    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("rollback"))
-    try:
-        bridge_run.start_worker(env={"NODEROLL_NODE_RETRY_BACKOFF_SECONDS": "1"})
-        wait_leading(bridge_run, bridge_run.start_bridge())
-        yield bridge_run
-    finally:
-        bridge_run.stop_all()
+run = noderoll_fixture(retry_backoff_seconds=1)
 
 
 def read_policy(api: ApiClient, name: str) -> dict[str, Any]:
@@ -86,7 +75,7 @@ def record_of(api: ApiClient, node: str) -> dict[str, Any]:
 
 
 async def test_failed_canary_is_rolled_back_and_the_rest_is_untouched(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     labels = {"fleet-test": unique_name("rb")}
     policy, tune, mods = unique_name("pol"), unique_name("tune"), unique_name("mods")

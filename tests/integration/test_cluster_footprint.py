@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -33,14 +32,13 @@ from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import BENCH_PACKAGES, SLEEP_IMAGE, package_spec
+from tests.helpers.processes import NoderollProcesses, noderoll_fixture
 from tests.integration.bridge_support import (
-    BridgeRun,
     create_package,
     create_policy,
     delete_package,
     delete_policy,
     patch_package,
-    wait_leading,
 )
 from workflows.fleet_codec import progress_from_json
 
@@ -52,16 +50,8 @@ WINDOW_REASONS = ("WindowStarted", "Cordoned", "Drained", "Interrupted", "Packag
                   "LeftCordoned")
 
 
-@pytest.fixture(scope="module")
-def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
-    """Worker (2 attempts per stage, 1 s apart) and bridge for this module."""
-    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("footprint"))
-    try:
-        bridge_run.start_worker(env={"NODEROLL_NODE_RETRY_BACKOFF_SECONDS": "1", "NODEROLL_NODE_STAGE_ATTEMPTS": "2"})
-        wait_leading(bridge_run, bridge_run.start_bridge())
-        yield bridge_run
-    finally:
-        bridge_run.stop_all()
+# The worker makes 2 attempts per stage, 1 s apart.
+run = noderoll_fixture(stage_attempts=2, retry_backoff_seconds=1)
 
 
 def footprint(api: ApiClient, nodes: list[str]) -> dict[str, int]:
@@ -109,7 +99,7 @@ def spec(policy: str, labels: dict[str, str], version: str) -> dict[str, Any]:
 
 
 async def test_a_rollout_leaves_the_cluster_as_it_found_it_but_the_failure_kept_for_logs(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     labels = {"footprint-test": unique_name("fp")}
     selector = ",".join(f"{k}={v}" for k, v in labels.items())

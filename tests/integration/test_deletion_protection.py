@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +24,14 @@ from localstack.state import StackInfo
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import package_spec
+from tests.helpers.processes import TEST_LABEL, NoderollProcesses, noderoll_fixture
 from tests.integration.bridge_support import (
-    TEST_LABEL,
-    BridgeRun,
     condition,
     create_package,
     create_policy,
     delete_package,
     delete_policy,
     read_package,
-    wait_leading,
 )
 
 pytestmark = pytest.mark.integration
@@ -42,15 +39,7 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "deploy" / "examples").
 TIMEOUT = 300.0
 
 
-@pytest.fixture(scope="module")
-def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
-    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("protect"))
-    try:
-        bridge_run.start_worker(env={"NODEROLL_NODE_RETRY_BACKOFF_SECONDS": "1"})
-        wait_leading(bridge_run, bridge_run.start_bridge())
-        yield bridge_run
-    finally:
-        bridge_run.stop_all()
+run = noderoll_fixture(retry_backoff_seconds=1)
 
 
 def read(api: ApiClient, plural: str, name: str) -> dict[str, Any] | None:
@@ -97,7 +86,7 @@ def spec(policy: str | None, **extra: Any) -> dict[str, Any]:
     return package_spec(policy=policy, labels={"protect-test": unique_name("none")}, **extra)
 
 
-def test_a_policy_in_use_is_kept_until_its_packages_go(run: BridgeRun, kube_api_client: ApiClient) -> None:
+def test_a_policy_in_use_is_kept_until_its_packages_go(run: NoderollProcesses, kube_api_client: ApiClient) -> None:
     policy, name = unique_name("pol"), unique_name("user")
     try:
         create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 1}}})
@@ -117,7 +106,7 @@ def test_a_policy_in_use_is_kept_until_its_packages_go(run: BridgeRun, kube_api_
         delete_policy(kube_api_client, policy)
 
 
-def test_a_dependency_is_kept_while_a_dependent_exists(run: BridgeRun, kube_api_client: ApiClient) -> None:
+def test_a_dependency_is_kept_while_a_dependent_exists(run: NoderollProcesses, kube_api_client: ApiClient) -> None:
     base, app = unique_name("base"), unique_name("app")
     try:
         create_package(kube_api_client, run.package(base, spec(None)))
@@ -139,7 +128,7 @@ def test_a_dependency_is_kept_while_a_dependent_exists(run: BridgeRun, kube_api_
             delete_package(kube_api_client, name)
 
 
-def example_set(run: BridgeRun, suffix: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+def example_set(run: NoderollProcesses, suffix: str, labels: dict[str, str]) -> list[dict[str, Any]]:
     """The examples renamed with `suffix`, labelled for this run's bridge, their selectors on our nodes."""
     docs = [d for path in EXAMPLES for d in yaml.safe_load_all(path.read_text()) if d]
     for doc in docs:
@@ -160,7 +149,7 @@ def kubectl(stack: StackInfo, *argv: str, timeout: float = 120) -> subprocess.Co
 
 
 def test_deleting_the_whole_example_set_completes(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, tmp_path: Path
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, tmp_path: Path
 ) -> None:
     labels = {"protect-test": unique_name("prune")}
     suffix = "-" + unique_name("x")[-6:]

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -52,15 +51,14 @@ from tests.helpers.packages import (
     SLEEP_IMAGE,
     package_spec,
 )
+from tests.helpers.processes import NoderollProcesses, noderoll_fixture
 from tests.integration.bridge_support import (
-    BridgeRun,
     create_package,
     create_policy,
     delete_package,
     delete_policy,
     patch_package,
     read_package,
-    wait_leading,
 )
 from worker.registry import WORKFLOWS
 from workflows.fleet_codec import progress_from_json
@@ -69,16 +67,7 @@ pytestmark = pytest.mark.integration
 ROLLOUT_TIMEOUT = 420.0
 
 
-@pytest.fixture(scope="module")
-def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
-    """Worker and bridge processes for this module (policies and Packages are per test)."""
-    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("fleet"))
-    try:
-        bridge_run.start_worker(env={"NODEROLL_NODE_RETRY_BACKOFF_SECONDS": "1"})
-        wait_leading(bridge_run, bridge_run.start_bridge())
-        yield bridge_run
-    finally:
-        bridge_run.stop_all()
+run = noderoll_fixture(retry_backoff_seconds=1)
 
 
 def kubectl_wait_ready(stack: StackInfo, name: str, timeout: float = ROLLOUT_TIMEOUT) -> None:
@@ -123,7 +112,7 @@ def windows_of(api: ApiClient, node: str) -> Windows:
 
 
 async def test_change_set_costs_one_cordon_one_reboot_one_interrupt_per_node(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     labels = {"fleet-test": unique_name("cs")}
     selector = ",".join(f"{k}={v}" for k, v in labels.items())
@@ -180,7 +169,7 @@ def carried(message: str) -> list[str]:
 
 
 async def test_package_added_mid_batch_joins_windows_not_yet_started(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     labels = {"fleet-test": unique_name("mid")}
     policy, first, second = unique_name("pol"), unique_name("slow"), unique_name("late")
@@ -227,7 +216,7 @@ def temporal_signal(stack: StackInfo, workflow_id: str, signal: str, payload: di
 
 
 async def test_pause_one_package_halt_resume_and_retry_one_node(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     labels = {"fleet-test": unique_name("ctl")}
     selector = ",".join(f"{k}={v}" for k, v in labels.items())
@@ -287,7 +276,7 @@ async def test_pause_one_package_halt_resume_and_retry_one_node(
 
 
 async def test_node_workflow_terminated_mid_window_is_noticed_and_asked_again(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     labels = {"fleet-test": unique_name("lost")}
     policy, name = unique_name("pol"), unique_name("pkg")
@@ -345,7 +334,7 @@ async def replay_and_record(histories: dict[str, WorkflowHistory]) -> None:
 
 
 async def test_fleet_and_node_window_histories_replay(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     """Three nodes, two Packages (a reboot one depending on the other), a canary: the fleet's history (to
     its end, once its Packages are gone) and a node's fleet window replay against the worker's workflows."""
@@ -386,7 +375,7 @@ async def test_fleet_and_node_window_histories_replay(
 
 
 async def test_a_node_relabelled_out_before_its_batch_is_named_in_the_package_status(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     """Regression: a node that left the selector before its batch was dropped from the fleet's progress
     without a word; the Package's status now names it (as the README promises), and it gets no window."""
@@ -419,7 +408,7 @@ async def test_a_node_relabelled_out_before_its_batch_is_named_in_the_package_st
 
 
 async def test_dependent_of_a_package_failed_in_the_window_is_skipped_and_replays(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     """One node, a Package and its dependent in one window; the first fails its apply: the dependent is
     not run (`skip-dependents-of-failed`), and the node's history replays (and is recorded)."""

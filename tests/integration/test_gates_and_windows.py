@@ -39,14 +39,13 @@ from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import package_spec
+from tests.helpers.processes import NoderollProcesses, noderoll_processes
 from tests.integration.bridge_support import (
-    BridgeRun,
     create_package,
     create_policy,
     delete_package,
     delete_policy,
     read_package,
-    wait_leading,
 )
 from tests.integration.test_fleet_rollout import fleet_progress, kubectl_wait_ready
 
@@ -85,15 +84,11 @@ def prometheus(exporter: tuple[str, Gauge]) -> Iterator[PrometheusServer]:
 
 @pytest.fixture(scope="module")
 def run(local_stack: StackInfo, prometheus: PrometheusServer,
-        tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[NoderollProcesses]:
     """Worker (told where Prometheus is by its environment) and bridge processes for this module."""
-    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("gates"))
-    try:
-        bridge_run.start_worker(env={"NODEROLL_PROMETHEUS_ADDRESS": prometheus.address})
-        wait_leading(bridge_run, bridge_run.start_bridge())
-        yield bridge_run
-    finally:
-        bridge_run.stop_all()
+    worker_env = {"NODEROLL_PROMETHEUS_ADDRESS": prometheus.address}
+    with noderoll_processes(local_stack, tmp_path_factory.mktemp("gates"), worker_env) as procs:
+        yield procs
 
 
 def read_policy(api: ApiClient, name: str) -> dict[str, Any]:
@@ -122,7 +117,7 @@ def prometheus_value(server: PrometheusServer, query: str) -> list[str]:
 
 
 async def test_gate_halts_on_a_bad_value_and_passes_after_it_recovers_and_resume(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
     prometheus: PrometheusServer, exporter: tuple[str, Gauge],
 ) -> None:
     labels = {"gate-test": unique_name("g")}
@@ -179,7 +174,7 @@ async def test_gate_halts_on_a_bad_value_and_passes_after_it_recovers_and_resume
 
 
 async def test_fleet_waits_for_the_maintenance_window_then_rolls_out(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
 ) -> None:
     labels = {"window-test": unique_name("w")}
     policy, name = unique_name("pol"), unique_name("pkg")

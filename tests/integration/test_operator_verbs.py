@@ -11,7 +11,6 @@ import json
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,14 +28,13 @@ from protocol.version import noderoll_version
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import BENCH_PACKAGES, SLEEP_IMAGE, package_spec
+from tests.helpers.processes import NoderollProcesses, noderoll_fixture
 from tests.integration.bridge_support import (
-    BridgeRun,
     create_package,
     create_policy,
     delete_package,
     delete_policy,
     patch_package,
-    wait_leading,
 )
 from workflows.fleet_codec import progress_from_json
 
@@ -44,18 +42,10 @@ pytestmark = pytest.mark.integration
 TIMEOUT = 240.0
 
 
-@pytest.fixture(scope="module")
-def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
-    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("verbs"))
-    try:
-        bridge_run.start_worker(env={"NODEROLL_NODE_RETRY_BACKOFF_SECONDS": "1"})
-        wait_leading(bridge_run, bridge_run.start_bridge())
-        yield bridge_run
-    finally:
-        bridge_run.stop_all()
+run = noderoll_fixture(retry_backoff_seconds=1)
 
 
-def noderoll(run: BridgeRun, *argv: str) -> subprocess.CompletedProcess[str]:
+def noderoll(run: NoderollProcesses, *argv: str) -> subprocess.CompletedProcess[str]:
     """Run the `noderoll` CLI against the test stack (as an operator would)."""
     connection = ["--temporal-address", run.stack.temporal_address, "--kubeconfig", str(run.stack.kubeconfig)]
     result = subprocess.run([sys.executable, "-m", "cli", *argv, *connection], capture_output=True,
@@ -110,7 +100,7 @@ def recorded(api: ApiClient, node: str) -> dict[str, Any]:
 
 
 async def test_rerun_runs_exactly_what_it_says(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     labels = {"verbs-test": unique_name("rerun")}
     policy, name = unique_name("pol"), unique_name("again")
@@ -152,7 +142,7 @@ async def test_rerun_runs_exactly_what_it_says(
 
 
 async def test_reset_forgets_the_record_and_the_next_window_installs_again(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     labels = {"verbs-test": unique_name("reset")}
     policy, name, other = unique_name("pol"), unique_name("kept"), unique_name("other")
@@ -207,7 +197,7 @@ async def test_reset_forgets_the_record_and_the_next_window_installs_again(
 
 
 async def test_ignore_keeps_the_node_out_of_the_next_batch(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     labels = {"verbs-test": unique_name("ign")}
     policy, name = unique_name("pol"), unique_name("one")
@@ -255,7 +245,7 @@ async def test_ignore_keeps_the_node_out_of_the_next_batch(
 
 
 def test_logs_follow_streams_the_stage_while_it_runs(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient
 ) -> None:
     labels = {"verbs-test": unique_name("follow")}
     policy, name = unique_name("pol"), unique_name("talk")
@@ -292,7 +282,7 @@ def test_logs_follow_streams_the_stage_while_it_runs(
             delete_policy(kube_api_client, policy)
 
 
-def test_version_names_the_client_the_worker_and_the_bridge(run: BridgeRun) -> None:
+def test_version_names_the_client_the_worker_and_the_bridge(run: NoderollProcesses) -> None:
     result = noderoll(run, "version", "-o", "json", "--task-queue", run.task_queue, "--lease-name", run.lease_name)
     report = json.loads(result.stdout)
     version = noderoll_version()

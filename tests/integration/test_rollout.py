@@ -17,7 +17,6 @@ import json
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,15 +34,14 @@ from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import SERVICE_IMAGE, package_spec
+from tests.helpers.processes import NoderollProcesses, noderoll_fixture
 from tests.integration.bridge_support import (
-    BridgeRun,
     create_package,
     create_policy,
     delete_package,
     delete_policy,
     patch_package,
     read_package,
-    wait_leading,
 )
 from workflows.fleet_codec import progress_from_json
 
@@ -89,16 +87,7 @@ class CordonWatch:
         self._watch.stop()
 
 
-@pytest.fixture(scope="module")
-def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
-    """Worker and bridge processes for this module (the fleets are per test)."""
-    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("rollout"))
-    try:
-        bridge_run.start_worker()
-        wait_leading(bridge_run, bridge_run.start_bridge())
-        yield bridge_run
-    finally:
-        bridge_run.stop_all()
+run = noderoll_fixture()
 
 
 def kubectl_wait_ready(stack: StackInfo, name: str, timeout: float = ROLLOUT_TIMEOUT) -> None:
@@ -137,7 +126,7 @@ def node_records(api: ApiClient, selector: str) -> dict[str, dict[str, Any]]:
 
 
 async def test_shared_budget_canary_growth_dependency_and_upgrade(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     fleet_label = unique_name("fleet")
     selector = f"rollout-fleet={fleet_label}"
@@ -204,7 +193,7 @@ async def test_shared_budget_canary_growth_dependency_and_upgrade(
 
 
 async def test_runtime_required_joining_node_and_pause_by_temporal_signal(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     fleet_label = unique_name("rr")
     name = unique_name("rr-pkg")

@@ -14,7 +14,6 @@ Small on purpose (6 nodes, 1 s stages, one attempt per stage through the worker'
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -30,33 +29,22 @@ from tests.helpers import assert_eventually, unique_name
 from tests.helpers.chaos import JobAudit
 from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import BENCH_PACKAGES, SLEEP_IMAGE, package_spec
+from tests.helpers.processes import NoderollProcesses, noderoll_fixture
 from tests.integration.bridge_support import (
-    BridgeRun,
     condition,
     create_package,
     create_policy,
     delete_package,
     delete_policy,
     read_package,
-    wait_leading,
 )
 
 pytestmark = pytest.mark.integration
 NODES = 6
 TIMEOUT = 120.0
-FAST_NODE_WINDOWS = {"NODEROLL_NODE_STAGE_ATTEMPTS": "1", "NODEROLL_NODE_RETRY_BACKOFF_SECONDS": "1"}
 
 
-@pytest.fixture(scope="module")
-def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
-    """Worker (one attempt per stage) and bridge processes for this module."""
-    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("rollout-faults"))
-    try:
-        bridge_run.start_worker(FAST_NODE_WINDOWS)
-        wait_leading(bridge_run, bridge_run.start_bridge())
-        yield bridge_run
-    finally:
-        bridge_run.stop_all()
+run = noderoll_fixture(stage_attempts=1, retry_backoff_seconds=1)
 
 
 def status_of(api: ApiClient, name: str) -> dict[str, Any]:
@@ -74,7 +62,7 @@ def complete_everywhere(api: ApiClient, name: str, fleet_label: str) -> None:
 
 
 async def test_failure_threshold_halts_and_retry_completes(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     fleet_label, policy, name = unique_name("faults"), unique_name("pol"), unique_name("failing")
     strategy = {"type": "fixed", "initialBatch": 2, "batchThreshold": 100, "failureThreshold": 1, "safetyLimit": 100}
@@ -118,7 +106,7 @@ async def test_failure_threshold_halts_and_retry_completes(
 
 
 async def test_bridge_killed_mid_rollout_starts_nothing_twice(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     fleet_label, policy, name = unique_name("faults"), unique_name("pol"), unique_name("killed")
     audit = JobAudit(str(local_stack.kubeconfig)).start()
@@ -139,7 +127,7 @@ async def test_bridge_killed_mid_rollout_starts_nothing_twice(
             bridge = next(n for n in run.processes if n.startswith("bridge"))
             run.kill(bridge)
             assert status_of(kube_api_client, name)["nodes"]["complete"] < NODES, "killed mid-rollout"
-            wait_leading(run, run.start_bridge(unique_name("bridge")), timeout=60)
+            run.wait_leading(run.start_bridge(unique_name("bridge")))
 
             def ready() -> bool:
                 cond = condition(read_package(kube_api_client, name), "Ready")
