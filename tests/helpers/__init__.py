@@ -24,19 +24,31 @@ class EventuallyTimeout(AssertionError):
 
 
 class _Attempts:
-    """One polling loop's deadline and its last attempt: the error it raised or the result it returned."""
+    """One polling loop: its deadline, which errors it retries, and its last attempt (the error raised
+    or the falsy result returned), for the timeout's message."""
 
-    def __init__(self, timeout: float) -> None:
-        self.timeout = timeout
+    def __init__(self, timeout: float, retry_on: tuple[type[BaseException], ...]) -> None:
+        self.timeout, self.retry_on = timeout, retry_on
         self.deadline = time.monotonic() + timeout
         self.error: BaseException | None = None
         self.result: object = None
 
-    def failed(self, error: BaseException) -> None:
-        self.error, self.result = error, None
+    def __enter__(self) -> _Attempts:
+        return self
 
-    def not_yet(self, result: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _tb: object) -> bool:
+        """Swallow (and remember) an error of `retry_on`; let any other propagate."""
+        if error is None or not isinstance(error, self.retry_on):
+            return False
+        self.error, self.result = error, None
+        return True
+
+    def done(self, result: object) -> bool:
+        """True for a truthy result; a falsy one is remembered."""
+        if result:
+            return True
         self.error, self.result = None, result
+        return False
 
     def raise_when_over(self) -> None:
         """EventuallyTimeout naming the last error or result, once the deadline has passed."""
@@ -60,16 +72,11 @@ def assert_eventually(
     and waits until the timeout. At the timeout, EventuallyTimeout names the last error or the last
     result. Other exceptions propagate at once.
     """
-    attempts = _Attempts(timeout)
+    attempts = _Attempts(timeout, retry_on)
     while True:
-        try:
-            result = fn()
-        except retry_on as err:
-            attempts.failed(err)
-        else:
-            if result:
+        with attempts:
+            if attempts.done(result := fn()):
                 return result
-            attempts.not_yet(result)
         attempts.raise_when_over()
         time.sleep(interval)
 
@@ -82,16 +89,11 @@ async def assert_eventually_async(
 ) -> T:
     """`assert_eventually` for a coroutine function (a Temporal query, describe, ...): the same rule,
     only a truthy result is done."""
-    attempts = _Attempts(timeout)
+    attempts = _Attempts(timeout, retry_on)
     while True:
-        try:
-            result = await fn()
-        except retry_on as err:
-            attempts.failed(err)
-        else:
-            if result:
+        with attempts:
+            if attempts.done(result := await fn()):
                 return result
-            attempts.not_yet(result)
         attempts.raise_when_over()
         await asyncio.sleep(interval)
 

@@ -8,7 +8,6 @@ nodes (fleetsim, in-process) carries the rollouts. The bridge only sees this mod
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -30,6 +29,7 @@ from tests.integration.bridge_support import (
     condition,
     create_package,
     delete_package,
+    kubectl_wait_ready,
     patch_package,
     read_package,
     reasons,
@@ -81,15 +81,6 @@ async def progress(temporal: Client, package: str) -> RolloutProgress:
     return answer.packages[package]
 
 
-def kubectl_wait_ready(stack: StackInfo, name: str, timeout: float = ROLLOUT_TIMEOUT) -> None:
-    """`kubectl wait --for=condition=Ready package/<name>` (what a user or GitOps tool runs)."""
-    subprocess.run(
-        ["kubectl", "--kubeconfig", str(stack.kubeconfig), "wait", "--for=condition=Ready",
-         f"package/{name}", f"--timeout={int(timeout)}s"],
-        check=True, capture_output=True, timeout=timeout + 30,
-    )
-
-
 async def test_invalid_package_gets_condition_and_event_and_no_workflow(
     run: NoderollProcesses, kube_api_client: ApiClient, temporal_client: Client, packages: list[str]
 ) -> None:
@@ -124,7 +115,7 @@ async def test_one_rollout_across_a_bridge_restart_and_status_ready(
     packages.append(name)
     runs_before = len(await runs_of_fleet(temporal_client))
     create_package(kube_api_client, run.package(name, fleet_spec(run)))
-    kubectl_wait_ready(local_stack, name)
+    kubectl_wait_ready(local_stack, name, ROLLOUT_TIMEOUT)
     status = read_package(kube_api_client, name)["status"]
     assert status["phase"] == "Complete" and status["progress"] == f"{NODES}/{NODES}", status
     assert condition(read_package(kube_api_client, name), "Ready")["observedGeneration"] == 1
@@ -168,7 +159,7 @@ async def test_pause_annotation_reaches_the_rollout_and_resume_continues(
         lambda: (read_package(kube_api_client, name).get("status") or {}).get("phase") == "Paused", timeout=30
     )
     patch_package(kube_api_client, name, {"metadata": {"annotations": {keys.PAUSE_ANNOTATION: None}}})
-    kubectl_wait_ready(local_stack, name)
+    kubectl_wait_ready(local_stack, name, ROLLOUT_TIMEOUT)
 
     # Paused again by annotation (the `pause` signal), then a new spec: the re-planned rollout waits.
     patch_package(kube_api_client, name, {"metadata": {"annotations": {keys.PAUSE_ANNOTATION: "true"}}})
@@ -198,7 +189,7 @@ async def test_deleted_package_uninstalls_before_its_finalizer_goes(
     assert_eventually(
         lambda: keys.FINALIZER in read_package(kube_api_client, name)["metadata"].get("finalizers", []), timeout=30
     )
-    kubectl_wait_ready(local_stack, name)
+    kubectl_wait_ready(local_stack, name, ROLLOUT_TIMEOUT)
     handle = temporal_client.get_workflow_handle(FLEET_ID)
     CustomObjectsApi(kube_api_client).delete_cluster_custom_object(keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL, name)
 

@@ -36,11 +36,14 @@ from tests.integration.bridge_support import (
     create_policy,
     delete_package,
     delete_policy,
+    fleet_progress,
+    kubectl_wait_ready,
     patch_package,
+    policy_events,
     read_package,
+    read_policy,
+    windows_of,
 )
-from tests.integration.test_fleet_rollout import fleet_progress, kubectl_wait_ready, windows_of
-from tests.integration.test_gates_and_windows import policy_events
 
 # Two waves, a failed canary (3 attempts), its rollback with a reboot, then a fixed wave over 4 nodes:
 # about 80 s at load average 3, more on a loaded machine.
@@ -48,12 +51,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 
 run = noderoll_fixture(retry_backoff_seconds=1)
-
-
-def read_policy(api: ApiClient, name: str) -> dict[str, Any]:
-    obj: dict[str, Any] = client.CustomObjectsApi(api).get_cluster_custom_object(
-        keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, name)
-    return obj
 
 
 def jobs_on(recorder: StageRecorder, node: str) -> list[tuple[str, str, str, bool]]:

@@ -27,8 +27,6 @@ from temporalio.client import Client
 from api import keys
 from fleetsim.faults import Fault
 from localstack.state import StackInfo
-from planning.fleet_status import FleetProgress
-from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import BENCH_PACKAGES, SLEEP_IMAGE, package_spec
@@ -38,9 +36,9 @@ from tests.integration.bridge_support import (
     create_policy,
     delete_package,
     delete_policy,
+    fleet_progress,
     patch_package,
 )
-from workflows.fleet_codec import progress_from_json
 
 pytestmark = pytest.mark.integration
 NODES = 4
@@ -77,14 +75,6 @@ def cordons(api: ApiClient, node: str) -> int:
     return sum(e.count or 1 for e in events)
 
 
-async def progress(temporal: Client, policy: str) -> FleetProgress:
-    try:
-        answer = await temporal.get_workflow_handle(names.fleet_workflow_id(policy)).query(names.QUERY_PROGRESS)
-    except Exception as err:  # noqa: BLE001 - not started yet: assert_eventually tries again
-        raise AssertionError(f"fleet/{policy} does not answer yet: {err}") from err
-    return progress_from_json(answer)
-
-
 def retry(stack: StackInfo, policy: str, package: str, node: str) -> None:
     """`noderoll retry PACKAGE --node N`, as an operator would."""
     subprocess.run([sys.executable, "-m", "cli", "retry", package, "--node", node, "--temporal-address",
@@ -117,7 +107,7 @@ async def test_a_rollout_leaves_the_cluster_as_it_found_it_but_the_failure_kept_
             create_package(kube_api_client, run.package(name, spec(policy, labels, "1.0.0")))
 
             async def three_done_one_erroring() -> bool:
-                report = await progress(temporal_client, policy)
+                report = await fleet_progress(temporal_client, policy)
                 assert report.packages[name].counts == {"complete": NODES - 1, "erroring": 1}, report.packages[name]
                 assert list(report.packages[name].erroring) == [bad]
                 return True
@@ -133,7 +123,7 @@ async def test_a_rollout_leaves_the_cluster_as_it_found_it_but_the_failure_kept_
             retry(local_stack, policy, name, bad)
 
             async def all_done() -> bool:
-                report = await progress(temporal_client, policy)
+                report = await fleet_progress(temporal_client, policy)
                 assert report.packages[name].counts == {"complete": NODES}, report.packages[name]
                 return True
 
@@ -146,7 +136,7 @@ async def test_a_rollout_leaves_the_cluster_as_it_found_it_but_the_failure_kept_
             patch_package(kube_api_client, name, {"spec": spec(policy, labels, "1.0.1")})
 
             async def second_done() -> bool:
-                report = await progress(temporal_client, policy)
+                report = await fleet_progress(temporal_client, policy)
                 read = client.CoreV1Api(kube_api_client).list_node(label_selector=selector).items
                 records = [json.loads((n.metadata.annotations or {}).get(keys.NODE_STATE_ANNOTATION, "{}")) for n in read]
                 versions = {r.get("packages", {}).get(name, {}).get("version") for r in records}

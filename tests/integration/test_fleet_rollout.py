@@ -21,17 +21,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client import ApiClient
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
 from api import keys
@@ -57,11 +53,14 @@ from tests.integration.bridge_support import (
     create_policy,
     delete_package,
     delete_policy,
+    fleet_progress,
+    kubectl_wait_ready,
     patch_package,
     read_package,
+    temporal_signal,
+    windows_of,
 )
 from worker.registry import WORKFLOWS
-from workflows.fleet_codec import progress_from_json
 
 pytestmark = pytest.mark.integration
 ROLLOUT_TIMEOUT = 420.0
@@ -70,45 +69,11 @@ ROLLOUT_TIMEOUT = 420.0
 run = noderoll_fixture(retry_backoff_seconds=1)
 
 
-def kubectl_wait_ready(stack: StackInfo, name: str, timeout: float = ROLLOUT_TIMEOUT) -> None:
-    subprocess.run(
-        ["kubectl", "--kubeconfig", str(stack.kubeconfig), "wait", "--for=condition=Ready",
-         f"package/{name}", f"--timeout={int(timeout)}s"],
-        check=True, capture_output=True, timeout=timeout + 30,
-    )
-
-
-async def fleet_progress(temporal: Client, policy: str) -> FleetProgress:
-    """The fleet's `progress` (AssertionError while it does not run yet, for assert_eventually)."""
-    try:
-        answer = await temporal.get_workflow_handle(names.fleet_workflow_id(policy)).query(names.QUERY_PROGRESS)
-    except RPCError as err:
-        raise AssertionError(f"fleet/{policy} does not answer yet: {err}") from err
-    return progress_from_json(answer)
-
-
 def interrupts_on(fleet: Fleet, node: str) -> list[str]:
     """The interrupts the agent recorded on `node`'s host (its `interrupts.log`; the stage pods that
     ran them are deleted after their window, issue #14)."""
     log = fleet.sandbox(node) / "var" / "lib" / "noderoll" / "interrupts.log"
     return log.read_text().splitlines() if log.exists() else []
-
-
-@dataclass(frozen=True)
-class Windows:
-    """A node's windows as its aggregated `WindowStarted` Event shows them (one Event per node, issue
-    #14): how many, and the last one's message."""
-
-    count: int
-    last: str
-
-
-def windows_of(api: ApiClient, node: str) -> Windows:
-    """The `WindowStarted` Event of `node` (count and latest message; 0 and "" when none)."""
-    events = client.CoreV1Api(api).list_namespaced_event(
-        "default", field_selector=f"involvedObject.name={node},reason=WindowStarted").items
-    latest = max(events, key=lambda e: e.last_timestamp or e.metadata.creation_timestamp, default=None)
-    return Windows(sum(e.count or 1 for e in events), latest.message if latest else "")
 
 
 async def test_change_set_costs_one_cordon_one_reboot_one_interrupt_per_node(
@@ -202,17 +167,6 @@ async def test_package_added_mid_batch_joins_windows_not_yet_started(
             for name in (first, second):
                 delete_package(kube_api_client, name)
             delete_policy(kube_api_client, policy)
-
-
-def temporal_signal(stack: StackInfo, workflow_id: str, signal: str, payload: dict[str, Any] | None = None) -> None:
-    """Send a signal with the `temporal` CLI, as an operator would from a terminal."""
-    import sys
-
-    argv = [str(Path(sys.executable).parent / "temporal"), "workflow", "signal", "--address", stack.temporal_address,
-            "--workflow-id", workflow_id, "--name", signal]
-    if payload is not None:
-        argv += ["--input", json.dumps(payload)]
-    subprocess.run(argv, check=True, capture_output=True, timeout=60)
 
 
 async def test_pause_one_package_halt_resume_and_retry_one_node(

@@ -30,7 +30,6 @@ from kubernetes.client import ApiClient
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 from temporalio.client import Client
 
-from api import keys
 from localstack.prometheus import PrometheusServer, free_port, prometheus_binary
 from localstack.provision import ProvisionError
 from localstack.state import StackInfo
@@ -45,9 +44,12 @@ from tests.integration.bridge_support import (
     create_policy,
     delete_package,
     delete_policy,
+    fleet_progress,
+    kubectl_wait_ready,
+    policy_events,
     read_package,
+    read_policy,
 )
-from tests.integration.test_fleet_rollout import fleet_progress, kubectl_wait_ready
 
 pytestmark = pytest.mark.integration
 METRIC = "noderoll_test_gpu_errors"
@@ -89,17 +91,6 @@ def run(local_stack: StackInfo, prometheus: PrometheusServer,
     worker_env = {"NODEROLL_PROMETHEUS_ADDRESS": prometheus.address}
     with noderoll_processes(local_stack, tmp_path_factory.mktemp("gates"), worker_env) as procs:
         yield procs
-
-
-def read_policy(api: ApiClient, name: str) -> dict[str, Any]:
-    obj: dict[str, Any] = client.CustomObjectsApi(api).get_cluster_custom_object(
-        keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, name)
-    return obj
-
-
-def policy_events(api: ApiClient, name: str, reason: str) -> list[client.CoreV1Event]:
-    selector = f"involvedObject.name={name},involvedObject.kind={keys.POLICY_KIND},reason={reason}"
-    return list(client.CoreV1Api(api).list_namespaced_event("default", field_selector=selector).items)
 
 
 def window_events(api: ApiClient, node: str) -> list[client.CoreV1Event]:

@@ -17,13 +17,10 @@ import pytest
 from kubernetes import client
 from kubernetes.client import ApiClient
 from temporalio.client import Client
-from temporalio.service import RPCError
 
 from api import keys
 from fleetsim.fleet import Fleet
 from localstack.state import StackInfo
-from planning.fleet_status import FleetProgress
-from protocol import names
 from protocol.version import noderoll_version
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
@@ -34,9 +31,10 @@ from tests.integration.bridge_support import (
     create_policy,
     delete_package,
     delete_policy,
+    fleet_progress,
     patch_package,
+    windows_of,
 )
-from workflows.fleet_codec import progress_from_json
 
 pytestmark = pytest.mark.integration
 TIMEOUT = 240.0
@@ -65,21 +63,6 @@ def runs(fleet: Fleet, package: str) -> Counter[tuple[str, str]]:
                 if not mode.endswith("-check"):
                     found[(node, mode)] += 1
     return found
-
-
-def windows_of(api: ApiClient, node: str) -> int:
-    """Windows run on `node`: the count of its aggregated `WindowStarted` Event (one per node, issue #14)."""
-    events = client.CoreV1Api(api).list_namespaced_event(
-        "default", field_selector=f"involvedObject.name={node},reason=WindowStarted").items
-    return sum(e.count or 1 for e in events)
-
-
-async def fleet_progress(temporal: Client, policy: str) -> FleetProgress:
-    try:
-        answer = await temporal.get_workflow_handle(names.fleet_workflow_id(policy)).query(names.QUERY_PROGRESS)
-    except RPCError as err:
-        raise AssertionError(f"fleet/{policy} does not answer yet: {err}") from err
-    return progress_from_json(answer)
 
 
 async def settled(temporal: Client, policy: str, package: str, nodes: int) -> None:
@@ -234,11 +217,11 @@ async def test_ignore_keeps_the_node_out_of_the_next_batch(
                 return True
 
             await assert_eventually_async(idle, timeout=TIMEOUT)
-            assert windows_of(kube_api_client, left_out) == 0 and recorded(kube_api_client, left_out) == {}
+            assert windows_of(kube_api_client, left_out).count == 0 and recorded(kube_api_client, left_out) == {}
             noderoll(run, "node", "unignore", left_out)
             assert_eventually(lambda: recorded(kube_api_client, left_out).get(name, {}).get("state") == "complete",
                               timeout=TIMEOUT)
-            assert windows_of(kube_api_client, left_out) == 1 and windows_of(kube_api_client, busy) == 1
+            assert windows_of(kube_api_client, left_out).count == 1 and windows_of(kube_api_client, busy).count == 1
         finally:
             delete_package(kube_api_client, name)
             delete_policy(kube_api_client, policy)

@@ -14,11 +14,8 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,8 +37,10 @@ from tests.integration.bridge_support import (
     create_policy,
     delete_package,
     delete_policy,
+    kubectl_wait_ready,
     patch_package,
     read_package,
+    temporal_signal,
 )
 from workflows.fleet_codec import progress_from_json
 
@@ -88,14 +87,6 @@ class CordonWatch:
 
 
 run = noderoll_fixture()
-
-
-def kubectl_wait_ready(stack: StackInfo, name: str, timeout: float = ROLLOUT_TIMEOUT) -> None:
-    subprocess.run(
-        ["kubectl", "--kubeconfig", str(stack.kubeconfig), "wait", "--for=condition=Ready",
-         f"package/{name}", f"--timeout={int(timeout)}s"],
-        check=True, capture_output=True, timeout=timeout + 30,
-    )
 
 
 async def progress(temporal: Client, package: str, policy: str | None = None) -> RolloutProgress:
@@ -201,20 +192,13 @@ async def test_runtime_required_joining_node_and_pause_by_temporal_signal(
     spec = package_spec(labels=labels, runtimeRequired=True)
     workflow_id = names.fleet_workflow_id(None)
 
-    def temporal_signal(signal: str) -> None:
-        subprocess.run(
-            [str(Path(sys.executable).parent / "temporal"), "workflow", "signal", "--address", local_stack.temporal_address,
-             "--workflow-id", workflow_id, "--name", signal],
-            check=True, capture_output=True, timeout=60,
-        )
-
     with running_fleet(local_stack, nodes=3, labels=labels) as fleet:
         try:
             create_package(kube_api_client, run.package(name, spec))
             kubectl_wait_ready(local_stack, name, timeout=180)
 
             # Pause through Temporal directly; a node joining now is tainted but not updated.
-            temporal_signal(names.SIGNAL_PAUSE)
+            temporal_signal(local_stack, workflow_id, names.SIGNAL_PAUSE)
 
             async def paused() -> bool:
                 assert (await progress(temporal_client, name)).phase is RolloutPhase.PAUSED
@@ -232,7 +216,7 @@ async def test_runtime_required_joining_node_and_pause_by_temporal_signal(
                 report = await progress(temporal_client, name)
                 assert report.total_nodes == 4 and report.counts.get("complete") == 3, report
 
-                temporal_signal(names.SIGNAL_RESUME)
+                temporal_signal(local_stack, workflow_id, names.SIGNAL_RESUME)
 
                 def joiner_done() -> bool:
                     record = node_records(kube_api_client, f"rr-fleet={fleet_label}")[joiner]
