@@ -25,7 +25,7 @@ def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
     try:
         yield sut
     finally:
-        sut.procs.stop()
+        sut.procs.stop_all()
         sut.stage_jobs.stop()
         sut.api.close()
         sut.stack.stop()

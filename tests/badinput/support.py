@@ -21,23 +21,23 @@ from api.keys import (
     GROUP,
     NODE_STATE_ANNOTATION,
     NODE_STATUS_LABEL,
-    PACKAGE_KIND,
     PACKAGE_PLURAL,
     POLICY_KIND,
     POLICY_PLURAL,
     VERSION,
 )
 from api.node_state import NodeState, parse_node_state
-from bench.scenario import PACKAGES_DIR
 from fleetsim.context import PREFIX_LABEL
 from fleetsim.fleet import Fleet
 from protocol.node_settings import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
 from tests.helpers import assert_eventually, unique_name
-from tests.helpers.chaos import ChaosStack, Noderoll
+from tests.helpers.chaos import ChaosStack
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import BENCH_PACKAGES, SLEEP_IMAGE, package_object, package_spec
+from tests.helpers.processes import NoderollProcesses
 from tests.helpers.stagejobs import StageRecorder
 
-SLEEP_PACKAGE = PACKAGES_DIR / "bench-sleep"
+SLEEP_PACKAGE = BENCH_PACKAGES / "bench-sleep"
 # The default 3 attempts per stage, but 1 s and 2 s apart instead of 30 s and 60 s: what each case
 # shows (the attempts, the message, what is left untouched) does not depend on the wait.
 FAST_RETRIES = {STAGE_ATTEMPTS_ENV: "3", RETRY_BACKOFF_ENV: "1"}
@@ -45,7 +45,7 @@ ROLLOUT_TIMEOUT = 180.0
 
 
 def build_image_store(root: Path) -> Path:
-    """Broken variants of bench-sleep, one folder each (image `bad.local/<folder>:1.0.0`)."""
+    """Broken variants of bench-sleep, one folder each (image `broken_image(<folder>)`)."""
     def variant(name: str) -> Path:
         target = root / name
         shutil.copytree(SLEEP_PACKAGE, target)
@@ -73,7 +73,7 @@ class System:
     """The private stack, the noderoll processes and an API client."""
 
     stack: ChaosStack
-    procs: Noderoll
+    procs: NoderollProcesses
     images: Path
     api: client.ApiClient
     # Every stage Job, pod and ConfigMap of the session, as seen while they existed.
@@ -94,7 +94,7 @@ class System:
     @contextmanager
     def fleet(self, nodes: int = 1, **options: Any) -> Iterator[Fleet]:
         """Simulated nodes with the broken images available, fast reboots."""
-        stores = [self.images, PACKAGES_DIR]
+        stores = [self.images, BENCH_PACKAGES]
         with running_fleet(self.stack.info, nodes, image_stores=stores, reboot_seconds=0.5, **options) as fleet:
             yield fleet
 
@@ -108,21 +108,16 @@ class System:
                                  "strategy": {"type": "fixed", "initialBatch": initial_batch}}}})
         return name
 
-    def package(self, fleet: Fleet, **spec: Any) -> str:
-        """Apply a Package for `fleet`'s nodes: bench-sleep, 0 s stages, no interrupt unless given."""
+    def package(self, fleet: Fleet, stage_seconds: float = 0, **spec: Any) -> str:
+        """Apply a Package for `fleet`'s nodes: bench-sleep (unless `image`), stages of `stage_seconds`, no
+        interrupt unless given, a policy of its own unless `deploymentPolicy`; `env` is a dict."""
         name = spec.pop("name", None) or unique_name("bad")
-        env = {"BENCH_STAGE_SECONDS": "0", **spec.pop("env", {})}
-        body = {
-            "version": "1.0.0",
-            "image": "bench.local/bench-sleep:1.0.0",
-            "nodeSelector": {"matchLabels": {PREFIX_LABEL: fleet.options.name_prefix}},
-            "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
-            **spec,
-        }
-        if "deploymentPolicy" not in body:
-            body["deploymentPolicy"] = self.policy()
-        self.custom.create_cluster_custom_object(GROUP, VERSION, PACKAGE_PLURAL, {
-            "apiVersion": API_VERSION, "kind": PACKAGE_KIND, "metadata": {"name": name}, "spec": body})
+        env = [{"name": k, "value": v} for k, v in sorted(spec.pop("env", {}).items())]
+        policy = spec.pop("deploymentPolicy") if "deploymentPolicy" in spec else self.policy()
+        body = package_spec(spec.pop("image", SLEEP_IMAGE), policy=policy,
+                            labels={PREFIX_LABEL: fleet.options.name_prefix}, stage_seconds=stage_seconds,
+                            env=env, **spec)
+        self.custom.create_cluster_custom_object(GROUP, VERSION, PACKAGE_PLURAL, package_object(name, body))
         return name
 
     def delete(self, plural: str, name: str) -> None:
@@ -137,10 +132,11 @@ class System:
         return self.package_object(name).get("status") or {}
 
     def wait_status(self, name: str, check: Any, timeout: float = ROLLOUT_TIMEOUT) -> dict[str, Any]:
-        """Wait until `check(status)` holds (assertions or a bool); returns the status."""
+        """Wait until `check(status)` is truthy (a predicate, or assertions ending in `return True`);
+        returns the status."""
         def probe() -> dict[str, Any]:
             status = self.status(name)
-            assert check(status) is not False, status
+            assert check(status), status
             return status
 
         return assert_eventually(probe, timeout=timeout, interval=0.5)
@@ -190,9 +186,14 @@ def blocked_reason(status: dict[str, Any], node: str) -> str:
 
 def new_system(tmp: Path) -> System:
     stack = ChaosStack.start(tmp / "stack")
-    procs = Noderoll(stack.info, tmp / "procs", env=FAST_RETRIES)
-    procs.start("worker")
-    procs.start("bridge")
+    procs = NoderollProcesses(stack.info, tmp / "procs", env=FAST_RETRIES, private_stack=True)
+    try:
+        procs.start_worker()
+        procs.wait_leading(procs.start_bridge())
+    except BaseException:
+        procs.stop_all()
+        stack.stop()
+        raise
     images = build_image_store(tmp / "images")
     api = config.new_client_from_config(config_file=stack.info.kubeconfig)
     return System(stack, procs, images, api, StageRecorder(api).start())

@@ -15,13 +15,13 @@ from kubernetes import client
 from api.keys import API_VERSION, GROUP, PACKAGE_KIND, PACKAGE_PLURAL, POLICY_KIND, POLICY_PLURAL, VERSION
 from tests.badinput.support import System
 from tests.helpers import unique_name
+from tests.helpers.packages import SLEEP_IMAGE, package_object, package_spec
 
 pytestmark = pytest.mark.timeout(600)
 
 
 def package(name: str, **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": API_VERSION, "kind": PACKAGE_KIND, "metadata": {"name": name},
-            "spec": {"version": "1.0.0", "image": "bench.local/bench-sleep:1.0.0", **spec}}
+    return package_object(name, package_spec(SLEEP_IMAGE, **spec))
 
 
 def policy(name: str, **spec: Any) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from fleetsim.fleet import Fleet
 from fleetsim.workloads import create_pdb
 from tests.badinput.support import System, blocked_reason, erroring_reason
 from tests.helpers import assert_eventually, unique_name
+from tests.helpers.packages import SLEEP_IMAGE, WORKLOAD_IMAGE, broken_image
 
 FAIL_TIMEOUT = 300.0  # 3 attempts (1 s and 2 s backoff: support.FAST_RETRIES), on a busy machine
 REBOOT = {"type": "reboot"}
@@ -55,11 +56,11 @@ class Case:
 
 
 FAILING = [
-    Case("F01-image-does-not-resolve", {"image": "bad.local/does-not-exist:1.0.0"}, "ErrImagePull"),
-    Case("F02-config-json-not-json", {"image": "bad.local/invalid-json:1.0.0"}, "exit code 65"),
-    Case("F03-config-json-wrong-schema", {"image": "bad.local/wrong-schema:1.0.0"}, "exit code 65"),
-    Case("F04-step-file-missing", {"image": "bad.local/missing-step:1.0.0"}, "exit code 127"),
-    Case("F06-expected-config-file-missing", {"image": "bad.local/expects-config:1.0.0"}, "exit code 67"),
+    Case("F01-image-does-not-resolve", {"image": broken_image("does-not-exist")}, "ErrImagePull"),
+    Case("F02-config-json-not-json", {"image": broken_image("invalid-json")}, "exit code 65"),
+    Case("F03-config-json-wrong-schema", {"image": broken_image("wrong-schema")}, "exit code 65"),
+    Case("F04-step-file-missing", {"image": broken_image("missing-step")}, "exit code 127"),
+    Case("F06-expected-config-file-missing", {"image": broken_image("expects-config")}, "exit code 67"),
     Case("F07-step-exits-non-zero", {"env": {"BENCH_STAGE_EXIT": "3"}}, "exit code 3"),
     Case("F08-check-fails", {"env": {"BENCH_CHECK_EXIT": "4"}}, "apply-check failed"),
     Case("F09-step-fails-after-drain", {"env": {"BENCH_STAGE_EXIT": "5"}, "interrupt": REBOOT}, "exit code 5"),
@@ -77,7 +78,7 @@ COMPLETING = [
     Case("C10-longest-package-name", {"name": f"l{uuid.uuid4().hex[:8]}-" + "a" * 33}),
     Case("C11-ignored-node-in-the-selector", nodes=2),
     # Was F05 (agent exit 126): NodeWright makes steps executable before running them, so does noderoll.
-    Case("C12-step-file-without-the-executable-bit", {"image": "bad.local/not-executable:1.0.0"}),
+    Case("C12-step-file-without-the-executable-bit", {"image": broken_image("not-executable")}),
 ]
 
 # Hand-edited annotations written before the rollout (C05-C07).
@@ -120,12 +121,12 @@ def _apply_completing(system: System, stack: ExitStack, case: Case) -> Applied:
         _edit_node(system, fleet.node_names[1], {"labels": {NODE_IGNORE_LABEL: "true"}})
     name = spec.pop("name", None) or unique_name("bad")
     if case.id == "C05-state-annotation-claims-complete":
-        claim = {"packages": {name: {"version": "1.0.0", "image": "bench.local/bench-sleep:1.0.0",
+        claim = {"packages": {name: {"version": "1.0.0", "image": SLEEP_IMAGE,
                                      "stage": "config", "state": "complete", "attempts": 1, "config": {}}}}
         _edit_node(system, node, {"annotations": {NODE_STATE_ANNOTATION: json.dumps(claim)}})
     applied = Applied(case, system.package(fleet, name=name, **spec), fleet)
     if case.id == "C08-two-packages-write-the-same-file":
-        applied.extra = system.package(fleet, image="bad.local/other-writer:1.0.0")
+        applied.extra = system.package(fleet, image=broken_image("other-writer"))
     return applied
 
 
@@ -274,12 +275,13 @@ def _blocked_status(system: System, applied: Applied, expect: str) -> dict[str, 
     """Wait until the Package says the first node is blocked (`expect` in the reason), Ready False."""
     node = applied.node
 
-    def says_blocked(status: dict[str, Any]) -> None:
+    def says_blocked(status: dict[str, Any]) -> bool:
         assert expect in blocked_reason(status, node), status.get("blockedNodes")
         assert status.get("phase") == "Blocked", status.get("phase")
         ready = _ready(status)
         assert (ready.get("status"), ready.get("reason")) == ("False", "NodesBlocked"), ready
         assert node in ready.get("message", "") and expect in ready.get("message", ""), ready
+        return True
 
     return system.wait_status(applied.package, says_blocked)
 
@@ -288,7 +290,7 @@ def _assert_held(system: System, applied: Applied, garbage: str) -> None:
     """The node is held: marked, its annotation kept, never touched."""
     node = applied.node
 
-    def marked() -> None:
+    def marked() -> bool:
         conditions = {c.type: c for c in system.node(node).status.conditions or []}
         malformed = conditions.get("noderoll.io/StateMalformed")
         assert malformed is not None and malformed.status == "True" and malformed.reason == "ParseError", malformed
@@ -296,6 +298,7 @@ def _assert_held(system: System, applied: Applied, garbage: str) -> None:
         found = system.core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
         assert [e for e in found if e.type == "Warning" and e.reason == "StateMalformed"], [e.reason for e in found]
         assert system.node_status_label(node) == "blocked"
+        return True
 
     assert_eventually(marked, timeout=60, interval=0.5)
     assert (system.node(node).metadata.annotations or {})[NODE_STATE_ANNOTATION] == garbage, "garbage kept"
@@ -341,7 +344,7 @@ def test_unreadable_state_holds_the_node_until_an_operator_acts(
         assert system.node_status_label(node) == "complete"
     elif case.id == "H02-state-annotation-a-json-list":
         # Or repair it: here into a record of the package complete, so no window is due at all.
-        claim = {"packages": {package: {"version": "1.0.0", "image": "bench.local/bench-sleep:1.0.0",
+        claim = {"packages": {package: {"version": "1.0.0", "image": SLEEP_IMAGE,
                                         "stage": "config", "state": "complete", "attempts": 1, "config": {}}}}
         _edit_node(system, node, {"annotations": {NODE_STATE_ANNOTATION: json.dumps(claim)}})
         _wait_ready(system, package, 2)
@@ -388,9 +391,10 @@ def test_h05_untolerated_taint_keeps_the_package_not_ready_until_removed(
 
 
 def _first_job(system: System, package: str, node: str | None = None) -> None:
-    def started() -> None:
+    def started() -> bool:
         jobs = system.jobs(package)
         assert [j for j in jobs if node is None or j.metadata.labels["noderoll.io/node"] == node]
+        return True
 
     assert_eventually(started, timeout=120, interval=0.5)
 
@@ -398,7 +402,7 @@ def _first_job(system: System, package: str, node: str | None = None) -> None:
 def test_m01_node_deleted_mid_window(system: System) -> None:
     with system.fleet(2) as fleet:
         gone, kept = fleet.node_names
-        package = system.package(fleet, env={"BENCH_STAGE_SECONDS": "4"}, interrupt=REBOOT)
+        package = system.package(fleet, stage_seconds=4, interrupt=REBOOT)
         _first_job(system, package, gone)
         system.core.delete_node(gone)
         status = system.wait_status(package, lambda s: (s.get("nodes") or {}).get("complete") == 1
@@ -413,14 +417,15 @@ def test_m01_node_deleted_mid_window(system: System) -> None:
 def test_m02_package_deleted_mid_rollout(system: System) -> None:
     with system.fleet(3) as fleet:
         policy = system.policy(budget_percent=34, initial_batch=1)
-        package = system.package(fleet, env={"BENCH_STAGE_SECONDS": "3"}, interrupt=REBOOT, deploymentPolicy=policy)
+        package = system.package(fleet, stage_seconds=3, interrupt=REBOOT, deploymentPolicy=policy)
         _first_job(system, package)
         system.delete(PACKAGE_PLURAL, package)
 
-        def gone() -> None:
+        def gone() -> bool:
             with pytest.raises(client.exceptions.ApiException) as err:
                 system.package_object(package)
             assert err.value.status == 404
+            return True
 
         assert_eventually(gone, timeout=120, interval=0.5)
         assert_eventually(lambda: system.cordoned(fleet) == [], timeout=120, interval=0.5)
@@ -432,27 +437,28 @@ def test_m03_policy_deleted_while_referenced(system: System) -> None:
     """Deletion protection (issue 16): the policy is kept while its Package names it; the rollout goes on."""
     with system.fleet(3) as fleet:
         policy = system.policy(budget_percent=34, initial_batch=1)
-        package = system.package(fleet, env={"BENCH_STAGE_SECONDS": "2"}, deploymentPolicy=policy)
+        package = system.package(fleet, stage_seconds=2, deploymentPolicy=policy)
         _first_job(system, package)
         system.delete(POLICY_PLURAL, policy)
 
-        def kept_and_says_why() -> None:
+        def kept_and_says_why() -> bool:
             obj = system.custom.get_cluster_custom_object("noderoll.io", "v1alpha1", POLICY_PLURAL, policy)
             assert IN_USE_FINALIZER in obj["metadata"]["finalizers"] and obj["metadata"]["deletionTimestamp"]
             in_use = next(c for c in obj["status"]["conditions"] if c["type"] == "InUse")
             assert in_use["reason"] == "DeletionBlocked" and package in in_use["message"], in_use
+            return True
 
         assert_eventually(kept_and_says_why, timeout=120, interval=0.5)
         system.wait_complete(package, 3)
         assert system.cordoned(fleet) == []
         system.delete(PACKAGE_PLURAL, package)
 
-        def policy_gone() -> None:
+        def policy_gone() -> bool:
             try:
                 system.custom.get_cluster_custom_object("noderoll.io", "v1alpha1", POLICY_PLURAL, policy)
             except client.exceptions.ApiException as err:
                 assert err.status == 404
-                return
+                return True
             raise AssertionError(f"DeploymentPolicy {policy} still there")
 
         assert_eventually(policy_gone, timeout=120, interval=0.5)
@@ -461,15 +467,16 @@ def test_m03_policy_deleted_while_referenced(system: System) -> None:
 def test_m09_reset_of_a_package_the_node_never_recorded(system: System) -> None:
     """`noderoll.io/reset` naming an unknown package: the record stays, nothing runs, the Event says so."""
     with system.fleet(1) as fleet:
-        package = system.package(fleet, env={"BENCH_STAGE_SECONDS": "0"})
+        package = system.package(fleet)
         system.wait_complete(package, 1)
         node, jobs = fleet.node_names[0], len(system.jobs(package))
         before = system.node_state(node)[0].packages[package]
         system.core.patch_node(node, {"metadata": {"annotations": {RESET_ANNOTATION: "m09:ghost-package"}}})
 
-        def applied() -> None:
+        def applied() -> bool:
             assert RESET_ANNOTATION not in (system.node(node).metadata.annotations or {})
             assert any("not recorded: ghost-package" in e for e in system.events(node)), system.events(node)
+            return True
 
         assert_eventually(applied, timeout=120, interval=0.5)
         assert system.node_state(node)[0].packages[package] == before
@@ -481,7 +488,7 @@ def test_m04_node_relabelled_out_of_the_selector(system: System) -> None:
     target = unique_name("t")
     with system.fleet(3, labels={TARGET_LABEL: target}) as fleet:
         policy = system.policy(budget_percent=34, initial_batch=1)
-        package = system.package(fleet, env={"BENCH_STAGE_SECONDS": "3"}, interrupt=REBOOT, deploymentPolicy=policy,
+        package = system.package(fleet, stage_seconds=3, interrupt=REBOOT, deploymentPolicy=policy,
                                  nodeSelector={"matchLabels": {TARGET_LABEL: target}})
         _first_job(system, package)
         running = {j.metadata.labels["noderoll.io/node"] for j in system.jobs(package)}
@@ -499,7 +506,7 @@ def test_m04_node_relabelled_out_of_the_selector(system: System) -> None:
 
 def test_m05_stage_pod_deleted_by_a_human(system: System) -> None:
     with system.fleet(1) as fleet:
-        package = system.package(fleet, env={"BENCH_STAGE_SECONDS": "8"})
+        package = system.package(fleet, stage_seconds=8)
         node = fleet.node_names[0]
 
         def running_pod() -> str:
@@ -519,7 +526,7 @@ def test_m05_stage_pod_deleted_by_a_human(system: System) -> None:
 def test_m06_state_annotation_garbled_mid_window(system: System) -> None:
     with system.fleet(1) as fleet:
         node = fleet.node_names[0]
-        package = system.package(fleet, env={"BENCH_STAGE_SECONDS": "3"})
+        package = system.package(fleet, stage_seconds=3)
         _first_job(system, package)
         _edit_node(system, node, {"annotations": {NODE_STATE_ANNOTATION: "garbage written by hand"}})
         system.wait_complete(package, 1)
@@ -528,7 +535,7 @@ def test_m06_state_annotation_garbled_mid_window(system: System) -> None:
 
 
 def _cli_json(system: System, capsys: pytest.CaptureFixture[str], *args: str) -> Any:
-    flags = ["--temporal-address", system.procs.conn.temporal_address, "--kubeconfig", system.kubeconfig]
+    flags = ["--temporal-address", system.procs.stack.temporal_address, "--kubeconfig", system.kubeconfig]
     capsys.readouterr()
     code = cli_main([*args, "-o", "json", *flags])
     out, err = capsys.readouterr()
@@ -548,7 +555,7 @@ def test_m07_drain_blocked_by_a_pdb_is_visible_while_it_waits(system: System, ca
             "metadata": {"name": "web"},
             "spec": {"replicas": 1, "selector": {"matchLabels": app}, "template": {"metadata": {"labels": app}, "spec": {
                 "nodeSelector": {"kubernetes.io/hostname": node}, "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "web", "image": "example.local/web:1"}]}}}})
+                "containers": [{"name": "web", "image": WORKLOAD_IMAGE}]}}}})
         # minAvailable = replicas: no voluntary disruption is ever allowed.
         version = create_pdb(fleet.ctx.kube, namespace, "web", {"minAvailable": 1, "selector": {"matchLabels": app}})
         pdbs = f"/apis/{version}/namespaces/{namespace}/poddisruptionbudgets"
@@ -557,27 +564,31 @@ def test_m07_drain_blocked_by_a_pdb_is_visible_while_it_waits(system: System, ca
         package = system.package(fleet, interrupt=REBOOT)
         budget = f"{namespace}/web (disruptionsAllowed=0"
 
-        def event() -> None:
+        def event() -> bool:
             events = system.core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
             blocked = [e for e in events if e.reason == "DrainBlocked"]
             assert len(blocked) == 1 and blocked[0].type == "Warning" and budget in blocked[0].message, blocked
+            return True
 
-        def nodes_cli() -> None:
+        def nodes_cli() -> bool:
             [shown] = _cli_json(system, capsys, "nodes", "--selector", f"kubernetes.io/hostname={node}")
             entry = shown["shown"][package]
             assert (entry["stage"], entry["state"]) == ("drain", "blocked") and budget in entry["message"], shown
+            return True
 
-        def status_cli() -> None:
+        def status_cli() -> bool:
             data = _cli_json(system, capsys, "status", package)
             assert [b["node"] for b in data["drain_blocked"]] == [node] and budget in data["drain_blocked"][0]["message"]
+            return True
 
-        def package_status() -> None:
+        def package_status() -> bool:
             status = system.status(package)
             [blocked] = status.get("drainBlockedNodes") or [None]
             assert blocked and blocked["node"] == node and blocked["reason"] == "EvictionRefused", status
             assert budget in blocked["message"]
             progressing = next(c for c in status["conditions"] if c["type"] == "Progressing")
             assert f"drain blocked on 1 node(s): {node}" in progressing["message"]
+            return True
 
         # Blocked after 15 s of refusals; the bridge writes the status every 3 s: well within a minute.
         for check in (event, nodes_cli, status_cli, package_status):

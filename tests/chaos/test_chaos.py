@@ -25,7 +25,6 @@ from kubernetes import client, config
 from activities.jobs import jobs_per_window
 from api.keys import GROUP, PACKAGE_PLURAL, POLICY_PLURAL, VERSION
 from bench.scenario import (
-    PACKAGES_DIR,
     RUN_LABEL,
     Scenario,
     node_critical_path,
@@ -37,8 +36,10 @@ from fleetsim.workloads import WorkloadSpec, create_workloads
 from protocol import names
 from service.temporal_client import connect
 from tests.helpers import unique_name
-from tests.helpers.chaos import ChaosStack, JobAudit, Noderoll, PdbWatcher, package_status, wait_for
+from tests.helpers.chaos import ChaosStack, JobAudit, PdbWatcher, package_status, wait_for
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import BENCH_PACKAGES
+from tests.helpers.processes import NoderollProcesses, noderoll_processes
 
 # A fresh install of bench-sleep with a reboot: one pod for apply and config (each followed by its
 # check) and the interrupt, one for post-interrupt (issue #14).
@@ -56,7 +57,7 @@ class Rollout:
 
     stack: ChaosStack
     fleet: Fleet
-    procs: Noderoll
+    procs: NoderollProcesses
     audit: JobAudit
     scenario: Scenario
 
@@ -90,25 +91,21 @@ def chaos_rollout(stack: ChaosStack, tmp_path: Path, nodes: int, workers: int = 
     api = _api(kubeconfig)
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
     with running_fleet(stack.info, nodes, name_prefix=name, labels={RUN_LABEL: name},
-                       image_stores=[PACKAGES_DIR], workers=24) as fleet:
+                       image_stores=[BENCH_PACKAGES], workers=24) as fleet:
         workloads = WorkloadSpec(namespace=name, prefix=name, nodes=fleet.node_names, training_pods=0,
                                  deployments=2, replicas=3)
         create_workloads(fleet.ctx.kube, workloads)
         wait_for(lambda: _workload_pods_running(core, name, 6), 120, "workload pods Running")
         audit = JobAudit(kubeconfig).start()
         pdbs = PdbWatcher(kubeconfig, name).start()
-        procs = Noderoll(stack.info, tmp_path / "procs")
         try:
-            for index in range(1, workers + 1):
-                procs.start("worker" if workers == 1 else f"worker-{index}", "worker")
-            procs.start("bridge")
-            custom.create_cluster_custom_object(GROUP, VERSION, POLICY_PLURAL, policy_manifest(scenario))
-            custom.create_cluster_custom_object(GROUP, VERSION, PACKAGE_PLURAL, package_manifest(scenario))
-            rollout = Rollout(stack, fleet, procs, audit, scenario)
-            yield rollout
-            _assert_nothing_lost(rollout, pdbs)
+            with noderoll_processes(stack.info, tmp_path / "procs", workers=workers, private_stack=True) as procs:
+                custom.create_cluster_custom_object(GROUP, VERSION, POLICY_PLURAL, policy_manifest(scenario))
+                custom.create_cluster_custom_object(GROUP, VERSION, PACKAGE_PLURAL, package_manifest(scenario))
+                rollout = Rollout(stack, fleet, procs, audit, scenario)
+                yield rollout
+                _assert_nothing_lost(rollout, pdbs)
         finally:
-            procs.stop()
             audit.stop()
             pdbs.stop()
             _remove(client.CustomObjectsApi(_api(stack.info.kubeconfig)), name)
@@ -164,7 +161,7 @@ def test_worker_sigkilled_at_random_points(chaos_stack: ChaosStack, tmp_path: Pa
     with chaos_rollout(chaos_stack, tmp_path, nodes) as rollout:
         for point in _kill_points(rollout.total_jobs, kills, seed):
             rollout.wait_jobs(point)
-            rollout.procs.kill("worker")
+            rollout.procs.kill("worker", restart=True)
         assert rollout.procs.kills == kills
 
 
@@ -191,9 +188,9 @@ def test_apiserver_restarted_mid_rollout(chaos_stack: ChaosStack, tmp_path: Path
 def test_bridge_killed_mid_rollout(chaos_stack: ChaosStack, tmp_path: Path) -> None:
     with chaos_rollout(chaos_stack, tmp_path, SMALL) as rollout:
         rollout.wait_jobs(rollout.total_jobs // 3)
-        rollout.procs.kill("bridge")
+        rollout.procs.kill("bridge", restart=True)
         rollout.wait_jobs(2 * rollout.total_jobs // 3)
-        rollout.procs.kill("bridge")
+        rollout.procs.kill("bridge", restart=True)
 
 
 def test_critical_path_of_the_chaos_package() -> None:
@@ -220,9 +217,9 @@ def test_two_workers_share_the_work_and_the_rollout_survives_one_killed(
     with chaos_rollout(chaos_stack, tmp_path, SMALL, workers=2) as rollout:
         rollout.wait_jobs(rollout.total_jobs // 2)
         # A worker's identity ends with its pid (`noderoll-worker/<version>@<host>:<pid>`).
-        pids = {f":{m.proc.pid}" for m in rollout.procs.procs.procs.values() if m.name.startswith("worker-")}
-        rollout.procs.kill("worker-1", restart=False)
-        assert [n for n in rollout.procs.procs.procs if n.startswith("worker")] == ["worker-2"]
+        pids = {f":{pid}" for pid in rollout.procs.pids("worker-")}
+        rollout.procs.kill("worker-1")
+        assert [n for n in rollout.procs.processes if n.startswith("worker")] == ["worker-2"]
     # Both workers ran window activities: they shared the work before one of them died.
     identities = asyncio.run(_worker_identities(chaos_stack, rollout.fleet.node_names))
     assert all(any(i.endswith(pid) for i in identities) for pid in pids), (pids, identities)

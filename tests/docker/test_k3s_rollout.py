@@ -31,6 +31,7 @@ from activities.stage_pod import DEFAULT_AGENT_IMAGE, ENV_AGENT_IMAGE
 from api.keys import GROUP, NODE_STATUS_LABEL, PACKAGE_PLURAL, POLICY_PLURAL, VERSION
 from protocol.names import SEARCH_ATTRIBUTE_TYPES
 from tests.helpers import assert_eventually
+from tests.helpers.packages import package_object, package_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 K3S_IMAGE = "rancher/k3s:v1.31.4-k3s1"
@@ -155,15 +156,15 @@ def test_one_rollout_completes_on_k3s(noderoll: dict[str, str]) -> None:
     name = f"sysctl-{uuid.uuid4().hex[:6]}"
     policy = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "DeploymentPolicy", "metadata": {"name": name},
               "spec": {"default": {"budget": {"count": 1}, "strategy": {"type": "fixed", "initialBatch": 1}}}}
-    package = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Package", "metadata": {"name": name},
-               "spec": {"version": "1.0.0", "image": noderoll["image"], "deploymentPolicy": name,
-                        "config": {"sysctl.conf": "vm.max_map_count = 262144\n"}}}
+    package = package_object(name, package_spec(noderoll["image"], version="1.0.0", policy=name,
+                                                config={"sysctl.conf": "vm.max_map_count = 262144\n"}))
     kubectl(kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump_all([policy, package]))
 
-    def ready() -> None:
+    def ready() -> bool:
         obj = yaml.safe_load(kubectl(kubeconfig, "get", f"{PACKAGE_PLURAL}.{GROUP}", name, "-o", "yaml"))
         conditions = {c["type"]: c["status"] for c in obj.get("status", {}).get("conditions", [])}
         assert conditions.get("Ready") == "True", obj.get("status")
+        return True
 
     assert_eventually(ready, timeout=ROLLOUT_TIMEOUT, interval=5.0)
     nodes = yaml.safe_load(kubectl(kubeconfig, "get", "nodes", "-o", "yaml"))["items"]

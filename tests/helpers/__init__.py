@@ -23,9 +23,39 @@ class EventuallyTimeout(AssertionError):
     """The condition given to `assert_eventually` did not hold in time."""
 
 
-def _timeout_error(timeout: float, last: BaseException | None, result: object) -> EventuallyTimeout:
-    detail = f"last error: {last!r}" if last is not None else f"last result: {result!r}"
-    return EventuallyTimeout(f"condition still not met after {timeout:.1f}s ({detail})")
+class _Attempts:
+    """One polling loop: its deadline, which errors it retries, and its last attempt (the error raised
+    or the falsy result returned), for the timeout's message."""
+
+    def __init__(self, timeout: float, retry_on: tuple[type[BaseException], ...]) -> None:
+        self.timeout, self.retry_on = timeout, retry_on
+        self.deadline = time.monotonic() + timeout
+        self.error: BaseException | None = None
+        self.result: object = None
+
+    def __enter__(self) -> _Attempts:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, _tb: object) -> bool:
+        """Swallow (and remember) an error of `retry_on`; let any other propagate."""
+        if error is None or not isinstance(error, self.retry_on):
+            return False
+        self.error, self.result = error, None
+        return True
+
+    def done(self, result: object) -> bool:
+        """True for a truthy result; a falsy one is remembered."""
+        if result:
+            return True
+        self.error, self.result = None, result
+        return False
+
+    def raise_when_over(self) -> None:
+        """EventuallyTimeout naming the last error or result, once the deadline has passed."""
+        if time.monotonic() < self.deadline:
+            return
+        detail = f"last error: {self.error!r}" if self.error is not None else f"last result: {self.result!r}"
+        raise EventuallyTimeout(f"condition still not met after {self.timeout:.1f}s ({detail})") from self.error
 
 
 def assert_eventually(
@@ -34,24 +64,20 @@ def assert_eventually(
     interval: float = DEFAULT_INTERVAL,
     retry_on: tuple[type[BaseException], ...] = (AssertionError,),
 ) -> T:
-    """Call `fn` until it neither raises one of `retry_on` nor returns False; return its result.
+    """Call `fn` until it returns a truthy result without raising one of `retry_on`; return that result.
 
-    Write `fn` as assertions (`assert pod.spec.node_name == "a"`) or as a predicate returning a
-    bool; return the observed object to use it afterwards. Other exceptions propagate at once.
-    An empty list is a result, not False: wait for "some" with `lambda: items() or False`.
+    Only a truthy result is done: False, None, [], {}, 0 and "" keep it waiting, so `lambda: pods()`
+    waits for some pods. Write `fn` as a predicate, as a probe returning the observed object, or as
+    assertions that end in `return True` (or the object): a function that only asserts returns None
+    and waits until the timeout. At the timeout, EventuallyTimeout names the last error or the last
+    result. Other exceptions propagate at once.
     """
-    deadline = time.monotonic() + timeout
+    attempts = _Attempts(timeout, retry_on)
     while True:
-        last: BaseException | None = None
-        result: object = None
-        try:
-            result = fn()
-            if result is not False:
-                return result  # type: ignore[return-value]
-        except retry_on as err:
-            last = err
-        if time.monotonic() >= deadline:
-            raise _timeout_error(timeout, last, result) from last
+        with attempts:
+            if attempts.done(result := fn()):
+                return result
+        attempts.raise_when_over()
         time.sleep(interval)
 
 
@@ -61,19 +87,14 @@ async def assert_eventually_async(
     interval: float = DEFAULT_INTERVAL,
     retry_on: tuple[type[BaseException], ...] = (AssertionError,),
 ) -> T:
-    """`assert_eventually` for a coroutine function (a Temporal query, describe, ...)."""
-    deadline = time.monotonic() + timeout
+    """`assert_eventually` for a coroutine function (a Temporal query, describe, ...): the same rule,
+    only a truthy result is done."""
+    attempts = _Attempts(timeout, retry_on)
     while True:
-        last: BaseException | None = None
-        result: object = None
-        try:
-            result = await fn()
-            if result is not False:
-                return result  # type: ignore[return-value]
-        except retry_on as err:
-            last = err
-        if time.monotonic() >= deadline:
-            raise _timeout_error(timeout, last, result) from last
+        with attempts:
+            if attempts.done(result := await fn()):
+                return result
+        attempts.raise_when_over()
         await asyncio.sleep(interval)
 
 

@@ -1,26 +1,23 @@
-"""Machinery of the reliability suite: a private stack whose components can be restarted, noderoll
-processes that can be killed, and watchers that record what must never happen (a stage Job created
-twice, a PodDisruptionBudget under its minimum). Sleeps and polls (allowed here, not in tests).
+"""Machinery of the reliability suite: a private stack whose components can be restarted, and
+watchers that record what must never happen (a stage Job created twice, a PodDisruptionBudget under
+its minimum); the noderoll processes it kills are tests/helpers/processes.py's. Sleeps and polls
+(allowed here, not in tests).
 
     stack = ChaosStack.start(tmp_dir)          # its own Temporal + control plane
     stack.restart("temporal")                   # stop the component, `up` starts it again
-    procs = Noderoll(stack.info, workdir); procs.start("worker"); procs.kill("worker")
     audit = JobAudit(kube_api).start()          # every stage Job uid by (node, package, version, mode)
     pdbs = PdbWatcher(kube_api, namespace).start()
 """
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
-import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
@@ -34,7 +31,6 @@ from api.keys import (
     STAGE_VERSION_ANNOTATION,
     VERSION,
 )
-from bench.procs import Connection, ProcessSet
 from localstack.processes import stop
 from localstack.stack import down, ports_held, up
 from localstack.state import StackInfo
@@ -68,43 +64,6 @@ class ChaosStack:
 
     def stop(self) -> None:
         down(self.state_dir, purge=True)
-
-
-class Noderoll:
-    """`noderoll worker` and `noderoll bridge` of one test, on their own task queue.
-
-    `env`: extra environment variables of every process started (e.g. the worker's node-window
-    retry tuning, `activities.node_requests`); the processes inherit this process's environment.
-    """
-
-    def __init__(self, info: StackInfo, workdir: Path, env: dict[str, str] | None = None) -> None:
-        workdir.mkdir(parents=True, exist_ok=True)
-        self.procs = ProcessSet(workdir)
-        self.conn = Connection(info.temporal_address, info.kubeconfig, f"tq-{uuid.uuid4()}")
-        self.env = dict(env or {})
-        self.kills = 0
-        # Process name -> `noderoll` command, for processes named otherwise (`worker-2` runs `worker`).
-        self.commands: dict[str, str] = {}
-
-    def start(self, name: str, command: str = "") -> None:
-        """Start `noderoll <command>` (default: `name`, e.g. `worker`) as process `name`."""
-        self.commands[name] = command or name
-        # ProcessSet passes os.environ to the child: set the extras only around the start.
-        with pytest.MonkeyPatch.context() as patch:
-            for key, value in self.env.items():
-                patch.setenv(key, value)
-            self.procs.start_noderoll(name, [command or name], self.conn)
-
-    def kill(self, name: str, restart: bool = True) -> None:
-        """SIGKILL the process (no graceful shutdown), then (unless `restart` is False) start a fresh one."""
-        command = self.commands.get(name, name)
-        self.procs.stop(name, signal.SIGKILL)
-        self.kills += 1
-        if restart:
-            self.start(name, command)
-
-    def stop(self) -> None:
-        self.procs.stop_all()
 
 
 def _key(obj: Any) -> tuple[str, str, str, str]:

@@ -69,9 +69,10 @@ def create_namespace(core: client.CoreV1Api, name: str, timeout: float = 30.0) -
     """
     core.create_namespace({"metadata": {"name": name}})
 
-    def has_token() -> None:
+    def has_token() -> bool:
         account = core.read_namespaced_service_account("default", name)
         assert account.secrets, f"service account default/{name} has no token yet"
+        return True
 
     assert_eventually(has_token, timeout=timeout, retry_on=(AssertionError, ApiException))
 

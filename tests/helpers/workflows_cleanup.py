@@ -4,7 +4,7 @@
 running on a task queue whose worker has stopped would hold that id for the next test module's
 bridge (its desired state would reach a run no worker polls). So every test module ends, on
 teardown, the fleet and node workflows still running (tests/integration/conftest.py), and a
-`BridgeRun` ends its own fleets before it stops its processes.
+`NoderollProcesses` (tests/helpers/processes.py) ends its own fleets before it stops its processes.
 """
 
 from __future__ import annotations

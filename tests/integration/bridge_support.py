@@ -1,101 +1,33 @@
-"""Helpers of the bridge integration tests: `noderoll worker`/`noderoll bridge` processes, Packages, reads.
+"""Helpers of the integration tests that run `noderoll worker` and `noderoll bridge` (tests/helpers/processes.py):
+Packages and DeploymentPolicies created, read, patched and deleted, their conditions and Events, a node's
+windows, the bridge's Lease, a fleet's `progress`, and what an operator runs (`kubectl wait`, `temporal
+workflow signal`).
 
-Each test group runs its own worker and bridge(s) on a fresh task queue; the bridge only sees
-Packages labelled `noderoll-test=<run id>` (`--label-selector`) and holds its own Lease name, so it
-never touches another test's Packages, and another test's bridge never holds its Lease.
+Every object a test creates here is labelled `noderoll-test=<run id>` (`NoderollProcesses.package`,
+`create_policy`), so only its own group's bridge acts on it.
 """
 
 from __future__ import annotations
 
-import os
-import signal
+import json
 import subprocess
 import sys
-import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from temporalio.client import Client, WorkflowQueryFailedError
+from temporalio.service import RPCError
 
 from api import keys
 from localstack.state import StackInfo
-from tests.helpers import assert_eventually, new_task_queue, unique_name
-from tests.helpers.workflows_cleanup import end_workflows
+from planning.fleet_status import FleetProgress
+from protocol import names
+from tests.helpers.processes import TEST_LABEL, NoderollProcesses
+from workflows.fleet_codec import progress_from_json
 
-TEST_LABEL = "noderoll-test"
-SYSCTL_IMAGE = "example.local/sysctl-tuning:1.0.0"
-
-
-@dataclass
-class BridgeRun:
-    """Worker and bridge processes of one test group, and what they were started with."""
-
-    stack: StackInfo
-    logs: Path
-    task_queue: str = field(default_factory=new_task_queue)
-    run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
-    lease_name: str = field(default_factory=lambda: unique_name("bridge-lease"))
-    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-
-    def _connection(self) -> list[str]:
-        return ["--temporal-address", self.stack.temporal_address, "--kubeconfig", str(self.stack.kubeconfig),
-                "--task-queue", self.task_queue]
-
-    def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - owned by the process record
-        proc = subprocess.Popen([sys.executable, "-m", "cli", *argv], stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
-        self.processes[name] = proc
-        return proc
-
-    def start_worker(self, env: dict[str, str] | None = None) -> None:
-        """`noderoll worker` on this run's task queue (`env`: extra environment variables)."""
-        self._start("worker", ["worker", *self._connection()], env)
-
-    def start_bridge(self, name: str = "bridge") -> str:
-        """`noderoll bridge` named `name` (also its Lease identity); returns the identity."""
-        self._start(name, ["bridge", *self._connection(), "--label-selector", f"{TEST_LABEL}={self.run_id}",
-                           "--lease-name", self.lease_name, "--identity", name,
-                           "--resync-seconds", "5", "--status-seconds", "1"])
-        return name
-
-    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        """Send `sig` to process `name` and wait for it."""
-        proc = self.processes.pop(name)
-        proc.send_signal(sig)
-        proc.wait(timeout=30)
-
-    def end_fleets(self) -> None:
-        """Terminate the fleets still running on this run's task queue (tests/helpers/workflows_cleanup.py)."""
-        end_workflows(self.stack.temporal_address, f"TaskQueue = '{self.task_queue}' AND "
-                      "WorkflowType = 'FleetWorkflow' AND ExecutionStatus = 'Running'")
-
-    def stop_all(self) -> None:
-        """Stop every process still running (SIGTERM, then SIGKILL), after ending this run's fleets."""
-        self.end_fleets()
-        for name in list(self.processes):
-            proc = self.processes[name]
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            del self.processes[name]
-
-    def log(self, name: str) -> str:
-        """The process's log so far."""
-        path = self.logs / f"{name}.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def package(self, name: str, spec: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[str, Any]:
-        """A Package object labelled for this run's bridge."""
-        meta: dict[str, Any] = {"name": name, "labels": {TEST_LABEL: self.run_id}}
-        if annotations:
-            meta["annotations"] = annotations
-        return {"apiVersion": keys.API_VERSION, "kind": keys.PACKAGE_KIND, "metadata": meta, "spec": spec}
+READY_TIMEOUT = 420.0
 
 
 def custom(api: client.ApiClient) -> client.CustomObjectsApi:
@@ -114,6 +46,12 @@ def read_package(api: client.ApiClient, name: str) -> dict[str, Any]:
     return obj
 
 
+def read_policy(api: client.ApiClient, name: str) -> dict[str, Any]:
+    """Read a DeploymentPolicy."""
+    obj: dict[str, Any] = custom(api).get_cluster_custom_object(keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, name)
+    return obj
+
+
 def patch_package(api: client.ApiClient, name: str, body: dict[str, Any]) -> None:
     """Merge-patch a Package."""
     custom(api).patch_cluster_custom_object(keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL, name, body)
@@ -129,10 +67,10 @@ def delete_package(api: client.ApiClient, name: str) -> None:
             raise
 
 
-def create_policy(api: client.ApiClient, run: BridgeRun, name: str, spec: dict[str, Any]) -> None:
+def create_policy(api: client.ApiClient, run: NoderollProcesses, name: str, spec: dict[str, Any]) -> None:
     """Create a DeploymentPolicy labelled with the run (so the run's cleanup finds it)."""
     body = {"apiVersion": keys.API_VERSION, "kind": keys.POLICY_KIND,
-            "metadata": {"name": name, "labels": {"noderoll-test": run.run_id}}, "spec": spec}
+            "metadata": {"name": name, "labels": {TEST_LABEL: run.run_id}}, "spec": spec}
     custom(api).create_cluster_custom_object(keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, body)
 
 
@@ -143,6 +81,7 @@ def delete_policy(api: client.ApiClient, name: str) -> None:
     except client.exceptions.ApiException as err:
         if err.status != 404:
             raise
+
 
 def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
     """The status condition of type `kind` (AssertionError when absent, for assert_eventually)."""
@@ -163,12 +102,57 @@ def reasons(api: client.ApiClient, name: str) -> list[str]:
     return [e.reason for e in sorted(events_of(api, name), key=lambda e: e.metadata.creation_timestamp)]
 
 
-def wait_leading(run: BridgeRun, name: str, timeout: float = 60.0) -> None:
-    """Until bridge `name` says it leads."""
-    assert_eventually(lambda: f"leading as {name}" in run.log(name), timeout=timeout)
-
-
-def lease_holder(api: client.ApiClient, run: BridgeRun) -> str:
+def lease_holder(api: client.ApiClient, run: NoderollProcesses) -> str:
     """Holder identity of the run's Lease."""
     lease = client.CoordinationV1Api(api).read_namespaced_lease(run.lease_name, keys.PACKAGE_POD_NAMESPACE)
     return str(lease.spec.holder_identity or "")
+
+
+def policy_events(api: client.ApiClient, name: str, reason: str) -> list[client.CoreV1Event]:
+    """Events with `reason` about DeploymentPolicy `name`."""
+    selector = f"involvedObject.name={name},involvedObject.kind={keys.POLICY_KIND},reason={reason}"
+    return list(client.CoreV1Api(api).list_namespaced_event("default", field_selector=selector).items)
+
+
+@dataclass(frozen=True)
+class Windows:
+    """A node's windows as its aggregated `WindowStarted` Event shows them (one Event per node, issue
+    #14): how many, and the last one's message."""
+
+    count: int
+    last: str
+
+
+def windows_of(api: client.ApiClient, node: str) -> Windows:
+    """The `WindowStarted` Event of `node` (count and latest message; 0 and "" when none)."""
+    events = client.CoreV1Api(api).list_namespaced_event(
+        "default", field_selector=f"involvedObject.name={node},reason=WindowStarted").items
+    latest = max(events, key=lambda e: e.last_timestamp or e.metadata.creation_timestamp, default=None)
+    return Windows(sum(e.count or 1 for e in events), latest.message if latest else "")
+
+
+async def fleet_progress(temporal: Client, policy: str | None) -> FleetProgress:
+    """The fleet's `progress` (AssertionError while it does not run yet, for assert_eventually)."""
+    try:
+        answer = await temporal.get_workflow_handle(names.fleet_workflow_id(policy)).query(names.QUERY_PROGRESS)
+    except (RPCError, WorkflowQueryFailedError) as err:
+        raise AssertionError(f"fleet/{policy} does not answer yet: {err}") from err
+    return progress_from_json(answer)
+
+
+def kubectl_wait_ready(stack: StackInfo, name: str, timeout: float = READY_TIMEOUT) -> None:
+    """`kubectl wait --for=condition=Ready package/<name>` (what a user or GitOps tool runs)."""
+    subprocess.run(
+        ["kubectl", "--kubeconfig", str(stack.kubeconfig), "wait", "--for=condition=Ready",
+         f"package/{name}", f"--timeout={int(timeout)}s"],
+        check=True, capture_output=True, timeout=timeout + 30,
+    )
+
+
+def temporal_signal(stack: StackInfo, workflow_id: str, signal: str, payload: dict[str, Any] | None = None) -> None:
+    """Send a signal with the `temporal` CLI, as an operator would from a terminal."""
+    argv = [str(Path(sys.executable).parent / "temporal"), "workflow", "signal", "--address", stack.temporal_address,
+            "--workflow-id", workflow_id, "--name", signal]
+    if payload is not None:
+        argv += ["--input", json.dumps(payload)]
+    subprocess.run(argv, check=True, capture_output=True, timeout=60)

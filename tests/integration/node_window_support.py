@@ -38,9 +38,6 @@ from worker.registry import ACTIVITIES, WORKFLOWS
 from workflows.node import NodeWorkflow
 
 T = TypeVar("T")
-SYSCTL_IMAGE = "example.local/sysctl-tuning:1.0.0"
-SCRIPT_IMAGE = "example.local/script-config:1.0.0"
-KMOD_IMAGE = "example.local/kmod-blocklist:1.0.0"
 
 
 def fast_settings(node: str, **overrides: Any) -> NodeWorkflowInput:
@@ -50,11 +47,6 @@ def fast_settings(node: str, **overrides: Any) -> NodeWorkflowInput:
                                   reboot_timeout_seconds=60, heartbeat_seconds=5)
     values.update(overrides)
     return NodeWorkflowInput(**values)
-
-
-def package_spec(image: str, **fields: Any) -> dict[str, Any]:
-    """A Package spec (by alias) for an example package image."""
-    return {"version": image.rsplit(":", 1)[1], "image": image, **fields}
 
 
 @dataclass
@@ -225,10 +217,11 @@ def cordon(core: client.CoreV1Api, node: str, on: bool) -> None:
 
 
 def wait_pods_running(core: client.CoreV1Api, namespace: str, selector: str, count: int, node: str) -> None:
-    def running() -> None:
+    def running() -> bool:
         pods = core.list_namespaced_pod(namespace, label_selector=selector).items
         placed = [p for p in pods if p.spec.node_name == node and p.status.phase == "Running"]
         assert len(placed) == count, [(p.metadata.name, p.spec.node_name, p.status.phase) for p in pods]
+        return True
 
     assert_eventually(running, timeout=30)
 

@@ -8,7 +8,6 @@ nodes (fleetsim, in-process) carries the rollouts. The bridge only sees this mod
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,16 +23,16 @@ from planning.status import RolloutProgress
 from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import package_spec
+from tests.helpers.processes import NoderollProcesses, noderoll_fixture
 from tests.integration.bridge_support import (
-    SYSCTL_IMAGE,
-    BridgeRun,
     condition,
     create_package,
     delete_package,
+    kubectl_wait_ready,
     patch_package,
     read_package,
     reasons,
-    wait_leading,
 )
 from workflows.fleet_codec import progress_from_json
 
@@ -42,17 +41,14 @@ NODES = 2
 ROLLOUT_TIMEOUT = 180.0
 
 
-@pytest.fixture(scope="module")
-def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
-    """Worker, bridge and a 2-node fleet labelled for this module."""
-    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("bridge"))
-    with running_fleet(local_stack, nodes=NODES, labels={"bridge-fleet": bridge_run.run_id}):
-        try:
-            bridge_run.start_worker()
-            wait_leading(bridge_run, bridge_run.start_bridge())
-            yield bridge_run
-        finally:
-            bridge_run.stop_all()
+run = noderoll_fixture()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fleet(run: NoderollProcesses, local_stack: StackInfo) -> Iterator[None]:
+    """A 2-node fleet labelled for this module's worker and bridge."""
+    with running_fleet(local_stack, nodes=NODES, labels={"bridge-fleet": run.run_id}):
+        yield
 
 
 @pytest.fixture
@@ -64,10 +60,9 @@ def packages(kube_api_client: ApiClient) -> Iterator[list[str]]:
         delete_package(kube_api_client, name)
 
 
-def fleet_spec(run: BridgeRun, **fields: Any) -> dict[str, Any]:
+def fleet_spec(run: NoderollProcesses, **fields: Any) -> dict[str, Any]:
     """A sysctl-tuning Package spec selecting this module's fleet."""
-    return {"version": "1.0.0", "image": SYSCTL_IMAGE,
-            "nodeSelector": {"matchLabels": {"bridge-fleet": run.run_id}}, **fields}
+    return package_spec(labels={"bridge-fleet": run.run_id}, **fields)
 
 
 # The module's Packages name no DeploymentPolicy: they roll out in the built-in fleet.
@@ -86,17 +81,8 @@ async def progress(temporal: Client, package: str) -> RolloutProgress:
     return answer.packages[package]
 
 
-def kubectl_wait_ready(stack: StackInfo, name: str, timeout: float = ROLLOUT_TIMEOUT) -> None:
-    """`kubectl wait --for=condition=Ready package/<name>` (what a user or GitOps tool runs)."""
-    subprocess.run(
-        ["kubectl", "--kubeconfig", str(stack.kubeconfig), "wait", "--for=condition=Ready",
-         f"package/{name}", f"--timeout={int(timeout)}s"],
-        check=True, capture_output=True, timeout=timeout + 30,
-    )
-
-
 async def test_invalid_package_gets_condition_and_event_and_no_workflow(
-    run: BridgeRun, kube_api_client: ApiClient, temporal_client: Client, packages: list[str]
+    run: NoderollProcesses, kube_api_client: ApiClient, temporal_client: Client, packages: list[str]
 ) -> None:
     name = unique_name("bad")
     packages.append(name)
@@ -122,26 +108,27 @@ async def test_invalid_package_gets_condition_and_event_and_no_workflow(
 
 
 async def test_one_rollout_across_a_bridge_restart_and_status_ready(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
     packages: list[str],
 ) -> None:
     name = unique_name("once")
     packages.append(name)
     runs_before = len(await runs_of_fleet(temporal_client))
     create_package(kube_api_client, run.package(name, fleet_spec(run)))
-    kubectl_wait_ready(local_stack, name)
+    kubectl_wait_ready(local_stack, name, ROLLOUT_TIMEOUT)
     status = read_package(kube_api_client, name)["status"]
     assert status["phase"] == "Complete" and status["progress"] == f"{NODES}/{NODES}", status
     assert condition(read_package(kube_api_client, name), "Ready")["observedGeneration"] == 1
 
     # Killed without a goodbye (no Lease release): the new bridge waits out the Lease, then reconciles.
     run.kill("bridge")
-    wait_leading(run, run.start_bridge("bridge-2"), timeout=60)
+    run.wait_leading(run.start_bridge("bridge-2"))
     patch_package(kube_api_client, name, {"spec": {"env": [{"name": "TUNING", "value": "2"}]}})
 
-    def generation_two() -> None:
+    def generation_two() -> bool:
         ready = condition(read_package(kube_api_client, name), "Ready")
         assert ready["observedGeneration"] == 2 and ready["status"] == "True", ready
+        return True
 
     assert_eventually(generation_two, timeout=ROLLOUT_TIMEOUT)
     # One fleet run across the restart: the new bridge read back what the fleet had, started nothing.
@@ -152,7 +139,7 @@ async def test_one_rollout_across_a_bridge_restart_and_status_ready(
 
 
 async def test_pause_annotation_reaches_the_rollout_and_resume_continues(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
     packages: list[str],
 ) -> None:
     name = unique_name("pause")
@@ -163,15 +150,16 @@ async def test_pause_annotation_reaches_the_rollout_and_resume_continues(
         report = await progress(temporal_client, name)
         assert report.phase.value == phase, report
 
-    async def paused() -> None:
+    async def paused() -> bool:
         await phase_is("Paused")
+        return True
 
     await assert_eventually_async(paused, timeout=60, retry_on=(AssertionError, RPCError))
     assert_eventually(
         lambda: (read_package(kube_api_client, name).get("status") or {}).get("phase") == "Paused", timeout=30
     )
     patch_package(kube_api_client, name, {"metadata": {"annotations": {keys.PAUSE_ANNOTATION: None}}})
-    kubectl_wait_ready(local_stack, name)
+    kubectl_wait_ready(local_stack, name, ROLLOUT_TIMEOUT)
 
     # Paused again by annotation (the `pause` signal), then a new spec: the re-planned rollout waits.
     patch_package(kube_api_client, name, {"metadata": {"annotations": {keys.PAUSE_ANNOTATION: "true"}}})
@@ -181,9 +169,10 @@ async def test_pause_annotation_reaches_the_rollout_and_resume_continues(
     await assert_eventually_async(paused, timeout=60)
     patch_package(kube_api_client, name, {"metadata": {"annotations": {keys.PAUSE_ANNOTATION: None}}})
 
-    def ready_at_generation_two() -> None:
+    def ready_at_generation_two() -> bool:
         ready = condition(read_package(kube_api_client, name), "Ready")
         assert ready["status"] == "True" and ready["observedGeneration"] == 2, ready
+        return True
 
     assert_eventually(ready_at_generation_two, timeout=ROLLOUT_TIMEOUT)
     seen = reasons(kube_api_client, name)
@@ -191,7 +180,7 @@ async def test_pause_annotation_reaches_the_rollout_and_resume_continues(
 
 
 async def test_deleted_package_uninstalls_before_its_finalizer_goes(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
     packages: list[str],
 ) -> None:
     name = unique_name("gone")
@@ -200,23 +189,24 @@ async def test_deleted_package_uninstalls_before_its_finalizer_goes(
     assert_eventually(
         lambda: keys.FINALIZER in read_package(kube_api_client, name)["metadata"].get("finalizers", []), timeout=30
     )
-    kubectl_wait_ready(local_stack, name)
+    kubectl_wait_ready(local_stack, name, ROLLOUT_TIMEOUT)
     handle = temporal_client.get_workflow_handle(FLEET_ID)
     CustomObjectsApi(kube_api_client).delete_cluster_custom_object(keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL, name)
 
-    def gone() -> None:
+    def gone() -> bool:
         try:
             read_package(kube_api_client, name)
         except ApiException as err:
             assert err.status == 404
-            return
+            return True
         raise AssertionError("Package still there")
 
     assert_eventually(gone, timeout=ROLLOUT_TIMEOUT)
 
-    async def fleet_ended() -> None:
+    async def fleet_ended() -> bool:
         # Its last Package is gone: the fleet ends.
         assert (await handle.describe()).status is WorkflowExecutionStatus.COMPLETED
+        return True
 
     await assert_eventually_async(fleet_ended, timeout=60)
     # The uninstall ran on every node before the finalizer went: no node records the Package.

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes.client import ApiClient
@@ -13,9 +12,9 @@ from temporalio.client import Client
 from localstack.state import StackInfo
 from protocol import names
 from tests.helpers import assert_eventually, unique_name
+from tests.helpers.packages import package_spec
+from tests.helpers.processes import NoderollProcesses, noderoll_processes
 from tests.integration.bridge_support import (
-    SYSCTL_IMAGE,
-    BridgeRun,
     condition,
     create_package,
     delete_package,
@@ -23,37 +22,32 @@ from tests.integration.bridge_support import (
     patch_package,
     read_package,
     reasons,
-    wait_leading,
 )
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def pair(local_stack: StackInfo, tmp_path: Path, kube_api_client: ApiClient) -> Iterator[BridgeRun]:
-    """A worker and two bridges (`bridge-a` leads first); their Package is deleted after."""
-    run = BridgeRun(local_stack, tmp_path)
-    run.start_worker()
-    try:
-        wait_leading(run, run.start_bridge("bridge-a"))
+def pair(local_stack: StackInfo, tmp_path: Path) -> Iterator[NoderollProcesses]:
+    """A worker and two bridges (`bridge-a` leads first)."""
+    with noderoll_processes(local_stack, tmp_path, bridge=False) as run:
+        run.wait_leading(run.start_bridge("bridge-a"))
         run.start_bridge("bridge-b")
         yield run
-    finally:
-        run.stop_all()
 
 
-def ready_at(api: ApiClient, name: str, generation: int) -> None:
+def ready_at(api: ApiClient, name: str, generation: int) -> bool:
     ready = condition(read_package(api, name), "Ready")
     assert ready["status"] == "True" and ready["observedGeneration"] == generation, ready
+    return True
 
 
 async def test_only_the_leader_acts_and_the_standby_takes_over(
-    pair: BridgeRun, kube_api_client: ApiClient, temporal_client: Client
+    pair: NoderollProcesses, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     name = unique_name("lead")
     # No node matches: the rollout completes at once (0/0), which is all leadership needs.
-    spec: dict[str, Any] = {"version": "1.0.0", "image": SYSCTL_IMAGE,
-                            "nodeSelector": {"matchLabels": {"no-such-node": pair.run_id}}}
+    spec = package_spec(labels={"no-such-node": pair.run_id})
     create_package(kube_api_client, pair.package(name, spec))
     try:
         assert_eventually(lambda: ready_at(kube_api_client, name, 1), timeout=60)
@@ -61,7 +55,7 @@ async def test_only_the_leader_acts_and_the_standby_takes_over(
         assert "leading as" not in pair.log("bridge-b")
 
         pair.kill("bridge-a")
-        wait_leading(pair, "bridge-b", timeout=60)
+        pair.wait_leading("bridge-b")
         assert lease_holder(kube_api_client, pair) == "bridge-b"
         patch_package(kube_api_client, name, {"spec": {"env": [{"name": "X", "value": "1"}]}})
         assert_eventually(lambda: ready_at(kube_api_client, name, 2), timeout=60)

@@ -15,7 +15,6 @@ policy. A fixed spec (`tune` 2.0.1, the fault gone) then starts a new wave that 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,42 +28,29 @@ from localstack.state import StackInfo
 from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import KMOD_IMAGE, package_spec
+from tests.helpers.processes import NoderollProcesses, noderoll_fixture
 from tests.helpers.stagejobs import StageRecorder
 from tests.integration.bridge_support import (
-    BridgeRun,
     create_package,
     create_policy,
     delete_package,
     delete_policy,
+    fleet_progress,
+    kubectl_wait_ready,
     patch_package,
+    policy_events,
     read_package,
-    wait_leading,
+    read_policy,
+    windows_of,
 )
-from tests.integration.test_fleet_rollout import fleet_progress, kubectl_wait_ready, spec, windows_of
-from tests.integration.test_gates_and_windows import policy_events
 
 # Two waves, a failed canary (3 attempts), its rollback with a reboot, then a fixed wave over 4 nodes:
 # about 80 s at load average 3, more on a loaded machine.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
-KMOD_IMAGE = "example.local/kmod-blocklist:1.0.0"
 
 
-@pytest.fixture(scope="module")
-def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
-    """Worker and bridge processes for this module."""
-    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("rollback"))
-    try:
-        bridge_run.start_worker(env={"NODEROLL_NODE_RETRY_BACKOFF_SECONDS": "1"})
-        wait_leading(bridge_run, bridge_run.start_bridge())
-        yield bridge_run
-    finally:
-        bridge_run.stop_all()
-
-
-def read_policy(api: ApiClient, name: str) -> dict[str, Any]:
-    obj: dict[str, Any] = client.CustomObjectsApi(api).get_cluster_custom_object(
-        keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, name)
-    return obj
+run = noderoll_fixture(retry_backoff_seconds=1)
 
 
 def jobs_on(recorder: StageRecorder, node: str) -> list[tuple[str, str, str, bool]]:
@@ -86,7 +72,7 @@ def record_of(api: ApiClient, node: str) -> dict[str, Any]:
 
 
 async def test_failed_canary_is_rolled_back_and_the_rest_is_untouched(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     labels = {"fleet-test": unique_name("rb")}
     policy, tune, mods = unique_name("pol"), unique_name("tune"), unique_name("mods")
@@ -96,7 +82,7 @@ async def test_failed_canary_is_rolled_back_and_the_rest_is_untouched(
             create_policy(kube_api_client, run, policy, {
                 "canary": {"count": 1, "onFailure": "rollback"},
                 "default": {"budget": {"count": 2}, "strategy": {"type": "fixed", "initialBatch": 2}}})
-            create_package(kube_api_client, run.package(tune, spec(policy, labels)))
+            create_package(kube_api_client, run.package(tune, package_spec(policy=policy, labels=labels)))
             kubectl_wait_ready(local_stack, tune)
             before = {n: windows_of(kube_api_client, n).count for n in fleet.node_names}
             assert set(before.values()) == {1}, before
@@ -108,12 +94,13 @@ async def test_failed_canary_is_rolled_back_and_the_rest_is_untouched(
             fleet_handle = temporal_client.get_workflow_handle(names.fleet_workflow_id(policy))
             await fleet_handle.signal(names.SIGNAL_PAUSE)
             patch_package(kube_api_client, tune, {"spec": {"version": "2.0.0"}})
-            create_package(kube_api_client, run.package(mods, spec(policy, labels, image=KMOD_IMAGE,
-                                                                   interrupt={"type": "reboot"})))
+            mods_spec = package_spec(KMOD_IMAGE, policy=policy, labels=labels, interrupt={"type": "reboot"})
+            create_package(kube_api_client, run.package(mods, mods_spec))
 
-            async def both_handed_over() -> None:
+            async def both_handed_over() -> bool:
                 report = await fleet_progress(temporal_client, policy)
                 assert report.packages[tune].version == "2.0.0" and mods in report.packages, report.packages
+                return True
 
             await assert_eventually_async(both_handed_over, timeout=120)
             await fleet_handle.signal(names.SIGNAL_RESUME)

@@ -17,8 +17,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,40 +27,29 @@ from temporalio.client import Client
 from api import keys
 from fleetsim.faults import Fault
 from localstack.state import StackInfo
-from planning.fleet_status import FleetProgress
-from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import BENCH_PACKAGES, SLEEP_IMAGE, package_spec
+from tests.helpers.processes import NoderollProcesses, noderoll_fixture
 from tests.integration.bridge_support import (
-    BridgeRun,
     create_package,
     create_policy,
     delete_package,
     delete_policy,
+    fleet_progress,
     patch_package,
-    wait_leading,
 )
-from workflows.fleet_codec import progress_from_json
 
 pytestmark = pytest.mark.integration
 NODES = 4
 TIMEOUT = 300.0
-BENCH_PACKAGES = Path(__file__).resolve().parents[2] / "bench" / "packages"
 # The Event reasons of a node window (workflows/node_window.py, activities/nodes.py).
 WINDOW_REASONS = ("WindowStarted", "Cordoned", "Drained", "Interrupted", "PackageComplete", "PackageErroring",
                   "LeftCordoned")
 
 
-@pytest.fixture(scope="module")
-def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
-    """Worker (2 attempts per stage, 1 s apart) and bridge for this module."""
-    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("footprint"))
-    try:
-        bridge_run.start_worker(env={"NODEROLL_NODE_RETRY_BACKOFF_SECONDS": "1", "NODEROLL_NODE_STAGE_ATTEMPTS": "2"})
-        wait_leading(bridge_run, bridge_run.start_bridge())
-        yield bridge_run
-    finally:
-        bridge_run.stop_all()
+# The worker makes 2 attempts per stage, 1 s apart.
+run = noderoll_fixture(stage_attempts=2, retry_backoff_seconds=1)
 
 
 def footprint(api: ApiClient, nodes: list[str]) -> dict[str, int]:
@@ -88,14 +75,6 @@ def cordons(api: ApiClient, node: str) -> int:
     return sum(e.count or 1 for e in events)
 
 
-async def progress(temporal: Client, policy: str) -> FleetProgress:
-    try:
-        answer = await temporal.get_workflow_handle(names.fleet_workflow_id(policy)).query(names.QUERY_PROGRESS)
-    except Exception as err:  # noqa: BLE001 - not started yet: assert_eventually tries again
-        raise AssertionError(f"fleet/{policy} does not answer yet: {err}") from err
-    return progress_from_json(answer)
-
-
 def retry(stack: StackInfo, policy: str, package: str, node: str) -> None:
     """`noderoll retry PACKAGE --node N`, as an operator would."""
     subprocess.run([sys.executable, "-m", "cli", "retry", package, "--node", node, "--temporal-address",
@@ -104,13 +83,13 @@ def retry(stack: StackInfo, policy: str, package: str, node: str) -> None:
 
 
 def spec(policy: str, labels: dict[str, str], version: str) -> dict[str, Any]:
-    return {"version": version, "image": "bench.local/bench-sleep:1.0.0", "deploymentPolicy": policy,
-            "nodeSelector": {"matchLabels": labels}, "interrupt": {"type": "reboot"},
-            "env": [{"name": "BENCH_STAGE_SECONDS", "value": "0"}]}
+    """bench-sleep at `version` (the image stays 1.0.0), instant stages, a reboot."""
+    return package_spec(SLEEP_IMAGE, policy=policy, labels=labels, stage_seconds=0, version=version,
+                        interrupt={"type": "reboot"})
 
 
 async def test_a_rollout_leaves_the_cluster_as_it_found_it_but_the_failure_kept_for_logs(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     labels = {"footprint-test": unique_name("fp")}
     selector = ",".join(f"{k}={v}" for k, v in labels.items())
@@ -127,10 +106,11 @@ async def test_a_rollout_leaves_the_cluster_as_it_found_it_but_the_failure_kept_
             create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": NODES}}})
             create_package(kube_api_client, run.package(name, spec(policy, labels, "1.0.0")))
 
-            async def three_done_one_erroring() -> None:
-                report = await progress(temporal_client, policy)
+            async def three_done_one_erroring() -> bool:
+                report = await fleet_progress(temporal_client, policy)
                 assert report.packages[name].counts == {"complete": NODES - 1, "erroring": 1}, report.packages[name]
                 assert list(report.packages[name].erroring) == [bad]
+                return True
 
             await assert_eventually_async(three_done_one_erroring, timeout=TIMEOUT)
             # Only the failed node's latest attempt is left (its Job and pod); no ConfigMap; a bounded set of Events.
@@ -142,9 +122,10 @@ async def test_a_rollout_leaves_the_cluster_as_it_found_it_but_the_failure_kept_
             # The retry succeeds and deletes the kept failure with its own Jobs.
             retry(local_stack, policy, name, bad)
 
-            async def all_done() -> None:
-                report = await progress(temporal_client, policy)
+            async def all_done() -> bool:
+                report = await fleet_progress(temporal_client, policy)
                 assert report.packages[name].counts == {"complete": NODES}, report.packages[name]
+                return True
 
             await assert_eventually_async(all_done, timeout=TIMEOUT)
             assert_eventually(lambda: footprint(kube_api_client, nodes)["pods"] == 0, timeout=60)
@@ -154,12 +135,13 @@ async def test_a_rollout_leaves_the_cluster_as_it_found_it_but_the_failure_kept_
             # A second rollout on the same nodes (a new version): every count returns to where it was.
             patch_package(kube_api_client, name, {"spec": spec(policy, labels, "1.0.1")})
 
-            async def second_done() -> None:
-                report = await progress(temporal_client, policy)
+            async def second_done() -> bool:
+                report = await fleet_progress(temporal_client, policy)
                 read = client.CoreV1Api(kube_api_client).list_node(label_selector=selector).items
                 records = [json.loads((n.metadata.annotations or {}).get(keys.NODE_STATE_ANNOTATION, "{}")) for n in read]
                 versions = {r.get("packages", {}).get(name, {}).get("version") for r in records}
                 assert versions == {"1.0.1"} and report.packages[name].counts == {"complete": NODES}, versions
+                return True
 
             await assert_eventually_async(second_done, timeout=TIMEOUT)
             assert_eventually(lambda: footprint(kube_api_client, nodes) == settled, timeout=60)

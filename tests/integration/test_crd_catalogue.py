@@ -29,6 +29,7 @@ from api.validation import validate_documents
 from planning.status import RolloutProgress, render_package_status
 from tests.catalogue import Entry, load
 from tests.helpers import assert_eventually, unique_name
+from tests.helpers.packages import example_image, package_spec
 
 pytestmark = pytest.mark.integration
 
@@ -138,7 +139,7 @@ def test_schema_defaults_are_applied(kube_api_client: client.ApiClient, crds: li
             "apiVersion": keys.API_VERSION,
             "kind": keys.PACKAGE_KIND,
             "metadata": {"name": "defaults-check"},
-            "spec": {"version": "1.2", "image": "example.local/x:1.2"},
+            "spec": package_spec(example_image("x", "1.2")),
         },
     )
     assert pkg["spec"]["drain"] == {"timeoutSeconds": 600, "deleteEmptyDirData": False}
@@ -187,12 +188,7 @@ def test_rendered_status_is_stored_unpruned_and_shown_in_columns(
         "kind": keys.PACKAGE_KIND,
         "metadata": {"name": name},
         # Paused and targeting no node: a bridge running on the shared stack has nothing to roll out.
-        "spec": {
-            "version": "1.0.0",
-            "image": "example.local/x:1.0.0",
-            "paused": True,
-            "nodeSelector": {"matchLabels": {"noderoll.io/test-none": name}},
-        },
+        "spec": package_spec(example_image("x"), labels={"noderoll.io/test-none": name}, paused=True),
     }
     created = custom.create_cluster_custom_object(keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL, body)
     try:

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +23,15 @@ from api import keys
 from localstack.state import StackInfo
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import package_spec
+from tests.helpers.processes import TEST_LABEL, NoderollProcesses, noderoll_fixture
 from tests.integration.bridge_support import (
-    TEST_LABEL,
-    BridgeRun,
     condition,
     create_package,
     create_policy,
     delete_package,
     delete_policy,
     read_package,
-    wait_leading,
 )
 
 pytestmark = pytest.mark.integration
@@ -41,15 +39,7 @@ EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "deploy" / "examples").
 TIMEOUT = 300.0
 
 
-@pytest.fixture(scope="module")
-def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
-    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("protect"))
-    try:
-        bridge_run.start_worker(env={"NODEROLL_NODE_RETRY_BACKOFF_SECONDS": "1"})
-        wait_leading(bridge_run, bridge_run.start_bridge())
-        yield bridge_run
-    finally:
-        bridge_run.stop_all()
+run = noderoll_fixture(retry_backoff_seconds=1)
 
 
 def read(api: ApiClient, plural: str, name: str) -> dict[str, Any] | None:
@@ -67,20 +57,23 @@ def delete(api: ApiClient, plural: str, name: str) -> None:
     client.CustomObjectsApi(api).delete_cluster_custom_object(keys.GROUP, keys.VERSION, plural, name)
 
 
-def has_in_use(api: ApiClient, plural: str, name: str) -> None:
+def has_in_use(api: ApiClient, plural: str, name: str) -> bool:
     obj = read(api, plural, name)
     assert obj is not None and keys.IN_USE_FINALIZER in (obj["metadata"].get("finalizers") or []), obj
+    return True
 
 
-def blocked_by(api: ApiClient, plural: str, name: str, user: str) -> None:
+def blocked_by(api: ApiClient, plural: str, name: str, user: str) -> bool:
     obj = read(api, plural, name)
     assert obj is not None and obj["metadata"].get("deletionTimestamp"), obj
     cond = condition(obj, "InUse")
     assert (cond["status"], cond["reason"]) == ("True", "DeletionBlocked") and user in cond["message"], cond
+    return True
 
 
-def gone(api: ApiClient, plural: str, name: str) -> None:
+def gone(api: ApiClient, plural: str, name: str) -> bool:
     assert read(api, plural, name) is None, f"{plural}/{name} still there"
+    return True
 
 
 def warning_events(api: ApiClient, kind: str, name: str) -> list[str]:
@@ -89,14 +82,11 @@ def warning_events(api: ApiClient, kind: str, name: str) -> list[str]:
 
 
 def spec(policy: str | None, **extra: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"version": "1.0.0", "image": "example.local/sysctl-tuning:1.0.0",
-                            "nodeSelector": {"matchLabels": {"protect-test": unique_name("none")}}, **extra}
-    if policy:
-        body["deploymentPolicy"] = policy
-    return body
+    """A sysctl-tuning Package spec that selects no node."""
+    return package_spec(policy=policy, labels={"protect-test": unique_name("none")}, **extra)
 
 
-def test_a_policy_in_use_is_kept_until_its_packages_go(run: BridgeRun, kube_api_client: ApiClient) -> None:
+def test_a_policy_in_use_is_kept_until_its_packages_go(run: NoderollProcesses, kube_api_client: ApiClient) -> None:
     policy, name = unique_name("pol"), unique_name("user")
     try:
         create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 1}}})
@@ -104,7 +94,7 @@ def test_a_policy_in_use_is_kept_until_its_packages_go(run: BridgeRun, kube_api_
         assert_eventually(lambda: has_in_use(kube_api_client, keys.POLICY_PLURAL, policy), timeout=60)
         delete(kube_api_client, keys.POLICY_PLURAL, policy)
         assert_eventually(lambda: blocked_by(kube_api_client, keys.POLICY_PLURAL, policy, name), timeout=60)
-        assert_eventually(lambda: warning_events(kube_api_client, keys.POLICY_KIND, policy) or False, timeout=30)
+        assert_eventually(lambda: warning_events(kube_api_client, keys.POLICY_KIND, policy), timeout=30)
         # Its Package still rolls out with it (Ready, not Invalid).
         assert_eventually(lambda: condition(read_package(kube_api_client, name), "Ready")["status"] == "True",
                           timeout=TIMEOUT)
@@ -116,7 +106,7 @@ def test_a_policy_in_use_is_kept_until_its_packages_go(run: BridgeRun, kube_api_
         delete_policy(kube_api_client, policy)
 
 
-def test_a_dependency_is_kept_while_a_dependent_exists(run: BridgeRun, kube_api_client: ApiClient) -> None:
+def test_a_dependency_is_kept_while_a_dependent_exists(run: NoderollProcesses, kube_api_client: ApiClient) -> None:
     base, app = unique_name("base"), unique_name("app")
     try:
         create_package(kube_api_client, run.package(base, spec(None)))
@@ -126,7 +116,7 @@ def test_a_dependency_is_kept_while_a_dependent_exists(run: BridgeRun, kube_api_
         assert (in_use["status"], in_use["reason"]) == ("True", "InUse") and app in in_use["message"], in_use
         delete(kube_api_client, keys.PACKAGE_PLURAL, base)
         assert_eventually(lambda: blocked_by(kube_api_client, keys.PACKAGE_PLURAL, base, app), timeout=60)
-        assert_eventually(lambda: warning_events(kube_api_client, keys.PACKAGE_KIND, base) or False, timeout=30)
+        assert_eventually(lambda: warning_events(kube_api_client, keys.PACKAGE_KIND, base), timeout=30)
         # The dependent does not lose its dependency: it stays Ready.
         assert_eventually(lambda: condition(read_package(kube_api_client, app), "Ready")["status"] == "True",
                           timeout=TIMEOUT)
@@ -138,7 +128,7 @@ def test_a_dependency_is_kept_while_a_dependent_exists(run: BridgeRun, kube_api_
             delete_package(kube_api_client, name)
 
 
-def example_set(run: BridgeRun, suffix: str, labels: dict[str, str]) -> list[dict[str, Any]]:
+def example_set(run: NoderollProcesses, suffix: str, labels: dict[str, str]) -> list[dict[str, Any]]:
     """The examples renamed with `suffix`, labelled for this run's bridge, their selectors on our nodes."""
     docs = [d for path in EXAMPLES for d in yaml.safe_load_all(path.read_text()) if d]
     for doc in docs:
@@ -159,7 +149,7 @@ def kubectl(stack: StackInfo, *argv: str, timeout: float = 120) -> subprocess.Co
 
 
 def test_deleting_the_whole_example_set_completes(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, tmp_path: Path
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, tmp_path: Path
 ) -> None:
     labels = {"protect-test": unique_name("prune")}
     suffix = "-" + unique_name("x")[-6:]

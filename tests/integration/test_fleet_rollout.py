@@ -21,18 +21,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client import ApiClient
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.service import RPCError
 from temporalio.worker import Replayer
 
 from api import keys
@@ -45,54 +40,33 @@ from protocol import names
 from tests.helpers import assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.helpers.nodewatch import watching_nodes
+from tests.helpers.packages import (
+    BENCH_PACKAGES,
+    KMOD_IMAGE,
+    SERVICE_IMAGE,
+    SLEEP_IMAGE,
+    package_spec,
+)
+from tests.helpers.processes import NoderollProcesses, noderoll_fixture
 from tests.integration.bridge_support import (
-    SYSCTL_IMAGE,
-    BridgeRun,
     create_package,
     create_policy,
     delete_package,
     delete_policy,
+    fleet_progress,
+    kubectl_wait_ready,
     patch_package,
     read_package,
-    wait_leading,
+    temporal_signal,
+    windows_of,
 )
 from worker.registry import WORKFLOWS
-from workflows.fleet_codec import progress_from_json
 
 pytestmark = pytest.mark.integration
 ROLLOUT_TIMEOUT = 420.0
-SERVICE_IMAGE = "example.local/service-restart:1.0.0"
-SLEEP_IMAGE = "bench.local/bench-sleep:1.0.0"
-BENCH_PACKAGES = Path(__file__).resolve().parents[2] / "bench" / "packages"
 
 
-@pytest.fixture(scope="module")
-def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
-    """Worker and bridge processes for this module (policies and Packages are per test)."""
-    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("fleet"))
-    try:
-        bridge_run.start_worker(env={"NODEROLL_NODE_RETRY_BACKOFF_SECONDS": "1"})
-        wait_leading(bridge_run, bridge_run.start_bridge())
-        yield bridge_run
-    finally:
-        bridge_run.stop_all()
-
-
-def kubectl_wait_ready(stack: StackInfo, name: str, timeout: float = ROLLOUT_TIMEOUT) -> None:
-    subprocess.run(
-        ["kubectl", "--kubeconfig", str(stack.kubeconfig), "wait", "--for=condition=Ready",
-         f"package/{name}", f"--timeout={int(timeout)}s"],
-        check=True, capture_output=True, timeout=timeout + 30,
-    )
-
-
-async def fleet_progress(temporal: Client, policy: str) -> FleetProgress:
-    """The fleet's `progress` (AssertionError while it does not run yet, for assert_eventually)."""
-    try:
-        answer = await temporal.get_workflow_handle(names.fleet_workflow_id(policy)).query(names.QUERY_PROGRESS)
-    except RPCError as err:
-        raise AssertionError(f"fleet/{policy} does not answer yet: {err}") from err
-    return progress_from_json(answer)
+run = noderoll_fixture(retry_backoff_seconds=1)
 
 
 def interrupts_on(fleet: Fleet, node: str) -> list[str]:
@@ -102,32 +76,8 @@ def interrupts_on(fleet: Fleet, node: str) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
-@dataclass(frozen=True)
-class Windows:
-    """A node's windows as its aggregated `WindowStarted` Event shows them (one Event per node, issue
-    #14): how many, and the last one's message."""
-
-    count: int
-    last: str
-
-
-def windows_of(api: ApiClient, node: str) -> Windows:
-    """The `WindowStarted` Event of `node` (count and latest message; 0 and "" when none)."""
-    events = client.CoreV1Api(api).list_namespaced_event(
-        "default", field_selector=f"involvedObject.name={node},reason=WindowStarted").items
-    latest = max(events, key=lambda e: e.last_timestamp or e.metadata.creation_timestamp, default=None)
-    return Windows(sum(e.count or 1 for e in events), latest.message if latest else "")
-
-
-def spec(policy: str | None, selector: dict[str, str], image: str = SYSCTL_IMAGE, **extra: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"version": "1.0.0", "image": image, "nodeSelector": {"matchLabels": selector}, **extra}
-    if policy:
-        body["deploymentPolicy"] = policy
-    return body
-
-
 async def test_change_set_costs_one_cordon_one_reboot_one_interrupt_per_node(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     labels = {"fleet-test": unique_name("cs")}
     selector = ",".join(f"{k}={v}" for k, v in labels.items())
@@ -141,12 +91,13 @@ async def test_change_set_costs_one_cordon_one_reboot_one_interrupt_per_node(
                             "strategy": {"type": "exponential", "initialBatch": 1, "growthFactor": 2}},
             })
             reboot = {"type": "reboot"}
-            create_package(kube_api_client, run.package(kernel, spec(policy, labels, interrupt=reboot)))
-            create_package(kube_api_client, run.package(driver, spec(
-                policy, labels, image="example.local/kmod-blocklist:1.0.0", interrupt=reboot,
-                dependsOn={kernel: "1.0.0"})))
-            create_package(kube_api_client, run.package(tuned, spec(
-                policy, labels, image=SERVICE_IMAGE, interrupt={"type": "service", "services": ["containerd"]})))
+            create_package(kube_api_client, run.package(kernel, package_spec(
+                policy=policy, labels=labels, interrupt=reboot)))
+            create_package(kube_api_client, run.package(driver, package_spec(
+                KMOD_IMAGE, policy=policy, labels=labels, interrupt=reboot, dependsOn={kernel: "1.0.0"})))
+            create_package(kube_api_client, run.package(tuned, package_spec(
+                SERVICE_IMAGE, policy=policy, labels=labels,
+                interrupt={"type": "service", "services": ["containerd"]})))
             for name in (kernel, driver, tuned):
                 kubectl_wait_ready(local_stack, name)
             report = await fleet_progress(temporal_client, policy)
@@ -183,7 +134,7 @@ def carried(message: str) -> list[str]:
 
 
 async def test_package_added_mid_batch_joins_windows_not_yet_started(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     labels = {"fleet-test": unique_name("mid")}
     policy, first, second = unique_name("pol"), unique_name("slow"), unique_name("late")
@@ -191,15 +142,16 @@ async def test_package_added_mid_batch_joins_windows_not_yet_started(
         try:
             create_policy(kube_api_client, run, policy, {
                 "default": {"budget": {"count": 2}, "strategy": {"type": "fixed", "initialBatch": 2}}})
-            slow = spec(policy, labels, image=SLEEP_IMAGE, env=[{"name": "BENCH_STAGE_SECONDS", "value": "2"}])
+            slow = package_spec(SLEEP_IMAGE, policy=policy, labels=labels, stage_seconds=2)
             create_package(kube_api_client, run.package(first, slow))
 
-            async def second_batch_out() -> None:
+            async def second_batch_out() -> bool:
                 report = await fleet_progress(temporal_client, policy)
                 assert report.batch_number >= 2 and report.counts.get("in_progress", 0) >= 1, report.counts
+                return True
 
             await assert_eventually_async(second_batch_out, timeout=180)
-            create_package(kube_api_client, run.package(second, spec(policy, labels)))
+            create_package(kube_api_client, run.package(second, package_spec(policy=policy, labels=labels)))
             kubectl_wait_ready(local_stack, first)
             kubectl_wait_ready(local_stack, second)
             # One window with both, or two: the first with `first` alone, the last with `second`.
@@ -217,19 +169,8 @@ async def test_package_added_mid_batch_joins_windows_not_yet_started(
             delete_policy(kube_api_client, policy)
 
 
-def temporal_signal(stack: StackInfo, workflow_id: str, signal: str, payload: dict[str, Any] | None = None) -> None:
-    """Send a signal with the `temporal` CLI, as an operator would from a terminal."""
-    import sys
-
-    argv = [str(Path(sys.executable).parent / "temporal"), "workflow", "signal", "--address", stack.temporal_address,
-            "--workflow-id", workflow_id, "--name", signal]
-    if payload is not None:
-        argv += ["--input", json.dumps(payload)]
-    subprocess.run(argv, check=True, capture_output=True, timeout=60)
-
-
 async def test_pause_one_package_halt_resume_and_retry_one_node(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     labels = {"fleet-test": unique_name("ctl")}
     selector = ",".join(f"{k}={v}" for k, v in labels.items())
@@ -241,8 +182,8 @@ async def test_pause_one_package_halt_resume_and_retry_one_node(
         try:
             create_policy(kube_api_client, run, policy, {
                 "default": {"budget": {"count": 2}, "strategy": {"type": "fixed", "initialBatch": 2}}})
-            create_package(kube_api_client, run.package(kept, spec(policy, labels)))
-            create_package(kube_api_client, run.package(paused, spec(policy, labels),
+            create_package(kube_api_client, run.package(kept, package_spec(policy=policy, labels=labels)))
+            create_package(kube_api_client, run.package(paused, package_spec(policy=policy, labels=labels),
                                                         annotations={keys.PAUSE_ANNOTATION: "true"}))
 
             async def kept_failed_on_one_node() -> FleetProgress:
@@ -261,15 +202,17 @@ async def test_pause_one_package_halt_resume_and_retry_one_node(
             # Halt the fleet (operator, Temporal CLI), un-pause the held Package: nothing starts while halted.
             temporal_signal(local_stack, fleet_id, names.SIGNAL_HALT)
 
-            async def halted() -> None:
+            async def halted() -> bool:
                 assert (await fleet_progress(temporal_client, policy)).phase is RolloutPhase.HALTED
+                return True
 
             await assert_eventually_async(halted, timeout=60)
             patch_package(kube_api_client, paused, {"metadata": {"annotations": {keys.PAUSE_ANNOTATION: None}}})
 
-            async def resumed_package_waits() -> None:
+            async def resumed_package_waits() -> bool:
                 report = await fleet_progress(temporal_client, policy)
                 assert report.packages[paused].phase is RolloutPhase.HALTED, report.packages[paused]
+                return True
 
             await assert_eventually_async(resumed_package_waits, timeout=60)
             temporal_signal(local_stack, fleet_id, names.SIGNAL_RESUME)
@@ -287,15 +230,15 @@ async def test_pause_one_package_halt_resume_and_retry_one_node(
 
 
 async def test_node_workflow_terminated_mid_window_is_noticed_and_asked_again(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     labels = {"fleet-test": unique_name("lost")}
     policy, name = unique_name("pol"), unique_name("pkg")
     with running_fleet(local_stack, nodes=3, labels=labels, image_stores=[BENCH_PACKAGES]) as fleet:
         try:
             create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 1}}})
-            create_package(kube_api_client, run.package(name, spec(
-                policy, labels, image=SLEEP_IMAGE, env=[{"name": "BENCH_STAGE_SECONDS", "value": "4"}])))
+            create_package(kube_api_client, run.package(name, package_spec(
+                SLEEP_IMAGE, policy=policy, labels=labels, stage_seconds=4)))
 
             async def first_in_window() -> str:
                 report = await fleet_progress(temporal_client, policy)
@@ -345,7 +288,7 @@ async def replay_and_record(histories: dict[str, WorkflowHistory]) -> None:
 
 
 async def test_fleet_and_node_window_histories_replay(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     """Three nodes, two Packages (a reboot one depending on the other), a canary: the fleet's history (to
     its end, once its Packages are gone) and a node's fleet window replay against the worker's workflows."""
@@ -357,9 +300,9 @@ async def test_fleet_and_node_window_histories_replay(
             create_policy(kube_api_client, run, policy, {
                 "canary": {"count": 1, "soakSeconds": 1, "promotion": "auto"},
                 "default": {"budget": {"count": 2}, "strategy": {"type": "fixed", "initialBatch": 2}}})
-            create_package(kube_api_client, run.package(base, spec(policy, labels)))
-            create_package(kube_api_client, run.package(driver, spec(
-                policy, labels, image="example.local/kmod-blocklist:1.0.0", interrupt={"type": "reboot"},
+            create_package(kube_api_client, run.package(base, package_spec(policy=policy, labels=labels)))
+            create_package(kube_api_client, run.package(driver, package_spec(
+                KMOD_IMAGE, policy=policy, labels=labels, interrupt={"type": "reboot"},
                 dependsOn={base: "1.0.0"})))
             for name in (base, driver):
                 kubectl_wait_ready(local_stack, name)
@@ -371,9 +314,10 @@ async def test_fleet_and_node_window_histories_replay(
                 delete_package(kube_api_client, name)
             delete_policy(kube_api_client, policy)
 
-        async def fleet_ended() -> None:
+        async def fleet_ended() -> bool:
             status = (await temporal_client.get_workflow_handle(fleet_id).describe()).status
             assert status == WorkflowExecutionStatus.COMPLETED, status
+            return True
 
         await assert_eventually_async(fleet_ended, timeout=120)
         histories = {
@@ -385,7 +329,7 @@ async def test_fleet_and_node_window_histories_replay(
 
 
 async def test_a_node_relabelled_out_before_its_batch_is_named_in_the_package_status(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     """Regression: a node that left the selector before its batch was dropped from the fleet's progress
     without a word; the Package's status now names it (as docs/how-it-works.md promises), and it gets no window."""
@@ -395,8 +339,8 @@ async def test_a_node_relabelled_out_before_its_batch_is_named_in_the_package_st
         try:
             create_policy(kube_api_client, run, policy, {
                 "default": {"budget": {"count": 1}, "strategy": {"type": "fixed", "initialBatch": 1}}})
-            create_package(kube_api_client, run.package(name, spec(
-                policy, labels, image=SLEEP_IMAGE, env=[{"name": "BENCH_STAGE_SECONDS", "value": "3"}])))
+            create_package(kube_api_client, run.package(name, package_spec(
+                SLEEP_IMAGE, policy=policy, labels=labels, stage_seconds=3)))
 
             async def first_batch_out() -> str:
                 report = await fleet_progress(temporal_client, policy)
@@ -418,7 +362,7 @@ async def test_a_node_relabelled_out_before_its_batch_is_named_in_the_package_st
 
 
 async def test_dependent_of_a_package_failed_in_the_window_is_skipped_and_replays(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     """One node, a Package and its dependent in one window; the first fails its apply: the dependent is
     not run (`skip-dependents-of-failed`), and the node's history replays (and is recorded)."""
@@ -429,13 +373,15 @@ async def test_dependent_of_a_package_failed_in_the_window_is_skipped_and_replay
         fleet.options.faults.add(Fault("fail-stage", nodes=node, mode="apply", package=base, exit_code=7))
         try:
             create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 1}}})
-            create_package(kube_api_client, run.package(base, spec(policy, labels)))
-            create_package(kube_api_client, run.package(driver, spec(policy, labels, dependsOn={base: "1.0.0"})))
+            create_package(kube_api_client, run.package(base, package_spec(policy=policy, labels=labels)))
+            create_package(kube_api_client, run.package(driver, package_spec(
+                policy=policy, labels=labels, dependsOn={base: "1.0.0"})))
 
-            async def window_over() -> None:
+            async def window_over() -> bool:
                 progress = (await fleet_progress(temporal_client, policy)).nodes.get(node)
                 assert progress is not None and progress.packages.get(base) == "erroring", progress
                 assert progress.state != "in_progress", progress
+                return True
 
             await assert_eventually_async(window_over, timeout=ROLLOUT_TIMEOUT)
             assert windows_of(kube_api_client, node).count == 1

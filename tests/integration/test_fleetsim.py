@@ -17,9 +17,9 @@ from api.keys import PACKAGE_POD_NAMESPACE
 from fleetsim.faults import Fault
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import SERVICE_IMAGE, SYSCTL_IMAGE, WORKLOAD_IMAGE, example_image
 
 pytestmark = pytest.mark.integration
-SYSCTL_IMAGE = "example.local/sysctl-tuning:1.0.0"
 # Jobs (and their ConfigMaps) created by the running test, deleted after it.
 _created: list[str] = []
 
@@ -104,7 +104,8 @@ def test_pod_bound_to_simulated_node_runs(local_stack: Any, kube_api_client: Api
     with running_fleet(local_stack, nodes=2) as fleet:
         node = fleet.node_names[1]
         assert ready_condition(kube_api_client, node).status == "True"
-        pod = {"metadata": {"name": "web"}, "spec": {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}}
+        pod = {"metadata": {"name": "web"},
+               "spec": {"nodeName": node, "containers": [{"name": "c", "image": WORKLOAD_IMAGE}]}}
         core.create_namespaced_pod(k8s_namespace, pod)
 
         def running() -> client.V1Pod:
@@ -120,7 +121,7 @@ def test_deletion_honours_grace_period(local_stack: Any, kube_api_client: ApiCli
     core = client.CoreV1Api(kube_api_client)
     with running_fleet(local_stack, nodes=1) as fleet:
         spec = {"nodeName": fleet.node_names[0], "terminationGracePeriodSeconds": 2,
-                "containers": [{"name": "c", "image": "x"}]}
+                "containers": [{"name": "c", "image": WORKLOAD_IMAGE}]}
         core.create_namespaced_pod(k8s_namespace, {"metadata": {"name": "graceful"}, "spec": spec})
         assert_eventually(lambda: core.read_namespaced_pod("graceful", k8s_namespace).status.phase == "Running")
         deleted_at = time.monotonic()
@@ -180,7 +181,7 @@ def test_failing_step_exit_code_reaches_the_pod(local_stack: Any, kube_api_clien
     (package / "boom.sh").write_text("#!/bin/sh\necho about to fail\nexit 3\n")
     (package / "boom.sh").chmod(0o755)
     with running_fleet(local_stack, nodes=1, image_stores=[tmp_path]) as fleet:
-        job = stage_job(unique_name("apply"), fleet.node_names[0], "example.local/broken:0.1.0", "apply")
+        job = stage_job(unique_name("apply"), fleet.node_names[0], example_image("broken", "0.1.0"), "apply")
         pod = run_stage(kube_api_client, job)
         assert pod.status.phase == "Failed"
         assert terminated(pod).exit_code == 3
@@ -193,7 +194,7 @@ def test_reboot_changes_boot_id_and_passes_through_not_ready(local_stack: Any, k
     with running_fleet(local_stack, nodes=1, reboot_seconds=2.0) as fleet:
         node = fleet.node_names[0]
         before = core.read_node(node).status.node_info.boot_id
-        spec = {"nodeName": node, "containers": [{"name": "c", "image": "x"}]}
+        spec = {"nodeName": node, "containers": [{"name": "c", "image": WORKLOAD_IMAGE}]}
         core.create_namespaced_pod(k8s_namespace, {"metadata": {"name": "survivor"}, "spec": spec})
         assert_eventually(lambda: core.read_namespaced_pod("survivor", k8s_namespace).status.phase == "Running")
         interrupt = json.dumps({"type": "reboot", "services": []})
@@ -215,7 +216,7 @@ def test_service_interrupt_records_restarted_services(local_stack: Any, kube_api
         node = fleet.node_names[0]
         boot_id = fleet.boot_id(node)
         interrupt = json.dumps({"type": "service", "services": ["containerd", "kubelet"]})
-        job = stage_job(unique_name("svc"), node, "example.local/service-restart:1.0.0", "interrupt",
+        job = stage_job(unique_name("svc"), node, SERVICE_IMAGE, "interrupt",
                         {"NODEROLL_INTERRUPT": interrupt})
         assert run_stage(kube_api_client, job).status.phase == "Succeeded"
         log = fleet.sandbox(node) / "var/lib/noderoll/restarted-services.log"
@@ -238,13 +239,14 @@ def test_workloads_spread_with_pdbs_and_training_pods_finish(local_stack: Any, k
             protected = core.list_namespaced_pod(namespace, label_selector=f"{PROTECTED_LABEL}=true").items
             assert [p.spec.node_name for p in protected] == [fleet.node_names[0]]
 
-            def settled() -> None:
+            def settled() -> bool:
                 pods = core.list_namespaced_pod(namespace).items
                 phases = sorted((p.metadata.labels.get("app", "").rsplit("-", 1)[-1], p.status.phase) for p in pods)
                 assert phases == [("0", "Running")] * 3 + [("training", "Succeeded")] * 2, phases
                 assert {p.spec.node_name for p in pods} <= set(fleet.node_names)
                 pdb = objects.get_namespaced_custom_object("policy", "v1beta1", namespace, "poddisruptionbudgets", f"{spec.prefix}-web-0")
                 assert pdb["status"]["disruptionsAllowed"] == 1
+                return True
 
             assert_eventually(settled, timeout=60)
         finally:
@@ -293,7 +295,7 @@ def test_pods_follow_their_node_through_a_reboot(local_stack: Any, kube_api_clie
 
     def pod(name: str, restart_policy: str = "Always", annotations: dict[str, str] | None = None) -> dict[str, Any]:
         spec = {"nodeName": node, "restartPolicy": restart_policy, "terminationGracePeriodSeconds": 60,
-                "containers": [{"name": "c", "image": "x"}]}
+                "containers": [{"name": "c", "image": WORKLOAD_IMAGE}]}
         return {"metadata": {"name": name, "annotations": annotations or {}}, "spec": spec}
 
     def read(name: str) -> client.V1Pod:

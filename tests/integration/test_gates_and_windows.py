@@ -30,7 +30,6 @@ from kubernetes.client import ApiClient
 from prometheus_client import CollectorRegistry, Gauge, start_http_server
 from temporalio.client import Client
 
-from api import keys
 from localstack.prometheus import PrometheusServer, free_port, prometheus_binary
 from localstack.provision import ProvisionError
 from localstack.state import StackInfo
@@ -38,16 +37,19 @@ from planning.fleet_status import FleetProgress
 from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import package_spec
+from tests.helpers.processes import NoderollProcesses, noderoll_processes
 from tests.integration.bridge_support import (
-    BridgeRun,
     create_package,
     create_policy,
     delete_package,
     delete_policy,
+    fleet_progress,
+    kubectl_wait_ready,
+    policy_events,
     read_package,
-    wait_leading,
+    read_policy,
 )
-from tests.integration.test_fleet_rollout import fleet_progress, kubectl_wait_ready, spec
 
 pytestmark = pytest.mark.integration
 METRIC = "noderoll_test_gpu_errors"
@@ -84,26 +86,11 @@ def prometheus(exporter: tuple[str, Gauge]) -> Iterator[PrometheusServer]:
 
 @pytest.fixture(scope="module")
 def run(local_stack: StackInfo, prometheus: PrometheusServer,
-        tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[NoderollProcesses]:
     """Worker (told where Prometheus is by its environment) and bridge processes for this module."""
-    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("gates"))
-    try:
-        bridge_run.start_worker(env={"NODEROLL_PROMETHEUS_ADDRESS": prometheus.address})
-        wait_leading(bridge_run, bridge_run.start_bridge())
-        yield bridge_run
-    finally:
-        bridge_run.stop_all()
-
-
-def read_policy(api: ApiClient, name: str) -> dict[str, Any]:
-    obj: dict[str, Any] = client.CustomObjectsApi(api).get_cluster_custom_object(
-        keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, name)
-    return obj
-
-
-def policy_events(api: ApiClient, name: str, reason: str) -> list[client.CoreV1Event]:
-    selector = f"involvedObject.name={name},involvedObject.kind={keys.POLICY_KIND},reason={reason}"
-    return list(client.CoreV1Api(api).list_namespaced_event("default", field_selector=selector).items)
+    worker_env = {"NODEROLL_PROMETHEUS_ADDRESS": prometheus.address}
+    with noderoll_processes(local_stack, tmp_path_factory.mktemp("gates"), worker_env) as procs:
+        yield procs
 
 
 def window_events(api: ApiClient, node: str) -> list[client.CoreV1Event]:
@@ -121,7 +108,7 @@ def prometheus_value(server: PrometheusServer, query: str) -> list[str]:
 
 
 async def test_gate_halts_on_a_bad_value_and_passes_after_it_recovers_and_resume(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
     prometheus: PrometheusServer, exporter: tuple[str, Gauge],
 ) -> None:
     labels = {"gate-test": unique_name("g")}
@@ -138,7 +125,7 @@ async def test_gate_halts_on_a_bad_value_and_passes_after_it_recovers_and_resume
                 "analysis": [{"name": "gpu-errors", "query": query, "successCondition": "result < 1",
                               "intervalSeconds": 2}],
             })
-            create_package(kube_api_client, run.package(name, spec(policy, labels)))
+            create_package(kube_api_client, run.package(name, package_spec(policy=policy, labels=labels)))
 
             def halted() -> dict[str, Any]:
                 status = read_policy(kube_api_client, policy).get("status") or {}
@@ -156,10 +143,9 @@ async def test_gate_halts_on_a_bad_value_and_passes_after_it_recovers_and_resume
             assert package["phase"] == "Halted" and package["gateFailure"] == failure, package
             assert query in package["message"]
             assert package["progress"] == "1/3"  # only the canary was updated
-            # `or False`: an empty list is an answer to assert_eventually, and the bridge emits its Events
-            # from a thread after the status write it may lag (seen: the Halted status read, no Event yet).
-            events = assert_eventually(lambda: policy_events(kube_api_client, policy, "GateFailed") or False,
-                                       timeout=60)
+            # Waited for: the bridge emits its Events from a thread after the status write, which they may
+            # lag (seen: the Halted status read, no Event yet); an empty list keeps assert_eventually waiting.
+            events = assert_eventually(lambda: policy_events(kube_api_client, policy, "GateFailed"), timeout=60)
             assert len(events) == 1 and events[0].type == "Warning" and query in events[0].message
 
             # The exporter recovers; once Prometheus has it, resume overrides the failed evaluation once.
@@ -179,7 +165,7 @@ async def test_gate_halts_on_a_bad_value_and_passes_after_it_recovers_and_resume
 
 
 async def test_fleet_waits_for_the_maintenance_window_then_rolls_out(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
 ) -> None:
     labels = {"window-test": unique_name("w")}
     policy, name = unique_name("pol"), unique_name("pkg")
@@ -192,7 +178,7 @@ async def test_fleet_waits_for_the_maintenance_window_then_rolls_out(
         try:
             create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 2}},
                                                          "maintenanceWindows": [window]})
-            create_package(kube_api_client, run.package(name, spec(policy, labels)))
+            create_package(kube_api_client, run.package(name, package_spec(policy=policy, labels=labels)))
 
             def waiting() -> tuple[dict[str, Any], dict[str, Any]]:
                 status = read_policy(kube_api_client, policy).get("status") or {}
@@ -207,9 +193,10 @@ async def test_fleet_waits_for_the_maintenance_window_then_rolls_out(
             assert f"({local:%a %H:%M} Asia/Kolkata)" in status["message"]
             assert all(window_events(kube_api_client, node) == [] for node in fleet.node_names)
 
-            async def opened() -> None:
+            async def opened() -> bool:
                 report = await fleet_progress(temporal_client, policy)
                 assert report.counts.get("complete") == 2, report.counts
+                return True
 
             kubectl_wait_ready(local_stack, name, timeout=300)
             await assert_eventually_async(opened, timeout=60)

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from google.protobuf.duration_pb2 import Duration
@@ -36,6 +37,7 @@ from service.legacy_engine import open_legacy_runs
 from service.temporal_client import connect
 from tests.helpers import assert_eventually_async, unique_name
 from tests.helpers.kube import FakeNode, create_ready_node, delete_node
+from tests.helpers.processes import noderoll_processes
 from tests.workflows.node_harness import register_search_attributes
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
@@ -91,7 +93,7 @@ async def status(ns: Client, workflow_id: str) -> WorkflowExecutionStatus | None
 
 
 async def test_the_old_engine_blocks_the_start_until_migrate_finishes_it(
-    namespace: Client, local_stack: StackInfo, kube_api_client: ApiClient,
+    namespace: Client, local_stack: StackInfo, kube_api_client: ApiClient, tmp_path: Path,
 ) -> None:
     ns, core = namespace, client.CoreV1Api(kube_api_client)
     suffix = unique_name("u")
@@ -102,8 +104,9 @@ async def test_the_old_engine_blocks_the_start_until_migrate_finishes_it(
     try:
         ids = await start_old_runs(ns, suffix)
 
-        async def listed() -> None:
+        async def listed() -> bool:
             assert {r.workflow_id for r in await open_legacy_runs(ns)} == {ids["rollout"], ids["budget"]}
+            return True
 
         await assert_eventually_async(listed, timeout=30)  # visibility is eventually consistent
         for process in ("worker", "bridge"):
@@ -141,30 +144,16 @@ async def test_the_old_engine_blocks_the_start_until_migrate_finishes_it(
         assert not node_ok.spec.unschedulable and CORDONED_BY_ANNOTATION not in (node_ok.metadata.annotations or {})
         assert core.read_node(err).spec.unschedulable and core.read_node(other).spec.unschedulable
 
-        async def none_open() -> None:
+        async def none_open() -> bool:
             assert await open_legacy_runs(ns) == []
+            return True
 
         await assert_eventually_async(none_open, timeout=30)
         again = noderoll(local_stack, ns.namespace, "migrate", "--finish-legacy")
         assert again.returncode == 0 and "nothing to finish" in again.stdout, again
         # The worker starts now: it runs until stopped (it would have exited at once when refusing).
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "cli", "worker", "--temporal-address", local_stack.temporal_address,
-             "--temporal-namespace", ns.namespace, "--kubeconfig", str(local_stack.kubeconfig),
-             "--task-queue", unique_name("q")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        try:
-            assert worker.stdout is not None
-            started = time.monotonic()
-            lines: list[str] = []
-            while time.monotonic() - started < 60:
-                line = worker.stdout.readline()
-                lines.append(line)
-                if "worker on" in line or worker.poll() is not None:
-                    break
-            assert worker.poll() is None and any("worker on" in x for x in lines), lines
-        finally:
-            worker.terminate()
-            worker.wait(timeout=30)
+        with noderoll_processes(local_stack, tmp_path, bridge=False, namespace=ns.namespace) as procs:
+            procs.wait_log("worker", "worker on")
     finally:
         for name in (ok, err, other):
             delete_node(core, name)

@@ -18,6 +18,7 @@ from temporalio.worker import Worker
 from protocol.names import SEARCH_ATTR_NODE, SEARCH_ATTR_PACKAGE, SEARCH_ATTR_PHASE
 from tests.helpers import assert_eventually, assert_eventually_async, new_task_queue, unique_name
 from tests.helpers.kube import FakeNode, create_ready_node, delete_node
+from tests.helpers.packages import WORKLOAD_IMAGE
 from tests.integration.roundtrip_workflow import GreetInput, RoundTripWorkflow, greet
 
 pytestmark = pytest.mark.integration
@@ -50,7 +51,7 @@ def _ready_node(core: client.CoreV1Api, nodes: list[str], labels: dict[str, str]
 
 def _pod(name: str, labels: dict[str, str], node_name: str | None = None) -> dict[str, object]:
     spec: dict[str, object] = {
-        "containers": [{"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}],
+        "containers": [{"name": "main", "image": WORKLOAD_IMAGE, "resources": {"requests": {"cpu": "100m"}}}],
         "terminationGracePeriodSeconds": 0,
     }
     if node_name:
@@ -185,9 +186,10 @@ async def test_workflow_and_activity_round_trip_on_the_dev_server(temporal_clien
         )
     assert result == "hello noderoll from activity test_greet"
 
-    async def listed() -> None:
+    async def listed() -> bool:
         found = [w async for w in temporal_client.list_workflows(f"{SEARCH_ATTR_NODE} = '{task_queue}'")]
         assert [w.id for w in found] == [f"roundtrip-{task_queue}"]
+        return True
 
     # Visibility is eventually consistent; the custom search attribute must be registered for this query.
     await assert_eventually_async(listed, timeout=20)

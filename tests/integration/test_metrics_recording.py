@@ -21,6 +21,7 @@ from localstack.state import StackInfo
 from protocol.node_activities import DrainNodeInput
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.kube import FakeNode, create_ready_node, delete_node
+from tests.helpers.packages import WORKLOAD_IMAGE
 
 pytestmark = pytest.mark.integration
 
@@ -46,7 +47,7 @@ def running_pod(core: client.CoreV1Api, namespace: str, node: str) -> str:
     name = unique_name("guarded")
     core.create_namespaced_pod(namespace, {
         "metadata": {"name": name, "labels": {"app": name}},
-        "spec": {"nodeName": node, "containers": [{"name": "c", "image": "registry.invalid/none:1"}]},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": WORKLOAD_IMAGE}]},
     })
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     core.patch_namespaced_pod_status(name, namespace, {"status": {
@@ -75,10 +76,11 @@ def test_pdb_refusals_and_drain_timeout_are_recorded(
     client.CustomObjectsApi(kube_api_client).create_namespaced_custom_object(
         group, version, k8s_namespace, "poddisruptionbudgets", pdb)
 
-    def pdb_observed() -> None:
+    def pdb_observed() -> bool:
         obj = client.CustomObjectsApi(kube_api_client).get_namespaced_custom_object(
             group, version, k8s_namespace, "poddisruptionbudgets", pod)
         assert obj.get("status", {}).get("currentHealthy") == 1, obj.get("status")
+        return True
 
     assert_eventually(pdb_observed, timeout=60)
     retries = sample("noderoll_eviction_retries_total", {"reason": "pdb"})

@@ -82,10 +82,11 @@ def test_documented_series_are_served_after_the_rollout(
 ) -> None:
     custom = k8s.CustomObjectsApi(kube_api_client)
 
-    def ready() -> None:
+    def ready() -> bool:
         obj = custom.get_cluster_custom_object(keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL, running.package)
         conditions = {c["type"]: c["status"] for c in obj.get("status", {}).get("conditions", [])}
         assert conditions.get("Ready") == "True", obj.get("status")
+        return True
 
     assert_eventually(ready, timeout=ROLLOUT_TIMEOUT, interval=1.0)
     pkg = f'package="{running.package}"'

@@ -58,7 +58,8 @@ from protocol.node_activities import (
 )
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
-from tests.integration.node_window_support import SYSCTL_IMAGE, cordon, wait_pods_running
+from tests.helpers.packages import SCRIPT_IMAGE, SYSCTL_IMAGE, WORKLOAD_IMAGE
+from tests.integration.node_window_support import cordon, wait_pods_running
 from workflows.fleet_codec import marks_to_json
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
@@ -85,7 +86,7 @@ def run_pod(core: client.CoreV1Api, namespace: str, node: str, name: str, **spec
     core.create_namespaced_pod(namespace, {
         "metadata": {"name": name, "labels": labels},
         "spec": {"nodeName": node, "terminationGracePeriodSeconds": 1,
-                 "containers": [{"name": "c", "image": "w:1"}], **spec},
+                 "containers": [{"name": "c", "image": WORKLOAD_IMAGE}], **spec},
     })
     wait_pods_running(core, namespace, f"app={labels['app']}", 1, node)
 
@@ -200,8 +201,7 @@ def test_protected_pods_wait_is_reported_while_it_waits(
 
         condition = assert_eventually(reported, timeout=30)
         assert condition.status == "True" and f"{k8s_namespace}/train" in condition.message
-        [event] = assert_eventually(lambda: _node_events(core, node, "WaitingForProtectedPods") or False,
-                                    timeout=30, interval=0.5)
+        [event] = assert_eventually(lambda: _node_events(core, node, "WaitingForProtectedPods"), timeout=30, interval=0.5)
         assert event.type == "Normal" and f"{k8s_namespace}/train" in event.message
         core.delete_namespaced_pod("train", k8s_namespace)
         assert wait.result(timeout=60).waited_for == [f"{k8s_namespace}/train"]
@@ -217,7 +217,7 @@ def test_drain_skips_daemonset_pods_and_respects_empty_dir_setting(
         "metadata": {"name": "agent"},
         "spec": {"selector": {"matchLabels": {"app": "agent"}}, "template": {
             "metadata": {"labels": {"app": "agent"}},
-            "spec": {"containers": [{"name": "c", "image": "agent:1"}],
+            "spec": {"containers": [{"name": "c", "image": WORKLOAD_IMAGE}],
                      "tolerations": [{"operator": "Exists"}]},
         }},
     })
@@ -323,7 +323,7 @@ def test_metadata_patch_retries_a_resource_version_conflict(node: str, kube_api_
 def test_reboot_is_confirmed_by_a_new_boot_id_and_never_repeated(node: str, kube_api_client: ApiClient) -> None:
     boot_before = ActivityEnvironment().run(read_node, NodeInput(node)).boot_id
     job = StageJob(package="script-config", version="1.0.0", node=node, mode="interrupt",
-                   image="example.local/script-config:1.0.0", window=unique_name("w"),
+                   image=SCRIPT_IMAGE, window=unique_name("w"),
                    tolerations=[{"operator": "Exists"}], interrupt={"type": "reboot", "services": []},
                    timeout_seconds=60)
     beats = Beats()
@@ -382,9 +382,10 @@ def test_a_stage_pod_deleted_before_it_finished_fails_the_attempt_and_ends_its_j
             deleting.result()
     assert result.exit_code == -1 and "deleted before it finished" in result.log_tail
 
-    def job_failed() -> None:
+    def job_failed() -> bool:
         conditions = batch.read_namespaced_job(name, PACKAGE_POD_NAMESPACE).status.conditions or []
         assert any(c.type == "Failed" and c.status == "True" for c in conditions), conditions
+        return True
 
     # The Job stays (the record of the failed attempt) but runs nothing more.
     assert_eventually(job_failed, timeout=30)

@@ -16,14 +16,8 @@ from activities.stage_pod import METADATA_PREFIX
 from api.node_state import config_hashes
 from tests.helpers import assert_eventually_async
 from tests.helpers.fleet import running_fleet
-from tests.integration.node_window_support import (
-    SCRIPT_IMAGE,
-    Window,
-    close_workflows,
-    in_process_worker,
-    package_spec,
-    record_history,
-)
+from tests.helpers.packages import SCRIPT_IMAGE, package_spec
+from tests.integration.node_window_support import Window, close_workflows, in_process_worker, record_history
 from tests.workflows.node_harness import Answer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

@@ -30,10 +30,8 @@ from protocol.fleet import PackageOrder
 from protocol.node_activities import DrainNodeResult
 from tests.helpers import assert_eventually, assert_eventually_async
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import KMOD_IMAGE, SCRIPT_IMAGE, SYSCTL_IMAGE, WORKLOAD_IMAGE, package_spec
 from tests.integration.node_window_support import (
-    KMOD_IMAGE,
-    SCRIPT_IMAGE,
-    SYSCTL_IMAGE,
     HealthyPodsWatch,
     Window,
     activity_attempts,
@@ -43,7 +41,6 @@ from tests.integration.node_window_support import (
     fast_settings,
     history_events,
     in_process_worker,
-    package_spec,
     record_history,
     wait_pods_running,
 )
@@ -90,7 +87,7 @@ def create_workload(api: ApiClient, namespace: str, node: str, other: str) -> st
             "selector": {"matchLabels": labels},
             "template": {"metadata": {"labels": labels}, "spec": {
                 "terminationGracePeriodSeconds": 1,
-                "containers": [{"name": "c", "image": "trainer:1"}],
+                "containers": [{"name": "c", "image": WORKLOAD_IMAGE}],
             }},
         },
     })
@@ -110,9 +107,10 @@ async def test_sysctl_window_drains_through_a_pdb_without_violating_it(
     kube.configure(local_stack.kubeconfig)
     selector = create_workload(kube_api_client, k8s_namespace, window.node, fleet.node_names[1])
 
-    async def pdb_ready() -> None:
+    async def pdb_ready() -> bool:
         pdb = kube.request_json("GET", f"/apis/policy/v1beta1/namespaces/{k8s_namespace}/poddisruptionbudgets/trainer")
         assert (pdb.get("status") or {}).get("disruptionsAllowed") == 1, pdb.get("status")
+        return True
 
     await assert_eventually_async(pdb_ready, timeout=30)
     async with in_process_worker(window.temporal, local_stack.kubeconfig, window.task_queue):
@@ -149,7 +147,8 @@ async def test_protected_pods_delay_the_drain_until_they_finish(
     window.core.create_namespaced_pod(k8s_namespace, {
         "metadata": {"name": "training-step", "labels": {"workload": "training"},
                      "annotations": {RUN_SECONDS_ANNOTATION: "6"}},
-        "spec": {"nodeName": window.node, "restartPolicy": "Never", "containers": [{"name": "c", "image": "t:1"}]},
+        "spec": {"nodeName": window.node, "restartPolicy": "Never",
+                 "containers": [{"name": "c", "image": WORKLOAD_IMAGE}]},
     })
     wait_pods_running(window.core, k8s_namespace, "workload=training", 1, window.node)
     spec = package_spec(SYSCTL_IMAGE, interrupt=SERVICE_INTERRUPT,
@@ -157,11 +156,12 @@ async def test_protected_pods_delay_the_drain_until_they_finish(
     async with in_process_worker(window.temporal, local_stack.kubeconfig, window.task_queue):
         await window.request("sysctl-tuning", spec)
 
-        async def cordoned_and_waiting() -> None:
+        async def cordoned_and_waiting() -> bool:
             assert window.node_object().spec.unschedulable
             pod = window.core.read_namespaced_pod("training-step", k8s_namespace)
             assert pod.status.phase == "Running"
             assert window.stage_jobs() == []
+            return True
 
         await assert_eventually_async(cordoned_and_waiting, timeout=20)
         [result] = await wait_results(window, 1)
@@ -212,11 +212,12 @@ async def test_reboot_package_reboots_checks_and_uncordons(
     async with in_process_worker(window.temporal, local_stack.kubeconfig, window.task_queue):
         await window.request("script-config", package_spec(SCRIPT_IMAGE, interrupt={"type": "reboot"}))
 
-        async def went_down() -> None:
+        async def went_down() -> bool:
             ready = window.condition("Ready")
             if ready == "False":
                 not_ready_seen.append(True)
             assert not_ready_seen or (await window.results())
+            return True
 
         await assert_eventually_async(went_down, timeout=60, interval=0.1)
         [result] = await wait_results(window, 1)

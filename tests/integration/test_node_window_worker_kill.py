@@ -7,10 +7,6 @@ and the node must not stay cordoned.
 from __future__ import annotations
 
 import collections
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,57 +17,23 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from api.keys import CORDONED_BY_ANNOTATION
-from bench.scenario import IMAGE as BENCH_IMAGE
-from bench.scenario import PACKAGES_DIR
 from localstack.state import StackInfo
 from protocol.node_activities import RunStagePodResult
 from tests.helpers import assert_eventually, assert_eventually_async, new_task_queue
 from tests.helpers.fleet import running_fleet
-from tests.integration.node_window_support import (
-    Window,
-    activity_results,
-    close_workflows,
-    package_spec,
-)
+from tests.helpers.packages import BENCH_PACKAGES, SLEEP_IMAGE, package_spec
+from tests.helpers.processes import NoderollProcesses
+from tests.integration.node_window_support import Window, activity_results, close_workflows
 from tests.workflows.node_collector import ResultCollector
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
-NODEROLL = Path(sys.executable).parent / "noderoll"
-
-
-class WorkerProcess:
-    """`noderoll worker` as a child process, logging to a file."""
-
-    def __init__(self, stack: StackInfo, task_queue: str, log: Path) -> None:
-        self.argv = [str(NODEROLL), "worker", "--temporal-address", stack.temporal_address,
-                     "--kubeconfig", stack.kubeconfig, "--task-queue", task_queue]
-        self.log = log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT)
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
 
 
 @pytest.fixture
 def fleet(local_stack: StackInfo) -> Iterator[Any]:
     # bench-sleep's stages take BENCH_STAGE_SECONDS: the kill lands while a stage Job runs (the
     # examples' stages are instant, and a stage with its check in one Job can end before the kill).
-    with running_fleet(local_stack, nodes=1, image_stores=[PACKAGES_DIR]) as running:
+    with running_fleet(local_stack, nodes=1, image_stores=[BENCH_PACKAGES]) as running:
         yield running
 
 
@@ -79,36 +41,36 @@ async def test_sigkill_mid_window_then_restart_completes_without_rerunning_jobs(
     local_stack: StackInfo, temporal_client: Client, kube_api_client: ApiClient, fleet: Any, tmp_path: Path,
 ) -> None:
     window = Window(temporal_client, kube_api_client, fleet.node_names[0])
-    worker = WorkerProcess(local_stack, window.task_queue, tmp_path / "worker.log")
+    procs = NoderollProcesses(local_stack, tmp_path, task_queue=window.task_queue)
     # The collector (a test workflow the real worker does not know) runs on its own queue, in-process.
     collector_queue = new_task_queue()
     try:
         async with Worker(temporal_client, task_queue=collector_queue, workflows=[ResultCollector]):
             window.collector = await temporal_client.start_workflow(
                 ResultCollector.run, id=f"collector-{window.node}", task_queue=collector_queue)
-            worker.start()
+            procs.start_worker()
             await window.request("bench-sleep", package_spec(
-                BENCH_IMAGE, interrupt={"type": "service", "services": ["systemd-sysctl"]},
-                env=[{"name": "BENCH_STAGE_SECONDS", "value": "2"}]))
+                SLEEP_IMAGE, interrupt={"type": "service", "services": ["systemd-sysctl"]}, stage_seconds=2))
 
             # Kill as soon as the first stage Job exists: the node is cordoned and drained, the
             # run_stage_job activity is running in the worker that dies.
             assert_eventually(lambda: len(window.stage_jobs()) >= 1, timeout=30, interval=0.05)
-            worker.kill()
+            procs.kill("worker")
             assert window.node_object().spec.unschedulable
-            worker.start()
+            procs.start_worker()
 
-            async def answered() -> None:
+            async def answered() -> bool:
                 assert len(await window.results()) == 1
+                return True
 
             await assert_eventually_async(answered, timeout=60)
             [result] = await window.results()
-            assert result.state == "complete", (result, worker.log.read_text()[-3000:])
+            assert result.state == "complete", (result, procs.log("worker")[-3000:])
             jobs = await activity_results(temporal_client, window.node, "run_stage_pod", RunStagePodResult)
             # The activity that was running when the worker died ran again and adopted its Job.
             assert [j.adopted for j in jobs].count(True) == 1, jobs
     finally:
-        worker.stop()
+        procs.stop_all()
         window.close()
         await close_workflows(temporal_client, [f"node/{window.node}", f"collector-{window.node}"])
     modes = collections.Counter(window.modes_run())

@@ -11,65 +11,45 @@ import json
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client import ApiClient
 from temporalio.client import Client
-from temporalio.service import RPCError
 
 from api import keys
 from fleetsim.fleet import Fleet
 from localstack.state import StackInfo
-from planning.fleet_status import FleetProgress
-from protocol import names
 from protocol.version import noderoll_version
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import BENCH_PACKAGES, SLEEP_IMAGE, package_spec
+from tests.helpers.processes import NoderollProcesses, noderoll_fixture
 from tests.integration.bridge_support import (
-    BridgeRun,
     create_package,
     create_policy,
     delete_package,
     delete_policy,
+    fleet_progress,
     patch_package,
-    wait_leading,
+    windows_of,
 )
-from workflows.fleet_codec import progress_from_json
 
 pytestmark = pytest.mark.integration
-SLEEP_IMAGE = "bench.local/bench-sleep:1.0.0"
-BENCH_PACKAGES = Path(__file__).resolve().parents[2] / "bench" / "packages"
 TIMEOUT = 240.0
 
 
-@pytest.fixture(scope="module")
-def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
-    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("verbs"))
-    try:
-        bridge_run.start_worker(env={"NODEROLL_NODE_RETRY_BACKOFF_SECONDS": "1"})
-        wait_leading(bridge_run, bridge_run.start_bridge())
-        yield bridge_run
-    finally:
-        bridge_run.stop_all()
+run = noderoll_fixture(retry_backoff_seconds=1)
 
 
-def noderoll(run: BridgeRun, *argv: str) -> subprocess.CompletedProcess[str]:
+def noderoll(run: NoderollProcesses, *argv: str) -> subprocess.CompletedProcess[str]:
     """Run the `noderoll` CLI against the test stack (as an operator would)."""
     connection = ["--temporal-address", run.stack.temporal_address, "--kubeconfig", str(run.stack.kubeconfig)]
     result = subprocess.run([sys.executable, "-m", "cli", *argv, *connection], capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0, (argv, result.stdout, result.stderr)
     return result
-
-
-def sleep_spec(policy: str, labels: dict[str, str], seconds: int = 1, **extra: Any) -> dict[str, Any]:
-    env = [{"name": "BENCH_STAGE_SECONDS", "value": str(seconds)}, *extra.pop("env", [])]
-    return {"version": "1.0.0", "image": SLEEP_IMAGE, "deploymentPolicy": policy,
-            "nodeSelector": {"matchLabels": labels}, "env": env, **extra}
 
 
 def runs(fleet: Fleet, package: str) -> Counter[tuple[str, str]]:
@@ -85,28 +65,14 @@ def runs(fleet: Fleet, package: str) -> Counter[tuple[str, str]]:
     return found
 
 
-def windows_of(api: ApiClient, node: str) -> int:
-    """Windows run on `node`: the count of its aggregated `WindowStarted` Event (one per node, issue #14)."""
-    events = client.CoreV1Api(api).list_namespaced_event(
-        "default", field_selector=f"involvedObject.name={node},reason=WindowStarted").items
-    return sum(e.count or 1 for e in events)
-
-
-async def fleet_progress(temporal: Client, policy: str) -> FleetProgress:
-    try:
-        answer = await temporal.get_workflow_handle(names.fleet_workflow_id(policy)).query(names.QUERY_PROGRESS)
-    except RPCError as err:
-        raise AssertionError(f"fleet/{policy} does not answer yet: {err}") from err
-    return progress_from_json(answer)
-
-
 async def settled(temporal: Client, policy: str, package: str, nodes: int) -> None:
     """Until the fleet is Complete with `package` complete on `nodes` nodes."""
 
-    async def check() -> None:
+    async def check() -> bool:
         report = await fleet_progress(temporal, policy)
         assert report.phase.value == "Complete", (report.phase, report.message)
         assert report.packages[package].counts.get("complete") == nodes, report.packages[package].counts
+        return True
 
     await assert_eventually_async(check, timeout=TIMEOUT)
 
@@ -117,7 +83,7 @@ def recorded(api: ApiClient, node: str) -> dict[str, Any]:
 
 
 async def test_rerun_runs_exactly_what_it_says(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     labels = {"verbs-test": unique_name("rerun")}
     policy, name = unique_name("pol"), unique_name("again")
@@ -125,7 +91,8 @@ async def test_rerun_runs_exactly_what_it_says(
         first, second, third = sorted(fleet.node_names)
         try:
             create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 3}}})
-            create_package(kube_api_client, run.package(name, sleep_spec(policy, labels)))
+            spec = package_spec(SLEEP_IMAGE, policy=policy, labels=labels, stage_seconds=1)
+            create_package(kube_api_client, run.package(name, spec))
             await settled(temporal_client, policy, name, 3)
             before = runs(fleet, name)
             assert before == Counter({(n, m): 1 for n in fleet.node_names for m in ("apply", "config")}), before
@@ -158,7 +125,7 @@ async def test_rerun_runs_exactly_what_it_says(
 
 
 async def test_reset_forgets_the_record_and_the_next_window_installs_again(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     labels = {"verbs-test": unique_name("reset")}
     policy, name, other = unique_name("pol"), unique_name("kept"), unique_name("other")
@@ -167,8 +134,9 @@ async def test_reset_forgets_the_record_and_the_next_window_installs_again(
         core = client.CoreV1Api(kube_api_client)
         try:
             create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 3}}})
-            create_package(kube_api_client, run.package(name, sleep_spec(policy, labels)))
-            create_package(kube_api_client, run.package(other, sleep_spec(policy, labels)))
+            spec = package_spec(SLEEP_IMAGE, policy=policy, labels=labels, stage_seconds=1)
+            create_package(kube_api_client, run.package(name, spec))
+            create_package(kube_api_client, run.package(other, spec))
             await settled(temporal_client, policy, name, 3)
             await settled(temporal_client, policy, other, 3)
             before = {p: runs(fleet, p) for p in (name, other)}
@@ -191,9 +159,10 @@ async def test_reset_forgets_the_record_and_the_next_window_installs_again(
             # The way out of an unreadable record: held (blocked) until reset, then installed again.
             core.patch_node(third, {"metadata": {"annotations": {keys.NODE_STATE_ANNOTATION: "{garbage"}}})
 
-            async def held() -> None:
+            async def held() -> bool:
                 report = await fleet_progress(temporal_client, policy)
                 assert report.packages[name].blocked.get(third), report.packages[name].blocked
+                return True
 
             await assert_eventually_async(held, timeout=TIMEOUT)
             noderoll(run, "node", "reset", third, "--task-queue", run.task_queue)
@@ -211,7 +180,7 @@ async def test_reset_forgets_the_record_and_the_next_window_installs_again(
 
 
 async def test_ignore_keeps_the_node_out_of_the_next_batch(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     labels = {"verbs-test": unique_name("ign")}
     policy, name = unique_name("pol"), unique_name("one")
@@ -219,7 +188,8 @@ async def test_ignore_keeps_the_node_out_of_the_next_batch(
         try:
             create_policy(kube_api_client, run, policy, {
                 "default": {"budget": {"count": 1}, "strategy": {"type": "fixed", "initialBatch": 1}}})
-            create_package(kube_api_client, run.package(name, sleep_spec(policy, labels, seconds=4)))
+            spec = package_spec(SLEEP_IMAGE, policy=policy, labels=labels, stage_seconds=4)
+            create_package(kube_api_client, run.package(name, spec))
 
             async def one_in_window() -> str:
                 report = await fleet_progress(temporal_client, policy)
@@ -234,29 +204,31 @@ async def test_ignore_keeps_the_node_out_of_the_next_batch(
             noderoll(run, "node", "ignore", busy)
             noderoll(run, "node", "ignore", left_out)
 
-            def others_done() -> None:
+            def others_done() -> bool:
                 assert recorded(kube_api_client, busy).get(name, {}).get("state") == "complete"
                 assert recorded(kube_api_client, rest).get(name, {}).get("state") == "complete"
+                return True
 
             assert_eventually(others_done, timeout=TIMEOUT)
 
-            async def idle() -> None:
+            async def idle() -> bool:
                 report = await fleet_progress(temporal_client, policy)
                 assert report.phase.value == "Complete" and not report.counts.get("in_progress"), report
+                return True
 
             await assert_eventually_async(idle, timeout=TIMEOUT)
-            assert windows_of(kube_api_client, left_out) == 0 and recorded(kube_api_client, left_out) == {}
+            assert windows_of(kube_api_client, left_out).count == 0 and recorded(kube_api_client, left_out) == {}
             noderoll(run, "node", "unignore", left_out)
             assert_eventually(lambda: recorded(kube_api_client, left_out).get(name, {}).get("state") == "complete",
                               timeout=TIMEOUT)
-            assert windows_of(kube_api_client, left_out) == 1 and windows_of(kube_api_client, busy) == 1
+            assert windows_of(kube_api_client, left_out).count == 1 and windows_of(kube_api_client, busy).count == 1
         finally:
             delete_package(kube_api_client, name)
             delete_policy(kube_api_client, policy)
 
 
 def test_logs_follow_streams_the_stage_while_it_runs(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient
 ) -> None:
     labels = {"verbs-test": unique_name("follow")}
     policy, name = unique_name("pol"), unique_name("talk")
@@ -268,8 +240,9 @@ def test_logs_follow_streams_the_stage_while_it_runs(
         follower = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 1}}})
-            create_package(kube_api_client, run.package(name, sleep_spec(
-                policy, labels, seconds=8, env=[{"name": "BENCH_STAGE_OUTPUT_BYTES", "value": "12"}])))
+            create_package(kube_api_client, run.package(name, package_spec(
+                SLEEP_IMAGE, policy=policy, labels=labels, stage_seconds=8,
+                env=[{"name": "BENCH_STAGE_OUTPUT_BYTES", "value": "12"}])))
             assert follower.stdout is not None
             first = follower.stdout.readline()
             # The stage printed its first line and sleeps: the pod still runs while we read it.
@@ -292,7 +265,7 @@ def test_logs_follow_streams_the_stage_while_it_runs(
             delete_policy(kube_api_client, policy)
 
 
-def test_version_names_the_client_the_worker_and_the_bridge(run: BridgeRun) -> None:
+def test_version_names_the_client_the_worker_and_the_bridge(run: NoderollProcesses) -> None:
     result = noderoll(run, "version", "-o", "json", "--task-queue", run.task_queue, "--lease-name", run.lease_name)
     report = json.loads(result.stdout)
     version = noderoll_version()

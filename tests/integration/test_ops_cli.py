@@ -192,9 +192,10 @@ def test_halt_of_the_package_then_of_the_whole_fleet(rollout: Rollout, capsys: p
     code, out, err = _cli(capsys, "halt", rollout.package, *rollout.flags)
     assert code == 0 and f"halt sent to fleet/{rollout.policy} for Package {rollout.package}" in out, err
 
-    def held() -> None:
+    def held() -> bool:
         data = _progress(capsys, rollout)
         assert data["phase"] == "Paused" and data["counts"].get("in_progress", 0) == 0, (data["phase"], data["counts"])
+        return True
 
     assert_eventually(held, timeout=120)
     code, _, err = _cli(capsys, "resume", rollout.package, *rollout.flags)
@@ -204,9 +205,10 @@ def test_halt_of_the_package_then_of_the_whole_fleet(rollout: Rollout, capsys: p
     code, out, err = _cli(capsys, "halt", "--fleet", rollout.policy, *rollout.flags)
     assert code == 0 and f"halt sent to fleet/{rollout.policy} for the whole fleet" in out, err
 
-    def halted() -> None:
+    def halted() -> bool:
         data = _progress(capsys, rollout)
         assert data["phase"] == "Halted" and "by signal" in data["message"], (data["phase"], data["message"])
+        return True
 
     assert_eventually(halted, timeout=60)
     # A Package-scoped resume leaves the fleet's halt alone and says how to lift it.
@@ -216,10 +218,11 @@ def test_halt_of_the_package_then_of_the_whole_fleet(rollout: Rollout, capsys: p
     code, _, err = _cli(capsys, "resume", "--fleet", rollout.policy, *rollout.flags)
     assert code == 0, err
 
-    def moving() -> None:
+    def moving() -> bool:
         data = _progress(capsys, rollout)
         assert data["phase"] not in ("Halted", "Canary") and data["canary_phase"] == "Passed", data
         assert data["counts"].get("complete", 0) > 1 or data["counts"].get("in_progress", 0) > 0, data
+        return True
 
     assert_eventually(moving, timeout=60)
 
@@ -286,8 +289,9 @@ def test_retry_of_the_failed_node_completes_the_rollout(rollout: Rollout, capsys
     code, out, err = _cli(capsys, "retry", rollout.package, "--node", rollout.failing, *rollout.flags)
     assert code == 0 and rollout.failing in out, err
 
-    def complete() -> None:
+    def complete() -> bool:
         data = _progress(capsys, rollout)
         assert data["phase"] == "Complete" and data["counts"] == {"complete": NODES}, (data["phase"], data["counts"])
+        return True
 
     assert_eventually(complete, timeout=180, interval=2.0)

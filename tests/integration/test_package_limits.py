@@ -10,7 +10,6 @@ after its `fleetsim.noderoll.io/run-seconds`).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -18,19 +17,13 @@ import pytest
 from kubernetes import client
 
 from fleetsim.context import RUN_SECONDS_ANNOTATION
-from localstack.state import StackInfo
 from protocol.node_settings import PROTECTED_PODS_TIMEOUT_ENV
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import WORKLOAD_IMAGE, package_spec
+from tests.helpers.processes import NoderollProcesses, noderoll_fixture
 from tests.helpers.stagejobs import StageRecorder
-from tests.integration.bridge_support import (
-    SYSCTL_IMAGE,
-    BridgeRun,
-    create_package,
-    delete_package,
-    read_package,
-    wait_leading,
-)
+from tests.integration.bridge_support import create_package, delete_package, read_package
 
 pytestmark = pytest.mark.integration
 SHORT_DEFAULT = 5
@@ -38,16 +31,7 @@ POD_SECONDS = 25
 RAISED = 300
 
 
-@pytest.fixture(scope="module")
-def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
-    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("limits"))
-    try:
-        bridge_run.start_worker(env={PROTECTED_PODS_TIMEOUT_ENV: str(SHORT_DEFAULT),
-                                     "NODEROLL_NODE_STAGE_ATTEMPTS": "1"})
-        wait_leading(bridge_run, bridge_run.start_bridge())
-        yield bridge_run
-    finally:
-        bridge_run.stop_all()
+run = noderoll_fixture(stage_attempts=1, worker_env={PROTECTED_PODS_TIMEOUT_ENV: str(SHORT_DEFAULT)})
 
 
 def protected_pod(core: client.CoreV1Api, namespace: str, node: str, label: str, seconds: int) -> str:
@@ -56,7 +40,7 @@ def protected_pod(core: client.CoreV1Api, namespace: str, node: str, label: str,
         "metadata": {"name": name, "labels": {"limits-test": label},
                      "annotations": {RUN_SECONDS_ANNOTATION: str(seconds)}},
         "spec": {"nodeName": node, "restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
-                 "containers": [{"name": "train", "image": "example.local/train:1"}]}})
+                 "containers": [{"name": "train", "image": WORKLOAD_IMAGE}]}})
     return name
 
 
@@ -65,7 +49,7 @@ def stamp(value: Any) -> datetime:
 
 
 def test_a_raised_limit_outlasts_a_protected_pod_the_default_would_not(
-    run: BridgeRun, kube_api_client: client.ApiClient, k8s_namespace: str,
+    run: NoderollProcesses, kube_api_client: client.ApiClient, k8s_namespace: str,
 ) -> None:
     core = client.CoreV1Api(kube_api_client)
     label = unique_name("protect")
@@ -78,11 +62,8 @@ def test_a_raised_limit_outlasts_a_protected_pod_the_default_would_not(
         names = {raised_node: unique_name("raised"), default_node: unique_name("default")}
         try:
             for node, name in names.items():
-                spec: dict[str, Any] = {
-                    "version": "1.0.0", "image": SYSCTL_IMAGE, "interrupt": {"type": "reboot"},
-                    "nodeSelector": {"matchLabels": {"kubernetes.io/hostname": node}},
-                    "podNonInterruptLabels": {"matchLabels": {"limits-test": label}},
-                }
+                spec = package_spec(labels={"kubernetes.io/hostname": node}, interrupt={"type": "reboot"},
+                                    podNonInterruptLabels={"matchLabels": {"limits-test": label}})
                 if node == raised_node:
                     spec["limits"] = {"protectedPodsTimeoutSeconds": RAISED}
                 create_package(kube_api_client, run.package(name, spec))

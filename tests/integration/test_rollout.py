@@ -14,12 +14,8 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,16 +30,17 @@ from planning.status import RolloutProgress
 from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import SERVICE_IMAGE, package_spec
+from tests.helpers.processes import NoderollProcesses, noderoll_fixture
 from tests.integration.bridge_support import (
-    SYSCTL_IMAGE,
-    BridgeRun,
     create_package,
     create_policy,
     delete_package,
     delete_policy,
+    kubectl_wait_ready,
     patch_package,
     read_package,
-    wait_leading,
+    temporal_signal,
 )
 from workflows.fleet_codec import progress_from_json
 
@@ -51,7 +48,6 @@ pytestmark = pytest.mark.integration
 NODES = 20
 BUDGET = 4
 ROLLOUT_TIMEOUT = 420.0
-SERVICE_IMAGE = "example.local/service-restart:1.0.0"
 
 
 @dataclass
@@ -90,24 +86,7 @@ class CordonWatch:
         self._watch.stop()
 
 
-@pytest.fixture(scope="module")
-def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
-    """Worker and bridge processes for this module (the fleets are per test)."""
-    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("rollout"))
-    try:
-        bridge_run.start_worker()
-        wait_leading(bridge_run, bridge_run.start_bridge())
-        yield bridge_run
-    finally:
-        bridge_run.stop_all()
-
-
-def kubectl_wait_ready(stack: StackInfo, name: str, timeout: float = ROLLOUT_TIMEOUT) -> None:
-    subprocess.run(
-        ["kubectl", "--kubeconfig", str(stack.kubeconfig), "wait", "--for=condition=Ready",
-         f"package/{name}", f"--timeout={int(timeout)}s"],
-        check=True, capture_output=True, timeout=timeout + 30,
-    )
+run = noderoll_fixture()
 
 
 async def progress(temporal: Client, package: str, policy: str | None = None) -> RolloutProgress:
@@ -121,8 +100,9 @@ async def wait_closed(temporal: Client, policy: str | None) -> None:
     """Until the fleet has ended (its last Package is gone)."""
     handle = temporal.get_workflow_handle(names.fleet_workflow_id(policy))
 
-    async def closed() -> None:
+    async def closed() -> bool:
         assert (await handle.describe()).status != WorkflowExecutionStatus.RUNNING
+        return True
 
     await assert_eventually_async(closed, timeout=60)
 
@@ -137,7 +117,7 @@ def node_records(api: ApiClient, selector: str) -> dict[str, dict[str, Any]]:
 
 
 async def test_shared_budget_canary_growth_dependency_and_upgrade(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     fleet_label = unique_name("fleet")
     selector = f"rollout-fleet={fleet_label}"
@@ -154,9 +134,8 @@ async def test_shared_budget_canary_growth_dependency_and_upgrade(
             })
 
             def spec(**extra: Any) -> dict[str, Any]:
-                return {"version": "1.0.0", "image": SERVICE_IMAGE, "deploymentPolicy": policy,
-                        "interrupt": {"type": "service", "services": ["containerd"]},
-                        "nodeSelector": {"matchLabels": {"rollout-fleet": fleet_label}}, **extra}
+                return package_spec(SERVICE_IMAGE, policy=policy, labels={"rollout-fleet": fleet_label},
+                                    interrupt={"type": "service", "services": ["containerd"]}, **extra)
 
             create_package(kube_api_client, run.package(first, spec()))
             create_package(kube_api_client, run.package(second, spec(dependsOn={first: "1.0.0"})))
@@ -181,10 +160,11 @@ async def test_shared_budget_canary_growth_dependency_and_upgrade(
             delete_package(kube_api_client, second)
             patch_package(kube_api_client, first, {"spec": {"version": "1.1.0"}})
 
-            def upgraded() -> None:
+            def upgraded() -> bool:
                 ready = [c for c in read_package(kube_api_client, first).get("status", {}).get("conditions", [])
                          if c["type"] == "Ready"]
                 assert ready and ready[0]["status"] == "True" and ready[0]["observedGeneration"] == 2, ready
+                return True
 
             assert_eventually(upgraded, timeout=ROLLOUT_TIMEOUT, interval=2)
             for node, packages in node_records(kube_api_client, selector).items():
@@ -204,21 +184,13 @@ async def test_shared_budget_canary_growth_dependency_and_upgrade(
 
 
 async def test_runtime_required_joining_node_and_pause_by_temporal_signal(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     fleet_label = unique_name("rr")
     name = unique_name("rr-pkg")
     labels = {"rr-fleet": fleet_label}
-    spec = {"version": "1.0.0", "image": SYSCTL_IMAGE, "runtimeRequired": True,
-            "nodeSelector": {"matchLabels": labels}}
+    spec = package_spec(labels=labels, runtimeRequired=True)
     workflow_id = names.fleet_workflow_id(None)
-
-    def temporal_signal(signal: str) -> None:
-        subprocess.run(
-            [str(Path(sys.executable).parent / "temporal"), "workflow", "signal", "--address", local_stack.temporal_address,
-             "--workflow-id", workflow_id, "--name", signal],
-            check=True, capture_output=True, timeout=60,
-        )
 
     with running_fleet(local_stack, nodes=3, labels=labels) as fleet:
         try:
@@ -226,10 +198,11 @@ async def test_runtime_required_joining_node_and_pause_by_temporal_signal(
             kubectl_wait_ready(local_stack, name, timeout=180)
 
             # Pause through Temporal directly; a node joining now is tainted but not updated.
-            temporal_signal(names.SIGNAL_PAUSE)
+            temporal_signal(local_stack, workflow_id, names.SIGNAL_PAUSE)
 
-            async def paused() -> None:
+            async def paused() -> bool:
                 assert (await progress(temporal_client, name)).phase is RolloutPhase.PAUSED
+                return True
 
             with running_fleet(local_stack, nodes=1, labels=labels) as late:
                 joiner = late.node_names[0]
@@ -243,12 +216,13 @@ async def test_runtime_required_joining_node_and_pause_by_temporal_signal(
                 report = await progress(temporal_client, name)
                 assert report.total_nodes == 4 and report.counts.get("complete") == 3, report
 
-                temporal_signal(names.SIGNAL_RESUME)
+                temporal_signal(local_stack, workflow_id, names.SIGNAL_RESUME)
 
-                def joiner_done() -> None:
+                def joiner_done() -> bool:
                     record = node_records(kube_api_client, f"rr-fleet={fleet_label}")[joiner]
                     assert record.get(name, {}).get("state") == "complete", record
                     assert keys.RUNTIME_REQUIRED_TAINT_KEY not in taint_keys()
+                    return True
 
                 assert_eventually(joiner_done, timeout=180, interval=1)
             assert all(keys.RUNTIME_REQUIRED_TAINT_KEY not in [t.key for t in core.read_node(n).spec.taints or []]

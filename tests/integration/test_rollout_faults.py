@@ -14,7 +14,6 @@ Small on purpose (6 nodes, 1 s stages, one attempt per stage through the worker'
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,47 +22,29 @@ from kubernetes.client import ApiClient
 from temporalio.client import Client
 
 from api import keys
-from bench.scenario import IMAGE as SLEEP_IMAGE
-from bench.scenario import PACKAGES_DIR
 from fleetsim.faults import Fault, Faults
 from localstack.state import StackInfo
 from protocol import names
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.chaos import JobAudit
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import BENCH_PACKAGES, SLEEP_IMAGE, package_spec
+from tests.helpers.processes import NoderollProcesses, noderoll_fixture
 from tests.integration.bridge_support import (
-    BridgeRun,
     condition,
     create_package,
     create_policy,
     delete_package,
     delete_policy,
     read_package,
-    wait_leading,
 )
 
 pytestmark = pytest.mark.integration
 NODES = 6
 TIMEOUT = 120.0
-FAST_NODE_WINDOWS = {"NODEROLL_NODE_STAGE_ATTEMPTS": "1", "NODEROLL_NODE_RETRY_BACKOFF_SECONDS": "1"}
 
 
-@pytest.fixture(scope="module")
-def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
-    """Worker (one attempt per stage) and bridge processes for this module."""
-    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("rollout-faults"))
-    try:
-        bridge_run.start_worker(FAST_NODE_WINDOWS)
-        wait_leading(bridge_run, bridge_run.start_bridge())
-        yield bridge_run
-    finally:
-        bridge_run.stop_all()
-
-
-def sleep_spec(policy: str, fleet_label: str, stage_seconds: int = 1) -> dict[str, Any]:
-    return {"version": "1.0.0", "image": SLEEP_IMAGE, "deploymentPolicy": policy,
-            "env": [{"name": "BENCH_STAGE_SECONDS", "value": str(stage_seconds)}],
-            "nodeSelector": {"matchLabels": {"faults-fleet": fleet_label}}}
+run = noderoll_fixture(stage_attempts=1, retry_backoff_seconds=1)
 
 
 def status_of(api: ApiClient, name: str) -> dict[str, Any]:
@@ -81,16 +62,17 @@ def complete_everywhere(api: ApiClient, name: str, fleet_label: str) -> None:
 
 
 async def test_failure_threshold_halts_and_retry_completes(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     fleet_label, policy, name = unique_name("faults"), unique_name("pol"), unique_name("failing")
     strategy = {"type": "fixed", "initialBatch": 2, "batchThreshold": 100, "failureThreshold": 1, "safetyLimit": 100}
     faults = Faults([Fault("fail-stage", package=name, mode="apply", exit_code=7)])
     with running_fleet(local_stack, nodes=NODES, labels={"faults-fleet": fleet_label},
-                       image_stores=[PACKAGES_DIR], faults=faults) as fleet:
+                       image_stores=[BENCH_PACKAGES], faults=faults) as fleet:
         try:
             create_policy(kube_api_client, run, policy, {"default": {"budget": {"count": 2}, "strategy": strategy}})
-            create_package(kube_api_client, run.package(name, sleep_spec(policy, fleet_label)))
+            spec = package_spec(SLEEP_IMAGE, policy=policy, labels={"faults-fleet": fleet_label}, stage_seconds=1)
+            create_package(kube_api_client, run.package(name, spec))
 
             def halted() -> dict[str, Any]:
                 status = status_of(kube_api_client, name)
@@ -108,9 +90,10 @@ async def test_failure_threshold_halts_and_retry_completes(
             fleet.options.faults.replace([])
             await temporal_client.get_workflow_handle(names.fleet_workflow_id(policy)).signal(names.SIGNAL_RETRY)
 
-            def ready() -> None:
+            def ready() -> bool:
                 cond = condition(read_package(kube_api_client, name), "Ready")
                 assert cond["status"] == "True", cond
+                return True
 
             assert_eventually(ready, timeout=TIMEOUT, interval=0.5)
             status = status_of(kube_api_client, name)
@@ -123,29 +106,33 @@ async def test_failure_threshold_halts_and_retry_completes(
 
 
 async def test_bridge_killed_mid_rollout_starts_nothing_twice(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     fleet_label, policy, name = unique_name("faults"), unique_name("pol"), unique_name("killed")
     audit = JobAudit(str(local_stack.kubeconfig)).start()
-    with running_fleet(local_stack, nodes=NODES, labels={"faults-fleet": fleet_label}, image_stores=[PACKAGES_DIR]):
+    with running_fleet(local_stack, nodes=NODES, labels={"faults-fleet": fleet_label},
+                       image_stores=[BENCH_PACKAGES]):
         try:
             create_policy(kube_api_client, run, policy,
                           {"default": {"budget": {"count": 2}, "strategy": {"type": "fixed", "initialBatch": 2}}})
-            create_package(kube_api_client, run.package(name, sleep_spec(policy, fleet_label, stage_seconds=2)))
+            create_package(kube_api_client, run.package(name, package_spec(
+                SLEEP_IMAGE, policy=policy, labels={"faults-fleet": fleet_label}, stage_seconds=2)))
 
-            def mid_rollout() -> None:
+            def mid_rollout() -> bool:
                 status = status_of(kube_api_client, name)
                 assert status.get("phase") == "Progressing" and audit.count(name) >= 1, status
+                return True
 
             assert_eventually(mid_rollout, timeout=TIMEOUT, interval=0.2)
             bridge = next(n for n in run.processes if n.startswith("bridge"))
             run.kill(bridge)
             assert status_of(kube_api_client, name)["nodes"]["complete"] < NODES, "killed mid-rollout"
-            wait_leading(run, run.start_bridge(unique_name("bridge")), timeout=60)
+            run.wait_leading(run.start_bridge(unique_name("bridge")))
 
-            def ready() -> None:
+            def ready() -> bool:
                 cond = condition(read_package(kube_api_client, name), "Ready")
                 assert cond["status"] == "True" and cond["observedGeneration"] == 1, cond
+                return True
 
             assert_eventually(ready, timeout=TIMEOUT, interval=0.5)
             complete_everywhere(kube_api_client, name, fleet_label)

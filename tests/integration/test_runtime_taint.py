@@ -33,18 +33,16 @@ from api import keys
 from fleetsim.faults import Fault
 from kube.taints import SetTaintInput, set_runtime_required_taint
 from localstack.state import StackInfo
-from protocol.node_settings import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import package_spec
+from tests.helpers.processes import NoderollProcesses, noderoll_processes, worker_settings
 from tests.integration.bridge_support import (
-    SYSCTL_IMAGE,
-    BridgeRun,
     condition,
     create_package,
     delete_package,
     patch_package,
     read_package,
-    wait_leading,
 )
 
 pytestmark = pytest.mark.integration
@@ -113,7 +111,7 @@ class NodeWatch:
 class Module:
     """This module's worker and bridge, and its sentinel Package."""
 
-    run: BridgeRun
+    run: NoderollProcesses
     stack: StackInfo
     api: ApiClient
     sentinel_label: dict[str, str]
@@ -129,19 +127,15 @@ class Module:
 def module(local_stack: StackInfo, kube_api_client: ApiClient,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Module]:
     """Worker (one stage attempt, so a failing stage errors at once), bridge, and the sentinel Package."""
-    run = BridgeRun(local_stack, tmp_path_factory.mktemp("runtime-taint"))
     sentinel = unique_name("rt-sentinel")
-    labels = {"rt-sentinel": run.run_id}
-    try:
-        run.start_worker({STAGE_ATTEMPTS_ENV: "1", RETRY_BACKOFF_ENV: "1"})
-        wait_leading(run, run.start_bridge())
-        create_package(kube_api_client, run.package(sentinel, {
-            "version": "1.0.0", "image": SYSCTL_IMAGE, "runtimeRequired": True, "paused": True,
-            "nodeSelector": {"matchLabels": labels}}))
-        yield Module(run, local_stack, kube_api_client, labels)
-    finally:
-        delete_package(kube_api_client, sentinel)
-        run.stop_all()
+    worker_env = worker_settings(stage_attempts=1, retry_backoff_seconds=1)
+    with noderoll_processes(local_stack, tmp_path_factory.mktemp("runtime-taint"), worker_env) as run:
+        labels = {"rt-sentinel": run.run_id}
+        try:
+            create_package(kube_api_client, run.package(sentinel, spec_for(labels, paused=True)))
+            yield Module(run, local_stack, kube_api_client, labels)
+        finally:
+            delete_package(kube_api_client, sentinel)
 
 
 def tainted(api: ApiClient, node: str) -> bool:
@@ -163,8 +157,7 @@ def done(entry: dict[str, Any], version: str) -> bool:
 
 def spec_for(labels: dict[str, str], **fields: Any) -> dict[str, Any]:
     """A runtimeRequired sysctl-tuning Package spec selecting `labels`."""
-    return {"version": "1.0.0", "image": SYSCTL_IMAGE, "runtimeRequired": True,
-            "nodeSelector": {"matchLabels": labels}, **fields}
+    return package_spec(labels=labels, runtimeRequired=True, **fields)
 
 
 def assert_untainted_only_when_done(watcher: NodeWatch, node: str, package: str, version: str,
@@ -222,9 +215,10 @@ async def test_joining_nodes_gated_once_and_not_again_on_a_version_bump(module: 
             module.stack, nodes=2, labels=labels, name_prefix=unique_name(TEST_PREFIX)
         ) as fleet:
             # (c) Nodes joining while the Package exists are tainted, and untainted only once complete.
-            def provisioned(version: str) -> None:
+            def provisioned(version: str) -> bool:
                 for node in fleet.node_names:
                     assert done(record(api, node, name), version) and not tainted(api, node), node
+                return True
 
             assert_eventually(lambda: provisioned("1.0.0"), timeout=ROLLOUT_TIMEOUT, interval=1)
             for node in fleet.node_names:
@@ -261,9 +255,10 @@ async def test_opt_in_label_gates_an_existing_node_and_its_updates(module: Modul
             created = read_package(api, name)["metadata"]["creationTimestamp"]
             assert datetime.fromisoformat(created) > newest, (created, newest)
 
-            def provisioned(version: str) -> None:
+            def provisioned(version: str) -> bool:
                 for node in fleet.node_names:
                     assert done(record(api, node, name), version) and not tainted(api, node), node
+                return True
 
             # (e) The labelled node is gated (untainted only once complete); its neighbour never is
             # (the old bridge tainted every targeted node that was not complete).

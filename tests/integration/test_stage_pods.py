@@ -26,10 +26,10 @@ from localstack.state import StackInfo
 from protocol.node_activities import RunInterruptInput, RunStagePodInput, StageJob
 from tests.helpers import unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import NODEWRIGHT_IMAGE, example_image
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy/examples/package-nodewright-tuning.yaml"
-NODEWRIGHT_IMAGE = "example.local/nodewright-tuning:1.0.0"
 
 
 @pytest.fixture
@@ -96,7 +96,8 @@ def test_steps_of_a_simulated_node_never_touch_the_machine(fleet: Any, tmp_path:
     (folder / "write.sh").write_text(f"#!/bin/sh\nset -e\necho sandboxed > /etc/{marker}\necho here > /var/tmp/{marker}\n")
     (folder / "check.sh").write_text(f"#!/bin/sh\ntest -f /etc/{marker}\n")
     machine = [Path("/etc") / marker, Path("/var/tmp") / marker]
-    result = ActivityEnvironment().run(run_stage_pod, RunStagePodInput(a_job(node, "escape", "example.local/escape:1.0.0")))
+    job = a_job(node, "escape", example_image("escape"))
+    result = ActivityEnvironment().run(run_stage_pod, RunStagePodInput(job))
     assert result.exit_code == 0, result.log_tail
     assert (fleet.sandbox(node) / "etc" / marker).read_text() == "sandboxed\n"
     assert (fleet.sandbox(node) / "var/tmp" / marker).read_text() == "here\n"

@@ -32,6 +32,7 @@ from localstack.components import WEBHOOK
 from localstack.state import StackInfo
 from tests.catalogue import Entry, load
 from tests.helpers import assert_eventually, unique_name
+from tests.helpers.packages import example_image, package_object, package_spec
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,7 +152,7 @@ def test_a_57_character_name_is_refused_by_kubectl(local_stack: StackInfo) -> No
     name = "gpu-driver-550-for-the-h100-training-fleet-in-zone-a-" + uuid.uuid4().hex[:4]
     assert len(name) == 57
     doc = {"apiVersion": keys.API_VERSION, "kind": keys.PACKAGE_KIND, "metadata": {"name": name},
-           "spec": {"version": "1.0.0", "image": "example.local/x:1.0.0"}}
+           "spec": package_spec(example_image("x"))}
     result = kubectl(local_stack, "apply", "-f", "-", stdin=yaml.safe_dump(doc))
     assert result.returncode == 1
     assert f"metadata.name '{name}' has 57 characters; use a lowercase DNS label of at most 43" in result.stderr
@@ -204,8 +205,7 @@ def test_examples_are_admitted_in_any_order(
 
 
 def package(name: str, version: str = "1.0.0", **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": keys.API_VERSION, "kind": keys.PACKAGE_KIND, "metadata": {"name": name},
-            "spec": {"version": version, "image": f"example.local/{name}:{version}", **spec}}
+    return package_object(name, package_spec(example_image(name, version), **spec))
 
 
 def test_dependency_bumped_first_then_the_dependent(kube_api_client: client.ApiClient) -> None:
@@ -271,11 +271,12 @@ def test_while_a_webhook_with_our_rules_does_not_answer(kube_api_client: client.
         assert apply(kube_api_client, stored) is None  # stored before the outage
         admission.create_validating_webhook_configuration(body)
 
-        def refused() -> None:
+        def refused() -> bool:
             other = package(unique_name("down-new"))
             other["metadata"]["labels"] = labels
             refusal = apply(kube_api_client, other)
             assert refusal is not None and "failed calling webhook" in refusal, refusal
+            return True
 
         assert_eventually(refused, timeout=30)
         # Any update of the object (spec or metadata: a finalizer, an annotation) is refused too ...

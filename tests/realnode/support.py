@@ -21,12 +21,13 @@ from localstack import node_images, realnode
 from localstack.realnode import PAUSE_IMAGE, RealNode, RealNodeError
 from protocol.node_settings import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
 from tests.helpers import assert_eventually
-from tests.helpers.chaos import ChaosStack, Noderoll
+from tests.helpers.chaos import ChaosStack
+from tests.helpers.packages import NODEWRIGHT_IMAGE
+from tests.helpers.processes import NoderollProcesses
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "deploy/examples/package-nodewright-tuning.yaml"
 EXAMPLE_FOLDER = REPO / "deploy/examples/packages/nodewright-tuning/skyhook-package"
-PACKAGE_IMAGE = "example.local/nodewright-tuning:1.0.0"
 READY_SECONDS = 180.0
 ROLLOUT_SECONDS = 300.0
 
@@ -45,7 +46,7 @@ class RealCluster:
 
     stack: ChaosStack
     node: RealNode
-    procs: Noderoll
+    procs: NoderollProcesses
     api: client.ApiClient
     agent_image: str
 
@@ -97,7 +98,7 @@ def _ready(api: client.ApiClient, node: RealNode) -> bool:
 def _images(node: RealNode, workdir: Path, agent: str) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     for archive in (node_images.pause_image(workdir, PAUSE_IMAGE),
-                    node_images.package_image(workdir, PACKAGE_IMAGE, EXAMPLE_FOLDER),
+                    node_images.package_image(workdir, NODEWRIGHT_IMAGE, EXAMPLE_FOLDER),
                     node_images.agent_image(workdir, agent, REPO)):
         node.import_image(archive)
 
@@ -115,7 +116,7 @@ def start_real_cluster(workdir: Path, processes: bool = True) -> Iterator[RealCl
         pytest.skip(f"real node: {err}")
     stack = ChaosStack.start(workdir / "stack")
     node = RealNode(workdir / "node", Path(stack.info.kubeconfig))
-    procs: Noderoll | None = None
+    procs: NoderollProcesses | None = None
     api = config.new_client_from_config(config_file=stack.info.kubeconfig)
     try:
         agent = agent_image_reference()
@@ -131,14 +132,14 @@ def start_real_cluster(workdir: Path, processes: bool = True) -> Iterator[RealCl
             pytest.skip(f"real node: {node.name} not Ready within {READY_SECONDS:.0f}s; kubelet log:\n"
                         f"{node.log_tail('kubelet')}")
         env = {"NODEROLL_AGENT_IMAGE": agent, STAGE_ATTEMPTS_ENV: "1", RETRY_BACKOFF_ENV: "1"}
-        procs = Noderoll(stack.info, workdir / "procs", env=env)
+        procs = NoderollProcesses(stack.info, workdir / "procs", env=env, private_stack=True)
         if processes:
-            procs.start("worker")
-            procs.start("bridge")
+            procs.start_worker()
+            procs.wait_leading(procs.start_bridge())
         yield RealCluster(stack, node, procs, api, agent)
     finally:
         if procs is not None:
-            procs.stop()
+            procs.stop_all()
         cleaned = node.stop()
         print(f"real node {node.name} stopped; removed from the machine: {cleaned}")
         api.close()

@@ -107,7 +107,8 @@ def test_the_chart_installed_for_real_rolls_out_a_package(helm_cluster: RealClus
         uninstalled = _helm(cluster, "uninstall", RELEASE, "--namespace", NAMESPACE, "--wait", "--timeout", "2m")
         assert uninstalled.returncode == 0, uninstalled.stderr
 
-    def gone() -> None:
+    def gone() -> bool:
         assert cluster.core.list_namespaced_pod(NAMESPACE).items == []
+        return True
 
     assert_eventually(gone, timeout=120, interval=1.0)

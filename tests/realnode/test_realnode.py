@@ -20,8 +20,9 @@ import pytest
 from api.keys import NODE_STATE_ANNOTATION
 from api.node_state import parse_node_state
 from tests.helpers import unique_name
+from tests.helpers.packages import NODEWRIGHT_IMAGE
 from tests.helpers.stagejobs import StageRecorder
-from tests.realnode.support import PACKAGE_IMAGE, RealCluster
+from tests.realnode.support import RealCluster
 
 pytestmark = pytest.mark.timeout(900)
 SYSCTL = "vm.max_map_count = 262144\nkernel.numa_balancing = 0\n"
@@ -58,7 +59,7 @@ def test_a_nodewright_package_rolls_out_on_the_real_node(real_cluster: RealClust
         assert stages and all(p.status.phase == "Succeeded" for p in pods), [(p.metadata.name, p.status.phase) for p in pods]
         for pod in stages:
             copy, *agents = [*pod.spec.init_containers, *pod.spec.containers]
-            assert (copy.name, copy.image) == ("package", PACKAGE_IMAGE)
+            assert (copy.name, copy.image) == ("package", NODEWRIGHT_IMAGE)
             assert {c.image for c in agents} == {real_cluster.agent_image}
         # The window's one interrupt: the last container of the pod of the stages before it (issue #14).
         interrupts = [c for p in pods for c in p.spec.containers if c.name == "interrupt"]

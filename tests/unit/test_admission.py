@@ -18,13 +18,14 @@ import pytest
 
 from api.admission import CREATE, UPDATE, AdmissionInput, decide
 from localstack.pki import ensure_pki
+from tests.helpers.packages import example_image
 from webhook.review import ReviewError, parse_review, response
 from webhook.server import ServerOptions, WebhookServer
 
 
 def pkg(name: str, version: str = "1.0.0", **spec: Any) -> dict[str, Any]:
     return {"apiVersion": "noderoll.io/v1alpha1", "kind": "Package", "metadata": {"name": name},
-            "spec": {"version": version, "image": f"example.local/{name}:{version}", **spec}}
+            "spec": {"version": version, "image": example_image(name, version), **spec}}
 
 
 def stored(*objs: dict[str, Any]) -> dict[str, dict[str, Any]]:

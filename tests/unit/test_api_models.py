@@ -12,10 +12,11 @@ from api.package import Package, PackageSpec
 from api.policy import DeploymentPolicy, DeploymentPolicySpec
 from api.problems import InvalidDocumentError, ValidationProblem
 from api.selectors import LabelSelector
+from tests.helpers.packages import example_image
 
 
 def package(spec: dict[str, Any], name: str = "pkg") -> dict[str, Any]:
-    base = {"version": "1.0.0", "image": "example.local/pkg:1.0.0"}
+    base = {"version": "1.0.0", "image": example_image("pkg")}
     return {
         "apiVersion": "noderoll.io/v1alpha1",
         "kind": "Package",

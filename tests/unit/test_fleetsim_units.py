@@ -13,6 +13,7 @@ from fleetsim.command import parse_labels, parse_taints
 from fleetsim.faults import Fault, Faults, load_faults_file, parse_flag
 from fleetsim.images import ImageStore, split_reference
 from fleetsim.nodes import node_name
+from tests.helpers.packages import SYSCTL_IMAGE
 
 
 @pytest.mark.parametrize(
@@ -69,7 +70,7 @@ def test_image_references_resolve_to_folders(tmp_path: Path) -> None:
     assert store.resolve("r.example/driver:2.0.0") == tmp_path / "driver" / "2.0.0"
     assert store.resolve("r.example/driver:3.0.0") is None
     assert store.resolve("nvcr.io/x/odd-name:5") == tmp_path / "custom" / "skyhook-package"
-    assert store.resolve("example.local/sysctl-tuning:1.0.0").name == "sysctl-tuning"  # examples by default
+    assert store.resolve(SYSCTL_IMAGE).name == "sysctl-tuning"  # examples by default
 
 
 def test_log_tail_keeps_last_lines_within_two_kib() -> None:

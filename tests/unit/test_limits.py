@@ -10,12 +10,13 @@ from api.validation import validate_documents
 from planning.window import TimeLimits, package_limits, window_limits
 from protocol.node import node_workflow_input
 from protocol.node_settings import INTERRUPT_TIMEOUT_ENV, PROTECTED_PODS_TIMEOUT_ENV, STAGE_TIMEOUT_ENV
+from tests.helpers.packages import example_image
 
 DEFAULTS = TimeLimits(protected_pods=3600, stage=1800, interrupt=900)
 
 
 def spec(**limits: int) -> PackageSpec:
-    return PackageSpec.model_validate({"version": "1.0.0", "image": "example.local/x:1.0.0", "limits": limits})
+    return PackageSpec.model_validate({"version": "1.0.0", "image": example_image("x"), "limits": limits})
 
 
 def test_unset_fields_are_the_defaults_and_set_ones_win() -> None:
@@ -41,7 +42,7 @@ def test_a_window_takes_the_largest_of_its_packages() -> None:
 ])
 def test_ranges_are_refused_with_the_field(field: str, value: int, message: str) -> None:
     doc = {"apiVersion": "noderoll.io/v1alpha1", "kind": "Package", "metadata": {"name": "limits"},
-           "spec": {"version": "1.0.0", "image": "example.local/x:1.0.0", "limits": {field: value}}}
+           "spec": {"version": "1.0.0", "image": example_image("x"), "limits": {field: value}}}
     problems = [f"{p.field}: {p.message}" for p in validate_documents([doc]).problems]
     assert len(problems) == 1 and problems[0].startswith("spec.limits") and message in problems[0], problems
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import socket
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,13 @@ from localstack.components import COMPONENTS, Binaries, StackLayout
 from localstack.pki import Pki
 from localstack.processes import pick_port
 from localstack.state import ComponentInfo, StackInfo, load_stack_info, resolve_connection, save_stack_info
-from tests.helpers import EventuallyTimeout, assert_eventually, new_task_queue, unique_name
+from tests.helpers import (
+    EventuallyTimeout,
+    assert_eventually,
+    assert_eventually_async,
+    new_task_queue,
+    unique_name,
+)
 
 
 def _fake_binaries(folder: Path, stamp: str | None = None) -> Path:
@@ -152,3 +160,60 @@ class TestHelpers:
 
         with pytest.raises(EventuallyTimeout, match="still pending"):
             assert_eventually(never, timeout=0.05, interval=0.01)
+
+    @pytest.mark.parametrize("falsy", [None, False, [], {}, 0, ""],
+                             ids=["none", "false", "empty-list", "empty-dict", "zero", "empty-string"])
+    def test_assert_eventually_keeps_waiting_through_a_falsy_result(self, falsy: object) -> None:
+        calls = iter([falsy, falsy, ["pod-a"]])
+        assert assert_eventually(lambda: next(calls), timeout=1, interval=0.001) == ["pod-a"]
+
+    @pytest.mark.parametrize("falsy", [None, []], ids=["none", "empty-list"])
+    def test_assert_eventually_times_out_naming_a_falsy_last_result(self, falsy: object) -> None:
+        with pytest.raises(EventuallyTimeout, match=re.escape(f"(last result: {falsy!r})")):
+            assert_eventually(lambda: falsy, timeout=0.05, interval=0.01)
+
+    def test_a_function_that_only_asserts_is_not_done(self) -> None:
+        def only_asserts() -> None:
+            assert True
+
+        with pytest.raises(EventuallyTimeout, match=re.escape("(last result: None)")):
+            assert_eventually(only_asserts, timeout=0.05, interval=0.01)
+
+    def test_assert_eventually_returns_a_truthy_result_at_once(self) -> None:
+        calls: list[int] = []
+
+        def probe() -> dict[str, str]:
+            calls.append(1)
+            return {"phase": "Complete"}
+
+        started = time.monotonic()
+        # An interval longer than the test's budget: a second call would show as a 30 s wait.
+        assert assert_eventually(probe, timeout=60, interval=30) == {"phase": "Complete"}
+        assert calls == [1] and time.monotonic() - started < 1
+
+    async def test_assert_eventually_async_keeps_waiting_through_none_and_empty(self) -> None:
+        answers = iter([None, [], ["pod-a"]])
+
+        async def probe() -> list[str] | None:
+            return next(answers)
+
+        assert await assert_eventually_async(probe, timeout=1, interval=0.001) == ["pod-a"]
+
+    @pytest.mark.parametrize("falsy", [None, []], ids=["none", "empty-list"])
+    async def test_assert_eventually_async_times_out_naming_a_falsy_last_result(self, falsy: object) -> None:
+        async def probe() -> object:
+            return falsy
+
+        with pytest.raises(EventuallyTimeout, match=re.escape(f"(last result: {falsy!r})")):
+            await assert_eventually_async(probe, timeout=0.05, interval=0.01)
+
+    async def test_assert_eventually_async_returns_a_truthy_result_at_once(self) -> None:
+        calls: list[int] = []
+
+        async def probe() -> bool:
+            calls.append(1)
+            return True
+
+        started = time.monotonic()
+        assert await assert_eventually_async(probe, timeout=60, interval=30) is True
+        assert calls == [1] and time.monotonic() - started < 1

@@ -10,6 +10,7 @@ import pytest
 
 from localstack import node_images, oci, realnode
 from localstack.rootfs import BUSYBOX
+from tests.helpers.packages import NODEWRIGHT_IMAGE
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -39,9 +40,9 @@ def _read(archive: Path) -> tuple[dict, dict, dict, tarfile.TarFile]:
 
 def test_a_nodewright_style_package_image(tmp_path: Path) -> None:
     folder = REPO / "deploy/examples/packages/nodewright-tuning/skyhook-package"
-    archive = node_images.package_image(tmp_path, "example.local/nodewright-tuning:1.0.0", folder)
+    archive = node_images.package_image(tmp_path, NODEWRIGHT_IMAGE, folder)
     index, manifest, config, layer = _read(archive)
-    assert index["manifests"][0]["annotations"]["io.containerd.image.name"] == "example.local/nodewright-tuning:1.0.0"
+    assert index["manifests"][0]["annotations"]["io.containerd.image.name"] == NODEWRIGHT_IMAGE
     assert manifest["layers"][0]["mediaType"] == oci.MEDIA_LAYER
     assert config["rootfs"]["diff_ids"] == [manifest["layers"][0]["digest"]]
     names = set(layer.getnames())

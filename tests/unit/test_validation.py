@@ -11,6 +11,7 @@ import yaml
 
 from api import validate_command
 from api.validation import check_cycles, check_references, parse_document, validate_documents
+from tests.helpers.packages import example_image
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,7 +21,7 @@ def pkg(name: str, version: str = "1.0.0", **spec: Any) -> dict[str, Any]:
         "apiVersion": "noderoll.io/v1alpha1",
         "kind": "Package",
         "metadata": {"name": name},
-        "spec": {"version": version, "image": f"example.local/{name}:{version}"} | spec,
+        "spec": {"version": version, "image": example_image(name, version)} | spec,
     }
 
 

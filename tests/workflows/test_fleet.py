@@ -168,8 +168,9 @@ async def test_pausing_one_package_leaves_the_others_rolling(temporal_test_env: 
         assert report.packages["a"].phase is RolloutPhase.COMPLETE
         await handle.signal(names.SIGNAL_FLEET_SPEC, FleetSpec(name, None, 0, [package("a"), package("b")]))
 
-        async def b_done() -> None:
+        async def b_done() -> bool:
             assert (await progress(handle)).packages["b"].phase is RolloutPhase.COMPLETE
+            return True
 
         await assert_eventually_async(b_done, timeout=60)
         assert all(nodes.carried(n) == [["a"], ["b"]] for n in nodes.nodes)
@@ -185,8 +186,9 @@ async def test_operator_pause_filter_and_resume(temporal_test_env: WorkflowEnvir
         assert report.packages["b"].phase is RolloutPhase.PAUSED
         await handle.signal(names.SIGNAL_RESUME, Filter(packages=["b"]))
 
-        async def b_done() -> None:
+        async def b_done() -> bool:
             assert (await progress(handle)).packages["b"].phase is RolloutPhase.COMPLETE
+            return True
 
         await assert_eventually_async(b_done, timeout=60)
 

@@ -166,8 +166,9 @@ async def test_a_window_in_flight_finishes_after_the_close_and_nothing_new_start
                                                    task_queue=(await handle.describe()).task_queue)
                 for n in nodes.nodes}
 
-        async def two_out() -> None:
+        async def two_out() -> bool:
             assert len(nodes.outstanding) == 2, nodes.outstanding
+            return True
 
         await assert_eventually_async(two_out)
         first = sorted(nodes.outstanding)
@@ -271,12 +272,14 @@ async def test_count_successes_in_a_row_and_failure_limit(temporal_test_env: Wor
         assert all(g >= timedelta(seconds=300) for g in gaps), gaps
 
 
-async def _sampled(prom: FakePrometheus, count: int) -> None:
+async def _sampled(prom: FakePrometheus, count: int) -> bool:
     assert len(prom.calls) == count, prom.calls
+    return True
 
 
-async def _first_batch(nodes: FakeNodes) -> None:
+async def _first_batch(nodes: FakeNodes) -> bool:
     assert len(nodes.requests) == 2, nodes.requests
+    return True
 
 
 async def test_continuous_gate_stops_new_windows_while_those_in_flight_finish(
@@ -304,8 +307,9 @@ async def test_continuous_gate_stops_new_windows_while_those_in_flight_finish(
         await assert_eventually_async(lambda: _requests(nodes, 4))
 
 
-async def _requests(nodes: FakeNodes, count: int) -> None:
+async def _requests(nodes: FakeNodes, count: int) -> bool:
     assert len(nodes.requests) == count, nodes.requests
+    return True
 
 
 async def test_unreachable_prometheus_is_retried_then_the_gate_fails_with_the_reason(

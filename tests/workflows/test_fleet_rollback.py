@@ -146,9 +146,10 @@ async def test_the_default_halts_without_a_rollback_window(temporal_test_env: Wo
         nodes.fail_versions.add("2.0.0")
         await handle.signal(names.SIGNAL_FLEET_SPEC, FleetSpec(name, pol, 1, [package("a", "2.0.0", generation=2)]))
 
-        async def halted() -> None:
+        async def halted() -> bool:
             report = await progress(handle)
             assert report.phase is RolloutPhase.HALTED and report.wave == 2, report.phase
+            return True
 
         await assert_eventually_async(halted, timeout=60)
         assert len(nodes.requests) == 5 and (await progress(handle)).rollback is None
@@ -177,10 +178,11 @@ async def test_the_rollback_goes_out_while_paused_and_outside_the_maintenance_wi
         await env.sleep(timedelta(minutes=45))  # the maintenance window closed
         await nodes.finish(env.client)  # the canary's window ran anyway and failed
 
-        async def rolling_back() -> None:
+        async def rolling_back() -> bool:
             report = await progress(handle)
             assert report.phase is RolloutPhase.ROLLING_BACK, (report.phase, report.message)
             assert [o.spec["version"] for o in nodes.outstanding[canary].packages] == ["1.0.0"]
+            return True
 
         await assert_eventually_async(rolling_back)
         await nodes.finish(env.client)
