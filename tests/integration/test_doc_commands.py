@@ -165,7 +165,7 @@ async def _terminate(stack: StackInfo, record: procs.DemoRecord, nodes: list[str
 async def settled(temporal: Client, rollout: Rollout) -> None:
     """Until nothing waits or runs: every node complete but the failing one, erroring for kmod-blocklist."""
 
-    async def check() -> None:
+    async def check() -> bool:
         handle = temporal.get_workflow_handle(names.fleet_workflow_id(rollout.policy))
         try:
             report = progress_from_json(await handle.query(names.QUERY_PROGRESS))
@@ -176,6 +176,7 @@ async def settled(temporal: Client, rollout: Rollout) -> None:
         assert report.counts == {State.COMPLETE.value: NODES - 1, State.ERRORING.value: 1}, report.counts
         kmod = report.packages[rollout.placeholders["kmod-blocklist"]]
         assert list(kmod.erroring) == [rollout.failing], kmod.erroring
+        return True
 
     await assert_eventually_async(check, timeout=SETTLE_TIMEOUT, interval=1.0)
 

@@ -13,31 +13,27 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes.client import ApiClient
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
-from temporalio.service import RPCError
 
 from api.enums import CanaryPhase, RolloutPhase
 from localstack.state import StackInfo
-from planning.fleet_status import FleetProgress
 from protocol import names
 from tests.helpers import assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import SYSCTL_IMAGE, package_spec
+from tests.helpers.processes import NoderollProcesses, noderoll_fixture
 from tests.integration.bridge_support import (
-    SYSCTL_IMAGE,
-    BridgeRun,
     create_package,
     create_policy,
     delete_package,
     delete_policy,
-    wait_leading,
+    fleet_progress,
 )
-from workflows.fleet_codec import progress_from_json
 
 pytestmark = pytest.mark.integration
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sdk_control.py"
@@ -45,24 +41,7 @@ NODES = 3
 TIMEOUT = 240.0
 
 
-@pytest.fixture(scope="module")
-def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
-    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("sdk"))
-    try:
-        bridge_run.start_worker()
-        wait_leading(bridge_run, bridge_run.start_bridge())
-        yield bridge_run
-    finally:
-        bridge_run.stop_all()
-
-
-async def fleet_progress(temporal: Client, policy: str) -> FleetProgress:
-    """The fleet's typed `progress` (AssertionError while it does not answer yet, for assert_eventually)."""
-    try:
-        return progress_from_json(await temporal.get_workflow_handle(names.fleet_workflow_id(policy)).query(
-            names.QUERY_PROGRESS))
-    except RPCError as err:
-        raise AssertionError(f"fleet/{policy} does not answer yet: {err}") from err
+run = noderoll_fixture()
 
 
 async def signals_to(temporal: Client, workflow_id: str) -> list[tuple[str, object]]:
@@ -77,7 +56,7 @@ async def signals_to(temporal: Client, workflow_id: str) -> list[tuple[str, obje
 
 
 async def test_the_sdk_example_pauses_one_package_and_resumes_it(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     labels = {"sdk-test": unique_name("sdk")}
     policy, package = unique_name("pol"), unique_name("sdk")
@@ -87,14 +66,14 @@ async def test_the_sdk_example_pauses_one_package_and_resumes_it(
             create_policy(kube_api_client, run, policy, {
                 "canary": {"count": 1, "soakSeconds": 1, "promotion": "manual"},
                 "default": {"budget": {"count": 2}}})
-            create_package(kube_api_client, run.package(package, {
-                "version": "1.0.0", "image": SYSCTL_IMAGE, "deploymentPolicy": policy,
-                "nodeSelector": {"matchLabels": labels}, "config": {"sysctl.conf": "vm.max_map_count = 262144\n"}}))
+            create_package(kube_api_client, run.package(package, package_spec(
+                SYSCTL_IMAGE, policy=policy, labels=labels, config={"sysctl.conf": "vm.max_map_count = 262144\n"})))
 
-            async def awaiting_promotion() -> None:
+            async def awaiting_promotion() -> bool:
                 report = await fleet_progress(temporal_client, policy)
                 assert report.canary_phase is CanaryPhase.AWAITING_PROMOTION, (report.phase, report.canary_phase)
                 assert report.packages[package].counts == {"complete": 1, "waiting": NODES - 1}, report.packages
+                return True
 
             await assert_eventually_async(awaiting_promotion, timeout=TIMEOUT)
             result = subprocess.run(
@@ -116,10 +95,11 @@ async def test_the_sdk_example_pauses_one_package_and_resumes_it(
 
             await temporal_client.get_workflow_handle(fleet_id).signal(names.SIGNAL_RESUME)
 
-            async def complete() -> None:
+            async def complete() -> bool:
                 report = await fleet_progress(temporal_client, policy)
                 assert report.phase is RolloutPhase.COMPLETE, (report.phase, report.message)
                 assert report.packages[package].counts == {"complete": NODES}, report.packages[package]
+                return True
 
             await assert_eventually_async(complete, timeout=TIMEOUT)
         finally:
