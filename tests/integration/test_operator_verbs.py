@@ -188,7 +188,9 @@ async def test_ignore_keeps_the_node_out_of_the_next_batch(
         try:
             create_policy(kube_api_client, run, policy, {
                 "default": {"budget": {"count": 1}, "strategy": {"type": "fixed", "initialBatch": 1}}})
-            spec = package_spec(SLEEP_IMAGE, policy=policy, labels=labels, stage_seconds=4)
+            # Stages long enough (2 x 8 s) that both ignores land while the first window runs: at a load
+            # of 10 a `noderoll` command took 9 s to start, and a 4 s stage let the next batch go first.
+            spec = package_spec(SLEEP_IMAGE, policy=policy, labels=labels, stage_seconds=8)
             create_package(kube_api_client, run.package(name, spec))
 
             async def one_in_window() -> str:
@@ -200,9 +202,10 @@ async def test_ignore_keeps_the_node_out_of_the_next_batch(
             busy = await assert_eventually_async(one_in_window, timeout=TIMEOUT)
             left_out = sorted(n for n in fleet.node_names if n != busy)[0]
             rest = next(n for n in fleet.node_names if n not in (busy, left_out))
-            # The node in flight finishes its window; the other one gets none while ignored.
-            noderoll(run, "node", "ignore", busy)
+            # The node in flight finishes its window; the other one gets none while ignored (ignored
+            # first: it is the one the next batch would take).
             noderoll(run, "node", "ignore", left_out)
+            noderoll(run, "node", "ignore", busy)
 
             def others_done() -> bool:
                 assert recorded(kube_api_client, busy).get(name, {}).get("state") == "complete"
