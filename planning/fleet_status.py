@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 
 from api.enums import CanaryPhase, RolloutPhase, State
 from planning import fleet_rollback as rollbacks
-from planning.eta import Eta
+from planning.eta import Eta, Timings
 from planning.fleet_eta import fleet_eta
 from planning.fleet_state import FleetState, entries, package_revision, remaining
 from planning.gates import GateFailure, GateTrack, failure_text
@@ -101,6 +101,8 @@ class FleetProgress:
     # When the wave's remaining batches end, all succeeding (planning.fleet_eta); None: nothing left,
     # halted, or a report without a clock (the Temporal UI's details line).
     eta: Eta | None = None
+    # What the ETA rests on: the fleet's measured window durations and gaps (`noderoll plan` uses them too).
+    timings: Timings = field(default_factory=Timings)
 
 
 _ROLLBACK_PHASES = (RolloutPhase.ROLLING_BACK, RolloutPhase.ROLLED_BACK)
@@ -228,6 +230,7 @@ def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str) -> Fl
         gate_failure=state.gates.failure, gates={**state.gates.continuous, **state.gates.tracks},
         rollback=rollbacks.report(state.rollback, fleet_phase is RolloutPhase.HALTED) if state.rollback else None,
         eta=fleet_eta(state, now) if now and fleet_phase in _ETA_PHASES and remaining(state) else None,
+        timings=state.timings,
     )
     for progress in nodes.values():
         report.counts[progress.state] = report.counts.get(progress.state, 0) + 1
