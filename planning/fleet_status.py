@@ -68,6 +68,9 @@ class BudgetUse:
 
     limit: int = 0
     in_use: int = 0
+    # The compartment's nodes in the wave, and those finished (succeeded or failed).
+    nodes: int = 0
+    finished: int = 0
 
 
 @dataclass
@@ -237,7 +240,8 @@ def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str) -> Fl
     if planner is not None:
         for comp in planner.compartments.values():
             out = sum(1 for n in comp.nodes if n in state.in_flight)
-            report.budgets[comp.name] = BudgetUse(limit=comp.budget, in_use=out)
+            report.budgets[comp.name] = BudgetUse(limit=comp.budget, in_use=out, nodes=len(comp.nodes),
+                                                  finished=comp.succeeded + comp.failed)
     for name, entry in sorted(entries(state).items()):
         counts: dict[str, int] = {}
         blocked, erroring = {}, {}
