@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from api.enums import RolloutPhase
 from api.package import PackageSpec
 from api.policy import DeploymentPolicySpec
 from planning import fleet_state as fs
@@ -21,8 +22,10 @@ from planning.eta import (
     record_window,
 )
 from planning.fleet_eta import fleet_eta
+from planning.fleet_status import fleet_progress
 from planning.fleet_targets import FleetPackage, FleetQuery, select_fleet
 from planning.rollout_plan import PlanInput, plan_fleet
+from planning.status import render_package_status, render_policy_status
 from tests.unit.fleet_builders import a_fleet_spec, a_node, a_result, an_entry
 
 NOW = "2025-01-01T00:00:00+00:00"
@@ -102,3 +105,28 @@ def test_the_fleet_records_successful_windows_only() -> None:
                      "2025-01-01T00:01:40+00:00")
     fs.record_result(state, a_result("n2", handed["n2"].request_id, a="erroring"), "2025-01-01T00:00:30+00:00")
     assert state.timings.windows == {"reboot": [100.0]}
+
+
+def started_fleet(policy: dict[str, Any], nodes: int = 4) -> fs.FleetState:
+    spec = a_fleet_spec(an_entry("kernel", interrupt={"type": "reboot"}), policy=policy)
+    state = fs.FleetState()
+    fs.set_spec(state, spec)
+    packages = {"kernel": FleetPackage(PackageSpec.model_validate(spec.packages[0].spec))}
+    fs.start_wave(state, select_fleet(FleetQuery(packages, [a_node(f"n{i}") for i in range(nodes)])),
+                  DeploymentPolicySpec.model_validate(policy), "fleet/gpu")
+    return state
+
+
+def test_progress_and_the_statuses_carry_the_eta_while_the_fleet_works_and_not_when_halted() -> None:
+    policy = {"default": {"budget": {"count": 2}, "strategy": {"type": "fixed", "initialBatch": 2}}}
+    state = started_fleet(policy)
+    progress = fleet_progress(state, RolloutPhase.PROGRESSING, NOW)
+    assert progress.eta is not None and progress.eta.batches_left == 2
+    assert progress.packages["kernel"].eta == progress.eta
+    status = render_package_status(progress.packages["kernel"], 1)
+    assert status["eta"] == {"finishAt": progress.eta.finish_at, "batchesLeft": 2, "source": progress.eta.source}
+    assert render_policy_status([], 1, NOW, None, progress)["eta"]["finishAt"] == progress.eta.finish_at
+    assert fleet_progress(state, RolloutPhase.PROGRESSING, "").eta is None  # the details line: no clock, no ETA
+    state.halted = True
+    halted = fleet_progress(state, RolloutPhase.HALTED, NOW)
+    assert halted.eta is None and "eta" not in render_package_status(halted.packages["kernel"], 1)
