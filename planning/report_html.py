@@ -19,10 +19,10 @@ from planning.rollout_report import Bar, NodeReport, RolloutReport
 COLOURS = {"drain": "#d9822b", "stage": "#3b7dd8", "check": "#2e9e68", "interrupt": "#8e44ad", "other": "#aab2bf"}
 LEGEND = {
     "drain": "drain (cordon, protected pods, eviction)",
-    "stage": "stage pod (its stages, each with its check)",
-    "check": "checks only",
-    "interrupt": "the merged interrupt (and the stages in its pod)",
-    "other": "state writes, uncordon, clean-up",
+    "stage": "stage (apply, config, upgrade, post-interrupt, uninstall)",
+    "check": "its check",
+    "interrupt": "the merged interrupt (a reboot until the node is back)",
+    "other": "state writes, uncordon, clean-up, package copy",
 }
 LABEL_WIDTH, PLOT_WIDTH, ROW_HEIGHT, AXIS_HEIGHT = 200, 1000, 22, 40
 CSS = """

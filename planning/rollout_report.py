@@ -4,9 +4,10 @@ Input: the fleet's runs and each node's window runs as `RunHistory` (activities 
 attempts, failures, inputs and results; signals), read from Temporal by `cli.rollout_history`, and
 the nodes' records (`noderoll.io/state`). `build_report` turns them into a `RolloutReport`:
 * per node, one bar per activity of its windows, by kind: `drain` (cordon, protected pods, drain),
-  `stage` (a stage pod: its stages, each with its check), `check` (a pod of checks only),
-  `interrupt` (the pod that carries the merged interrupt, or the interrupt's own pod), `other`
-  (state writes, uncordon, clean-up); a failure mark where an activity failed or a stage pod
+  `stage`, `check` and `interrupt` (a stage pod is split by its containers' own start and end times,
+  which `run_stage_pod` reports; a pod of a run before that is one bar, coloured `stage`, or
+  `interrupt` when it carries the merged interrupt; after a reboot, its confirmation), `other`
+  (state writes, uncordon, clean-up, the package copy); a failure mark where an activity failed or a stage pod
   exited non-zero (with the message), a retry mark where Temporal retried an activity or the
   window retried a stage (attempt > 1);
 * the fleet's marks on the time axis: each hand-over of windows (`request_windows`) is a batch, the
@@ -24,8 +25,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from api.enums import Stage
+
 DRAIN_ACTIVITIES = ("cordon_node", "wait_protected_pods", "drain_node")
 CHECK_SUFFIX = "-check"
+STAGE_MODES = frozenset(s.value for s in Stage)
 
 
 @dataclass
@@ -176,13 +180,39 @@ def _bar(activity: ActivityRun, closed: datetime | None) -> Bar:
     return Bar(kind, label, start, end, failed, retried, message)
 
 
+def _mode_kind(mode: str) -> str:
+    if mode == "interrupt":
+        return "interrupt"
+    if mode.endswith(CHECK_SUFFIX):
+        return "check"
+    return "stage" if mode in STAGE_MODES else "other"
+
+
+def _segments(bar: Bar, activity: ActivityRun) -> list[Bar]:
+    """A stage pod's bar split by its containers' own start and end times (when the activity reported them)."""
+    result = activity.result if isinstance(activity.result, dict) else {}
+    times = result.get("containers") or {}
+    package = bar.label.split(" ")[0]
+    parts = sorted((datetime.fromisoformat(t[0]), datetime.fromisoformat(t[1]), mode)
+                   for mode, t in times.items() if isinstance(t, list) and len(t) == 2)
+    if not parts:
+        return [bar]
+    segments = [Bar(_mode_kind(mode), f"{package} {mode}", start, end) for start, end, mode in parts]
+    if bar.kind == "interrupt" and parts[-1][1] < bar.end:
+        # A reboot: the node came back (new boot id, Ready) after the interrupt's container ended.
+        segments.append(Bar("interrupt", f"{package} reboot confirmation", parts[-1][1], bar.end))
+    segments[-1].failed, segments[-1].message = bar.failed, bar.message
+    segments[0].retried = bar.retried
+    return segments
+
+
 def _node_report(node: str, runs: Sequence[RunHistory], record: Mapping[str, Any]) -> tuple[NodeReport, list[Failure]]:
     row = NodeReport(node)
     failures = []
     for run in runs:
         for activity in run.activities:
             bar = _bar(activity, run.closed)
-            row.bars.append(bar)
+            row.bars.extend(_segments(bar, activity) if activity.type == "run_stage_pod" else [bar])
             if bar.failed:
                 failures.append(Failure(node, bar.end, bar.label, bar.message or activity.outcome))
     for name, entry in sorted((record.get("packages") or {}).items()):

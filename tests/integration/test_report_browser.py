@@ -113,6 +113,8 @@ async def test_report_renders_rows_failures_and_marks_in_chromium(
         assert {e.get_attribute("data-node") for e in find("css selector", ".failure-mark")} == {bad}
         assert find("css selector", f'g.node-row[data-node="{bad}"] .retry-mark')
         assert len(find("css selector", ".batch-mark.canary")) == 1 and len(find("css selector", ".batch-mark")) >= 2
+        # Stage pods split by their containers' own times (run_stage_pod reports them): stages and checks.
+        assert find("css selector", "rect.bar.stage") and find("css selector", "rect.bar.check")
         failures = [e.text for e in find("css selector", "#failures li.failure")]
         assert failures and all(bad in text for text in failures) and any("exited 7" in t for t in failures), failures
         assert {e.get_attribute("data-node") for e in find("css selector", "#node-table tr[data-node]")} == rows

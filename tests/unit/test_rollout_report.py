@@ -88,3 +88,19 @@ def test_the_page_is_self_contained_with_a_row_per_node_and_marks_on_failed_node
     assert {a["data-node"] for a in elements.having("failure-mark")} == {"b"}
     assert len(elements.having("retry-mark")) == 1 and len(elements.having("canary")) == 1
     assert not [a for _t, a in elements.tags if a.get("src") or a.get("href")]
+
+
+def test_a_stage_pod_is_split_by_its_containers_times_and_a_reboot_by_its_confirmation() -> None:
+    def times(start: float, end: float) -> list[str]:
+        return [at(start).isoformat(), at(end).isoformat()]
+
+    reboot_pod = activity("run_stage_pod", 20, 60, pod("kernel", ["apply", "apply-check", "interrupt"], interrupt=True),
+                          result={"exit_code": 0, "containers": {
+                              "package": times(21, 22), "apply": times(22, 30), "apply-check": times(30, 31),
+                              "interrupt": times(31, 32)}})
+    window = RunHistory("node/a", "r1", at(0), at(70), [reboot_pod])
+    row = build_report(ReportInput("gpu", [fleet()], {"a": [window]})).nodes[0]
+    assert [(b.kind, b.label) for b in row.bars] == [
+        ("other", "kernel package"), ("stage", "kernel apply"), ("check", "kernel apply-check"),
+        ("interrupt", "kernel interrupt"), ("interrupt", "kernel reboot confirmation")]
+    assert (row.bars[1].start, row.bars[1].end, row.bars[-1].end) == (at(22), at(30), at(60))
