@@ -91,7 +91,8 @@ def run_stage_pod(input: RunStagePodInput) -> RunStagePodResult:
                                                              else stages[-1])
         # A pod that ended before a stage finished without a failing container (deadline, deleted) fails too.
         code = outcome.exit_code if completed == stages else (outcome.exit_code or -1)
-        return RunStagePodResult(name, code, outcome.log_tail, mode, completed, adopted)
-    result = RunStagePodResult(name, 0, "", stages[-1] if stages else INTERRUPT_MODE, completed, adopted)
+        return RunStagePodResult(name, code, outcome.log_tail, mode, completed, adopted, containers=outcome.times)
+    result = RunStagePodResult(name, 0, "", stages[-1] if stages else INTERRUPT_MODE, completed, adopted,
+                               containers=outcome.times)
     _interrupt(input, name, outcome, result)
     return result

@@ -147,6 +147,16 @@ class CanaryStatus(StatusModel):
     nodes: list[str] = Field(default_factory=list)
 
 
+class EtaStatus(StatusModel):
+    """When the fleet's wave is estimated to end (every window succeeding): docs/how-it-works.md "ETA".
+
+    Rounded to the minute and without a countdown, so the status changes only when the estimate does."""
+
+    finish_at: str
+    batches_left: int = 0
+    source: str = ""
+
+
 class PackageStatus(StatusModel):
     """`status` of a Package."""
 
@@ -164,6 +174,7 @@ class PackageStatus(StatusModel):
     next_window: str | None = None
     gate_failure: GateFailureStatus | None = None
     rollback: RollbackStatus | None = None
+    eta: EtaStatus | None = None
     conditions: list[Condition] = Field(default_factory=list)
 
 
@@ -181,4 +192,5 @@ class PolicyStatus(StatusModel):
     next_window: str | None = None
     gate_failure: GateFailureStatus | None = None
     rollback: RollbackStatus | None = None
+    eta: EtaStatus | None = None
     conditions: list[Condition] = Field(default_factory=list)

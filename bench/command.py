@@ -66,7 +66,7 @@ COLUMNS = (
     ("ratio_to_floor", "÷floor"), ("worker_peak_rss_mib", "worker MiB"), ("bridge_peak_rss_mib", "bridge MiB"),
     ("stage_pods_per_window_median", "pods/win"), ("noderoll_cpu_share", "noderoll CPU"),
     ("fleetsim_cpu_share", "fleetsim CPU"), ("apiserver_etcd_peak_rss_mib", "apiserver+etcd MiB"),
-    ("objects_left", "objects left"),
+    ("objects_left", "objects left"), ("eta_first_batch_error", "ETA err after batch 1"),
 )
 
 

@@ -27,6 +27,7 @@ from temporalio.service import RPCError
 
 from api.keys import GROUP, NODE_STATUS_LABEL, PACKAGE_PLURAL, POLICY_PLURAL, VERSION
 from bench import apimetrics, histories, resources
+from bench.eta import EtaSampler, eta_accuracy
 from bench.procs import Connection, ProcessSet
 from bench.profile import Profiles
 from bench.scenario import (
@@ -311,10 +312,15 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
             for name, managed in procs.procs.items():
                 profiles.attach(name, managed.proc.pid)
         started, started_epoch = time.monotonic(), time.time()
+        sampler = EtaSampler(lambda: fleet_progress(temporal, sc.name))
+        sampling = asyncio.create_task(sampler.run())
         for manifest in package_manifests(sc):
             kube.create(PACKAGE_PLURAL, manifest)
         ideal = ideal_makespan(sc, node_names)
-        done = await wait_complete(kube, sc, procs, timeout=3 * ideal + 600, log=log)
+        try:
+            done = await wait_complete(kube, sc, procs, timeout=3 * ideal + 600, log=log)
+        finally:
+            sampling.cancel()
         cpu_after = resources.snapshot(cpu_pids)
         profiled = profiles.stop()
         after = apimetrics.scrape(target.kubeconfig)
@@ -347,6 +353,8 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
         await asyncio.sleep(OBJECTS_SETTLE_SECONDS)
         measured["objects_after"] = resources.count_objects(target.kubeconfig)
         row = summarize(sc, measured, windows)
+        row["eta"] = eta_accuracy(sampler.samples, started_epoch, started_epoch + measured["makespan_s"])
+        row["eta_first_batch_error"] = row["eta"]["first_batch_error"]
         if profiled:
             row["profile"] = profiled
         return row

@@ -26,6 +26,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "crd_bridge.command",
     "webhook.command",
     "cli.ops_commands",
+    "cli.plan_command",
+    "cli.report_command",
     "cli.node_commands",
     "cli.migrate_command",
     "bench.command",

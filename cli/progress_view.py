@@ -25,6 +25,7 @@ from api.package import Limits
 from cli.ops_client import NodeRow, PackageView
 from cli.ops_fleets import QUERY_SOURCE, FleetView
 from planning.drain import drains_window
+from planning.eta import Eta, duration_text
 from planning.fleet_status import NodeProgress
 from protocol import names
 from protocol.node_settings import (
@@ -124,6 +125,14 @@ def progress_json(view: PackageView) -> dict[str, Any]:
     return {"package": view.name, "fleet": view.fleet, "source": view.source, **data, **extra}
 
 
+def eta_text(eta: Eta | None) -> str:
+    """`2025-01-01T10:42:00+00:00 (in 12m30s, 4 batches)`, or "-" without an estimate."""
+    if eta is None or not eta.finish_at:
+        return "-"
+    batches = "1 batch" if eta.batches_left == 1 else f"{eta.batches_left} batches"
+    return f"{eta.finish_at} (in {duration_text(eta.seconds_left)}, {batches})"
+
+
 def _package_message(view: PackageView) -> str:
     if view.source == QUERY_SOURCE:
         return view.progress.message or ""
@@ -158,6 +167,8 @@ def package_detail(view: PackageView) -> Group:
         f"{s.value} {count(p.counts, s)}" for s in COUNT_ORDER if count(p.counts, s)))
     head.add_row("batch", batch_text(p.batch_number, p.batch_size) + " (the fleet's)")
     head.add_row("canary", f"{p.canary_phase} {', '.join(p.canary_nodes)}".strip())
+    if p.eta is not None and p.eta.finish_at:
+        head.add_row("eta", f"{eta_text(p.eta)}; {p.eta.source}; assumes {p.eta.assumes}")
     if p.message:
         head.add_row("message", p.message)
     if view.limits is not None:
@@ -195,7 +206,7 @@ def fleet_json(view: FleetView) -> dict[str, Any]:
             phase=p.phase.value, wave=p.wave, batch_number=p.batch_number, batch_size=p.batch_size,
             canary_phase=str(p.canary_phase), canary_nodes=list(p.canary_nodes), message=p.message,
             total_nodes=p.total_nodes, counts=dict(p.counts), updated_at=p.updated_at,
-            disruptions=disruption_totals(p.nodes),
+            disruptions=disruption_totals(p.nodes), eta=asdict(p.eta) if p.eta is not None else None,
         )
     return data
 
@@ -204,16 +215,16 @@ def fleet_table(view: FleetView) -> Table:
     """One fleet in one row: phase, wave, batch, canary, nodes per state, message."""
     table = Table(title=view.workflow_id, title_justify="left", title_style="bold")
     for column in ("PHASE", "WAVE", "BATCH", "CANARY", "NODES", *(s.value.replace("_", " ").upper() for s in COUNT_COLUMNS),
-                   "MESSAGE"):
+                   "ETA", "MESSAGE"):
         table.add_column(column, overflow="fold")
     p = view.progress
     if p is None:
-        table.add_row("-", "-", "-", "-", "-", *("-" for _ in COUNT_COLUMNS), Text(view.source, style="yellow"))
+        table.add_row("-", "-", "-", "-", "-", *("-" for _ in COUNT_COLUMNS), "-", Text(view.source, style="yellow"))
         return table
     canary = f"{p.canary_phase} {', '.join(p.canary_nodes)}".strip()
     table.add_row(phase_text(p.phase), str(p.wave), batch_text(p.batch_number, p.batch_size), canary,
                   f"{count(p.counts, State.COMPLETE)}/{p.total_nodes} complete",
-                  *(str(count(p.counts, s)) for s in COUNT_COLUMNS), p.message or "")
+                  *(str(count(p.counts, s)) for s in COUNT_COLUMNS), eta_text(p.eta), p.message or "")
     return table
 
 
@@ -224,6 +235,9 @@ def fleets_status(views: list[FleetView]) -> Group:
         parts.append(fleet_table(view))
         if view.progress is not None and view.progress.nodes:
             parts.append(Text(f"  disruptions: {disruptions_text(view.progress.nodes)}", style="dim"))
+        if view.progress is not None and view.progress.eta is not None and view.progress.eta.finish_at:
+            eta = view.progress.eta
+            parts.append(Text(f"  eta: {eta_text(eta)}; {eta.source}; assumes {eta.assumes}", style="dim"))
         if view.packages:
             parts.append(packages_table(view.packages))
         else:

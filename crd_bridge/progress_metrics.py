@@ -8,6 +8,7 @@ here, next to its only caller (`crd_bridge/status_poller.py`, and the reconciler
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
 import metrics
 from api.enums import RolloutPhase
@@ -48,6 +49,13 @@ def publish_progress(package: str, progress: RolloutProgress) -> None:
 
 
 def publish_fleet(fleet: str, progress: FleetReport) -> None:
-    """Publish a fleet's budget use: per compartment, windows out now and the budget."""
+    """Publish a fleet's budget use (per compartment, windows out now and the budget), each compartment's
+    finished share and the fleet's ETA (dropped when it has none)."""
     for compartment, use in sorted(progress.budgets.items()):
         metrics.set_budget(fleet, compartment, use.in_use, use.limit)
+        metrics.set_compartment_progress(fleet, compartment, use.finished / use.nodes if use.nodes else 1.0)
+    eta = progress.eta
+    if eta is None or not eta.finish_at:
+        metrics.set_fleet_eta(fleet, None, None)
+    else:
+        metrics.set_fleet_eta(fleet, eta.seconds_left, datetime.fromisoformat(eta.finish_at).timestamp())

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 from temporalio.service import RPCError, RPCStatusCode
 
+import metrics
 from api import keys
 from api.enums import ConditionType
 from crd_bridge.decisions import RolloutState
@@ -95,6 +96,7 @@ class StatusPoller:
         rec = self.reconciler
         rec.active.discard(fleet)
         rec.progress.pop(fleet, None)
+        metrics.set_fleet_eta(fleet, None, None)
         spec = rec.forget_fleet(fleet)
         # Its Packages (if any object is left) are reconciled: a fleet that closed while Packages
         # name it (terminated by hand) is started again by its next fleet reconcile.

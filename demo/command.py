@@ -29,6 +29,7 @@ from rich.live import Live
 from api.enums import RolloutPhase, State
 from cli.ops_client import Ops, OpsTarget, is_finished
 from cli.ops_fleets import fleet_view
+from cli.report_command import write_report
 from demo import gates
 from demo import processes as procs
 from demo.resources import DemoNames, DemoObjects, DemoTuning, demo_objects, interrupt_word
@@ -131,7 +132,7 @@ def _run_demo(console: Console, args: argparse.Namespace, record: procs.DemoReco
             evidence = _evidence(stack, outcome, record.sandbox_dir)
             console.print(packages_summary(outcome, evidence))
             console.print(fleet_summary(outcome, evidence))
-        _where_to_look(console, stack, record)
+        _where_to_look(console, stack, record, outcome.report)
     return outcome
 
 
@@ -155,9 +156,19 @@ async def _drive(console: Console, args: argparse.Namespace, launch: procs.DemoL
                       f"one rollout, {names.fleet_workflow_id(record.policy)}")
         outcome = await _watch(console, args, ops, record, first)
         outcome.started = started
+        outcome.report = await _report(console, ops, record)
         return outcome
     finally:
         ops.close()
+
+
+async def _report(console: Console, ops: Ops, record: procs.DemoRecord) -> str:
+    """The rollout's HTML report in the demo's run folder ("" when it cannot be written)."""
+    try:
+        return str(await write_report(ops, record.policy, Path(record.run_dir) / "report.html"))
+    except Exception as err:  # noqa: BLE001 - the demo's summary must print without its report
+        console.print(f"[yellow]demo: no report: {type(err).__name__}: {err}[/]", highlight=False)
+        return ""
 
 
 def state_logs(record: procs.DemoRecord) -> str:
@@ -261,7 +272,7 @@ def _evidence(stack: StackInfo, outcome: Outcome, sandbox_dir: str) -> NodeEvide
         api.close()
 
 
-def _where_to_look(console: Console, stack: StackInfo, record: procs.DemoRecord) -> None:
+def _where_to_look(console: Console, stack: StackInfo, record: procs.DemoRecord, report: str = "") -> None:
     query = urllib.parse.quote(f'WorkflowId = "{names.fleet_workflow_id(record.policy)}"')
     console.print("[bold]where to look[/]")
     console.print(f"  Temporal UI : {stack.temporal_ui}/namespaces/{names.DEFAULT_NAMESPACE}/workflows?query={query}",
@@ -271,6 +282,9 @@ def _where_to_look(console: Console, stack: StackInfo, record: procs.DemoRecord)
     for name, url in sorted(record.metrics.items()):
         console.print(f"  metrics     : {url}  ({name})", highlight=False)
     console.print(f"  logs        : {state_logs(record)}/{{worker,bridge,fleet}}.log", highlight=False)
+    if report:
+        console.print(f"  report      : {report}  (noderoll report {record.policy}: open it in a browser)",
+                      highlight=False, soft_wrap=True)
     console.print(f"  CLI         : noderoll status --state-dir {stack.state_dir}; noderoll nodes --fleet "
                   f"{record.policy}; noderoll logs {record.packages[-1]} --node <node>", highlight=False,
                   soft_wrap=True)

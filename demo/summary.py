@@ -38,6 +38,8 @@ class Outcome:
     fleet: FleetProgress | None = None
     # When the demo applied its objects (Events before it are an earlier demo's).
     started: datetime | None = None
+    # The rollout's HTML report (`noderoll report`), "" when it could not be written.
+    report: str = ""
 
 
 @dataclass

@@ -73,6 +73,8 @@ class PodOutcome:
     completed: tuple[str, ...] = ()
     # Seconds each finished container ran (by name), from its terminated state.
     durations: dict[str, float] = field(default_factory=dict)
+    # When each finished container started and ended (by name, RFC 3339): `noderoll report`'s stage bars.
+    times: dict[str, list[str]] = field(default_factory=dict)
 
 
 def _statuses(pod: client.V1Pod) -> list[client.V1ContainerStatus]:
@@ -105,6 +107,16 @@ def container_seconds(pod: client.V1Pod) -> dict[str, float]:
     return found
 
 
+def container_times(pod: client.V1Pod) -> dict[str, list[str]]:
+    """When each finished container started and ended ([startedAt, finishedAt], RFC 3339), by name. Pure."""
+    found: dict[str, list[str]] = {}
+    for container in _statuses(pod):
+        terminated = container.state.terminated if container.state else None
+        if terminated is not None and terminated.started_at and terminated.finished_at:
+            found[container.name] = [terminated.started_at.isoformat(), terminated.finished_at.isoformat()]
+    return found
+
+
 def pod_outcome(pod: client.V1Pod) -> PodOutcome | None:
     """The outcome of a finished pod, None while it runs (pure).
 
@@ -124,14 +136,14 @@ def pod_outcome(pod: client.V1Pod) -> PodOutcome | None:
             pending = container.name
             break
         last = PodOutcome(int(terminated.exit_code), terminated.message or "", container.name, completed,
-                          container_seconds(pod))
+                          container_seconds(pod), container_times(pod))
         if last.exit_code != 0:
             return last
     if status.phase == "Succeeded" and last is not None:
         return last
     message = status.message or status.reason or ""
     return PodOutcome(0 if status.phase == "Succeeded" else -1, message, pending or (last.mode if last else ""),
-                      completed, container_seconds(pod))
+                      completed, container_seconds(pod), container_times(pod))
 
 
 # Waiting reasons of a stage pod that waiting does not cure: the attempt fails at once and its Job is

@@ -87,6 +87,21 @@ BUDGET_LIMIT = Gauge(
     "Size of a DeploymentPolicy compartment's disruption budget (nodes disrupted at once).",
     ["policy", "compartment"],
 )
+FLEET_ETA_SECONDS = Gauge(
+    "noderoll_fleet_eta_seconds",
+    "Seconds until a fleet's wave is estimated to end, every window succeeding (absent: no estimate).",
+    ["policy"],
+)
+FLEET_ETA_TIMESTAMP = Gauge(
+    "noderoll_fleet_eta_timestamp_seconds",
+    "Unix time a fleet's wave is estimated to end (absent: no estimate).",
+    ["policy"],
+)
+COMPARTMENT_PROGRESS = Gauge(
+    "noderoll_compartment_progress_ratio",
+    "Share of a fleet compartment's nodes finished in the current wave (succeeded or failed), 0 to 1.",
+    ["policy", "compartment"],
+)
 BRIDGE_WATCH_RESTARTS = Counter(
     "noderoll_bridge_watch_restarts_total",
     "Times the bridge restarted a Kubernetes watch (expired resourceVersion, dropped stream, error).",
@@ -111,6 +126,9 @@ ALL_METRICS: tuple[MetricWrapperBase, ...] = (
     INTERRUPTS,
     BUDGET_LEASES_IN_USE,
     BUDGET_LIMIT,
+    FLEET_ETA_SECONDS,
+    FLEET_ETA_TIMESTAMP,
+    COMPARTMENT_PROGRESS,
     BRIDGE_WATCH_RESTARTS,
     BRIDGE_RECONCILE_ERRORS,
 )
@@ -208,6 +226,23 @@ def set_budget(policy: str, compartment: str, in_use: int, limit: int) -> None:
     """Publish a compartment budget: leases held now and the budget size."""
     BUDGET_LEASES_IN_USE.labels(policy=policy, compartment=compartment).set(in_use)
     BUDGET_LIMIT.labels(policy=policy, compartment=compartment).set(limit)
+
+
+def set_fleet_eta(policy: str, seconds_left: float | None, finish_at: float | None) -> None:
+    """Publish a fleet's ETA (seconds left, finish as Unix time); None drops both series (no estimate)."""
+    for gauge, value in ((FLEET_ETA_SECONDS, seconds_left), (FLEET_ETA_TIMESTAMP, finish_at)):
+        if value is None:
+            try:
+                gauge.remove(policy)
+            except KeyError:
+                pass  # never set
+        else:
+            gauge.labels(policy=policy).set(value)
+
+
+def set_compartment_progress(policy: str, compartment: str, ratio: float) -> None:
+    """Publish the finished share of a compartment's nodes in the fleet's wave."""
+    COMPARTMENT_PROGRESS.labels(policy=policy, compartment=compartment).set(ratio)
 
 
 def record_watch_restart(kind: str) -> None:

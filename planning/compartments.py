@@ -82,3 +82,12 @@ def assign_compartments(policy: DeploymentPolicySpec, nodes: Sequence[NodeInfo])
         candidates = [c.name for c in policy.compartments if c.selector.matches(node.labels)]
         result[node.name] = min(candidates, key=safety) if candidates else DEFAULT_COMPARTMENT
     return result
+
+
+def selector_label_keys(policy: DeploymentPolicySpec) -> list[str]:
+    """Label keys the policy's compartment selectors read (the only labels a fleet's listing keeps)."""
+    found: set[str] = set()
+    for compartment in policy.compartments:
+        found |= set(compartment.selector.match_labels)
+        found |= {r.key for r in compartment.selector.match_expressions}
+    return sorted(found)

@@ -41,8 +41,9 @@ from planning import fleet_rerun as rerun
 from planning import fleet_rollback as rollbacks
 from planning import gates as gate_rules
 from planning.batch_state import BatchPlannerState
+from planning.eta import Timings, record_hand_out, record_window
 from planning.fleet_targets import FleetSelection, NodeTargets
-from protocol.fleet import Filter, FleetSpec, PackageEntry, PackageOrder, Rerun, WindowResult
+from protocol.fleet import Filter, FleetSpec, PackageEntry, PackageOrder, Rerun, WindowRequest, WindowResult
 
 # Node workflows that closed without answering: how often a request is re-sent before the node is erroring.
 LOST_RESENDS = 2
@@ -128,6 +129,8 @@ class FleetState:
     previous: dict[str, PackageEntry | None] = field(default_factory=dict)
     outgoing: dict[str, PackageEntry] = field(default_factory=dict)
     rollback: rollbacks.Rollback | None = None
+    # Window durations and gaps between batches, for the ETA (planning.eta).
+    timings: Timings = field(default_factory=Timings)
 
 
 # --- desired state ---------------------------------------------------------------------------
@@ -330,8 +333,31 @@ def order_of(state: FleetState, node: str) -> int:
     return state.node_order.setdefault(node, len(state.node_order))
 
 
-def record_result(state: FleetState, result: WindowResult) -> bool:
-    """Take a node workflow's answer; False when it answers a request no longer in flight (stale)."""
+def hand_out(state: FleetState, fleet: str, nodes: Collection[str], now: str) -> list[tuple[str, WindowRequest]]:
+    """Put a request in flight for each of `nodes` that wants work now (in name order); returns them.
+
+    The one place a fleet's window requests are made: the fleet sends what this returns, and
+    `noderoll plan` (`planning.rollout_plan`) simulates its batches with it.
+    """
+    handed = []
+    for node in sorted(nodes):
+        packages = wanted(state, node)
+        if not packages or node in state.in_flight:
+            continue
+        orders, reruns = package_orders(state, node, packages)
+        request = request_id(state, fleet, node)
+        state.in_flight[node] = InFlight(request, packages, now, reruns=reruns)
+        handed.append((node, WindowRequest(fleet, request, orders, state.wave, order_of(state, node))))
+    if handed:
+        record_hand_out(state.timings, now)
+    return handed
+
+
+def record_result(state: FleetState, result: WindowResult, now: str = "") -> bool:
+    """Take a node workflow's answer; False when it answers a request no longer in flight (stale).
+
+    `now` (the fleet's clock, RFC 3339): a successful window's duration is kept for the ETA.
+    """
     flight = state.in_flight.get(result.node)
     if flight is None or flight.request_id != result.request_id:
         return False
@@ -343,6 +369,9 @@ def record_result(state: FleetState, result: WindowResult) -> bool:
             rollbacks.answered(state.rollback, result)
     else:
         _record_outcomes(state, result, flight)
+        states = {o.state for o in result.outcomes.values()}
+        if State.COMPLETE.value in states and State.ERRORING.value not in states:
+            record_window(state.timings, result.interrupt, flight.sent_at, now)
     if result.cordoned or result.drained or result.interrupt:
         tally = state.disruptions.setdefault(result.node, Disruptions())
         tally.windows += 1

@@ -36,7 +36,9 @@ from dataclasses import dataclass, field, replace
 
 from api.enums import CanaryPhase, RolloutPhase, State
 from planning import fleet_rollback as rollbacks
-from planning.fleet_state import FleetState, entries, package_revision
+from planning.eta import Eta, Timings
+from planning.fleet_eta import fleet_eta
+from planning.fleet_state import FleetState, entries, package_revision, remaining
 from planning.gates import GateFailure, GateTrack, failure_text
 from planning.status import RolloutProgress
 
@@ -66,6 +68,9 @@ class BudgetUse:
 
     limit: int = 0
     in_use: int = 0
+    # The compartment's nodes in the wave, and those finished (succeeded or failed).
+    nodes: int = 0
+    finished: int = 0
 
 
 @dataclass
@@ -96,9 +101,16 @@ class FleetProgress:
     gates: dict[str, GateTrack] = field(default_factory=dict)
     # The rollback of the wave's failed canary (`canary.onFailure: rollback`), None when there is none.
     rollback: rollbacks.RollbackReport | None = None
+    # When the wave's remaining batches end, all succeeding (planning.fleet_eta); None: nothing left,
+    # halted, or a report without a clock (the Temporal UI's details line).
+    eta: Eta | None = None
+    # What the ETA rests on: the fleet's measured window durations and gaps (`noderoll plan` uses them too).
+    timings: Timings = field(default_factory=Timings)
 
 
 _ROLLBACK_PHASES = (RolloutPhase.ROLLING_BACK, RolloutPhase.ROLLED_BACK)
+# Phases with an ETA: the fleet works through its batches (held ones wait for someone: no ETA).
+_ETA_PHASES = (RolloutPhase.CANARY, RolloutPhase.PROGRESSING, RolloutPhase.UNINSTALLING)
 
 
 def details_note(state: FleetState, phase: RolloutPhase) -> str:
@@ -220,13 +232,16 @@ def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str) -> Fl
         next_window=state.next_window if fleet_phase is RolloutPhase.WAITING else "",
         gate_failure=state.gates.failure, gates={**state.gates.continuous, **state.gates.tracks},
         rollback=rollbacks.report(state.rollback, fleet_phase is RolloutPhase.HALTED) if state.rollback else None,
+        eta=fleet_eta(state, now) if now and fleet_phase in _ETA_PHASES and remaining(state) else None,
+        timings=state.timings,
     )
     for progress in nodes.values():
         report.counts[progress.state] = report.counts.get(progress.state, 0) + 1
     if planner is not None:
         for comp in planner.compartments.values():
             out = sum(1 for n in comp.nodes if n in state.in_flight)
-            report.budgets[comp.name] = BudgetUse(limit=comp.budget, in_use=out)
+            report.budgets[comp.name] = BudgetUse(limit=comp.budget, in_use=out, nodes=len(comp.nodes),
+                                                  finished=comp.succeeded + comp.failed)
     for name, entry in sorted(entries(state).items()):
         counts: dict[str, int] = {}
         blocked, erroring = {}, {}
@@ -250,6 +265,7 @@ def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str) -> Fl
             next_window=report.next_window if phase is RolloutPhase.WAITING else "",
             gate_failure=report.gate_failure if phase is RolloutPhase.HALTED else None,
             rollback=_package_rollback(report.rollback, state, name),
+            eta=report.eta if phase in _ETA_PHASES else None,
         )
     return report
 

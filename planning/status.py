@@ -37,6 +37,7 @@ from api.status import (
     CanaryStatus,
     Condition,
     DrainBlockedNode,
+    EtaStatus,
     GateFailureStatus,
     NodeCounts,
     NodeReason,
@@ -45,6 +46,7 @@ from api.status import (
     RollbackStatus,
 )
 from planning.drain import DrainBlock, drain_summary
+from planning.eta import Eta
 from planning.fleet_rollback import RollbackReport
 from planning.gates import GateFailure
 
@@ -86,6 +88,8 @@ class RolloutProgress:
     gate_failure: GateFailure | None = None
     # Fleets: the rollback of the failed canary that carries this Package (`canary.onFailure: rollback`).
     rollback: RollbackReport | None = None
+    # Fleets: when the fleet's wave is estimated to end (planning.eta), while the Package has work left.
+    eta: Eta | None = None
 
 
 def _count(progress: RolloutProgress, state: State) -> int:
@@ -208,9 +212,17 @@ def render_package_status(
         next_window=progress.next_window or None,
         gate_failure=gate_failure_status(progress.gate_failure),
         rollback=rollback_status(progress.rollback),
+        eta=eta_status(progress.eta),
         conditions=conditions,
     )
     return status.dump()
+
+
+def eta_status(eta: Eta | None) -> EtaStatus | None:
+    """`status.eta` (None: no estimate: nothing left, held, or halted)."""
+    if eta is None or not eta.finish_at:
+        return None
+    return EtaStatus(finish_at=eta.finish_at, batches_left=eta.batches_left, source=eta.source)
 
 
 def gate_failure_status(failure: GateFailure | None) -> GateFailureStatus | None:
@@ -291,6 +303,7 @@ def render_policy_status(
             "next_window": fleet.next_window or None,
             "gate_failure": gate_failure_status(fleet.gate_failure),
             "rollback": rollback_status(fleet.rollback),
+            "eta": eta_status(fleet.eta),
         })
     return status.dump()
 
@@ -309,6 +322,7 @@ class FleetReport(Protocol):
     next_window: str
     gate_failure: GateFailure | None
     rollback: RollbackReport | None
+    eta: Eta | None
 
     @property
     def packages(self) -> Mapping[str, Any]: ...

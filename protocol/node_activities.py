@@ -175,6 +175,9 @@ class RunStagePodResult:
     interrupt_exit: int | None = None
     interrupt_log: str = ""
     boot_id_after: str = ""
+    # When each finished container of the pod started and ended, by container (mode, or `package` for the
+    # copy): [RFC 3339 start, end]. For `noderoll report`'s stage and check bars; empty in runs before it.
+    containers: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass

@@ -356,6 +356,20 @@ def rollback_status() -> Schema:
     )
 
 
+def eta_status() -> Schema:
+    return obj(
+        "When the fleet's wave is estimated to end, every window succeeding (noderoll plan and status show the same): "
+        "its remaining batches by the p50 of the fleet's measured windows per kind, else defaults per stage, drain and "
+        "reboot (source says which). Absent when nothing is left or the fleet is held.",
+        {
+            "finishAt": string("Estimated end of the wave (RFC 3339, to the minute).", format="date-time"),
+            "batchesLeft": integer("Batches left, the one out included.", minimum=0),
+            "source": string("What the estimate rests on: measured p50s, or defaults (and which)."),
+        },
+        required=["finishAt"],
+    )
+
+
 def next_window() -> Schema:
     return string("While the fleet waits for a maintenance window: when the next one opens (RFC 3339).",
                   format="date-time")
@@ -412,6 +426,7 @@ def package_status() -> Schema:
             "nextWindow": next_window(),
             "gateFailure": gate_failure(),
             "rollback": rollback_status(),
+            "eta": eta_status(),
             "conditions": conditions(),
         },
     )
@@ -634,6 +649,7 @@ def package_crd() -> Schema:
             column("Phase", ".status.phase", description="Rollout phase"),
             column("Progress", ".status.progress", description="Complete / target nodes"),
             column("Batch", ".status.currentBatch.number", "integer", description="Current batch"),
+            column("ETA", ".status.eta.finishAt", description="Estimated end of the fleet's wave"),
             column("Ready", READY, description="Ready condition"),
             column("Policy", ".spec.deploymentPolicy", priority=1, description="DeploymentPolicy"),
             column("Message", ".status.message", priority=1, description="Status message"),
@@ -663,6 +679,7 @@ def policy_crd() -> Schema:
             "nextWindow": next_window(),
             "gateFailure": gate_failure(),
             "rollback": rollback_status(),
+            "eta": eta_status(),
             "conditions": conditions(),
         },
     )
@@ -680,6 +697,7 @@ def policy_crd() -> Schema:
             column("Valid", '.status.conditions[?(@.type=="Valid")].status', description="Valid condition"),
             column("Phase", ".status.phase", description="Fleet rollout phase"),
             column("Wave", ".status.wave", "integer", description="Wave of the fleet rollout"),
+            column("ETA", ".status.eta.finishAt", description="Estimated end of the wave"),
             column("NextWindow", ".status.nextWindow", priority=1, description="Next maintenance window opening"),
             column("Age", ".metadata.creationTimestamp", "date"),
         ],

@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     from api.enums import CanaryPhase, Promotion, RolloutPhase
     from planning import batches
     from planning import fleet_state as fs
+    from planning.eta import record_batch_end
     from planning.fleet_status import FleetProgress, fleet_progress
     from protocol import names
     from protocol.fleet import Filter, FleetInput, FleetSpec, Rerun, WindowResult
@@ -244,6 +245,7 @@ class FleetWorkflow:
             return
         was_canary = planner.canary_phase is CanaryPhase.RUNNING
         decision = batches.record_batch_result(planner, *results)
+        record_batch_end(state.timings, workflow.now().isoformat())
         run.resolved = False
         state.message = decision.reason
         workflow.logger.info("%s wave %d batch %d: %s", run.fleet_id, state.wave, planner.batch_number,
@@ -271,5 +273,7 @@ class FleetWorkflow:
             await acts.wait(None)
             return
         batches.promote_canary(planner)
+        # The soak and the promotion are not a gap between batches (the ETA counts the soak itself).
+        record_batch_end(state.timings, workflow.now().isoformat())
         state.soak_until, state.promote = "", False
         run.resolved = False

@@ -12,9 +12,9 @@ from datetime import datetime, timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from api.policy import DeploymentPolicySpec
     from planning import fleet_rollback as rollbacks
     from planning import fleet_state as fs
+    from planning.compartments import selector_label_keys
     from planning.fleet_targets import FleetSelection
     from protocol import names
     from protocol.activities import (
@@ -35,15 +35,6 @@ UNPROVEN_CHANGES_PATCH = "unproven-changes-count-again"
 REQUEST_CHUNK = 50
 # `nodes_changed` comes at every cordon of every node: re-list at most this often.
 RELIST_MIN_INTERVAL = timedelta(seconds=30)
-
-
-def selector_label_keys(policy: DeploymentPolicySpec) -> list[str]:
-    """Label keys the policy's compartment selectors read."""
-    found: set[str] = set()
-    for compartment in policy.compartments:
-        found |= set(compartment.selector.match_labels)
-        found |= {r.key for r in compartment.selector.match_expressions}
-    return sorted(found)
 
 
 class FleetActs:
@@ -117,20 +108,8 @@ class FleetActs:
 
     async def send(self, nodes: list[str]) -> None:
         """Hand each node one request for every Package it wants now (signal-with-start)."""
-        state, fleet_id = self.run.state, self.run.fleet_id
-        now = workflow.now().isoformat()
-        requests: list[WindowRequest] = []
-        targets: list[str] = []
-        for node in sorted(nodes):
-            packages = fs.wanted(state, node)
-            if not packages or node in state.in_flight:
-                continue
-            orders, reruns = fs.package_orders(state, node, packages)
-            request_id = fs.request_id(state, fleet_id, node)
-            state.in_flight[node] = fs.InFlight(request_id, packages, now, reruns=reruns)
-            requests.append(WindowRequest(fleet_id, request_id, orders, state.wave, fs.order_of(state, node)))
-            targets.append(node)
-        await self.hand_over(requests, targets)
+        handed = fs.hand_out(self.run.state, self.run.fleet_id, nodes, workflow.now().isoformat())
+        await self.hand_over([request for _node, request in handed], [node for node, _request in handed])
 
     async def hand_over(self, requests: list[WindowRequest], nodes: list[str]) -> None:
         for start in range(0, len(nodes), REQUEST_CHUNK):

@@ -226,7 +226,7 @@ def apply_inbox(run: FleetRun) -> None:
         elif isinstance(message, NodesChanged):
             run.relist = True
         elif isinstance(message, Answer):
-            if fs.record_result(run.state, message.result):
+            if fs.record_result(run.state, message.result, workflow.now().isoformat()):
                 run.withdrawing.discard(message.result.node)
         elif isinstance(message, RerunAsked):
             _take_rerun(run, message.request)

@@ -125,6 +125,11 @@ def test_demo_rolls_both_packages_with_one_drain_and_one_reboot_per_node(
     assert "in_progress (apply)" in output
     assert "window 1 done, 1 drain, 1 reboot so far" in output
     assert "Temporal UI" in output and "/metrics" in output and local_stack.kubeconfig in output
+    # The rollout's report (noderoll report): named under "where to look", a timeline row per node.
+    report = re.search(r"report\s+: (\S+report\.html)", output)
+    assert report is not None, output[-3000:]
+    page = Path(report.group(1)).read_text()
+    assert all(f'class="node-row" data-node="{n}"' in page for n in nodes), report.group(1)
 
     # It stopped what it started, cleaned its objects and left the stack it found running.
     assert not (Path(local_stack.state_dir) / "demo" / "demo.json").exists()

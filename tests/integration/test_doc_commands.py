@@ -64,7 +64,8 @@ from workflows.fleet_codec import progress_from_json
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / d for d in ("README.md", "docs/getting-started.md", "docs/how-it-works.md", "docs/operations.md",
                            "docs/testing.md", "docs/migration-from-nodewright.md")]
-ROLLOUT_MODULES = ("cli.ops_commands", "cli.node_commands", "cli.migrate_command")
+ROLLOUT_MODULES = ("cli.ops_commands", "cli.node_commands", "cli.migrate_command", "cli.plan_command",
+                   "cli.report_command")
 SIGNAL_VERBS = {names.SIGNAL_PAUSE, names.SIGNAL_RESUME, names.SIGNAL_HALT, names.SIGNAL_RETRY, names.SIGNAL_RERUN}
 NODES = 6
 COMMAND_TIMEOUT = 300

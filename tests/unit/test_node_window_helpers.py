@@ -284,3 +284,21 @@ def test_the_drain_uses_the_cache_only_when_it_has_seen_the_cordon(version: str,
     from activities.drain import _at_least
 
     assert _at_least(version, floor) is expected
+
+
+def test_pod_outcome_keeps_each_finished_containers_start_and_end_for_the_report() -> None:
+    from datetime import UTC, datetime
+
+    def finished(name: str, start: int, end: int) -> client.V1ContainerStatus:
+        return client.V1ContainerStatus(
+            name=name, image="i", image_id="", ready=False, restart_count=0,
+            state=client.V1ContainerState(terminated=client.V1ContainerStateTerminated(
+                exit_code=0, started_at=datetime(2025, 1, 1, 0, 0, start, tzinfo=UTC),
+                finished_at=datetime(2025, 1, 1, 0, 0, end, tzinfo=UTC))))
+
+    pod = client.V1Pod(status=client.V1PodStatus(phase="Succeeded", init_container_statuses=[finished("apply", 1, 5)],
+                                                 container_statuses=[finished("apply-check", 5, 6)]))
+    outcome = pod_outcome(pod)
+    assert outcome is not None and outcome.times == {
+        "apply": ["2025-01-01T00:00:01+00:00", "2025-01-01T00:00:05+00:00"],
+        "apply-check": ["2025-01-01T00:00:05+00:00", "2025-01-01T00:00:06+00:00"]}

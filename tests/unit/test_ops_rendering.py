@@ -28,6 +28,7 @@ from demo.summary import NodeEvidence, Outcome, fleet_summary, packages_summary
 from demo.view import LiveSnapshot, change_lines, observe, render_live
 from fleetsim.context import PREFIX_LABEL
 from fleetsim.workloads import PROTECTED_LABEL
+from planning.eta import Eta
 from planning.fleet_status import FleetProgress, NodeProgress
 from planning.status import RolloutProgress, package_view, render_package_status
 
@@ -304,3 +305,16 @@ def test_status_of_one_package_shows_its_limits_and_which_are_defaults() -> None
     assert progress_json(view)["limits"]["protectedPodsTimeoutSeconds"] == {"seconds": 7200, "default": False}
     assert progress_json(view)["limits"]["stageTimeoutSeconds"] == {"seconds": 1800, "default": True}
     assert "limits" not in progress_json(PackageView("pkg", _progress(), "temporal query"))
+
+
+def test_status_shows_the_fleets_eta_with_what_it_rests_on() -> None:
+    fleet = _fleet({"n-0": _disrupted(1, 1, 1)})
+    fleet.eta = Eta(finish_at="2025-01-01T10:42:00+00:00", seconds_left=750, batches_left=3,
+                    source="measured: reboot p50 62s of 4 window(s)")
+    view = FleetView("gpu", fleet, QUERY_SOURCE, [PackageView("pkg", _progress(eta=fleet.eta), QUERY_SOURCE)])
+    text = _text(fleets_status([view]))
+    assert "2025-01-01T10:42:00+00:00 (in 12m30s, 3 batches)" in text
+    assert "eta: " in text and "measured: reboot p50 62s" in text and "every window succeeds" in text
+    assert fleet_json(view)["eta"]["batches_left"] == 3
+    assert "measured: reboot p50 62s" in _text(package_detail(view.packages[0]))
+    assert "ETA" in _text(fleets_status([FleetView("gpu", _fleet({}), QUERY_SOURCE, [])]))
