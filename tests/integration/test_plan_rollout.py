@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,30 +29,22 @@ from cli.rollout_history import fleet_histories, node_histories
 from localstack.state import StackInfo
 from tests.helpers import unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import KMOD_IMAGE, SYSCTL_IMAGE, package_spec
+from tests.helpers.processes import NoderollProcesses, noderoll_fixture
 from tests.integration.bridge_support import (
-    BridgeRun,
     create_package,
     create_policy,
     delete_package,
     delete_policy,
-    wait_leading,
+    fleet_progress,
+    kubectl_wait_ready,
 )
-from tests.integration.test_fleet_rollout import fleet_progress, kubectl_wait_ready, spec
 
 pytestmark = pytest.mark.integration
 REBOOT = {"type": "reboot"}
 
 
-@pytest.fixture(scope="module")
-def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
-    """Worker and bridge processes for this module."""
-    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("plan"))
-    try:
-        bridge_run.start_worker()
-        wait_leading(bridge_run, bridge_run.start_bridge())
-        yield bridge_run
-    finally:
-        bridge_run.stop_all()
+run = noderoll_fixture()
 
 
 def noderoll_plan(stack: StackInfo, *args: str) -> subprocess.CompletedProcess[str]:
@@ -63,7 +54,7 @@ def noderoll_plan(stack: StackInfo, *args: str) -> subprocess.CompletedProcess[s
     return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 
-def policy_object(run: BridgeRun, name: str) -> dict[str, Any]:
+def policy_object(run: NoderollProcesses, name: str) -> dict[str, Any]:
     return {"apiVersion": "noderoll.io/v1alpha1", "kind": "DeploymentPolicy",
             "metadata": {"name": name, "labels": {"noderoll-test": run.run_id}},
             "spec": {"canary": {"count": 1, "soakSeconds": 2},
@@ -86,14 +77,14 @@ def execution_order(window: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 async def test_the_plan_is_what_the_rollout_does(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client, tmp_path: Path
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client, tmp_path: Path
 ) -> None:
     tag = unique_name("plan")
     policy, kernel, driver = unique_name("pol"), unique_name("kernel"), unique_name("driver")
     selector = {"plan-test": tag}
-    packages = [run.package(kernel, spec(policy, selector, interrupt=REBOOT)),
-                run.package(driver, spec(policy, selector, image="example.local/kmod-blocklist:1.0.0",
-                                         interrupt=REBOOT, dependsOn={kernel: "1.0.0"}))]
+    packages = [run.package(kernel, package_spec(SYSCTL_IMAGE, policy=policy, labels=selector, interrupt=REBOOT)),
+                run.package(driver, package_spec(KMOD_IMAGE, policy=policy, labels=selector,
+                                                 interrupt=REBOOT, dependsOn={kernel: "1.0.0"}))]
     manifest = tmp_path / "rollout.yaml"
     manifest.write_text(yaml.safe_dump_all([policy_object(run, policy), *packages]))
     with running_fleet(local_stack, nodes=3, labels={**selector, "rack": "a"}) as rack_a, \

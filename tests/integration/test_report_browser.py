@@ -18,7 +18,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,15 +30,15 @@ from planning.compartments import stable_order
 from protocol.names import fleet_workflow_id
 from tests.helpers import assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.packages import SYSCTL_IMAGE, package_spec
+from tests.helpers.processes import NoderollProcesses, noderoll_fixture
 from tests.integration.bridge_support import (
-    BridgeRun,
     create_package,
     create_policy,
     delete_package,
     delete_policy,
-    wait_leading,
+    fleet_progress,
 )
-from tests.integration.test_fleet_rollout import fleet_progress, spec
 
 pytestmark = pytest.mark.integration
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
@@ -47,15 +46,7 @@ CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-back
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,900")
 
 
-@pytest.fixture(scope="module")
-def run(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BridgeRun]:
-    bridge_run = BridgeRun(local_stack, tmp_path_factory.mktemp("report"))
-    try:
-        bridge_run.start_worker(env={"NODEROLL_NODE_RETRY_BACKOFF_SECONDS": "1", "NODEROLL_NODE_STAGE_ATTEMPTS": "2"})
-        wait_leading(bridge_run, bridge_run.start_bridge())
-        yield bridge_run
-    finally:
-        bridge_run.stop_all()
+run = noderoll_fixture(stage_attempts=2, retry_backoff_seconds=1)
 
 
 def browser() -> object:
@@ -75,7 +66,7 @@ def browser() -> object:
 
 
 async def test_report_renders_rows_failures_and_marks_in_chromium(
-    run: BridgeRun, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client, tmp_path: Path
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client, tmp_path: Path
 ) -> None:
     driver = browser()  # before the rollout: a missing browser skips at once
     labels = {"report-test": unique_name("rep")}
@@ -88,11 +79,12 @@ async def test_report_renders_rows_failures_and_marks_in_chromium(
                 create_policy(kube_api_client, run, policy, {
                     "canary": {"count": 1, "soakSeconds": 1},
                     "default": {"budget": {"count": 2}, "strategy": {"type": "fixed", "initialBatch": 2}}})
-                create_package(kube_api_client, run.package(package, spec(policy, labels)))
+                create_package(kube_api_client, run.package(package, package_spec(SYSCTL_IMAGE, policy=policy, labels=labels)))
 
-                async def ended_with_one_node_erroring() -> None:
+                async def ended_with_one_node_erroring() -> bool:
                     report = await fleet_progress(temporal_client, policy)
                     assert report.counts == {"complete": 2, "erroring": 1}, report.counts
+                    return True
 
                 await assert_eventually_async(ended_with_one_node_erroring, timeout=300)
                 page = tmp_path / "report.html"

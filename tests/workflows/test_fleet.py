@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
@@ -71,8 +72,13 @@ async def fleet(
                 await handle.terminate("test over")
 
 
+# A query is answered by the worker; with both test processes and the integration stacks busy on 2 cores
+# the default RPC deadline expired before the answer ("Timeout expired", load 10): give it a minute.
+QUERY_DEADLINE = timedelta(seconds=60)
+
+
 async def progress(handle: WorkflowHandle[Any, Any]) -> FleetProgress:
-    return progress_from_json(await handle.query(names.QUERY_PROGRESS))
+    return progress_from_json(await handle.query(names.QUERY_PROGRESS, rpc_timeout=QUERY_DEADLINE))
 
 
 async def settled(handle: WorkflowHandle[Any, Any], phase: RolloutPhase = RolloutPhase.COMPLETE,
