@@ -170,7 +170,7 @@ def _signal_command(name: str) -> Callable[[argparse.Namespace], int]:
             done = SIGNAL_DONE[name].format(t=again)
             if name == names.SIGNAL_RESUME and target.scope.is_empty():
                 done += WHOLE_FLEET_RESUME
-            print(f"{name} sent to {names.fleet_workflow_id(target.fleet)} for {_describe(target)}: {done}")
+            print(f"{name} sent to {ops.fleet(target.fleet).id} for {_describe(target)}: {done}")
             return 0
 
         return run_ops(args, body)

@@ -41,6 +41,7 @@ from planning import fleet_rerun as rerun
 from planning import fleet_rollback as rollbacks
 from planning import gates as gate_rules
 from planning.batch_state import BatchPlannerState
+from planning.cluster_turns import ClusterTurns
 from planning.fleet_targets import FleetSelection, NodeTargets
 from protocol.fleet import Filter, FleetSpec, PackageEntry, PackageOrder, Rerun, WindowResult
 
@@ -128,6 +129,8 @@ class FleetState:
     previous: dict[str, PackageEntry | None] = field(default_factory=dict)
     outgoing: dict[str, PackageEntry] = field(default_factory=dict)
     rollback: rollbacks.Rollback | None = None
+    # The promotion across clusters (`spec.clusters`, a named cluster; planning.cluster_turns).
+    turns: ClusterTurns = field(default_factory=ClusterTurns)
 
 
 # --- desired state ---------------------------------------------------------------------------

@@ -24,6 +24,8 @@
   the analysis gate that halted it (`gate_failure`: gate, query, value, time), each gate's
   latest sample (`gates`) and the rollback of the wave's failed canary (`rollback`).
 `details_note` is what the Temporal UI's details line adds for a waiting, gate-halted or rolled-back fleet.
+* for a cluster's fleet whose policy has `spec.clusters` (ADR 0017): the last view of
+  `global/<policy>` (`global_rollout`: the stage, every cluster's state);
 * the fleet's message, also on each Package while it works, names the nodes that left the targets
   (relabelled out of the selector, ignored, deleted) before they were updated (`departed`: they
   are no longer in the listing, so in no count).
@@ -39,6 +41,7 @@ from planning import fleet_rollback as rollbacks
 from planning.fleet_state import FleetState, entries, package_revision
 from planning.gates import GateFailure, GateTrack, failure_text
 from planning.status import RolloutProgress
+from protocol.clusters import GlobalView
 
 # Nodes that left the targets before they were updated, named in a message (all are counted).
 DEPARTED_SHOWN = 5
@@ -96,6 +99,8 @@ class FleetProgress:
     gates: dict[str, GateTrack] = field(default_factory=dict)
     # The rollback of the wave's failed canary (`canary.onFailure: rollback`), None when there is none.
     rollback: rollbacks.RollbackReport | None = None
+    # The promotion across clusters as `global/<policy>` last told this fleet (None: no spec.clusters).
+    global_rollout: GlobalView | None = None
 
 
 _ROLLBACK_PHASES = (RolloutPhase.ROLLING_BACK, RolloutPhase.ROLLED_BACK)
@@ -220,6 +225,7 @@ def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str) -> Fl
         next_window=state.next_window if fleet_phase is RolloutPhase.WAITING else "",
         gate_failure=state.gates.failure, gates={**state.gates.continuous, **state.gates.tracks},
         rollback=rollbacks.report(state.rollback, fleet_phase is RolloutPhase.HALTED) if state.rollback else None,
+        global_rollout=state.turns.view,
     )
     for progress in nodes.values():
         report.counts[progress.state] = report.counts.get(progress.state, 0) + 1

@@ -35,9 +35,11 @@ from api.problems import ValidationProblem
 from api.status import (
     BatchStatus,
     CanaryStatus,
+    ClusterStatus,
     Condition,
     DrainBlockedNode,
     GateFailureStatus,
+    GlobalRolloutStatus,
     NodeCounts,
     NodeReason,
     PackageStatus,
@@ -47,6 +49,7 @@ from api.status import (
 from planning.drain import DrainBlock, drain_summary
 from planning.fleet_rollback import RollbackReport
 from planning.gates import GateFailure
+from protocol.clusters import GlobalView
 
 _WORKING = {RolloutPhase.PENDING, RolloutPhase.CANARY, RolloutPhase.PROGRESSING, RolloutPhase.UNINSTALLING,
             RolloutPhase.WAITING, RolloutPhase.ROLLING_BACK}
@@ -177,9 +180,11 @@ def render_package_status(
     generation: int,
     previous: Mapping[str, Any] | None = None,
     drain_blocked: Sequence[DrainBlock] = (),
+    promotion: GlobalView | None = None,
 ) -> dict[str, Any]:
     """The Package `status` (CRD JSON) for `progress` at `generation`; `previous` is the current status;
-    `drain_blocked`: the target nodes whose drain waits (module rules)."""
+    `drain_blocked`: the target nodes whose drain waits (module rules); `promotion`: the fleet's view of
+    `global/<policy>` (spec.clusters)."""
     progress = package_view(progress)
     complete = _count(progress, State.COMPLETE)
     conditions = render_conditions(progress, generation, drain_blocked)
@@ -208,9 +213,23 @@ def render_package_status(
         next_window=progress.next_window or None,
         gate_failure=gate_failure_status(progress.gate_failure),
         rollback=rollback_status(progress.rollback),
+        global_rollout=global_rollout_status(promotion),
         conditions=conditions,
     )
     return status.dump()
+
+
+def global_rollout_status(view: GlobalView | None) -> GlobalRolloutStatus | None:
+    """`status.globalRollout`: the promotion across clusters as the fleet last heard it (None: none)."""
+    if view is None:
+        return None
+    return GlobalRolloutStatus(
+        change=view.change, summary=view.summary, stage=view.stage + 1, stages=len(view.stages),
+        phase=RolloutPhase(view.phase), soak_until=view.soak_until or None, halted=view.halted or None,
+        message=view.message,
+        clusters=[ClusterStatus(name=c.cluster, stage=c.stage + 1, state=c.state, message=c.message)
+                  for c in view.clusters],
+    )
 
 
 def gate_failure_status(failure: GateFailure | None) -> GateFailureStatus | None:
@@ -291,6 +310,7 @@ def render_policy_status(
             "next_window": fleet.next_window or None,
             "gate_failure": gate_failure_status(fleet.gate_failure),
             "rollback": rollback_status(fleet.rollback),
+            "global_rollout": global_rollout_status(fleet.global_rollout),
         })
     return status.dump()
 
@@ -309,6 +329,7 @@ class FleetReport(Protocol):
     next_window: str
     gate_failure: GateFailure | None
     rollback: RollbackReport | None
+    global_rollout: GlobalView | None
 
     @property
     def packages(self) -> Mapping[str, Any]: ...

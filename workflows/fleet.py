@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
     from planning import fleet_state as fs
     from planning.fleet_status import FleetProgress, fleet_progress
     from protocol import names
+    from protocol.clusters import GlobalTurn
     from protocol.fleet import Filter, FleetInput, FleetSpec, Rerun, WindowResult
     from workflows.fleet_acts import FleetActs
     from workflows.fleet_codec import state_from_json
@@ -58,8 +59,10 @@ with workflow.unsafe.imports_passed_through():
         NodesChanged,
         Operator,
         RerunAsked,
+        TurnGiven,
         apply_inbox,
     )
+    from workflows.fleet_turns import FleetTurns
 
 EVERYTHING = Filter()
 
@@ -74,6 +77,7 @@ class FleetWorkflow:
         self._acts = FleetActs(self._run)
         self._holds = FleetHolds(self._run, self._acts)
         self._rollbacks = FleetRollbacks(self._run, self._acts)
+        self._turns = FleetTurns(self._run, self._acts)
 
     # --- messages ---------------------------------------------------------------------------
 
@@ -119,6 +123,11 @@ class FleetWorkflow:
         """A node workflow's answer to one of our requests."""
         self._run.inbox.append(Answer(result))
 
+    @workflow.signal(name=names.SIGNAL_GLOBAL_TURN)
+    def global_turn(self, turn: GlobalTurn) -> None:
+        """`global/<policy>`'s answer: this cluster's turn and the global view (workflows.fleet_turns)."""
+        self._run.inbox.append(TurnGiven(turn))
+
     @workflow.query(name=names.QUERY_PROGRESS)
     def progress(self) -> FleetProgress:
         """Per Package, per node and for the fleet (planning.fleet_status)."""
@@ -154,8 +163,15 @@ class FleetWorkflow:
                     run.set_phase(RolloutPhase.COMPLETE)
                     return
                 continue
+            # spec.clusters only (ADR 0017): report to global/<policy>, hold a change set not granted yet.
+            await self._turns.sync()
             if state.wave_wanted and not state.in_flight and not fs.rolling_back(state):
-                await acts.start_wave()
+                if self._turns.holds():
+                    await self._turns.hold()
+                    continue
+                await acts.start_wave(self._turns.holds)
+                if self._turns.holds():
+                    continue  # a new change set arrived while the nodes were listed
             elif state.planner is not None and acts.relist_due(next_relist):
                 await acts.refresh()
             if workflow.now() >= next_relist:
@@ -191,6 +207,7 @@ class FleetWorkflow:
             run.to_withdraw.update(state.in_flight)
             await acts.withdraw()
             run.set_phase(RolloutPhase.HALTED)
+            await self._turns.sync()
             await acts.wait_unfinished(next_relist, keep_phase=True)
         elif phase is batches.PlannerPhase.IN_BATCH:
             await self._run_batch(planner, next_relist)
@@ -205,6 +222,7 @@ class FleetWorkflow:
             run.set_phase(RolloutPhase.FAILED if failed else RolloutPhase.COMPLETE)
             if not failed and not state.departed:
                 state.message = ""
+            await self._turns.sync()
             if not await acts.wait(max(next_relist - workflow.now(), ONE_SECOND)):
                 run.relist = True
 
