@@ -37,10 +37,12 @@ class BridgeRun:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
     lease_name: str = field(default_factory=lambda: unique_name("bridge-lease"))
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # Extra flags of both processes (e.g. `--cluster NAME`).
+    extra: list[str] = field(default_factory=list)
 
     def _connection(self) -> list[str]:
         return ["--temporal-address", self.stack.temporal_address, "--kubeconfig", str(self.stack.kubeconfig),
-                "--task-queue", self.task_queue]
+                "--task-queue", self.task_queue, *self.extra]
 
     def _start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - owned by the process record
