@@ -223,3 +223,36 @@ def test_a_turn_grants_only_the_current_change() -> None:
 def test_change_id_follows_the_revisions_only() -> None:
     assert turns.change_id({"a": "r1", "b": "r2"}) == turns.change_id({"b": "r2", "a": "r1"})
     assert turns.change_id({"a": "r1"}) != turns.change_id({"a": "r2"})
+
+
+# --- visibility: statuses and `noderoll status --global` ---------------------------------------------
+
+
+def test_status_global_rollout_renders_the_view_one_based() -> None:
+    from planning.status import RolloutProgress, global_rollout_status, render_package_status
+
+    state = state_with(report("canary-1", "complete"), report("eu-1"))
+    state.halted = "cluster eu-2 failed change c1: 1 node erroring"
+    view = rules.global_view(state, T0)
+    shown = global_rollout_status(view)
+    assert shown is not None and (shown.stage, shown.stages, shown.phase) == (1, 3, RolloutPhase.HALTED)
+    assert [(c.name, c.stage, c.state) for c in shown.clusters] == [
+        ("canary-1", 1, "complete"), ("eu-1", 2, "waiting"), ("eu-2", 2, "unknown"), ("us-1", 3, "unknown")]
+    status = render_package_status(RolloutProgress(), 1, promotion=view)
+    assert status["globalRollout"]["halted"].startswith("cluster eu-2 failed")
+    assert "globalRollout" not in render_package_status(RolloutProgress(), 1)
+
+
+def test_the_global_table_names_every_cluster_and_the_stage() -> None:
+    from rich.console import Console
+
+    from cli.global_status import global_table
+
+    state = state_with(report("canary-1", "complete"), report("eu-1"))
+    rules.advance(state, T0)
+    console = Console(width=200, record=True)
+    console.print(global_table(rules.global_view(state, T0)))
+    text = console.export_text()
+    assert "global/gpu  Waiting  stage 1 of 3  change c1" in text
+    for line in ("canary-1  1      complete", "eu-1      2      waiting", "us-1      3      unknown"):
+        assert line in text, text
