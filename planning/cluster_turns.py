@@ -87,6 +87,9 @@ def next_report(turns: ClusterTurns, report: ClusterReport) -> ClusterReport | N
 def take_turn(turns: ClusterTurns, turn: GlobalTurn, change: str) -> bool:
     """Apply the global workflow's answer; True when it grants the fleet's current change set now."""
     turns.view = turn.view
+    if turn.report_again:
+        turns.sent = ""
+        return False
     turns.message = turn.message
     if turn.granted and turn.change == change and turns.granted != change:
         turns.granted = change

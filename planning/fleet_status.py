@@ -209,10 +209,11 @@ def _package_message(name: str, phase: RolloutPhase, fleet: str, state: FleetSta
     return ""
 
 
-def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str) -> FleetProgress:
-    """The `progress` query's answer for `state` (module rules)."""
+def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str, fleet_id: str = "") -> FleetProgress:
+    """The `progress` query's answer for `state` (module rules); `fleet_id` names the fleet in messages
+    (default `fleet/<policy>`; `fleet/<cluster>/<policy>` in a named cluster)."""
     planner = state.planner
-    fleet = f"fleet/{state.spec.policy_name if state.spec else ''}"
+    fleet = fleet_id or f"fleet/{state.spec.policy_name if state.spec else ''}"
     nodes = {node: _node_progress(state, node) for node in sorted(state.targets)}
     report = FleetProgress(
         policy=state.spec.policy_name if state.spec else "",

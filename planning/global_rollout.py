@@ -103,6 +103,13 @@ def held_reason(state: GlobalState, cluster: str) -> str:
     return ""
 
 
+def unheard(state: GlobalState) -> list[str]:
+    """Clusters of the adopted stages that never reported to this global state (their fleets are asked
+    to report again: a global workflow whose state was lost, say terminated, hears them again)."""
+    spec = spec_of(state)
+    return [c for stage in (spec.stages if spec else []) for c in stage if c not in state.fleets]
+
+
 def record_report(state: GlobalState, report: ClusterReport) -> bool:
     """Take one cluster's report; True when it halts the promotion (a failure under `haltAll`)."""
     state.fleets[report.cluster] = report.fleet_workflow_id

@@ -79,6 +79,9 @@ class GlobalTurn:
     granted: bool
     message: str = ""
     view: GlobalView = field(default_factory=GlobalView)
+    # The global workflow does not know this cluster's word (a new run after its state was lost):
+    # the fleet reports again, whatever it sent before.
+    report_again: bool = False
 
 
 @dataclass

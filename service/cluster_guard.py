@@ -21,6 +21,7 @@ The decision (`conflicts`, `refusal`) is pure.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from kubernetes.client import ApiException
@@ -33,6 +34,7 @@ import kube
 from protocol import names
 from protocol.version import identity_fields
 
+log = logging.getLogger("noderoll.service")
 # Workflows of other clusters named in the refusal (the rest are counted).
 SHOWN = 5
 KUBE_SYSTEM = "kube-system"
@@ -52,6 +54,9 @@ def kube_cluster_uid() -> str:
         namespace = kube.core().read_namespace(KUBE_SYSTEM)
     except ApiException:
         return ""  # no RBAC for it, or no such namespace: the name alone is compared
+    except Exception as err:  # noqa: BLE001 - an apiserver down at start must not stop the process
+        log.warning("which Kubernetes cluster this is stays unknown (%s): only cluster names are compared", err)
+        return ""
     return str(namespace.metadata.uid or "")
 
 

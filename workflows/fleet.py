@@ -131,7 +131,7 @@ class FleetWorkflow:
     @workflow.query(name=names.QUERY_PROGRESS)
     def progress(self) -> FleetProgress:
         """Per Package, per node and for the fleet (planning.fleet_status)."""
-        return fleet_progress(self._run.state, self._run.phase, workflow.now().isoformat())
+        return fleet_progress(self._run.state, self._run.phase, workflow.now().isoformat(), self._run.fleet_id)
 
     @workflow.query(name=names.QUERY_FLEET_SPEC)
     def desired_state(self) -> FleetSpec | None:

@@ -13,7 +13,10 @@ granted, soaks, halts. The workflow only sequences:
 * after every change, the stages that completed and soaked are granted, and every fleet whose answer
   changed gets a `GlobalTurn` (signal `global_turn`): its turn and the view it shows in its status;
 * a timer wakes it when a soak ends. Query `progress`: a `GlobalView` (its `clusters` section:
-  every cluster's stage and state).
+  every cluster's stage and state);
+* the fleet of every staged cluster it never heard from (`fleet/<cluster>/<policy>`, once per run) is
+  asked to report again (`GlobalTurn.report_again`), so a global workflow started afresh after its
+  state was lost (terminated by hand) learns what the clusters already did.
 
 It stays open (a fleet may report at any time) and continues as new when its history grows.
 """
@@ -55,6 +58,8 @@ class GlobalRolloutWorkflow:
         # Cluster -> the last answer sent (its view without the time), so an unchanged one is not resent.
         self._answered: dict[str, GlobalTurn] = {}
         self._history_limit = HISTORY_EVENT_LIMIT
+        # Clusters whose fleet this run asked to report again.
+        self._asked: set[str] = set()
 
     @workflow.signal(name=names.SIGNAL_CLUSTER_REPORT)
     def cluster_report(self, report: ClusterReport) -> None:
@@ -94,6 +99,7 @@ class GlobalRolloutWorkflow:
             for signal in relays:
                 await self._relay(signal)
             await self._answer_all()
+            await self._ask_unheard()
             if self._should_continue_as_new():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 if not self._inbox:
@@ -137,6 +143,17 @@ class GlobalRolloutWorkflow:
                 continue
             self._answered[cluster] = replace(turn, view=replace(turn.view, updated_at=""))
             await self._signal(fleet_id, names.SIGNAL_GLOBAL_TURN, turn, cluster)
+
+    async def _ask_unheard(self) -> None:
+        state, now = self._state, workflow.now()
+        for cluster in rules.unheard(state):
+            if cluster in self._asked:
+                continue
+            self._asked.add(cluster)
+            turn = GlobalTurn(change="", granted=False, view=rules.global_view(state, now), report_again=True,
+                              message=f"global/{state.policy} asks for this cluster's report")
+            await self._signal(names.fleet_workflow_id(state.policy, cluster), names.SIGNAL_GLOBAL_TURN, turn,
+                               cluster)
 
     async def _signal(self, fleet_id: str, signal: str, payload: object, cluster: str) -> None:
         try:

@@ -214,3 +214,24 @@ async def test_a_fleet_without_spec_clusters_reports_nothing(temporal_test_env: 
             assert (await progress(fleet_a)).global_rollout is None
         finally:
             await end(env, f"fleet/a/{name}")
+
+
+async def test_a_global_workflow_that_lost_its_state_hears_the_clusters_again(
+        temporal_test_env: WorkflowEnvironment) -> None:
+    """global/<policy> terminated after stage 1 completed: the next report starts it afresh, it asks the
+    fleet of the cluster it never heard from to report again, learns a is complete and grants b."""
+    env = temporal_test_env
+    fakes = {"a": FakeNodes.of(1), "b": FakeNodes.of(1)}
+    name = unique_name("gl")
+    spec = FleetSpec(name, staged([["a"], ["b"]]), 1, [package("tuned")])
+    async with clusters(env, fakes) as queues:
+        try:
+            fleet_a = await start_fleet(env, queues["a"], "a", spec)
+            await phase_is(fleet_a, RolloutPhase.COMPLETE)
+            await env.client.get_workflow_handle(names.global_workflow_id(name)).terminate("state lost")
+            fleet_b = await start_fleet(env, queues["b"], "b", spec)
+            await phase_is(fleet_b, RolloutPhase.COMPLETE)
+            view = await global_view(env, name)
+            assert {c.cluster: c.state for c in view.clusters} == {"a": "complete", "b": "complete"}, view
+        finally:
+            await end(env, f"fleet/a/{name}", f"fleet/b/{name}", f"global/{name}")
