@@ -62,7 +62,7 @@ from worker.registry import GLOBAL_WORKFLOWS, WORKFLOWS
 from workflows.fleet_codec import progress_from_json
 from workflows.global_codec import global_view_from_json
 
-pytestmark = [pytest.mark.integration, pytest.mark.multicluster]
+pytestmark = [pytest.mark.integration, pytest.mark.multicluster, pytest.mark.timeout(600)]
 ROLLOUT_TIMEOUT = 300.0
 SOAK_SECONDS = 15
 SLEEP_IMAGE = "bench.local/bench-sleep:1.0.0"
