@@ -49,4 +49,4 @@ def list_fleet_nodes(input: ListFleetNodesInput) -> ListFleetNodesResult:
 @activity.defn(name="request_windows")
 async def request_windows(input: RequestWindowsInput) -> None:
     """Signal-with-start `node/<node>` with each request (heartbeats per node)."""
-    await signal_node_workflows(input.nodes, input.requests, input.task_queue)
+    await signal_node_workflows(input.nodes, input.requests, input.task_queue, input.cluster)

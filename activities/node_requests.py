@@ -17,7 +17,7 @@ from temporalio import activity
 
 from protocol.fleet import WindowRequest
 from protocol.names import SIGNAL_WINDOW
-from protocol.node import signal_node_workflow
+from protocol.node import Route, signal_node_workflow
 
 # Signal-with-start calls in flight at once. One call is a round trip to the Temporal frontend (and a
 # history write there); made one after the other, a batch of 50 nodes waited for 50 round trips
@@ -37,16 +37,17 @@ def hand_over_concurrency() -> int:
         raise ValueError(f"{HAND_OVER_CONCURRENCY_ENV}={raw!r}: not a whole number") from err
 
 
-async def signal_node_workflows(nodes: Sequence[str], requests: Sequence[WindowRequest], task_queue: str) -> None:
-    """Signal-with-start `node/<node>` with `window` and its request, `hand_over_concurrency()` at a time
-    (heartbeats per node); `task_queue` "" is the calling activity's own."""
+async def signal_node_workflows(nodes: Sequence[str], requests: Sequence[WindowRequest], task_queue: str,
+                                cluster: str = "") -> None:
+    """Signal-with-start `node/<node>` (`node/<cluster>/<node>`) with `window` and its request,
+    `hand_over_concurrency()` at a time (heartbeats per node); `task_queue` "" is the calling activity's own."""
     client = activity.client()
-    task_queue = task_queue or activity.info().task_queue
+    route = Route(task_queue or activity.info().task_queue, cluster)
     slots = asyncio.Semaphore(hand_over_concurrency())
 
     async def hand_over(node: str, request: WindowRequest) -> None:
         async with slots:
-            await signal_node_workflow(client, node, SIGNAL_WINDOW, request, task_queue)
+            await signal_node_workflow(client, node, SIGNAL_WINDOW, request, route)
         activity.heartbeat(node)
 
     # A failed call cancels the others and fails the activity with that call's own error (not the

@@ -25,6 +25,7 @@ from pydantic import Field, field_validator, model_validator
 from api import keys
 from api.analysis import AnalysisGate
 from api.base import LenientModel, SpecModel
+from api.clusters import ClustersSpec
 from api.enums import CanaryFailure, Promotion, StrategyType
 from api.maintenance import MaintenanceWindow, check_overlaps
 from api.names import check_name
@@ -134,6 +135,8 @@ class DeploymentPolicySpec(SpecModel):
     # Empty: new node windows may start at any time.
     maintenance_windows: list[MaintenanceWindow] = Field(default_factory=list)
     analysis: list[AnalysisGate] = Field(default_factory=list)
+    # None: each cluster rolls its changes out on its own (api/clusters.py, ADR 0017).
+    clusters: ClustersSpec | None = None
 
     @model_validator(mode="after")
     def _compartments_distinct(self) -> DeploymentPolicySpec:

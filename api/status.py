@@ -46,6 +46,13 @@ The message says the same; `Ready` is False and `Degraded` True with reason `Rol
 `RolledBack`; the bridge emits one Warning Event `CanaryRolledBack` on the DeploymentPolicy per
 rolled-back wave. A rolled-back node counts as `waiting` for the Package (reason `rolled back to
 ...`). The status stays until the next wave starts (a new desired state, or `resume`).
+
+Promotion across clusters (the DeploymentPolicy's `spec.clusters`, ADR 0017): the DeploymentPolicy
+and every Package of a named cluster's fleet show `status.globalRollout` as `global/<policy>` last
+told the fleet: the change, the stage granted (1-based), the phase of the promotion, the soak's
+end, why it is halted, and every cluster with its stage and state (`waiting`, `running`,
+`complete`, `failed`, `held`, `unknown`). While its stage is not granted the fleet and its
+Packages show phase `Waiting` with the global workflow's message (a held cluster: why).
 """
 
 from __future__ import annotations
@@ -133,6 +140,31 @@ class RollbackStatus(StatusModel):
     failed_nodes: list[NodeReason] = Field(default_factory=list)
 
 
+class ClusterStatus(StatusModel):
+    """One cluster of the promotion (`protocol.clusters.ClusterView`)."""
+
+    name: str
+    # 1-based; 0: in no stage.
+    stage: int = 0
+    state: str = "unknown"
+    message: str = ""
+
+
+class GlobalRolloutStatus(StatusModel):
+    """The promotion across clusters as the fleet last heard it (`protocol.clusters.GlobalView`)."""
+
+    change: str = ""
+    summary: str = ""
+    # The highest stage granted, 1-based (0: none yet); the number of stages.
+    stage: int = 0
+    stages: int = 0
+    phase: RolloutPhase = RolloutPhase.PENDING
+    soak_until: str | None = None
+    halted: str | None = None
+    message: str = ""
+    clusters: list[ClusterStatus] = Field(default_factory=list)
+
+
 class BatchStatus(StatusModel):
     """The batch the rollout is working on."""
 
@@ -175,6 +207,7 @@ class PackageStatus(StatusModel):
     gate_failure: GateFailureStatus | None = None
     rollback: RollbackStatus | None = None
     eta: EtaStatus | None = None
+    global_rollout: GlobalRolloutStatus | None = None
     conditions: list[Condition] = Field(default_factory=list)
 
 
@@ -193,4 +226,5 @@ class PolicyStatus(StatusModel):
     gate_failure: GateFailureStatus | None = None
     rollback: RollbackStatus | None = None
     eta: EtaStatus | None = None
+    global_rollout: GlobalRolloutStatus | None = None
     conditions: list[Condition] = Field(default_factory=list)

@@ -38,14 +38,15 @@ from cli.ops_commands import run_ops
 from planning.node_plan import RERUN_STAGES
 from protocol import names
 from protocol.fleet import NodeReset, Rerun
-from protocol.node import signal_node_workflow
+from protocol.node import Route, signal_node_workflow
 from protocol.version import identity_version, noderoll_version
 
 EXIT_USAGE = 2
 
 
 def _task_queue(args: argparse.Namespace) -> str:
-    return str(args.task_queue or os.environ.get("NODEROLL_TASK_QUEUE") or names.DEFAULT_TASK_QUEUE)
+    return str(args.task_queue or os.environ.get("NODEROLL_TASK_QUEUE")
+               or names.cluster_task_queue(getattr(args, "cluster", "") or ""))
 
 
 def cmd_reset(args: argparse.Namespace) -> int:
@@ -62,11 +63,13 @@ def cmd_reset(args: argparse.Namespace) -> int:
         request = NodeReset(id=args.id or uuid.uuid4().hex[:12], packages=sorted(set(args.package)),
                             source="noderoll node reset")
         try:
-            await signal_node_workflow(ops.temporal, args.node, names.SIGNAL_NODE_RESET, request, task_queue)
+            await signal_node_workflow(ops.temporal, args.node, names.SIGNAL_NODE_RESET, request,
+                                       Route(task_queue, ops.target.cluster))
         except RPCError as err:
-            raise OpsError(f"cannot signal reset to {names.node_workflow_id(args.node)}: {err.message}") from err
+            raise OpsError(f"cannot signal reset to {names.node_workflow_id(args.node, ops.target.cluster)}: "
+                           f"{err.message}") from err
         what = ", ".join(request.packages) if request.packages else "every package"
-        print(f"reset {request.id} sent to {names.node_workflow_id(args.node)}: it forgets {what} between windows; "
+        print(f"reset {request.id} sent to {names.node_workflow_id(args.node, ops.target.cluster)}: it forgets {what} between windows; "
               "the fleets ask the node again at their next listing")
         return 0
 
@@ -111,7 +114,7 @@ def cmd_rerun(args: argparse.Namespace) -> int:
         obj = await asyncio.to_thread(ops.read_package, args.package)
         if obj is None:
             raise OpsError(f"no Package {args.package} (`kubectl get packages` lists them)")
-        fleet = names.fleet_workflow_id((obj.get("spec") or {}).get("deploymentPolicy"))
+        fleet = names.fleet_workflow_id((obj.get("spec") or {}).get("deploymentPolicy"), ops.target.cluster)
         request = Rerun(id=args.id or uuid.uuid4().hex[:12], package=args.package, nodes=sorted(set(args.node)),
                         stage=args.stage or "")
         try:

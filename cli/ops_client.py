@@ -77,6 +77,8 @@ class OpsTarget:
     namespace: str
     kubeconfig: str | None
     source: str
+    # The cluster's name ("" = none): fleets are `fleet/<cluster>/<policy>` (ADR 0017).
+    cluster: str = ""
 
 
 def add_connection_flags(parser: argparse.ArgumentParser) -> None:
@@ -88,6 +90,8 @@ def add_connection_flags(parser: argparse.ArgumentParser) -> None:
                         help="Temporal namespace (env NODEROLL_TEMPORAL_NAMESPACE)")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (env KUBECONFIG; default: dev stack)")
     parser.add_argument("--state-dir", default=None, help="dev stack state dir (env NODEROLL_STATE_DIR)")
+    parser.add_argument("--cluster", default=os.environ.get("NODEROLL_CLUSTER", ""), metavar="NAME",
+                        help="the cluster's name, as its worker and bridge were given it (env NODEROLL_CLUSTER)")
 
 
 def target_from_args(args: argparse.Namespace) -> OpsTarget:
@@ -96,8 +100,12 @@ def target_from_args(args: argparse.Namespace) -> OpsTarget:
     if connection.temporal_address is None:
         raise OpsError("no Temporal address: use --temporal-address, NODEROLL_TEMPORAL_ADDRESS, "
                        "or start a stack with `noderoll dev up` (or `noderoll demo --keep`)")
+    cluster = str(getattr(args, "cluster", "") or "")
+    problem = names.cluster_name_problem(cluster) if cluster else ""
+    if problem:
+        raise OpsError(f"--cluster: {problem}")
     return OpsTarget(connection.temporal_address, args.temporal_namespace, connection.kubeconfig,
-                     connection.source)
+                     connection.source, cluster)
 
 
 @dataclass
@@ -272,8 +280,8 @@ class Ops:
     # --- Temporal --------------------------------------------------------------------------
 
     def fleet(self, fleet: str) -> WorkflowHandle[Any, Any]:
-        """The handle of `fleet/<fleet>` (latest run)."""
-        return self.temporal.get_workflow_handle(names.fleet_workflow_id(fleet))
+        """The handle of `fleet/<fleet>` (`fleet/<cluster>/<fleet>`; latest run)."""
+        return self.temporal.get_workflow_handle(names.fleet_workflow_id(fleet, self.target.cluster))
 
     async def query_fleet(self, fleet: str) -> FleetProgress:
         """The running fleet's `progress` query; NoAnswer (saying why) when it cannot answer.
@@ -309,10 +317,11 @@ class Ops:
         if package:
             query += f" AND {names.SEARCH_ATTR_PACKAGE} = '{package}'"
         found: set[str] = set()
+        prefix = names.fleet_id_prefix(self.target.cluster)
         try:
             async for execution in self.temporal.list_workflows(query, rpc_timeout=QUERY_TIMEOUT):
-                if execution.id.startswith(names.FLEET_WORKFLOW_PREFIX):
-                    found.add(execution.id.removeprefix(names.FLEET_WORKFLOW_PREFIX))
+                if execution.id.startswith(prefix) and "/" not in execution.id.removeprefix(prefix):
+                    found.add(execution.id.removeprefix(prefix))
         except RPCError:
             return []
         return sorted(found)

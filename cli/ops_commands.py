@@ -1,7 +1,9 @@
 """`noderoll status|pause|resume|halt|retry|nodes|logs`: drive fleet rollouts without the Temporal CLI. Does I/O.
 
 Contract names (issues 7 and 13): `status [PACKAGE | --fleet POLICY]` (table, or `--json`),
-`pause|resume|halt|retry (PACKAGE | --fleet POLICY) [--node N]...`, `nodes`, `logs PACKAGE --node N`.
+`pause|resume|halt|retry (PACKAGE | --fleet POLICY) [--node N]...`, `nodes`, `logs PACKAGE --node N`;
+`status --global POLICY` and `pause|resume|halt --global POLICY`: the promotion across clusters
+(`global/<policy>`, `cli.global_status`). `--cluster NAME`: the fleets of that cluster.
 A Package is rolled out by the fleet `fleet/<its deploymentPolicy>` (`fleet/default` without one):
 the commands query that fleet's `progress` and send it the contract signals with a
 `protocol.fleet.Filter` ({"packages": [PACKAGE], "nodes": [N, ...]}; `--fleet` alone: the whole
@@ -23,7 +25,7 @@ from rich.console import Console
 
 from api import keys
 from api.enums import CanaryPhase, RolloutPhase
-from cli import progress_view
+from cli import global_status, progress_view
 from cli.ops_client import Ops, OpsError, PackageView, drain_blocks, target_from_args
 from cli.ops_fleets import SignalTarget, attach_fleet_nodes, fleet_views, package_view, signal_target
 from protocol import names
@@ -86,12 +88,19 @@ async def _add_drain_blocks(ops: Ops, views: list[PackageView]) -> None:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """`status [PACKAGE | --fleet POLICY]`."""
-    if args.package and args.fleet:
-        print("noderoll status: give a PACKAGE or --fleet, not both", file=sys.stderr)
+    """`status [PACKAGE | --fleet POLICY | --global POLICY]`."""
+    if sum(map(bool, (args.package, args.fleet, args.global_policy))) > 1:
+        print("noderoll status: give one of PACKAGE, --fleet, --global", file=sys.stderr)
         return EXIT_USAGE
 
     async def body(ops: Ops) -> int:
+        if args.global_policy:
+            view = await global_status.global_progress(ops, args.global_policy)
+            if args.output == "json":
+                global_status.print_json(view)
+            else:
+                _console().print(global_status.global_table(view))
+            return 0
         if args.package:
             view = await package_view(ops, args.package)
             view.limits = await asyncio.to_thread(ops.package_limits, args.package)
@@ -155,6 +164,16 @@ def _describe(target: SignalTarget) -> str:
 
 def _signal_command(name: str) -> Callable[[argparse.Namespace], int]:
     def command(args: argparse.Namespace) -> int:
+        if getattr(args, "global_policy", None):
+            if args.package or args.fleet or args.node:
+                print(f"noderoll {name}: --global POLICY takes no PACKAGE, --fleet or --node", file=sys.stderr)
+                return EXIT_USAGE
+
+            async def relay(ops: Ops) -> int:
+                print(await global_status.signal_global(ops, args.global_policy, name))
+                return 0
+
+            return run_ops(args, relay)
         if bool(args.package) == bool(args.fleet):
             print(f"noderoll {name}: give a PACKAGE or --fleet POLICY (one of them)", file=sys.stderr)
             return EXIT_USAGE
@@ -170,7 +189,7 @@ def _signal_command(name: str) -> Callable[[argparse.Namespace], int]:
             done = SIGNAL_DONE[name].format(t=again)
             if name == names.SIGNAL_RESUME and target.scope.is_empty():
                 done += WHOLE_FLEET_RESUME
-            print(f"{name} sent to {names.fleet_workflow_id(target.fleet)} for {_describe(target)}: {done}")
+            print(f"{name} sent to {ops.fleet(target.fleet).id} for {_describe(target)}: {done}")
             return 0
 
         return run_ops(args, body)
@@ -249,6 +268,8 @@ def register(subparsers: Any) -> None:
     status = add("status", "fleets and their Packages: phase, wave, batch, nodes per state; or one Package")
     status.add_argument("package", nargs="?", help="one Package (default: every fleet and its Packages)")
     status.add_argument("--fleet", metavar="POLICY", help="only this fleet (a DeploymentPolicy, or `default`)")
+    status.add_argument("--global", dest="global_policy", metavar="POLICY",
+                        help="the promotion of POLICY across clusters (global/<policy>): stage and every cluster")
     _add_output(status)
     status.set_defaults(func=cmd_status)
     for name, help_text in SIGNAL_HELP.items():
@@ -256,6 +277,9 @@ def register(subparsers: Any) -> None:
         parser.add_argument("package", nargs="?", help="the Package (its fleet gets the signal, filtered to it)")
         parser.add_argument("--fleet", metavar="POLICY", help="the whole fleet of this DeploymentPolicy (or `default`)")
         parser.add_argument("--node", action="append", default=[], help="only this node (repeatable)")
+        if name != names.SIGNAL_RETRY:
+            parser.add_argument("--global", dest="global_policy", metavar="POLICY",
+                                help=f"{name} the promotion of POLICY across clusters: every cluster's fleet")
         parser.set_defaults(func=_signal_command(name))
     nodes = add("nodes", "per node: its fleets' node state and disruptions, and per package version, stage, state")
     nodes.add_argument("-l", "--selector", help="label selector of the nodes to show")

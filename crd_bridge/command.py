@@ -71,11 +71,11 @@ def options_from_args(args: argparse.Namespace) -> BridgeOptions:
 
 async def serve(settings: ServiceSettings, options: BridgeOptions, stop: asyncio.Event) -> None:
     """Connect, then run the bridge until `stop` is set."""
-    client = await start_service(settings, "bridge")
-    log.info("bridge on %s namespace=%s task_queue=%s kubeconfig=%s leader-election=%s",
-             settings.temporal_address, settings.namespace, settings.task_queue,
+    started = await start_service(settings, "bridge")
+    log.info("bridge on %s namespace=%s task_queue=%s cluster=%s kubeconfig=%s leader-election=%s",
+             settings.temporal_address, settings.namespace, settings.task_queue, settings.cluster or "none",
              settings.kubeconfig or "in-cluster", "on" if options.lease else "off")
-    await Bridge(Fleets(client, settings.task_queue), options).run(stop)
+    await Bridge(Fleets(started.client, settings.task_queue, settings.cluster), options).run(stop)
 
 
 def run(args: argparse.Namespace) -> int:

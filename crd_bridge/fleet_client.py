@@ -4,6 +4,8 @@
 does not run (`ALLOW_DUPLICATE` lets a fleet that ended start again) and only signals it when it
 does (`USE_EXISTING`), so a second bridge, or a restarted one, never starts a second rollout.
 The fleet itself ignores a FleetSpec equal to the one it has.
+With a cluster name (`--cluster`, ADR 0017) the ids are `fleet/<cluster>/<policy>` and
+`node/<cluster>/<node>`, and every workflow it starts carries the search attribute `NoderollCluster`.
 """
 
 from __future__ import annotations
@@ -18,20 +20,25 @@ from crd_bridge.decisions import RolloutState
 from planning.fleet_status import FleetProgress
 from protocol import names
 from protocol.fleet import FleetInput, FleetSpec, NodeReset
-from protocol.node import signal_node_workflow
+from protocol.node import Route, cluster_attributes, signal_node_workflow
 from workflows.fleet_codec import progress_from_json
 
 
 class Fleets:
-    """Fleet workflows of one Temporal namespace and task queue."""
+    """Fleet workflows of one Temporal namespace, task queue and cluster ("" = none)."""
 
-    def __init__(self, client: Client, task_queue: str) -> None:
+    def __init__(self, client: Client, task_queue: str, cluster: str = "") -> None:
         self.client = client
         self.task_queue = task_queue
+        self.cluster = cluster
+
+    def workflow_id(self, fleet: str) -> str:
+        """`fleet/<fleet>`, or `fleet/<cluster>/<fleet>` in a named cluster."""
+        return names.fleet_workflow_id(fleet, self.cluster)
 
     def handle(self, fleet: str) -> WorkflowHandle[Any, Any]:
-        """`fleet/<fleet>`, latest run (continue-as-new keeps the id)."""
-        return self.client.get_workflow_handle(names.fleet_workflow_id(fleet))
+        """The fleet's workflow, latest run (continue-as-new keeps the id)."""
+        return self.client.get_workflow_handle(self.workflow_id(fleet))
 
     async def state(self, fleet: str) -> RolloutState:
         """Whether `fleet/<fleet>` is running, closed, or was never started."""
@@ -54,20 +61,23 @@ class Fleets:
         shown = ", ".join(f"{e.name} {e.spec.get('version', '?')}" for e in spec.packages) or "no Packages"
         await self.client.start_workflow(
             names.FLEET_WORKFLOW_TYPE,
-            FleetInput(policy_name=spec.policy_name),
-            id=names.fleet_workflow_id(spec.policy_name),
+            FleetInput(policy_name=spec.policy_name, cluster=self.cluster),
+            id=self.workflow_id(spec.policy_name),
             task_queue=self.task_queue,
             start_signal=names.SIGNAL_FLEET_SPEC,
             start_signal_args=[spec],
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            static_summary=f"Fleet rollout of DeploymentPolicy {spec.policy_name}",
+            static_summary=f"Fleet rollout of DeploymentPolicy {spec.policy_name}"
+                           + (f" in cluster {self.cluster}" if self.cluster else ""),
             static_details=f"Fleet **{spec.policy_name}** started with {shown}",
+            search_attributes=cluster_attributes(self.cluster),
         )
 
     async def reset_node(self, node: str, request: NodeReset) -> None:
         """Signal-with-start `reset` on `node/<node>` (the node workflow applies it between windows)."""
-        await signal_node_workflow(self.client, node, names.SIGNAL_NODE_RESET, request, self.task_queue)
+        await signal_node_workflow(self.client, node, names.SIGNAL_NODE_RESET, request,
+                                   Route(self.task_queue, self.cluster))
 
     async def signal(self, fleet: str, signal: str, arg: Any = None) -> None:
         """Send `signal` (with `arg` unless None) to the running fleet."""
@@ -87,9 +97,10 @@ class Fleets:
         query = (f"WorkflowType = '{names.FLEET_WORKFLOW_TYPE}' AND ExecutionStatus = 'Running' "
                  f"AND TaskQueue = '{self.task_queue}'")
         found = []
+        prefix = names.fleet_id_prefix(self.cluster)
         async for execution in self.client.list_workflows(query):
-            if execution.id.startswith(names.FLEET_WORKFLOW_PREFIX):
-                found.append(execution.id.removeprefix(names.FLEET_WORKFLOW_PREFIX))
+            if execution.id.startswith(prefix) and "/" not in execution.id.removeprefix(prefix):
+                found.append(execution.id.removeprefix(prefix))
         return sorted(set(found))
 
 

@@ -56,7 +56,7 @@ from planning.fleet_status import FleetProgress
 from planning.gates import failure_text
 from planning.status import render_invalid_package_status, render_policy_status
 from protocol.fleet import FleetSpec
-from protocol.names import DEFAULT_FLEET, fleet_workflow_id
+from protocol.names import DEFAULT_FLEET
 
 log = logging.getLogger("noderoll.bridge.reconcile")
 
@@ -236,9 +236,9 @@ class Reconciler:
             self._warned_queue.add(fleet)
             log.warning("%s runs on task queue %r, this bridge serves %r: its desired state reaches it, but only "
                         "workers polling %r act on it (terminate it to start it on %r)",
-                        fleet_workflow_id(fleet), queue, self.fleets.task_queue, queue, self.fleets.task_queue)
+                        self.fleets.workflow_id(fleet), queue, self.fleets.task_queue, queue, self.fleets.task_queue)
         await self.fleets.send(spec)
-        log.info("%s: desired state handed over (%d Package(s))", fleet_workflow_id(fleet), len(spec.packages))
+        log.info("%s: desired state handed over (%d Package(s))", self.fleets.workflow_id(fleet), len(spec.packages))
         self.sent[fleet], self._sent_digest[fleet] = spec, digest
         self.active.add(fleet)
         for name, changes in package_changes(previous, spec).items():
@@ -249,7 +249,7 @@ class Reconciler:
             for change in changes:
                 reason, text = _CHANGE_EVENTS[change]
                 self._event(obj, events.NORMAL, reason,
-                            text.format(fleet=fleet_workflow_id(fleet), generation=entry.generation))
+                            text.format(fleet=self.fleets.workflow_id(fleet), generation=entry.generation))
 
     # --- DeploymentPolicies ----------------------------------------------------------------------
 
@@ -270,6 +270,8 @@ class Reconciler:
         previous = obj.get("status") or {}
         generation = int(obj["metadata"].get("generation") or 0)
         status = render_policy_status(problems, generation, now_rfc3339(), previous, self.progress.get(name))
+        if "fleet" in status:
+            status["fleet"] = self.fleets.workflow_id(name)  # fleet/<cluster>/<policy> in a named cluster
         status = with_condition(status, self.in_use_condition(keys.POLICY_KIND, obj), ConditionType.IN_USE.value)
         changed = await asyncio.to_thread(write_status, StatusWrite(keys.POLICY_KIND, name, status, previous))
         if changed and problems:
@@ -279,10 +281,10 @@ class Reconciler:
         if changed and report is not None and report.gate_failure is not None and \
                 (previous.get("gateFailure") or {}).get("time") != report.gate_failure.at:
             self._announce_once(obj, events.GATE_FAILED,
-                                f"{fleet_workflow_id(name)} halted: {failure_text(report.gate_failure)}")
+                                f"{self.fleets.workflow_id(name)} halted: {failure_text(report.gate_failure)}")
         rolled_back = rollback_event(previous.get("rollback"), report.rollback if report is not None else None)
         if changed and rolled_back:
-            self._announce_once(obj, events.CANARY_ROLLED_BACK, f"{fleet_workflow_id(name)}: {rolled_back}")
+            self._announce_once(obj, events.CANARY_ROLLED_BACK, f"{self.fleets.workflow_id(name)}: {rolled_back}")
         if changed:
             obj["status"] = status
 

@@ -82,7 +82,7 @@ class StatusPoller:
             previous = obj.get("status") or {}
             # Drains that wait on someone else's pods, from the cached Nodes' `noderoll.io/Draining`.
             blocked = drain_blocks(name, rec.cache.of("Node").values())
-            status = render_package_status(report, report.generation, previous, blocked)
+            status = render_package_status(report, report.generation, previous, blocked, progress.global_rollout)
             # Deletion protection's condition (the reconciler writes it too: both render the same).
             status = with_condition(status, rec.in_use_condition(keys.PACKAGE_KIND, obj, found), IN_USE)
             if await asyncio.to_thread(write_status, StatusWrite(keys.PACKAGE_KIND, name, status, previous)):

@@ -189,10 +189,13 @@ class _Run:
         save_stack_info(self.info)
 
 
-def up(state_dir: Path, progress: Progress = _quiet, *, die_with_parent: bool = False) -> StackInfo:
+def up(state_dir: Path, progress: Progress = _quiet, *, die_with_parent: bool = False,
+       temporal: bool = True) -> StackInfo:
     """Bring the stack up in `state_dir` (idempotent) and return it once everything is ready.
 
     `die_with_parent` ties the components it starts to the calling thread (test sessions).
+    `temporal=False` starts the Kubernetes part only (etcd, control plane, webhook): a second cluster
+    for a Temporal that another stack runs (the multi-cluster tests; its `temporal_address` is "").
 
     Raises `localstack.provision.ProvisionError` for a missing binary (nothing started), and
     StackError naming the component and its log when a component does not get ready.
@@ -210,8 +213,8 @@ def up(state_dir: Path, progress: Progress = _quiet, *, die_with_parent: bool = 
             layout = StackLayout(binaries, state_dir, pki, _plan_ports(previous, alive))
             kubeconfig = _write_kubeconfigs(layout)
             info = StackInfo(
-                temporal_address=layout.temporal_address,
-                temporal_ui=layout.temporal_ui,
+                temporal_address=layout.temporal_address if temporal else "",
+                temporal_ui=layout.temporal_ui if temporal else "",
                 kubeconfig=str(kubeconfig),
                 state_dir=str(state_dir),
             )
@@ -219,15 +222,18 @@ def up(state_dir: Path, progress: Progress = _quiet, *, die_with_parent: bool = 
             comps = _by_name()
             for wave in WAVES:
                 for name in wave:
-                    run.ensure(comps[name])
+                    if name != TEMPORAL or temporal:
+                        run.ensure(comps[name])
                 for name in wave:
                     if name != TEMPORAL:
                         _wait_ready(comps[name], info.components[name], layout)
-            _wait_ready(comps[TEMPORAL], info.components[TEMPORAL], layout)
-        try:
-            register_search_attributes(layout)
-        except SearchAttributeTypeError as err:
-            raise StackError(str(err)) from err
+            if temporal:
+                _wait_ready(comps[TEMPORAL], info.components[TEMPORAL], layout)
+        if temporal:
+            try:
+                register_search_attributes(layout)
+            except SearchAttributeTypeError as err:
+                raise StackError(str(err)) from err
         try:
             crds = setup_cluster(SetupRequest(kubeconfig, deadline=time.monotonic() + CLUSTER_SETUP_SECONDS,
                                               webhook_url=layout.webhook_url, ca_bundle=pki.ca_cert.read_bytes()))

@@ -41,6 +41,7 @@ from planning import fleet_rerun as rerun
 from planning import fleet_rollback as rollbacks
 from planning import gates as gate_rules
 from planning.batch_state import BatchPlannerState
+from planning.cluster_turns import ClusterTurns
 from planning.eta import Timings, record_hand_out, record_window
 from planning.fleet_targets import FleetSelection, NodeTargets
 from protocol.fleet import Filter, FleetSpec, PackageEntry, PackageOrder, Rerun, WindowRequest, WindowResult
@@ -131,6 +132,8 @@ class FleetState:
     rollback: rollbacks.Rollback | None = None
     # Window durations and gaps between batches, for the ETA (planning.eta).
     timings: Timings = field(default_factory=Timings)
+    # The promotion across clusters (`spec.clusters`, a named cluster; planning.cluster_turns).
+    turns: ClusterTurns = field(default_factory=ClusterTurns)
 
 
 # --- desired state ---------------------------------------------------------------------------

@@ -24,6 +24,8 @@
   the analysis gate that halted it (`gate_failure`: gate, query, value, time), each gate's
   latest sample (`gates`) and the rollback of the wave's failed canary (`rollback`).
 `details_note` is what the Temporal UI's details line adds for a waiting, gate-halted or rolled-back fleet.
+* for a cluster's fleet whose policy has `spec.clusters` (ADR 0017): the last view of
+  `global/<policy>` (`global_rollout`: the stage, every cluster's state);
 * the fleet's message, also on each Package while it works, names the nodes that left the targets
   (relabelled out of the selector, ignored, deleted) before they were updated (`departed`: they
   are no longer in the listing, so in no count).
@@ -41,6 +43,7 @@ from planning.fleet_eta import fleet_eta
 from planning.fleet_state import FleetState, entries, package_revision, remaining
 from planning.gates import GateFailure, GateTrack, failure_text
 from planning.status import RolloutProgress
+from protocol.clusters import GlobalView
 
 # Nodes that left the targets before they were updated, named in a message (all are counted).
 DEPARTED_SHOWN = 5
@@ -106,6 +109,8 @@ class FleetProgress:
     eta: Eta | None = None
     # What the ETA rests on: the fleet's measured window durations and gaps (`noderoll plan` uses them too).
     timings: Timings = field(default_factory=Timings)
+    # The promotion across clusters as `global/<policy>` last told this fleet (None: no spec.clusters).
+    global_rollout: GlobalView | None = None
 
 
 _ROLLBACK_PHASES = (RolloutPhase.ROLLING_BACK, RolloutPhase.ROLLED_BACK)
@@ -216,10 +221,11 @@ def _package_message(name: str, phase: RolloutPhase, fleet: str, state: FleetSta
     return ""
 
 
-def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str) -> FleetProgress:
-    """The `progress` query's answer for `state` (module rules)."""
+def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str, fleet_id: str = "") -> FleetProgress:
+    """The `progress` query's answer for `state` (module rules); `fleet_id` names the fleet in messages
+    (default `fleet/<policy>`; `fleet/<cluster>/<policy>` in a named cluster)."""
     planner = state.planner
-    fleet = f"fleet/{state.spec.policy_name if state.spec else ''}"
+    fleet = fleet_id or f"fleet/{state.spec.policy_name if state.spec else ''}"
     nodes = {node: _node_progress(state, node) for node in sorted(state.targets)}
     report = FleetProgress(
         policy=state.spec.policy_name if state.spec else "",
@@ -234,6 +240,7 @@ def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str) -> Fl
         rollback=rollbacks.report(state.rollback, fleet_phase is RolloutPhase.HALTED) if state.rollback else None,
         eta=fleet_eta(state, now) if now and fleet_phase in _ETA_PHASES and remaining(state) else None,
         timings=state.timings,
+        global_rollout=state.turns.view,
     )
     for progress in nodes.values():
         report.counts[progress.state] = report.counts.get(progress.state, 0) + 1

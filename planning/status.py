@@ -35,10 +35,12 @@ from api.problems import ValidationProblem
 from api.status import (
     BatchStatus,
     CanaryStatus,
+    ClusterStatus,
     Condition,
     DrainBlockedNode,
     EtaStatus,
     GateFailureStatus,
+    GlobalRolloutStatus,
     NodeCounts,
     NodeReason,
     PackageStatus,
@@ -49,6 +51,7 @@ from planning.drain import DrainBlock, drain_summary
 from planning.eta import Eta
 from planning.fleet_rollback import RollbackReport
 from planning.gates import GateFailure
+from protocol.clusters import GlobalView
 
 _WORKING = {RolloutPhase.PENDING, RolloutPhase.CANARY, RolloutPhase.PROGRESSING, RolloutPhase.UNINSTALLING,
             RolloutPhase.WAITING, RolloutPhase.ROLLING_BACK}
@@ -181,9 +184,11 @@ def render_package_status(
     generation: int,
     previous: Mapping[str, Any] | None = None,
     drain_blocked: Sequence[DrainBlock] = (),
+    promotion: GlobalView | None = None,
 ) -> dict[str, Any]:
     """The Package `status` (CRD JSON) for `progress` at `generation`; `previous` is the current status;
-    `drain_blocked`: the target nodes whose drain waits (module rules)."""
+    `drain_blocked`: the target nodes whose drain waits (module rules); `promotion`: the fleet's view of
+    `global/<policy>` (spec.clusters)."""
     progress = package_view(progress)
     complete = _count(progress, State.COMPLETE)
     conditions = render_conditions(progress, generation, drain_blocked)
@@ -213,6 +218,7 @@ def render_package_status(
         gate_failure=gate_failure_status(progress.gate_failure),
         rollback=rollback_status(progress.rollback),
         eta=eta_status(progress.eta),
+        global_rollout=global_rollout_status(promotion),
         conditions=conditions,
     )
     return status.dump()
@@ -223,6 +229,19 @@ def eta_status(eta: Eta | None) -> EtaStatus | None:
     if eta is None or not eta.finish_at:
         return None
     return EtaStatus(finish_at=eta.finish_at, batches_left=eta.batches_left, source=eta.source)
+
+
+def global_rollout_status(view: GlobalView | None) -> GlobalRolloutStatus | None:
+    """`status.globalRollout`: the promotion across clusters as the fleet last heard it (None: none)."""
+    if view is None:
+        return None
+    return GlobalRolloutStatus(
+        change=view.change, summary=view.summary, stage=view.stage + 1, stages=len(view.stages),
+        phase=RolloutPhase(view.phase), soak_until=view.soak_until or None, halted=view.halted or None,
+        message=view.message,
+        clusters=[ClusterStatus(name=c.cluster, stage=c.stage + 1, state=c.state, message=c.message)
+                  for c in view.clusters],
+    )
 
 
 def gate_failure_status(failure: GateFailure | None) -> GateFailureStatus | None:
@@ -304,6 +323,7 @@ def render_policy_status(
             "gate_failure": gate_failure_status(fleet.gate_failure),
             "rollback": rollback_status(fleet.rollback),
             "eta": eta_status(fleet.eta),
+            "global_rollout": global_rollout_status(fleet.global_rollout),
         })
     return status.dump()
 
@@ -323,6 +343,7 @@ class FleetReport(Protocol):
     gate_failure: GateFailure | None
     rollback: RollbackReport | None
     eta: Eta | None
+    global_rollout: GlobalView | None
 
     @property
     def packages(self) -> Mapping[str, Any]: ...

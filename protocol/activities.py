@@ -8,6 +8,7 @@ node window's activities have theirs in `protocol/node_activities.py`.
 from dataclasses import dataclass, field
 from typing import Any
 
+from protocol.clusters import ClusterReport
 from protocol.fleet import PackageEntry, WindowRequest
 
 
@@ -43,6 +44,8 @@ class RequestWindowsInput:
     nodes: list[str]
     # Task queue of the node workflows ("" = the calling activity's own queue).
     task_queue: str = ""
+    # The fleet's cluster name ("" = none): the node workflows are `node/<cluster>/<node>`.
+    cluster: str = ""
 
 
 @dataclass
@@ -105,3 +108,12 @@ class MarkBlockedNodesResult:
     """The nodes written (the others already showed it, changed meanwhile, run a window or are gone)."""
 
     written: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ReportToGlobalInput:
+    """A cluster's report to `global/<policy>` (signal-with-start `cluster_report`, task queue
+    `noderoll-global`; protocol/clusters.py)."""
+
+    policy: str
+    report: ClusterReport

@@ -64,6 +64,9 @@ class FleetInput:
     history_limit: int = 0
     # Carried across continue-as-new: the fleet's state as JSON (workflows.fleet_state converts).
     carry: dict[str, Any] | None = None
+    # The cluster name of the bridge that started it ("" = none): its id is `fleet/<cluster>/<policy>`,
+    # its node workflows' `node/<cluster>/<node>` (ADR 0017).
+    cluster: str = ""
 
 
 @dataclass

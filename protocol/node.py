@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio.client import Client
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 from protocol.fleet import NodeReset, WindowRequest
-from protocol.names import NODE_WORKFLOW_TYPE, node_workflow_id
+from protocol.names import NODE_WORKFLOW_TYPE, SEARCH_ATTR_CLUSTER, node_workflow_id
 from protocol.node_settings import (
     DEFAULT_INTERRUPT_TIMEOUT_SECONDS,
     DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS,
@@ -58,16 +59,34 @@ def node_workflow_input(node: str) -> NodeWorkflowInput:
     return NodeWorkflowInput(node=node, **node_workflow_settings())  # type: ignore[arg-type]
 
 
-async def signal_node_workflow(client: Client, node: str, signal: str, payload: Any, task_queue: str) -> None:
-    """Signal-with-start `node/<node>` with `signal` and `payload` on `task_queue` (module docstring).
+CLUSTER_KEY = SearchAttributeKey.for_keyword(SEARCH_ATTR_CLUSTER)
+
+
+def cluster_attributes(cluster: str) -> TypedSearchAttributes:
+    """`NoderollCluster` for a workflow started in a named cluster; nothing without one (ADR 0017)."""
+    return TypedSearchAttributes([SearchAttributePair(CLUSTER_KEY, cluster)] if cluster else [])
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where a node workflow runs: its task queue and its cluster's name ("" = none: `node/<node>`)."""
+
+    task_queue: str
+    cluster: str = ""
+
+
+async def signal_node_workflow(client: Client, node: str, signal: str, payload: Any, route: Route) -> None:
+    """Signal-with-start `node/<node>` (`node/<cluster>/<node>` in a named cluster) with `signal` and
+    `payload` on the route's task queue (module docstring).
 
     Idempotent in effect: the node workflow drops a request or reset id it has seen."""
     await client.start_workflow(
         NODE_WORKFLOW_TYPE,
         node_workflow_input(node),
-        id=node_workflow_id(node),
-        task_queue=task_queue,
+        id=node_workflow_id(node, route.cluster),
+        task_queue=route.task_queue,
         start_signal=signal,
         start_signal_args=[payload],
-        static_summary=f"node {node}",
+        static_summary=f"node {node}" + (f" of cluster {route.cluster}" if route.cluster else ""),
+        search_attributes=cluster_attributes(route.cluster),
     )

@@ -4,6 +4,9 @@
 * `noderoll worker`: its Temporal worker identity, `noderoll-worker/<version>@<host>:<pid>`, which
   Temporal shows for every poller of the task queue (`DescribeTaskQueue`, the Temporal UI's
   "Workers" tab), so the version of every running worker is known without reaching the worker;
+  followed by `;cluster=<name>` when it has a cluster name and `;kube=<uid>` (its Kubernetes
+  cluster's `kube-system` namespace uid) when it could read it: what `service/cluster_guard.py`
+  compares to refuse to start beside a process of another cluster (ADR 0017);
 * `noderoll bridge`: the annotation `noderoll.io/version` on its leader-election Lease, written by
   the replica that holds it with every renewal (a bridge running without leader election
   publishes nothing).
@@ -27,9 +30,22 @@ def noderoll_version() -> str:
         return "unknown"
 
 
-def worker_identity() -> str:
-    """This worker's Temporal identity: `noderoll-worker/<version>@<host>:<pid>`."""
-    return f"{WORKER_IDENTITY_PREFIX}{noderoll_version()}@{socket.gethostname()}:{os.getpid()}"
+def worker_identity(cluster: str = "", kube: str = "") -> str:
+    """This worker's Temporal identity: `noderoll-worker/<version>@<host>:<pid>[;cluster=<name>][;kube=<uid>]`."""
+    fields = (f";cluster={cluster}" if cluster else "") + (f";kube={kube}" if kube else "")
+    return f"{WORKER_IDENTITY_PREFIX}{noderoll_version()}@{socket.gethostname()}:{os.getpid()}{fields}"
+
+
+def identity_fields(identity: str) -> dict[str, str] | None:
+    """The `;key=value` fields of a worker identity written by `worker_identity` (`cluster`, `kube`;
+    absent: none or unknown); None for identities that are not a noderoll worker's. Pure."""
+    if not identity.startswith(WORKER_IDENTITY_PREFIX):
+        return None
+    fields = {}
+    for part in identity.split(";")[1:]:
+        key, _, value = part.partition("=")
+        fields[key] = value
+    return fields
 
 
 def identity_version(identity: str) -> str | None:

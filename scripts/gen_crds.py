@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from api import keys  # noqa: E402
 from api.analysis import CONDITION_HINT  # noqa: E402
+from api.clusters import ClusterFailure, ClusterState  # noqa: E402
 from api.enums import (  # noqa: E402
     CanaryFailure,
     CanaryPhase,
@@ -370,6 +371,34 @@ def eta_status() -> Schema:
     )
 
 
+def global_rollout() -> Schema:
+    return obj(
+        "The promotion of the policy's changes across clusters (spec.clusters) as global/<policy> last told "
+        "this cluster's fleet: the stage granted and every cluster's state.",
+        {
+            "change": string("The latest change set (a digest of every Package's spec)."),
+            "summary": string("The change set: name and version of each Package."),
+            "stage": integer("The highest stage granted for it (1-based; 0: none yet).", minimum=0),
+            "stages": integer("Number of stages.", minimum=0),
+            "phase": string("Phase of the promotion: Pending, Progressing, Waiting (soaking before the next "
+                            "stage), Paused, Halted, Complete.", enum=[p.value for p in RolloutPhase]),
+            "soakUntil": string("End of the soak before the next stage (RFC 3339)."),
+            "halted": string("Why the promotion is halted (a cluster failed, or the halt signal)."),
+            "message": string("Human-readable summary."),
+            "clusters": array("Every cluster of the stages (and any other that reported).", obj(
+                "One cluster.",
+                {
+                    "name": string("Cluster name."),
+                    "stage": integer("Its stage (1-based; 0: in no stage).", minimum=0),
+                    "state": string("Its state for the latest change.", enum=[s.value for s in ClusterState]),
+                    "message": string("Why it failed or is held."),
+                },
+                required=["name", "state"],
+            )),
+        },
+    )
+
+
 def next_window() -> Schema:
     return string("While the fleet waits for a maintenance window: when the next one opens (RFC 3339).",
                   format="date-time")
@@ -427,6 +456,7 @@ def package_status() -> Schema:
             "gateFailure": gate_failure(),
             "rollback": rollback_status(),
             "eta": eta_status(),
+            "globalRollout": global_rollout(),
             "conditions": conditions(),
         },
     )
@@ -575,6 +605,32 @@ def policy_spec() -> Schema:
             ),
             "analysis": array("Analysis gates: Prometheus queries evaluated after the canary, between batches "
                               "or continuously.", analysis_gate()),
+            "clusters": obj(
+                "Promote each change cluster by cluster (docs/multi-cluster.md): each cluster's fleet "
+                "(a worker and bridge given --cluster) waits for its stage, granted by global/<policy> once "
+                "every cluster of the stages before completed the change and soakSeconds passed. Omitted: "
+                "each cluster rolls out on its own. Every cluster must have the same spec.clusters; a cluster "
+                "whose copy differs, or that no stage names, is held.",
+                {
+                    "stages": array(
+                        "Stages in order, each a list of cluster names (a cluster in one stage only), e.g. "
+                        "[[canary-1], [eu-1, eu-2], [us-1]].",
+                        array("The clusters of one stage, rolled out at the same time.", {"type": "string"},
+                              minItems=1),
+                        minItems=1,
+                    ),
+                    "soakSeconds": integer("Wait after a stage completed before the next one starts.",
+                                           minimum=0, default=0),
+                    "onFailure": string(
+                        "When a cluster fails (its fleet Failed or halted by its thresholds): haltAll halts "
+                        "every cluster's fleet until resume on global/<policy>; holdPromotion only starts no "
+                        "later stage.",
+                        enum=[f.value for f in ClusterFailure],
+                        default=ClusterFailure.HALT_ALL.value,
+                    ),
+                },
+                required=["stages"],
+            ),
         },
         required=["default"],
     )
@@ -680,6 +736,7 @@ def policy_crd() -> Schema:
             "gateFailure": gate_failure(),
             "rollback": rollback_status(),
             "eta": eta_status(),
+            "globalRollout": global_rollout(),
             "conditions": conditions(),
         },
     )

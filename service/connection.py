@@ -3,15 +3,18 @@
 Settings come from flags, then environment variables, then a running `noderoll dev up` stack
 (`localstack.state.resolve_connection`): `--temporal-address` (`NODEROLL_TEMPORAL_ADDRESS`),
 `--temporal-namespace`, `--task-queue`, `--kubeconfig` (`KUBECONFIG`; in-cluster config otherwise),
-`--metrics-port`, `--state-dir`. `start_service` is what each of them does first: the Kubernetes
-client (its connection pool sized to the worker's activity slots), Temporal (waiting for a frontend
-that is down or restarting), a refusal to start while the retired per-Package engine has open runs
-(`service/legacy_engine.py`), the metrics endpoint.
+`--metrics-port`, `--state-dir`, `--cluster` (`NODEROLL_CLUSTER`: the cluster's name when several
+share the namespace; the task queue then defaults to `noderoll-<cluster>`; ADR 0017). `start_service`
+is what each of them does first: the Kubernetes client (its connection pool sized to the worker's
+activity slots), Temporal (waiting for a frontend that is down or restarting), a refusal to start
+while the retired per-Package engine has open runs (`service/legacy_engine.py`) or while a process
+of another cluster drives the task queue (`service/cluster_guard.py`), the metrics endpoint.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 from dataclasses import dataclass
@@ -21,7 +24,8 @@ from temporalio.client import Client
 import kube
 from localstack.state import resolve_connection
 from metrics import start_metrics_server
-from protocol.names import DEFAULT_NAMESPACE, DEFAULT_TASK_QUEUE
+from protocol.names import DEFAULT_NAMESPACE, cluster_name_problem, cluster_task_queue
+from service.cluster_guard import Identity, kube_cluster_uid, refuse_other_clusters
 from service.legacy_engine import refuse_legacy_runs
 from service.temporal_client import SERVICE_CONNECT_WAIT_SECONDS, connect
 
@@ -53,6 +57,16 @@ class ServiceSettings:
     max_concurrent_activities: int = ACTIVITY_THREADS
     # Workflow task pollers of `noderoll worker` (half of them on the task queue; None: the SDK's, see above).
     workflow_task_pollers: int | None = None
+    # The cluster's name ("" = none: the single-cluster ids `fleet/<policy>`, `node/<node>`).
+    cluster: str = ""
+
+
+@dataclass(frozen=True)
+class Started:
+    """What `start_service` returns: the Temporal client and who this process is."""
+
+    client: Client
+    identity: Identity
 
 
 def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,13 +75,29 @@ def add_connection_arguments(parser: argparse.ArgumentParser) -> None:
                         help="host:port of the Temporal frontend (env NODEROLL_TEMPORAL_ADDRESS; default: dev stack)")
     parser.add_argument("--temporal-namespace", default=os.environ.get("NODEROLL_TEMPORAL_NAMESPACE", DEFAULT_NAMESPACE),
                         help="Temporal namespace (env NODEROLL_TEMPORAL_NAMESPACE)")
-    parser.add_argument("--task-queue", default=os.environ.get("NODEROLL_TASK_QUEUE", DEFAULT_TASK_QUEUE),
-                        help="task queue (env NODEROLL_TASK_QUEUE)")
+    parser.add_argument("--task-queue", default=os.environ.get("NODEROLL_TASK_QUEUE") or None,
+                        help="task queue (env NODEROLL_TASK_QUEUE; default noderoll, or noderoll-<cluster>)")
+    parser.add_argument("--cluster", default=os.environ.get(CLUSTER_ENV, ""), metavar="NAME",
+                        help=f"this cluster's name when several clusters share the Temporal namespace: ids "
+                             f"fleet/<cluster>/<policy> and node/<cluster>/<node> (env {CLUSTER_ENV}; default: "
+                             "none, the single-cluster ids)")
     parser.add_argument("--kubeconfig", default=None,
                         help="kubeconfig path (env KUBECONFIG; default: dev stack, else in-cluster config)")
     parser.add_argument("--metrics-port", type=int, default=env_int("NODEROLL_METRICS_PORT"),
                         help="serve Prometheus /metrics on this port (env NODEROLL_METRICS_PORT; default: off)")
     parser.add_argument("--state-dir", default=None, help="dev stack state dir (env NODEROLL_STATE_DIR)")
+
+
+CLUSTER_ENV = "NODEROLL_CLUSTER"
+
+
+def cluster_from_args(args: argparse.Namespace, command: str) -> str:
+    """`--cluster` (or NODEROLL_CLUSTER), checked; exits with the reason when it is not a valid name."""
+    cluster = str(getattr(args, "cluster", "") or "")
+    problem = cluster_name_problem(cluster) if cluster else ""
+    if problem:
+        raise SystemExit(f"noderoll {command}: --cluster: {problem}")
+    return cluster
 
 
 def env_int(name: str) -> int | None:
@@ -82,10 +112,12 @@ def settings_from_args(args: argparse.Namespace, command: str = "worker") -> Ser
     if connection.temporal_address is None:
         raise SystemExit(f"noderoll {command}: no Temporal address (use --temporal-address, "
                          "NODEROLL_TEMPORAL_ADDRESS, or start a stack with `noderoll dev up`)")
+    cluster = cluster_from_args(args, command)
     return ServiceSettings(
         temporal_address=connection.temporal_address,
         namespace=args.temporal_namespace,
-        task_queue=args.task_queue,
+        task_queue=args.task_queue or cluster_task_queue(cluster),
+        cluster=cluster,
         kubeconfig=connection.kubeconfig,
         metrics_port=args.metrics_port,
         max_concurrent_activities=max(1, getattr(args, "max_concurrent_activities", ACTIVITY_THREADS)),
@@ -93,16 +125,19 @@ def settings_from_args(args: argparse.Namespace, command: str = "worker") -> Ser
     )
 
 
-async def start_service(settings: ServiceSettings, process: str) -> Client:
+async def start_service(settings: ServiceSettings, process: str) -> Started:
     """What every long-running process (`process`: worker, bridge) does first: Kubernetes client,
     Temporal (waiting for a frontend that is down or restarting), the refusal to run beside the retired
-    per-Package engine (`service.legacy_engine`), metrics endpoint."""
+    per-Package engine (`service.legacy_engine`) or beside a process of another cluster on the same task
+    queue (`service.cluster_guard`), metrics endpoint."""
     kube.configure(settings.kubeconfig, pool_size=settings.max_concurrent_activities + kube.POOL_SPARE)
     client = await connect(
         settings.temporal_address, settings.namespace, wait_seconds=SERVICE_CONNECT_WAIT_SECONDS
     )
     await refuse_legacy_runs(client, process)
+    identity = Identity(settings.cluster, await asyncio.to_thread(kube_cluster_uid))
+    await refuse_other_clusters(client, process, settings.task_queue, identity)
     if settings.metrics_port is not None:
         port = start_metrics_server(settings.metrics_port)
         log.info("metrics on :%d/metrics", port)
-    return client
+    return Started(client, identity)

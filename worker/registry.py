@@ -12,6 +12,7 @@ from typing import Any
 from activities.describe import describe_workflow_runs
 from activities.drain import drain_node, wait_protected_pods
 from activities.fleet import list_fleet_nodes, request_windows
+from activities.global_reports import report_to_global
 from activities.interrupts import run_interrupt
 from activities.node_marks import mark_blocked_nodes
 from activities.nodes import cordon_node, read_node, uncordon_node, write_node_state
@@ -19,11 +20,17 @@ from activities.prometheus import query_prometheus
 from activities.stage_cleanup import delete_stage_jobs
 from activities.stage_run import run_stage_pod
 from workflows.fleet import FleetWorkflow
+from workflows.global_rollout import GlobalRolloutWorkflow
 from workflows.node import NodeWorkflow
 
 WORKFLOWS: list[type] = [
     FleetWorkflow,
     NodeWorkflow,
+]
+
+# On task queue `noderoll-global`, by the worker of every named cluster (ADR 0017): no activities.
+GLOBAL_WORKFLOWS: list[type] = [
+    GlobalRolloutWorkflow,
 ]
 
 ACTIVITIES: list[Callable[..., Any]] = [
@@ -45,4 +52,6 @@ ACTIVITIES: list[Callable[..., Any]] = [
     query_prometheus,
     # fleet and node workflow (activities/node_marks.py)
     mark_blocked_nodes,
+    # fleet of a named cluster whose policy has spec.clusters (activities/global_reports.py)
+    report_to_global,
 ]

@@ -1,7 +1,9 @@
 """`noderoll worker`: the Temporal worker process running every workflow and activity. Does I/O.
 
 Connection settings come from flags, then environment variables, then a running `noderoll dev up`
-stack (`service.connection`, shared with `noderoll bridge`). Activities are synchronous Kubernetes calls, run in
+stack (`service.connection`, shared with `noderoll bridge`). With a cluster name (`--cluster`) the
+worker also polls the task queue `noderoll-global` for the promotion across clusters
+(`global/<policy>`, which calls no activity: any cluster's worker can run it; ADR 0017). Activities are synchronous Kubernetes calls, run in
 a thread pool; SIGTERM/SIGINT shut the worker down gracefully (running activities get
 `graceful_shutdown_timeout` to finish, then Temporal retries them elsewhere).
 
@@ -26,6 +28,7 @@ from typing import Any
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 
 from activities import prometheus, stage_pod
+from protocol.names import GLOBAL_TASK_QUEUE
 from protocol.version import worker_identity
 from service.connection import (
     ACTIVITY_THREADS,
@@ -36,7 +39,7 @@ from service.connection import (
     settings_from_args,
     start_service,
 )
-from worker.registry import ACTIVITIES, WORKFLOWS
+from worker.registry import ACTIVITIES, GLOBAL_WORKFLOWS, WORKFLOWS
 
 log = logging.getLogger("noderoll.worker")
 
@@ -134,7 +137,11 @@ def polling(pollers: int | None) -> dict[str, Any]:
 
 async def serve(settings: ServiceSettings, stop: asyncio.Event) -> None:
     """Run the worker until `stop` is set."""
-    client = await start_service(settings, "worker")
+    started = await start_service(settings, "worker")
+    client = started.client
+    # `noderoll version` reads the version of every running worker from its identity, and the guard
+    # of other clusters' workers their cluster name and Kubernetes cluster (service/cluster_guard.py).
+    identity = worker_identity(started.identity.cluster, started.identity.kube)
     slots = settings.max_concurrent_activities
     with ThreadPoolExecutor(max_workers=slots, thread_name_prefix="activity") as pool:
         worker = Worker(
@@ -146,13 +153,20 @@ async def serve(settings: ServiceSettings, stop: asyncio.Event) -> None:
             max_concurrent_activities=slots,
             **polling(settings.workflow_task_pollers),
             graceful_shutdown_timeout=timedelta(seconds=10),
-            # `noderoll version` reads the version of every running worker from its identity.
-            identity=worker_identity(),
+            identity=identity,
         )
-        log.info("worker on %s namespace=%s task_queue=%s kubeconfig=%s activity slots=%d workflow task pollers=%s",
-                 settings.temporal_address, settings.namespace, settings.task_queue,
-                 settings.kubeconfig or "in-cluster", slots, settings.workflow_task_pollers or "the SDK's")
-        async with worker:
+        log.info("worker on %s namespace=%s task_queue=%s cluster=%s kubeconfig=%s activity slots=%d "
+                 "workflow task pollers=%s", settings.temporal_address, settings.namespace, settings.task_queue,
+                 settings.cluster or "none", settings.kubeconfig or "in-cluster", slots,
+                 settings.workflow_task_pollers or "the SDK's")
+        if not settings.cluster:
+            async with worker:
+                await stop.wait()
+            return
+        promotion = Worker(client, task_queue=GLOBAL_TASK_QUEUE, workflows=GLOBAL_WORKFLOWS, identity=identity,
+                           graceful_shutdown_timeout=timedelta(seconds=10))
+        log.info("and the promotion across clusters on task queue %s", GLOBAL_TASK_QUEUE)
+        async with worker, promotion:
             await stop.wait()
 
 

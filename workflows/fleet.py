@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from planning.eta import record_batch_end
     from planning.fleet_status import FleetProgress, fleet_progress
     from protocol import names
+    from protocol.clusters import GlobalTurn
     from protocol.fleet import Filter, FleetInput, FleetSpec, Rerun, WindowResult
     from workflows.fleet_acts import FleetActs
     from workflows.fleet_codec import state_from_json
@@ -59,8 +60,10 @@ with workflow.unsafe.imports_passed_through():
         NodesChanged,
         Operator,
         RerunAsked,
+        TurnGiven,
         apply_inbox,
     )
+    from workflows.fleet_turns import FleetTurns
 
 EVERYTHING = Filter()
 
@@ -75,6 +78,7 @@ class FleetWorkflow:
         self._acts = FleetActs(self._run)
         self._holds = FleetHolds(self._run, self._acts)
         self._rollbacks = FleetRollbacks(self._run, self._acts)
+        self._turns = FleetTurns(self._run, self._acts)
 
     # --- messages ---------------------------------------------------------------------------
 
@@ -120,10 +124,15 @@ class FleetWorkflow:
         """A node workflow's answer to one of our requests."""
         self._run.inbox.append(Answer(result))
 
+    @workflow.signal(name=names.SIGNAL_GLOBAL_TURN)
+    def global_turn(self, turn: GlobalTurn) -> None:
+        """`global/<policy>`'s answer: this cluster's turn and the global view (workflows.fleet_turns)."""
+        self._run.inbox.append(TurnGiven(turn))
+
     @workflow.query(name=names.QUERY_PROGRESS)
     def progress(self) -> FleetProgress:
         """Per Package, per node and for the fleet (planning.fleet_status)."""
-        return fleet_progress(self._run.state, self._run.phase, workflow.now().isoformat())
+        return fleet_progress(self._run.state, self._run.phase, workflow.now().isoformat(), self._run.fleet_id)
 
     @workflow.query(name=names.QUERY_FLEET_SPEC)
     def desired_state(self) -> FleetSpec | None:
@@ -155,8 +164,15 @@ class FleetWorkflow:
                     run.set_phase(RolloutPhase.COMPLETE)
                     return
                 continue
+            # spec.clusters only (ADR 0017): report to global/<policy>, hold a change set not granted yet.
+            await self._turns.sync()
             if state.wave_wanted and not state.in_flight and not fs.rolling_back(state):
-                await acts.start_wave()
+                if self._turns.holds():
+                    await self._turns.hold()
+                    continue
+                await acts.start_wave(self._turns.holds)
+                if self._turns.holds():
+                    continue  # a new change set arrived while the nodes were listed
             elif state.planner is not None and acts.relist_due(next_relist):
                 await acts.refresh()
             if workflow.now() >= next_relist:
@@ -192,6 +208,7 @@ class FleetWorkflow:
             run.to_withdraw.update(state.in_flight)
             await acts.withdraw()
             run.set_phase(RolloutPhase.HALTED)
+            await self._turns.sync()
             await acts.wait_unfinished(next_relist, keep_phase=True)
         elif phase is batches.PlannerPhase.IN_BATCH:
             await self._run_batch(planner, next_relist)
@@ -206,6 +223,7 @@ class FleetWorkflow:
             run.set_phase(RolloutPhase.FAILED if failed else RolloutPhase.COMPLETE)
             if not failed and not state.departed:
                 state.message = ""
+            await self._turns.sync()
             if not await acts.wait(max(next_relist - workflow.now(), ONE_SECOND)):
                 run.relist = True
 

@@ -7,6 +7,7 @@ other helpers (`fleet_holds.py`, `fleet_rollback.py`) call it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from temporalio import workflow
@@ -68,7 +69,7 @@ class FleetActs:
         await mark_nodes(marks_from_json(result.marks))
         return selection_from_json(result.selection)
 
-    async def start_wave(self) -> None:
+    async def start_wave(self, held: Callable[[], bool] = lambda: False) -> None:
         """A new wave over the nodes not at the desired state (nothing is in flight).
 
         A desired state that arrives while the nodes are listed (the bridge often hands two Packages
@@ -84,6 +85,8 @@ class FleetActs:
             apply_inbox(run)
             if state.spec is listed_for:
                 break
+        if held():
+            return  # spec.clusters: the change set that arrived meanwhile waits for its turn (fleet_turns)
         # Runs recorded before the rule (planning.fleet_rollback: unproven changes) replay without it.
         fs.start_wave(state, selection, run.policy, run.fleet_id, workflow.patched(UNPROVEN_CHANGES_PATCH))
         state.message = (f"wave {state.wave}: {len(fs.startable(state))} node(s) to update"
@@ -117,7 +120,7 @@ class FleetActs:
             await workflow.execute_activity(
                 "request_windows",
                 RequestWindowsInput(requests=requests[start:start + REQUEST_CHUNK], nodes=chunk,
-                                    task_queue=self.run.input.node_task_queue),
+                                    task_queue=self.run.input.node_task_queue, cluster=self.run.input.cluster),
                 start_to_close_timeout=ACTIVITY_TIMEOUT,
                 heartbeat_timeout=timedelta(seconds=60),
                 summary=f"request {len(chunk)} node window(s)",
@@ -131,7 +134,7 @@ class FleetActs:
         for node in pending:
             flight = run.state.in_flight[node]
             run.withdrawing.add(node)
-            handle = workflow.get_external_workflow_handle(names.node_workflow_id(node))
+            handle = workflow.get_external_workflow_handle(names.node_workflow_id(node, run.input.cluster))
             try:
                 await handle.signal(names.SIGNAL_WINDOW_CANCEL, WindowCancel(run.fleet_id, flight.request_id))
             except Exception as err:  # noqa: BLE001 - a node workflow that ended is caught by the watchdog
@@ -152,7 +155,7 @@ class FleetActs:
             return
         result = await workflow.execute_activity(
             "describe_workflow_runs",
-            DescribeWorkflowRunsInput([names.node_workflow_id(n) for n in suspects]),
+            DescribeWorkflowRunsInput([names.node_workflow_id(n, run.input.cluster) for n in suspects]),
             result_type=DescribeWorkflowRunsResult,
             start_to_close_timeout=ACTIVITY_TIMEOUT,
             summary=f"check {len(suspects)} node workflow(s)",
@@ -161,7 +164,7 @@ class FleetActs:
         apply_inbox(run)
         again: list[str] = []
         for workflow_id in result.closed:
-            node = workflow_id.removeprefix(names.NODE_WORKFLOW_PREFIX)
+            node = workflow_id.removeprefix(names.node_id_prefix(run.input.cluster))
             if node not in state.in_flight:
                 continue  # its answer came with (or before) this result: a window that simply ended
             how = result.statuses.get(workflow_id, "closed")

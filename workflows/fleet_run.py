@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
 
     from api.enums import CanaryPhase, RolloutPhase
     from api.policy import DeploymentPolicySpec
+    from planning import cluster_turns as turns
     from planning import fleet_state as fs
     from planning import gates as gate_rules
     from planning import maintenance
@@ -30,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from planning.fleet_rerun import STAGES, rerun_from_annotation
     from planning.fleet_status import details_note, fleet_progress
     from protocol import names
+    from protocol.clusters import GlobalTurn
     from protocol.fleet import Filter, FleetInput, FleetSpec, Rerun, WindowResult
     from workflows.fleet_codec import state_to_json
 
@@ -76,7 +78,14 @@ class RerunAsked:
     request: Rerun
 
 
-Message = Desired | Operator | NodesChanged | Answer | RerunAsked
+@dataclass(frozen=True)
+class TurnGiven:
+    """Inbox: `global/<policy>`'s answer (its turn for a change set, the global view; ADR 0017)."""
+
+    turn: GlobalTurn
+
+
+Message = Desired | Operator | NodesChanged | Answer | RerunAsked | TurnGiven
 
 
 @dataclass
@@ -106,7 +115,12 @@ class FleetRun:
 
     @property
     def fleet_id(self) -> str:
-        return names.fleet_workflow_id(self.input.policy_name)
+        return names.fleet_workflow_id(self.input.policy_name, self.input.cluster)
+
+    def change(self) -> str:
+        """The change set of the desired state (`planning.cluster_turns.change_id`; "" without one)."""
+        spec = self.state.spec
+        return turns.change_id({e.name: fs.package_revision(e) for e in spec.packages}) if spec else ""
 
     # --- phase and details ----------------------------------------------------------------------
 
@@ -209,6 +223,7 @@ class FleetRun:
             watchdog_seconds=self.input.watchdog_seconds,
             history_limit=self.input.history_limit,
             carry=state_to_json(self.state),
+            cluster=self.input.cluster,
         )
 
 
@@ -230,6 +245,8 @@ def apply_inbox(run: FleetRun) -> None:
                 run.withdrawing.discard(message.result.node)
         elif isinstance(message, RerunAsked):
             _take_rerun(run, message.request)
+        elif isinstance(message, TurnGiven) and turns.take_turn(run.state.turns, message.turn, run.change()):
+            workflow.logger.info("%s: %s", run.fleet_id, message.turn.message)
 
 
 def _take_rerun(run: FleetRun, request: Rerun) -> None:

@@ -147,7 +147,8 @@ class NodeWorkflow:
         workflow.set_current_details(f"{phase}: queued {list(self._queue) or 'nothing'}")
 
     def _node(self) -> str:
-        return workflow.info().workflow_id.removeprefix(names.NODE_WORKFLOW_PREFIX)
+        # `node/<node>` or `node/<cluster>/<node>`: node names never contain '/'.
+        return workflow.info().workflow_id.rsplit("/", 1)[-1]
 
     def _should_continue_as_new(self) -> bool:
         info = workflow.info()

@@ -2,13 +2,16 @@
 
 It watches (no polling, no sleep) the Nodes of a label selector from a background thread and, at every
 change, records per node the cordon transitions (schedulable -> unschedulable) and every new boot id,
-and the most nodes cordoned at the same time. Independent of noderoll's own accounting, so a test
-can compare the two.
+and the most nodes cordoned at the same time, and (`timeline`) every change of the node's
+`noderoll.io/status` label with the monotonic time it was seen (watches of two clusters compare their
+times: no window of one began before the other was complete). Independent of noderoll's own
+accounting, so a test can compare the two.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -28,6 +31,9 @@ class NodeWatch:
     cordoned: set[str] = field(default_factory=set)
     peak: int = 0
     changes: int = 0
+    # (time.monotonic(), node, new noderoll.io/status label) at each change of the label.
+    timeline: list[tuple[float, str, str]] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
     _watch: watch.Watch = field(default_factory=watch.Watch)
     _stopped: bool = False
     error: BaseException | None = None
@@ -44,6 +50,10 @@ class NodeWatch:
     def _note(self, kind: str, node: client.V1Node) -> None:
         name = node.metadata.name
         self.changes += 1
+        label = (node.metadata.labels or {}).get("noderoll.io/status", "")
+        if kind != "DELETED" and label != self.labels.get(name, ""):
+            self.labels[name] = label
+            self.timeline.append((time.monotonic(), name, label))
         if kind != "DELETED" and node.spec.unschedulable:
             if name not in self.cordoned:
                 self.cordons[name] = self.cordons.get(name, 0) + 1
@@ -56,6 +66,18 @@ class NodeWatch:
         seen = self.boot_ids.setdefault(name, [])
         if boot and (not seen or seen[-1] != boot):
             seen.append(boot)
+
+    def first(self, label: str) -> float | None:
+        """When any node first showed `label` (None: never)."""
+        return min((t for t, _n, value in self.timeline if value == label), default=None)
+
+    def last(self, label: str) -> float | None:
+        """When the last node to show `label` first showed it (None: none did)."""
+        firsts: dict[str, float] = {}
+        for at, node, value in self.timeline:
+            if value == label:
+                firsts.setdefault(node, at)
+        return max(firsts.values(), default=None)
 
     def reboots(self, node: str) -> int:
         """Boot-id changes seen on `node`."""

@@ -60,6 +60,8 @@ class NoderollProcesses:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:10])
     lease_name: str = field(default_factory=lambda: unique_name("bridge-lease"))
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # Extra flags of every process (e.g. `--cluster NAME`).
+    extra: list[str] = field(default_factory=list)
     kills: int = 0
     _commands: dict[str, tuple[list[str], dict[str, str]]] = field(default_factory=dict)
     _log_starts: dict[str, int] = field(default_factory=dict)
@@ -67,7 +69,7 @@ class NoderollProcesses:
     def _connection(self) -> list[str]:
         namespace = ["--temporal-namespace", self.namespace] if self.namespace else []
         return ["--temporal-address", self.stack.temporal_address, *namespace,
-                "--kubeconfig", str(self.stack.kubeconfig), "--task-queue", self.task_queue]
+                "--kubeconfig", str(self.stack.kubeconfig), "--task-queue", self.task_queue, *self.extra]
 
     def _start(self, name: str, argv: list[str], env: Mapping[str, str]) -> str:
         if name in self.processes:

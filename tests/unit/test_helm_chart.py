@@ -213,12 +213,13 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def process_files(process: str) -> list[Path]:
-    """Files whose Kubernetes calls run in `process`: its package plus the activity and `kube` modules it imports."""
+    """Files whose Kubernetes calls run in `process`: its package plus the activity and `kube` modules it
+    imports, and `service` (the start-up both share: the cluster guard reads kube-system)."""
     if process == "worker":
-        return module_files("activities") + module_files("kube")
+        return module_files("activities") + module_files("kube") + module_files("service")
     if process == "webhook":
         return module_files("webhook")
-    files = set(module_files("crd_bridge"))
+    files = set(module_files("crd_bridge")) | set(module_files("service"))
     todo = list(files)
     while todo:
         for module in imported_modules(todo.pop()):
@@ -366,3 +367,15 @@ def test_prometheus_address_reaches_the_worker_only(rendered: dict[str, list[dic
         "http://prometheus-operated.monitoring:9090")
     assert "NODEROLL_PROMETHEUS_ADDRESS" not in env_of(rendered["cloud-values"], "-bridge")
     assert "NODEROLL_PROMETHEUS_ADDRESS" not in env_of(rendered["default-values"], "-worker")
+
+
+@needs_helm
+def test_cluster_name_reaches_both_processes_and_names_the_task_queue(
+        rendered: dict[str, list[dict[str, Any]]]) -> None:
+    """`cluster: eu-1` (ci/cluster-values.yaml): NODEROLL_CLUSTER and task queue noderoll-eu-1 (ADR 0017);
+    without it neither the variable nor another task queue than `noderoll`."""
+    for values, cluster, queue in (("cluster-values", "eu-1", "noderoll-eu-1"), ("default-values", None, "noderoll")):
+        for process in ("worker", "bridge"):
+            container = by_name(rendered[values], "Deployment", process)["spec"]["template"]["spec"]["containers"][0]
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            assert env.get("NODEROLL_CLUSTER") == cluster and env["NODEROLL_TASK_QUEUE"] == queue, (values, env)

@@ -1,7 +1,8 @@
 """Every workflow the worker registers has a recorded history, and every recorded history replays.
 
-Style rule 15. The workflow classes come from the worker's own registry (`worker.registry.WORKFLOWS`),
-so a workflow type added there without a recorded history fails here. Histories live under
+Style rule 15. The workflow classes come from the worker's own registry (`worker.registry.WORKFLOWS`,
+and `GLOBAL_WORKFLOWS` on the task queue `noderoll-global`), so a workflow type added there without a
+recorded history fails here. Histories live under
 tests/histories/<kind>/ (the kind is only a folder: each file's type is read from its first event)
 and were recorded on the real stack (dev server, apiserver, fleetsim):
 * fleet/ and node/window-reboot-dependency, node/window-dependent-of-failed-skipped:
@@ -11,7 +12,10 @@ and were recorded on the real stack (dev server, apiserver, fleetsim):
 * node/window-*: `NODEROLL_RECORD_HISTORIES=tests/histories/node` with tests/integration/test_node_window.py
   and test_node_config_change.py (the node workflow driven with the fleet's `window` request);
 * node/fleet-window-*: recorded before the one-engine release (ADR 0013) with the patches that are
-  deprecated since (`workflow.deprecate_patch`), so windows recorded with them still replay.
+  deprecated since (`workflow.deprecate_patch`), so windows recorded with them still replay;
+* global/ and fleet/clusters-*: `NODEROLL_RECORD_CLUSTER_HISTORIES=tests/histories` with
+  tests/integration/test_multi_cluster.py (two control planes, one Temporal: `global/<policy>` of stages
+  [[a], [b]] and cluster b's fleet with the patch `global-turns`, waiting for its turn then rolling out).
 Every `workflow.patched(...)` id in workflows/ must be recorded (its marker) in some history, so its
 patched path replays; its unpatched path replays from the histories recorded before the patch (the
 ones without its marker). A workflow change that fails here needs `workflow.patched` (or is a
@@ -31,7 +35,9 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from worker.registry import WORKFLOWS
+from worker.registry import GLOBAL_WORKFLOWS, WORKFLOWS
+
+REGISTERED = [*WORKFLOWS, *GLOBAL_WORKFLOWS]
 
 ROOT = Path(__file__).parent.parent / "histories"
 HISTORIES = sorted(ROOT.glob("*/*.json"))
@@ -47,7 +53,7 @@ def workflow_type(path: Path) -> str:
 def registered_types() -> dict[str, type]:
     """Workflow type name -> class, for every workflow `noderoll worker` registers."""
     types = {}
-    for cls in WORKFLOWS:
+    for cls in REGISTERED:
         definition = workflow._Definition.must_from_class(cls)
         assert definition.name is not None, f"{cls.__name__} is a dynamic workflow"
         types[definition.name] = cls
@@ -113,6 +119,6 @@ def test_every_recorded_history_is_of_a_registered_workflow_type() -> None:
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: f"{p.parent.name}-{p.stem}")
 async def test_history_replays(path: Path) -> None:
     history = WorkflowHistory.from_json(f"{path.parent.name}/{path.stem}", path.read_text())
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=REGISTERED, data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure

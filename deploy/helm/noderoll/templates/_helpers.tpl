@@ -78,7 +78,11 @@ app.kubernetes.io/component: {{ .component }}
 - name: NODEROLL_TEMPORAL_NAMESPACE
   value: {{ $t.namespace | quote }}
 - name: NODEROLL_TASK_QUEUE
-  value: {{ $t.taskQueue | quote }}
+  value: {{ include "noderoll.taskQueue" $root | quote }}
+{{- with $root.Values.cluster }}
+- name: NODEROLL_CLUSTER
+  value: {{ . | quote }}
+{{- end }}
 - name: NODEROLL_METRICS_PORT
   value: {{ .component.metricsPort | quote }}
 {{- if $t.tls.enabled }}
@@ -217,4 +221,15 @@ spec:
       affinity:
         {{- toYaml . | nindent 8 }}
       {{- end }}
+{{- end -}}
+
+{{/* The task queue: temporal.taskQueue, else noderoll-<cluster> with a cluster name, else noderoll. */}}
+{{- define "noderoll.taskQueue" -}}
+{{- if .Values.temporal.taskQueue -}}
+{{ .Values.temporal.taskQueue }}
+{{- else if .Values.cluster -}}
+noderoll-{{ .Values.cluster }}
+{{- else -}}
+noderoll
+{{- end -}}
 {{- end -}}

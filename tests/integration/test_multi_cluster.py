@@ -1,0 +1,386 @@
+"""Two Kubernetes clusters, one Temporal (issue 29, ADR 0017): ids that never collide, promotion by stages.
+
+Cluster a is the session's stack (its Temporal dev server is the one Temporal); cluster b is a second
+control plane (its own etcd, apiserver, controllers and webhook: `localstack.stack.up(temporal=False)`).
+Each cluster has its own `noderoll worker` and `noderoll bridge` (`--cluster a-<id>`, `--cluster b-<id>`)
+and a fleetsim fleet with THE SAME node names; the same DeploymentPolicy and Package are applied to both.
+* (a) without `spec.clusters` both complete on their own: `fleet/<a>/<p>` and `fleet/<b>/<p>`, node
+  workflows `node/<a>/<n>` and `node/<b>/<n>` for every node name, `NoderollCluster` finds each side;
+* (b) stages `[[a], [b]]` with a soak: no node of b enters a window (its `noderoll.io/status` turns
+  `in-progress`) before every node of a is `complete` and the soak passed (a Node watch on each
+  cluster); `status.globalRollout`, `noderoll status --global` and the global `progress` show both done;
+  the global workflow's and cluster b's fleet histories replay (recorded with
+  `NODEROLL_RECORD_CLUSTER_HISTORIES=tests/histories`);
+* (c) a Package failing in a halts the promotion: b's fleet is Halted and b's nodes never get a window;
+* (d) b's worker killed (SIGKILL) and restarted while b rolls out: every node of b completes with one
+  window, nothing lost;
+* the start-up guard: a worker of cluster b on cluster a's task queue, and an unnamed worker of b on
+  the queue of an unnamed worker of a, refuse to start, naming the other worker.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client import ApiClient
+from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError
+from temporalio.worker import Replayer
+
+from api import keys
+from fleetsim.faults import Fault
+from localstack.state import StackInfo
+from planning.fleet_status import FleetProgress
+from protocol import names
+from protocol.clusters import GlobalView
+from tests.helpers import assert_eventually, assert_eventually_async, unique_name
+from tests.helpers.fleet import running_fleet
+from tests.helpers.nodewatch import watching_nodes
+from tests.helpers.packages import BENCH_PACKAGES, SLEEP_IMAGE, SYSCTL_IMAGE, package_spec
+from tests.helpers.processes import NoderollProcesses
+from tests.helpers.workflows_cleanup import end_workflows
+from tests.integration.bridge_support import (
+    create_package,
+    create_policy,
+    delete_package,
+    delete_policy,
+    read_package,
+)
+from worker.registry import GLOBAL_WORKFLOWS, WORKFLOWS
+from workflows.fleet_codec import progress_from_json
+from workflows.global_codec import global_view_from_json
+
+pytestmark = [pytest.mark.integration, pytest.mark.multicluster, pytest.mark.timeout(600)]
+ROLLOUT_TIMEOUT = 300.0
+SOAK_SECONDS = 15
+RECORD_ENV = "NODEROLL_RECORD_CLUSTER_HISTORIES"
+SUFFIX = uuid.uuid4().hex[:6]
+A, B = f"a-{SUFFIX}", f"b-{SUFFIX}"
+WORKER_ENV = {"NODEROLL_NODE_RETRY_BACKOFF_SECONDS": "1", "NODEROLL_NODE_STAGE_ATTEMPTS": "1"}
+
+
+@pytest.fixture(scope="module")
+def second_stack(local_stack: StackInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]:
+    """Cluster b: a second control plane (no Temporal of its own), pointed at the session's Temporal."""
+    from localstack.stack import down, up
+
+    state_dir = tmp_path_factory.mktemp("cluster-b")
+    try:
+        info = up(state_dir, die_with_parent=True, temporal=False)
+    except BaseException:
+        down(state_dir)
+        raise
+    try:
+        yield dataclasses.replace(info, temporal_address=local_stack.temporal_address)
+    finally:
+        down(state_dir)
+
+
+@pytest.fixture(scope="module")
+def api_b(second_stack: StackInfo) -> Iterator[ApiClient]:
+    api = config.new_client_from_config(config_file=second_stack.kubeconfig)
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+def cluster_run(stack: StackInfo, logs: Path, cluster: str) -> NoderollProcesses:
+    return NoderollProcesses(stack, logs, task_queue=names.cluster_task_queue(cluster), extra=["--cluster", cluster])
+
+
+@pytest.fixture(scope="module")
+def runs(local_stack: StackInfo, second_stack: StackInfo,
+         tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, NoderollProcesses]]:
+    """A worker and a bridge per cluster."""
+    started = {A: cluster_run(local_stack, tmp_path_factory.mktemp(A), A),
+               B: cluster_run(second_stack, tmp_path_factory.mktemp(B), B)}
+    try:
+        for run in started.values():
+            run.start_worker(env=WORKER_ENV)
+            run.wait_leading(run.start_bridge())
+        yield started
+    finally:
+        for run in started.values():
+            run.stop_all()
+
+
+@pytest.fixture(scope="module")
+def apis(kube_api_client: ApiClient, api_b: ApiClient) -> dict[str, ApiClient]:
+    return {A: kube_api_client, B: api_b}
+
+
+def apply_everywhere(runs: dict[str, NoderollProcesses], apis: dict[str, ApiClient], policy: str,
+                     policy_spec: dict[str, Any], package: str, spec: dict[str, Any]) -> None:
+    for cluster, run in runs.items():
+        create_policy(apis[cluster], run, policy, policy_spec)
+        create_package(apis[cluster], run.package(package, spec))
+
+
+def remove_everywhere(apis: dict[str, ApiClient], temporal: str, policy: str, package: str) -> None:
+    for api in apis.values():
+        delete_package(api, package)
+        delete_policy(api, policy)
+    end_workflows(temporal, f"WorkflowId = '{names.global_workflow_id(policy)}' AND ExecutionStatus = 'Running'")
+
+
+def policy_spec(stages: list[list[str]] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"default": {"budget": {"count": 2}, "strategy": {"type": "fixed", "initialBatch": 2}}}
+    if stages:
+        body["clusters"] = {"stages": stages, "soakSeconds": SOAK_SECONDS}
+    return body
+
+
+async def fleet_progress(temporal: Client, policy: str, cluster: str) -> FleetProgress:
+    try:
+        answer = await temporal.get_workflow_handle(names.fleet_workflow_id(policy, cluster)).query(
+            names.QUERY_PROGRESS)
+    except RPCError as err:
+        raise AssertionError(f"fleet/{cluster}/{policy} does not answer yet: {err}") from err
+    return progress_from_json(answer)
+
+
+async def global_progress(temporal: Client, policy: str) -> GlobalView:
+    try:
+        answer = await temporal.get_workflow_handle(names.global_workflow_id(policy)).query(names.QUERY_PROGRESS)
+    except RPCError as err:
+        raise AssertionError(f"global/{policy} does not answer yet: {err}") from err
+    return global_view_from_json(answer)
+
+
+def windows_started(api: ApiClient, node: str) -> int:
+    """Windows begun on `node`: the count of its aggregated `WindowStarted` Event (one per node, issue 14)."""
+    events = client.CoreV1Api(api).list_namespaced_event(
+        "default", field_selector=f"involvedObject.name={node},reason=WindowStarted").items
+    return sum(e.count or 1 for e in events)
+
+
+def ready(api: ApiClient, package: str) -> dict[str, Any]:
+    status = read_package(api, package).get("status") or {}
+    assert status.get("phase") == "Complete", status
+    return status
+
+
+async def test_a_without_spec_clusters_both_clusters_complete_without_collisions(
+    runs: dict[str, NoderollProcesses], apis: dict[str, ApiClient], local_stack: StackInfo, second_stack: StackInfo,
+    temporal_client: Client,
+) -> None:
+    labels = {"mc-test": unique_name("a")}
+    prefix = unique_name("gpu")
+    policy, package = unique_name("pol"), unique_name("tune")
+    with running_fleet(local_stack, nodes=2, labels=labels, name_prefix=prefix) as fleet_a, \
+            running_fleet(second_stack, nodes=2, labels=labels, name_prefix=prefix) as fleet_b:
+        assert fleet_a.node_names == fleet_b.node_names  # the same node names in both clusters
+        try:
+            apply_everywhere(runs, apis, policy, policy_spec(), package, package_spec(SYSCTL_IMAGE, policy=policy, labels=labels))
+            for cluster in (A, B):
+                assert_eventually(lambda c=cluster: ready(apis[c], package), timeout=ROLLOUT_TIMEOUT)
+            for cluster in (A, B):
+                report = await fleet_progress(temporal_client, policy, cluster)
+                assert report.counts == {"complete": 2}, (cluster, report.counts)
+                assert all(windows_started(apis[cluster], n) == 1 for n in fleet_a.node_names)
+                found = {w.id async for w in temporal_client.list_workflows(
+                    f"{names.SEARCH_ATTR_CLUSTER} = '{cluster}' AND {names.SEARCH_ATTR_PACKAGE} = '{package}'")}
+                assert {names.fleet_workflow_id(policy, cluster)} | {
+                    names.node_workflow_id(n, cluster) for n in fleet_a.node_names} <= found, found
+                policy_status = client.CustomObjectsApi(apis[cluster]).get_cluster_custom_object(
+                    keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, policy)["status"]
+                assert policy_status["fleet"] == names.fleet_workflow_id(policy, cluster)
+                assert "globalRollout" not in policy_status
+            # Nothing ran under the single-cluster ids.
+            with pytest.raises(RPCError):
+                await temporal_client.get_workflow_handle(names.fleet_workflow_id(policy)).describe()
+        finally:
+            remove_everywhere(apis, local_stack.temporal_address, policy, package)
+
+
+async def test_b_stage_b_waits_for_a_complete_and_soaked(
+    runs: dict[str, NoderollProcesses], apis: dict[str, ApiClient], local_stack: StackInfo, second_stack: StackInfo,
+    temporal_client: Client,
+) -> None:
+    labels = {"mc-test": unique_name("b")}
+    selector = ",".join(f"{k}={v}" for k, v in labels.items())
+    prefix = unique_name("gpu")
+    policy, package = unique_name("pol"), unique_name("tune")
+    with running_fleet(local_stack, nodes=2, labels=labels, name_prefix=prefix), \
+            running_fleet(second_stack, nodes=2, labels=labels, name_prefix=prefix), \
+            watching_nodes(apis[A], selector) as seen_a, watching_nodes(apis[B], selector) as seen_b:
+        try:
+            apply_everywhere(runs, apis, policy, policy_spec([[A], [B]]), package, package_spec(SYSCTL_IMAGE, policy=policy, labels=labels))
+            for cluster in (A, B):
+                assert_eventually(lambda c=cluster: ready(apis[c], package), timeout=ROLLOUT_TIMEOUT)
+            a_done, b_began = seen_a.last("complete"), seen_b.first("in-progress")
+            assert a_done is not None and b_began is not None, (seen_a.timeline, seen_b.timeline)
+            assert b_began - a_done >= SOAK_SECONDS, (a_done, b_began, seen_a.timeline, seen_b.timeline)
+
+            async def both_complete() -> GlobalView:
+                view = await global_progress(temporal_client, policy)
+                assert view.phase == "Complete", view
+                assert {c.cluster: c.state for c in view.clusters} == {A: "complete", B: "complete"}, view
+                return view
+
+            await assert_eventually_async(both_complete, timeout=60)
+
+            def shown_in_status() -> bool:
+                status = read_package(apis[B], package)["status"]
+                shown = status.get("globalRollout") or {}
+                assert shown.get("phase") == "Complete", status
+                assert {c["name"]: c["state"] for c in shown["clusters"]} == {A: "complete", B: "complete"}
+                return True
+
+            assert_eventually(shown_in_status, timeout=60)
+            out = subprocess.run([sys.executable, "-m", "cli", "status", "--global", policy, "--temporal-address",
+                                  local_stack.temporal_address, "--kubeconfig", str(local_stack.kubeconfig)],
+                                 capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0 and f"global/{policy}  Complete" in out.stdout, out
+            assert A in out.stdout and B in out.stdout
+            await replay_and_record({
+                "global/global-two-stages": await temporal_client.get_workflow_handle(
+                    names.global_workflow_id(policy)).fetch_history(),
+                "fleet/clusters-second-stage-waits-its-turn": await temporal_client.get_workflow_handle(
+                    names.fleet_workflow_id(policy, B)).fetch_history(),
+            })
+        finally:
+            remove_everywhere(apis, local_stack.temporal_address, policy, package)
+
+
+async def replay_and_record(histories: dict[str, WorkflowHistory]) -> None:
+    """Replay against the worker's workflows; with NODEROLL_RECORD_CLUSTER_HISTORIES=<root> save them."""
+    replayer = Replayer(workflows=[*WORKFLOWS, *GLOBAL_WORKFLOWS], data_converter=pydantic_data_converter)
+    for name, history in histories.items():
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None, (name, result.replay_failure)
+    target = os.environ.get(RECORD_ENV)
+    for name, history in histories.items() if target else ():
+        (Path(target) / name).parent.mkdir(parents=True, exist_ok=True)
+        (Path(target) / f"{name}.json").write_text(history.to_json())
+
+
+async def test_c_a_failure_in_a_halts_everything_and_b_is_never_touched(
+    runs: dict[str, NoderollProcesses], apis: dict[str, ApiClient], local_stack: StackInfo, second_stack: StackInfo,
+    temporal_client: Client,
+) -> None:
+    labels = {"mc-test": unique_name("c")}
+    selector = ",".join(f"{k}={v}" for k, v in labels.items())
+    prefix = unique_name("gpu")
+    policy, package = unique_name("pol"), unique_name("bad")
+    with running_fleet(local_stack, nodes=2, labels=labels, name_prefix=prefix) as fleet_a, \
+            running_fleet(second_stack, nodes=2, labels=labels, name_prefix=prefix), \
+            watching_nodes(apis[B], selector) as seen_b:
+        fleet_a.options.faults.add(Fault("fail-stage", mode="apply", package=package, exit_code=7))
+        try:
+            apply_everywhere(runs, apis, policy, policy_spec([[A], [B]]), package, package_spec(SYSCTL_IMAGE, policy=policy, labels=labels))
+
+            async def halted() -> GlobalView:
+                view = await global_progress(temporal_client, policy)
+                assert view.phase == "Halted" and f"cluster {A} failed" in view.halted, view
+                assert {c.cluster: c.state for c in view.clusters}.get(A) == "failed", view
+                return view
+
+            await assert_eventually_async(halted, timeout=ROLLOUT_TIMEOUT)
+
+            async def b_halted() -> bool:
+                report = await fleet_progress(temporal_client, policy, B)
+                assert report.phase.value == "Halted" and "is halted" in report.message, report.message
+                return True
+
+            await assert_eventually_async(b_halted, timeout=60)
+
+            def b_status_says_so() -> bool:
+                shown = (read_package(apis[B], package).get("status") or {}).get("globalRollout") or {}
+                assert shown.get("phase") == "Halted" and f"cluster {A} failed" in shown.get("halted", ""), shown
+                return True
+
+            assert_eventually(b_status_says_so, timeout=60)
+            # Cluster b was never touched: no window, no node workflow, no label, no cordon.
+            assert seen_b.timeline == [] and seen_b.cordons == {}, (seen_b.timeline, seen_b.cordons)
+            started = [w.id async for w in temporal_client.list_workflows(
+                f"WorkflowType = '{names.NODE_WORKFLOW_TYPE}' AND {names.SEARCH_ATTR_CLUSTER} = '{B}' "
+                f"AND {names.SEARCH_ATTR_PACKAGE} = '{package}'")]
+            assert started == []
+        finally:
+            remove_everywhere(apis, local_stack.temporal_address, policy, package)
+
+
+async def test_d_cluster_b_worker_killed_mid_stage_loses_nothing(
+    runs: dict[str, NoderollProcesses], apis: dict[str, ApiClient], local_stack: StackInfo, second_stack: StackInfo,
+    temporal_client: Client,
+) -> None:
+    labels = {"mc-test": unique_name("d")}
+    prefix = unique_name("gpu")
+    policy, package = unique_name("pol"), unique_name("slow")
+    slow = package_spec(SLEEP_IMAGE, policy=policy, labels=labels, stage_seconds=4)
+    with running_fleet(local_stack, nodes=2, labels=labels, name_prefix=prefix, image_stores=[BENCH_PACKAGES]), \
+            running_fleet(second_stack, nodes=2, labels=labels, name_prefix=prefix,
+                          image_stores=[BENCH_PACKAGES]) as fleet_b:
+        try:
+            apply_everywhere(runs, apis, policy, policy_spec([[A], [B]]), package, slow)
+
+            async def b_in_window() -> bool:
+                report = await fleet_progress(temporal_client, policy, B)
+                assert report.counts.get("in_progress", 0) >= 1, (report.phase, report.counts, report.message)
+                return True
+
+            await assert_eventually_async(b_in_window, timeout=ROLLOUT_TIMEOUT)
+            runs[B].kill("worker", signal.SIGKILL)
+            runs[B].start_worker(env=WORKER_ENV)
+            assert_eventually(lambda: ready(apis[B], package), timeout=ROLLOUT_TIMEOUT)
+            report = await fleet_progress(temporal_client, policy, B)
+            assert report.counts == {"complete": 2}, report.counts
+            # One window per node: a window the worker's death cut off resumed, it did not start again.
+            assert {n: windows_started(apis[B], n) for n in fleet_b.node_names} == dict.fromkeys(
+                fleet_b.node_names, 1)
+            view = await global_progress(temporal_client, policy)
+            assert {c.cluster: c.state for c in view.clusters} == {A: "complete", B: "complete"}, view
+        finally:
+            remove_everywhere(apis, local_stack.temporal_address, policy, package)
+
+
+def start_worker(stack: StackInfo, task_queue: str, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "cli", "worker", "--temporal-address", stack.temporal_address, "--kubeconfig",
+         str(stack.kubeconfig), "--task-queue", task_queue, *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def refused(stack: StackInfo, task_queue: str, *extra: str) -> str:
+    """The output of a worker that must refuse to start (exits non-zero by itself)."""
+    proc = start_worker(stack, task_queue, *extra)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0, out
+    return out
+
+
+async def test_a_worker_of_another_cluster_on_the_same_task_queue_refuses_to_start(
+    runs: dict[str, NoderollProcesses], local_stack: StackInfo, second_stack: StackInfo, temporal_client: Client,
+) -> None:
+    # Cluster b's worker given cluster a's task queue: a's worker polls it.
+    out = refused(second_stack, names.cluster_task_queue(A), "--cluster", B)
+    assert "refusing to start" in out and f"cluster name '{A}'" in out, out
+    # Two clusters without names on one task queue (today's collision): refused, naming the other cluster.
+    queue = unique_name("unnamed")
+    first = start_worker(local_stack, queue)
+    try:
+        async def polled() -> bool:
+            from service.cluster_guard import task_queue_pollers
+
+            assert await task_queue_pollers(temporal_client, queue)
+            return True
+
+        await assert_eventually_async(polled, timeout=60)
+        out = refused(second_stack, queue)
+        assert "refusing to start" in out and "another Kubernetes cluster" in out, out
+    finally:
+        first.send_signal(signal.SIGTERM)
+        first.communicate(timeout=30)
