@@ -46,6 +46,14 @@ The message says the same; `Ready` is False and `Degraded` True with reason `Rol
 `RolledBack`; the bridge emits one Warning Event `CanaryRolledBack` on the DeploymentPolicy per
 rolled-back wave. A rolled-back node counts as `waiting` for the Package (reason `rolled back to
 ...`). The status stays until the next wave starts (a new desired state, or `resume`).
+
+GPU budgets (ADR 0015): a DeploymentPolicy with capacity floors shows, as of its fleet's latest batch
+plan, `status.capacity` per floor (`compartment`, `resource`, `available` with that batch out,
+`floor`, `total`, `downNodes`: nodes down for other reasons than the fleet's windows, e.g.
+`gpu-07 (NotReady)`), and with floors or topology limits `status.waiting`: per compartment and rule
+(`floor`, `topology`) the nodes held back and the first reason (`1,792 of 1,800 GPUs would remain`,
+`rack r12 has 1 node in a window (max 1)`). The message says the same (`waiting: ...`); while the
+rules hold every node the fleet and its Packages show phase `Waiting` without `nextWindow`.
 """
 
 from __future__ import annotations
@@ -167,6 +175,27 @@ class PackageStatus(StatusModel):
     conditions: list[Condition] = Field(default_factory=list)
 
 
+class CapacityStatus(StatusModel):
+    """One capacity floor of the policy's fleet (`planning.disruption.CapacityUse`)."""
+
+    compartment: str
+    resource: str
+    available: int = 0
+    floor: int = 0
+    total: int = 0
+    # Nodes of the compartment down for other reasons than the fleet's windows, the first few.
+    down_nodes: list[str] = Field(default_factory=list)
+
+
+class WaitStatus(StatusModel):
+    """Nodes a floor or topology limit held back at the latest batch plan (`planning.disruption.WaitNote`)."""
+
+    compartment: str
+    rule: str
+    nodes: int = 0
+    reason: str = ""
+
+
 class PolicyStatus(StatusModel):
     """`status` of a DeploymentPolicy: its validity and its fleet rollout's progress."""
 
@@ -181,4 +210,6 @@ class PolicyStatus(StatusModel):
     next_window: str | None = None
     gate_failure: GateFailureStatus | None = None
     rollback: RollbackStatus | None = None
+    capacity: list[CapacityStatus] | None = None
+    waiting: list[WaitStatus] | None = None
     conditions: list[Condition] = Field(default_factory=list)

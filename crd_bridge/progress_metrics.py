@@ -48,6 +48,10 @@ def publish_progress(package: str, progress: RolloutProgress) -> None:
 
 
 def publish_fleet(fleet: str, progress: FleetReport) -> None:
-    """Publish a fleet's budget use: per compartment, windows out now and the budget."""
+    """Publish a fleet's budget use: per compartment, windows out now and the budget; its capacity floors
+    and the nodes its floors and topology limits held back (ADR 0015), as of its latest batch plan."""
     for compartment, use in sorted(progress.budgets.items()):
         metrics.set_budget(fleet, compartment, use.in_use, use.limit)
+    for floor in progress.capacity:
+        metrics.set_capacity(fleet, floor.compartment, floor.resource, floor.available, floor.floor)
+    metrics.set_nodes_held(fleet, {(w.compartment, w.rule): w.nodes for w in progress.waits})

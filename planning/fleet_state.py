@@ -36,7 +36,7 @@ from datetime import datetime, timedelta
 
 from api.enums import CanaryPhase, State
 from api.policy import DeploymentPolicySpec
-from planning import batches
+from planning import batches, disruption
 from planning import fleet_rerun as rerun
 from planning import fleet_rollback as rollbacks
 from planning import gates as gate_rules
@@ -295,6 +295,14 @@ def startable(state: FleetState) -> set[str]:
 def remaining(state: FleetState) -> set[str]:
     """Nodes with work left in this wave: startable ones and those whose window is out."""
     return startable(state) | set(state.in_flight)
+
+
+def supply(state: FleetState, policy: DeploymentPolicySpec) -> disruption.Supply | None:
+    """The latest listing as the policy's capacity floors and topology limits see it, with the fleet's
+    windows out (None when the policy has neither: `batches.next_batch` then admits every node)."""
+    planner = state.planner
+    compartments = {n: c.name for c in planner.compartments.values() for n in c.nodes} if planner else {}
+    return disruption.supply_of(policy, state.targets, compartments, state.in_flight)
 
 
 def canary_cover(state: FleetState) -> list[list[str]]:

@@ -23,6 +23,9 @@
 * for the fleet: the next opening of a maintenance window while it waits for one (`next_window`),
   the analysis gate that halted it (`gate_failure`: gate, query, value, time), each gate's
   latest sample (`gates`) and the rollback of the wave's failed canary (`rollback`).
+* for a policy with capacity floors or topology limits (ADR 0015), as of the latest batch plan: each
+  floor with that batch out (`capacity`: units available, floor, total, nodes down for other
+  reasons) and the nodes each rule held back with the first reason (`waits`);
 `details_note` is what the Temporal UI's details line adds for a waiting, gate-halted or rolled-back fleet.
 * the fleet's message, also on each Package while it works, names the nodes that left the targets
   (relabelled out of the selector, ignored, deleted) before they were updated (`departed`: they
@@ -36,6 +39,7 @@ from dataclasses import dataclass, field, replace
 
 from api.enums import CanaryPhase, RolloutPhase, State
 from planning import fleet_rollback as rollbacks
+from planning.disruption import CapacityUse, WaitNote
 from planning.fleet_state import FleetState, entries, package_revision
 from planning.gates import GateFailure, GateTrack, failure_text
 from planning.status import RolloutProgress
@@ -96,6 +100,9 @@ class FleetProgress:
     gates: dict[str, GateTrack] = field(default_factory=dict)
     # The rollback of the wave's failed canary (`canary.onFailure: rollback`), None when there is none.
     rollback: rollbacks.RollbackReport | None = None
+    # Capacity floors with the latest batch out, and what floors and topology limits held back (ADR 0015).
+    capacity: list[CapacityUse] = field(default_factory=list)
+    waits: list[WaitNote] = field(default_factory=list)
 
 
 _ROLLBACK_PHASES = (RolloutPhase.ROLLING_BACK, RolloutPhase.ROLLED_BACK)
@@ -220,6 +227,7 @@ def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str) -> Fl
         next_window=state.next_window if fleet_phase is RolloutPhase.WAITING else "",
         gate_failure=state.gates.failure, gates={**state.gates.continuous, **state.gates.tracks},
         rollback=rollbacks.report(state.rollback, fleet_phase is RolloutPhase.HALTED) if state.rollback else None,
+        capacity=list(planner.capacity) if planner else [], waits=list(planner.waits) if planner else [],
     )
     for progress in nodes.values():
         report.counts[progress.state] = report.counts.get(progress.state, 0) + 1

@@ -35,6 +35,7 @@ from api.problems import ValidationProblem
 from api.status import (
     BatchStatus,
     CanaryStatus,
+    CapacityStatus,
     Condition,
     DrainBlockedNode,
     GateFailureStatus,
@@ -43,7 +44,9 @@ from api.status import (
     PackageStatus,
     PolicyStatus,
     RollbackStatus,
+    WaitStatus,
 )
+from planning.disruption import CapacityUse, WaitNote
 from planning.drain import DrainBlock, drain_summary
 from planning.fleet_rollback import RollbackReport
 from planning.gates import GateFailure
@@ -291,6 +294,11 @@ def render_policy_status(
             "next_window": fleet.next_window or None,
             "gate_failure": gate_failure_status(fleet.gate_failure),
             "rollback": rollback_status(fleet.rollback),
+            "capacity": [CapacityStatus(compartment=c.compartment, resource=c.resource, available=c.available,
+                                        floor=c.floor, total=c.total, down_nodes=c.down)
+                         for c in fleet.capacity] or None,
+            "waiting": [WaitStatus(compartment=w.compartment, rule=w.rule, nodes=w.nodes, reason=w.reason)
+                        for w in fleet.waits] or None,
         })
     return status.dump()
 
@@ -309,6 +317,8 @@ class FleetReport(Protocol):
     next_window: str
     gate_failure: GateFailure | None
     rollback: RollbackReport | None
+    capacity: list[CapacityUse]
+    waits: list[WaitNote]
 
     @property
     def packages(self) -> Mapping[str, Any]: ...

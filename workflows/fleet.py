@@ -15,6 +15,9 @@ The fleet stays open while it has Packages (joining nodes, spec changes, a re-li
 Budgets: a batch never holds more nodes of a compartment than its budget and a new batch starts
 only when nothing is in flight, so the fleet never disrupts more nodes at once than the budget,
 whatever the number of Packages (ADR 0007: the per-Package `budget/...` workflows are retired).
+Capacity floors and topology limits (ADR 0015) cap each batch by the latest listing
+(`planning.disruption`); when they hold every node the fleet reports `Waiting` with the reason and
+lists the nodes again after `RELIST_MIN_INTERVAL`.
 
 Signals (contract, each with an optional `Filter` {"packages": [...], "nodes": [...]}): `pause`,
 `resume` (without a filter: also clears a halt and promotes a canary awaiting promotion), `halt`
@@ -41,7 +44,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from api.enums import CanaryPhase, Promotion, RolloutPhase
-    from planning import batches
+    from planning import batches, disruption
     from planning import fleet_state as fs
     from planning.fleet_status import FleetProgress, fleet_progress
     from protocol import names
@@ -222,8 +225,18 @@ class FleetWorkflow:
             await acts.refresh()
         elif await self._holds.held():
             return  # a gate or the maintenance windows hold the next batch (it sampled or waited)
-        elif batch := batches.next_batch(planner, fs.startable(state), fs.canary_cover(state)):
+        elif batch := batches.next_batch(planner, fs.startable(state), fs.canary_cover(state),
+                                         fs.supply(state, run.policy)):
+            if planner.waits:
+                state.message = (f"batch {planner.batch_number}: {len(batch)} node(s); "
+                                 f"{disruption.describe(planner.waits)}")
             await acts.send(batch)
+        elif planner.waits:
+            # Floors or topology limits hold every node: say why, and look again soon (RELIST_MIN_INTERVAL).
+            state.message = disruption.describe(planner.waits)
+            run.set_phase(RolloutPhase.WAITING)
+            run.relist = True
+            await acts.wait_unfinished(next_relist, keep_phase=True)
         else:
             await acts.wait_unfinished(next_relist)
 

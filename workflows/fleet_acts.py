@@ -13,6 +13,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from api.policy import DeploymentPolicySpec
+    from planning import disruption
     from planning import fleet_rollback as rollbacks
     from planning import fleet_state as fs
     from planning.fleet_targets import FleetSelection
@@ -38,8 +39,8 @@ RELIST_MIN_INTERVAL = timedelta(seconds=30)
 
 
 def selector_label_keys(policy: DeploymentPolicySpec) -> list[str]:
-    """Label keys the policy's compartment selectors read."""
-    found: set[str] = set()
+    """Label keys the policy's compartment selectors and topology limits read."""
+    found: set[str] = set(disruption.topology_keys(policy))
     for compartment in policy.compartments:
         found |= set(compartment.selector.match_labels)
         found |= {r.key for r in compartment.selector.match_expressions}
@@ -66,6 +67,8 @@ class FleetActs:
                 packages=list(state.spec.packages),
                 in_flight={n: list(f.packages) for n, f in state.in_flight.items()},
                 label_keys=selector_label_keys(run.policy),
+                supply=bool(disruption.limits_of(run.policy)),
+                resources=disruption.floor_resources(run.policy),
             ),
             result_type=ListFleetNodesResult,
             start_to_close_timeout=ACTIVITY_TIMEOUT,

@@ -53,14 +53,17 @@ class FakeNode:
     # What the Node shows: the `noderoll.io/status` label and the StateMalformed condition.
     status_label: str = ""
     state_malformed: bool = False
+    # What capacity floors and topology limits read: Ready, cordoned, allocatable.
+    ready: bool = True
+    unschedulable: bool = False
+    allocatable: dict[str, str] = field(default_factory=dict)
 
     def view(self) -> NodeView:
-        if self.garbage:
-            return NodeView(self.name, self.labels, self.taints, self.garbage, self.status_label, self.state_malformed)
         packages = {name: {"version": version, "state": "complete", "stage": "config", "config": config}
                     for name, (version, config) in self.recorded.items()}
-        return NodeView(self.name, self.labels, self.taints, json.dumps({"packages": packages}), self.status_label,
-                        self.state_malformed)
+        state = self.garbage or json.dumps({"packages": packages})
+        return NodeView(self.name, self.labels, self.taints, state, self.status_label, self.state_malformed,
+                        self.ready, self.unschedulable, self.allocatable)
 
 
 @dataclass
@@ -95,11 +98,12 @@ class FakeNodes:
                         for e in input.packages}
             views = [n.view() for n in self.nodes.values()]
             in_flight = {n: frozenset(p) for n, p in input.in_flight.items()}
-            selection = select_fleet(FleetQuery(packages, views, in_flight, frozenset(input.label_keys)))
+            selection = select_fleet(FleetQuery(packages, views, in_flight, frozenset(input.label_keys),
+                                                input.supply, frozenset(input.resources)))
             blocked = {name: "; ".join(f"{p}: {r}" for p, r in sorted(t.blocked.items()))
                        for name, t in selection.nodes.items() if t.blocked and not t.eligible}
             marks = listing_marks([v for v in views if v.name in selection.nodes], blocked)
-            return ListFleetNodesResult(_SELECTION.dump_python(selection, mode="json"), len(views),
+            return ListFleetNodesResult(_SELECTION.dump_python(selection, mode="json", exclude_defaults=True), len(views),
                                         _MARKS.dump_python(marks, mode="json"))
 
         @activity.defn(name="mark_blocked_nodes")
