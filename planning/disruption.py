@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from api.policy import DEFAULT_COMPARTMENT, DeploymentPolicySpec
@@ -305,6 +305,13 @@ class Tally:
                                    self.floor_units(compartment), self.total.get(compartment, 0),
                                    down[:DOWN_SHOWN], len(down)))
         return out
+
+
+def after_windows(supply: Supply, nodes: Collection[str]) -> Supply:
+    """`supply` once the windows of `nodes` ended: they are up again (a preview of the next batch)."""
+    gone = set(nodes)
+    listed = {n: replace(s, down="") if n in gone else s for n, s in supply.nodes.items()}
+    return Supply(supply.limits, listed, supply.in_windows - gone)
 
 
 def may_enter(supply: Supply, node: str, also: Collection[str] = ()) -> Wait | None:

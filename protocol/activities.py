@@ -109,3 +109,22 @@ class MarkBlockedNodesResult:
     """The nodes written (the others already showed it, changed meanwhile, run a window or are gone)."""
 
     written: list[str] = field(default_factory=list)
+
+
+@dataclass
+class MarkUpcomingNodesInput:
+    """Drain-ahead (`planning.drain_ahead`): claim `mark` and release `unmark` for `fleet` (its workflow id)."""
+
+    fleet: str
+    mark: list[str] = field(default_factory=list)
+    unmark: list[str] = field(default_factory=list)
+    # Also the PreferNoSchedule taint `noderoll.io/upcoming` (the policy's `drainAhead.taint`).
+    taint: bool = False
+
+
+@dataclass
+class MarkUpcomingNodesResult:
+    """The nodes claimed and released (nodes that no longer exist are in neither)."""
+
+    marked: list[str] = field(default_factory=list)
+    unmarked: list[str] = field(default_factory=list)

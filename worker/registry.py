@@ -18,6 +18,7 @@ from activities.nodes import cordon_node, read_node, uncordon_node, write_node_s
 from activities.prometheus import query_prometheus
 from activities.stage_cleanup import delete_stage_jobs
 from activities.stage_run import run_stage_pod
+from activities.upcoming import mark_upcoming_nodes
 from workflows.fleet import FleetWorkflow
 from workflows.node import NodeWorkflow
 
@@ -45,4 +46,6 @@ ACTIVITIES: list[Callable[..., Any]] = [
     query_prometheus,
     # fleet and node workflow (activities/node_marks.py)
     mark_blocked_nodes,
+    # drain-ahead of fleets (activities/upcoming.py)
+    mark_upcoming_nodes,
 ]

@@ -223,7 +223,8 @@ class FleetActs:
         """Wait for a message (or the timeout); False when the timeout passed.
 
         Shortened to when a pending re-list is due, and to the next watchdog round while windows are out
-        (and to the close of a maintenance window or a continuous gate's next sample, `FleetRun.hold_wakeups`).
+        (and to the close of a maintenance window or a continuous gate's next sample, `FleetRun.hold_wakeups`,
+        and to drain-ahead's next change, `FleetRun.ahead_wake`).
         """
         run = self.run
         due: list[timedelta] = [] if timeout is None else [timeout]
@@ -232,6 +233,8 @@ class FleetActs:
         if run.state.in_flight:
             due.append(max(run.next_watchdog - workflow.now(), ONE_SECOND))
         due.extend(run.hold_wakeups())
+        if run.ahead_wake is not None:
+            due.append(max(run.ahead_wake - workflow.now(), ONE_SECOND))
         wait_for = min(due) if due else None
         try:
             await workflow.wait_condition(lambda: bool(run.inbox), timeout=wait_for)

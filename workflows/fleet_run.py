@@ -103,6 +103,13 @@ class FleetRun:
     to_withdraw: set[str] = field(default_factory=set)
     withdrawing: set[str] = field(default_factory=set)
     next_watchdog: datetime = NEVER
+    # Drain-ahead (`workflows/fleet_ahead.py`): when its marks next change, the batch nodes whose mark is
+    # old enough, the predicted next batch (and what it was predicted for), the last mark write.
+    ahead_wake: datetime | None = None
+    ahead_ready: list[str] = field(default_factory=list)
+    ahead_preview: list[str] = field(default_factory=list)
+    ahead_preview_for: str = ""
+    ahead_written: datetime | None = None
 
     @property
     def fleet_id(self) -> str:
@@ -226,7 +233,7 @@ def apply_inbox(run: FleetRun) -> None:
         elif isinstance(message, NodesChanged):
             run.relist = True
         elif isinstance(message, Answer):
-            if fs.record_result(run.state, message.result):
+            if fs.record_result(run.state, message.result, workflow.now().isoformat()):
                 run.withdrawing.discard(message.result.node)
         elif isinstance(message, RerunAsked):
             _take_rerun(run, message.request)

@@ -105,3 +105,76 @@ async def test_a_node_down_on_its_own_makes_the_fleet_wait_and_say_why(temporal_
         await handle.signal(names.SIGNAL_NODES_CHANGED)
         report = await settled(handle)
         assert sorted(set(nodes.requested())) == ["n00", "n01", "n02"] and not report.waits
+
+
+# --- drain-ahead ----------------------------------------------------------------------------------
+
+AHEAD = 120
+
+
+def ahead_policy(taint: bool = True) -> dict[str, Any]:
+    return {"default": {"budget": {"count": 2}, "strategy": {"type": "fixed", "initialBatch": 2}},
+            "drainAhead": {"seconds": AHEAD, "taint": taint}}
+
+
+async def test_drain_ahead_marks_each_node_before_its_window_and_removes_it_after(
+    temporal_test_env: WorkflowEnvironment,
+) -> None:
+    env = temporal_test_env
+    nodes = gpu_fleet(6, [8], auto=False)
+    spec = FleetSpec(unique_name("ahead"), ahead_policy(), 1, [package("driver")])
+    async with fleet(env, nodes, spec) as handle:
+
+        async def first_batch_marked() -> None:
+            assert len(nodes.marked()) == 2, nodes.events
+
+        await assert_eventually_async(first_batch_marked, timeout=60)
+        first = nodes.marked()
+        assert not nodes.requests, "no window before its node was marked"
+        assert all(any(t["key"] == "noderoll.io/upcoming" for t in nodes.nodes[n].taints) for n in first)
+        await env.sleep(AHEAD / 2)
+        assert not nodes.requests, f"no window within {AHEAD} s of its mark"
+        report = await progress(handle)
+        assert report.message.startswith("drain-ahead: 2 node(s) of batch 1 marked noderoll.io/upcoming"), report.message
+        await env.sleep(AHEAD)
+
+        async def first_requested() -> None:
+            assert sorted(nodes.outstanding) == first
+
+        await assert_eventually_async(first_requested, timeout=60)
+        for _ in range(30):
+            if nodes.outstanding:
+                await nodes.finish(env.client)
+            if len(set(nodes.requested())) == 6 and not nodes.outstanding:
+                break
+            await env.sleep(30)
+        report = await settled(handle)
+        assert sorted(nodes.requested()) == sorted(nodes.nodes), "every node once"
+
+        async def unmarked() -> None:
+            assert nodes.marked() == [] and all(not a for a in nodes.upcoming.values()), nodes.upcoming
+
+        await assert_eventually_async(unmarked, timeout=60)
+    for node in nodes.nodes:
+        order = [kind for kind, n in nodes.events if n == node]
+        assert order == ["mark", "request", "unmark"], f"{node} {order} {nodes.events}"
+
+
+async def test_a_halt_takes_the_marks_of_nodes_not_started_away(temporal_test_env: WorkflowEnvironment) -> None:
+    env = temporal_test_env
+    nodes = gpu_fleet(4, [8], auto=False)
+    spec = FleetSpec(unique_name("ahalt"), ahead_policy(taint=False), 1, [package("driver")])
+    async with fleet(env, nodes, spec) as handle:
+
+        async def marked() -> None:
+            assert len(nodes.marked()) == 2
+
+        await assert_eventually_async(marked, timeout=60)
+        assert all(not nodes.nodes[n].taints for n in nodes.marked()), "taint: false marks with the label only"
+        await handle.signal(names.SIGNAL_HALT)
+
+        async def released() -> None:
+            assert nodes.marked() == [], nodes.events
+
+        await assert_eventually_async(released, timeout=60)
+        assert not nodes.requests
