@@ -188,3 +188,11 @@ def test_gpus_racks_and_domains_of_simulated_nodes() -> None:
     custom = SimContext(options=FleetOptions(nodes=2, racks=2, rack_label="example.com/rack"),  # type: ignore[arg-type]
                         kube=None, scheduler=None, images=None)
     assert node_labels(custom, SimNode("n", 1, "b"))["example.com/rack"] == "r1"
+
+
+def test_a_training_pod_asks_for_its_nodes_gpus() -> None:
+    from fleetsim.workloads import WorkloadSpec, training_pod
+
+    spec = WorkloadSpec(namespace="ns", prefix="sim", nodes=["a", "b", "c"], gpus={"a": 4, "c": 0})
+    limits = [training_pod(spec, i, node)["spec"]["containers"][0]["resources"] for i, node in enumerate("abc")]
+    assert limits == [{"limits": {"nvidia.com/gpu": "4"}}, {"limits": {"nvidia.com/gpu": "8"}}, {}]

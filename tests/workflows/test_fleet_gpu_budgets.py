@@ -142,6 +142,12 @@ async def test_drain_ahead_marks_each_node_before_its_window_and_removes_it_afte
             assert sorted(nodes.outstanding) == first
 
         await assert_eventually_async(first_requested, timeout=60)
+
+        async def next_batch_marked_while_the_first_is_out() -> None:
+            assert len(nodes.marked()) == 4 and sorted(nodes.outstanding) == first, nodes.events
+
+        # The batch after is predicted and marked while the first runs (no window of it answered yet).
+        await assert_eventually_async(next_batch_marked_while_the_first_is_out, timeout=60)
         for _ in range(30):
             if nodes.outstanding:
                 await nodes.finish(env.client)
