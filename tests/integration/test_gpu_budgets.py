@@ -38,7 +38,8 @@ from tests.integration.bridge_support import (
     wait_leading,
 )
 
-pytestmark = pytest.mark.integration
+# Each test rolls a fleet out (one also waits for nodes down first): more than the default 300 s under load.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 ROLLOUT_TIMEOUT = 480.0
 SERVICE_IMAGE = "example.local/service-restart:1.0.0"
 GPU = "nvidia.com/gpu"
