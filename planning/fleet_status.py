@@ -26,7 +26,8 @@
 * for a policy with capacity floors or topology limits (ADR 0015), as of the latest batch plan: each
   floor with that batch out (`capacity`: units available, floor, total, nodes down for other
   reasons) and the nodes each rule held back with the first reason (`waits`);
-`details_note` is what the Temporal UI's details line adds for a waiting, gate-halted or rolled-back fleet.
+`details_note` is what the Temporal UI's details line adds for a waiting (a maintenance window, or GPU
+budgets holding every node), gate-halted or rolled-back fleet.
 * the fleet's message, also on each Package while it works, names the nodes that left the targets
   (relabelled out of the selector, ignored, deleted) before they were updated (`departed`: they
   are no longer in the listing, so in no count).
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field, replace
 
 from api.enums import CanaryPhase, RolloutPhase, State
 from planning import fleet_rollback as rollbacks
-from planning.disruption import CapacityUse, WaitNote
+from planning.disruption import CapacityUse, WaitNote, describe
 from planning.fleet_state import FleetState, entries, package_revision
 from planning.gates import GateFailure, GateTrack, failure_text
 from planning.status import RolloutProgress
@@ -109,9 +110,12 @@ _ROLLBACK_PHASES = (RolloutPhase.ROLLING_BACK, RolloutPhase.ROLLED_BACK)
 
 
 def details_note(state: FleetState, phase: RolloutPhase) -> str:
-    """What the Temporal UI's details line adds: the next window opening, or the failed gate."""
+    """What the Temporal UI's details line adds: the next window opening, why GPU budgets hold every node, or
+    the failed gate."""
     if phase is RolloutPhase.WAITING and state.next_window:
         return f"; next maintenance window opens {state.next_window}"
+    if phase is RolloutPhase.WAITING and state.planner is not None and state.planner.waits:
+        return f"; {describe(state.planner.waits)}"  # GPU budgets hold every node
     if phase is RolloutPhase.HALTED and state.gates.failure is not None:
         return f"; {failure_text(state.gates.failure)}"
     if state.rollback is not None and (phase in _ROLLBACK_PHASES or phase is RolloutPhase.HALTED):
