@@ -3,7 +3,9 @@
 * `list_fleet_nodes` lists Nodes (paged, read only) and runs the pure target selection
   (`planning.fleet_targets.select_fleet`) here, in the activity, so the fleet's history records a
   compact per-node summary (pending, done, blocked, waiting Packages; compartment labels; a
-  fingerprint) instead of every Node's labels and state annotation; with it the marks that nodes
+  fingerprint; with capacity floors or topology limits, the units of the floors' resources and why
+  the node is down; fields at their defaults left out) instead of every Node's labels and state
+  annotation; with it the marks that nodes
   no window can update do not show yet (`planning.node_marks.listing_marks`), which the fleet has
   written by `mark_blocked_nodes`.
 * `request_windows` does what a workflow cannot: signal-with-start `node/<node>` with signal
@@ -36,13 +38,14 @@ def list_fleet_nodes(input: ListFleetNodesInput) -> ListFleetNodesResult:
     }
     views = [node_view(n) for n in list_node_facts(input.label_selector, activity.heartbeat)]
     in_flight = {node: frozenset(names) for node, names in input.in_flight.items()}
-    selection = select_fleet(FleetQuery(packages, views, in_flight, frozenset(input.label_keys)))
+    selection = select_fleet(FleetQuery(packages, views, in_flight, frozenset(input.label_keys), input.supply,
+                                        frozenset(input.resources)))
     # What the blocked nodes do not show yet (label, StateMalformed): the fleet has it marked.
     blocked = {name: "; ".join(f"{p}: {r}" for p, r in sorted(t.blocked.items()))
                for name, t in selection.nodes.items() if t.blocked and not t.eligible}
     marks = listing_marks([v for v in views if v.name in selection.nodes], blocked)
     return ListFleetNodesResult(
-        selection=_SELECTION.dump_python(selection, mode="json"), listed=len(views),
+        selection=_SELECTION.dump_python(selection, mode="json", exclude_defaults=True), listed=len(views),
         marks=_MARKS.dump_python(marks, mode="json"))
 
 

@@ -50,6 +50,13 @@ RESET_ANNOTATION = "noderoll.io/reset"
 # Lease annotation: the version of the bridge that holds the Lease (`noderoll version`).
 VERSION_ANNOTATION = "noderoll.io/version"
 CORDONED_BY_VALUE = "noderoll"
+# Drain-ahead (`spec.drainAhead` of a DeploymentPolicy, ADR 0015): a node's window is coming. The label
+# (value "true") and, when the policy asks, the taint (no value, effect PreferNoSchedule) share one key;
+# the annotation names the fleets that want them, as JSON {"fleet/<policy>": {"taint": bool}}.
+UPCOMING_KEY = "noderoll.io/upcoming"
+UPCOMING_VALUE = "true"
+UPCOMING_TAINT_EFFECT = "PreferNoSchedule"
+UPCOMING_FOR_ANNOTATION = "noderoll.io/upcoming-for"
 
 # The stage pod contract (docs/architecture.md, "The stage pod contract"): labels of every stage Job and its pod, and their annotation.
 # Read by the worker's cleanup and drain, the CLI's `logs`, fleetsim's kubelet and the chaos tests.
@@ -93,6 +100,17 @@ NODE_KEYS: tuple[tuple[str, str, str], ...] = (
      f"`{NODE_STATE_ANNOTATION}` cannot be read: the node is held (no window, the annotation kept for inspection), "
      "reported `blocked` by every rollout targeting it, until an operator removes the annotation (the node is "
      "then fresh: each package's checks decide) or repairs it. False once it reads again."),
+    (UPCOMING_KEY, "label",
+     f"`{UPCOMING_VALUE}` while a fleet whose DeploymentPolicy sets `spec.drainAhead` expects the node's window "
+     "soon: set at least `drainAhead.seconds` before the window starts, removed once the window answered or "
+     "the node left the plan (fleet paused, halted, outside its maintenance windows; node no longer "
+     "targeted). For schedulers and queues (Kueue, Volcano) to keep new long jobs off the node."),
+    (UPCOMING_KEY, "taint",
+     f"`{UPCOMING_KEY}:{UPCOMING_TAINT_EFFECT}` with the label when `drainAhead.taint` is true: the default "
+     "scheduler then prefers other nodes for pods that do not tolerate it."),
+    (UPCOMING_FOR_ANNOTATION, "annotation",
+     "JSON `{\"fleet/<policy>\": {\"taint\": true|false}}`: the fleets that want the node marked upcoming; "
+     "each fleet adds and removes only its own entry, the label and taint go with the last one."),
     (RUNTIME_REQUIRED_TAINT_KEY, "taint",
      f"`{RUNTIME_REQUIRED_TAINT_KEY}={RUNTIME_REQUIRED_TAINT_VALUE}:{RUNTIME_REQUIRED_TAINT_EFFECT}`: the "
      "taint of `runtimeRequired` Packages (see `spec.runtimeRequired`)."),

@@ -12,8 +12,13 @@ Maintenance windows (`maintenanceWindows`, `api/maintenance.py`): times in `HH:M
 window (`start` == `end`), each day once, known IANA time zones, no two windows overlapping.
 Analysis gates (`analysis`, `api/analysis.py`): a success condition that parses, gate names
 unique in the policy, an http(s) `address`, no `count` on a `continuous` gate.
+GPU budgets (`budget.minAvailable`, `budget.maxUnavailablePerTopology`, `drainAhead`; `api/capacity.py`):
+an extended resource name and exactly one of `count` or `percent` (1-99) for a floor, valid and
+unique label keys (not noderoll's own) with `max` at least 1 for topology limits, 1-86400 seconds
+of drain-ahead.
 The batch maths lives in `planning/batches.py`, the window and gate rules in
-`planning/maintenance.py` and `planning/gates.py`; these models stay data.
+`planning/maintenance.py` and `planning/gates.py`, the floors and topology limits in
+`planning/disruption.py`; these models stay data.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from pydantic import Field, field_validator, model_validator
 from api import keys
 from api.analysis import AnalysisGate
 from api.base import LenientModel, SpecModel
+from api.capacity import DrainAhead, MinAvailable, TopologyLimit, check_unique_keys
 from api.clusters import ClustersSpec
 from api.enums import CanaryFailure, Promotion, StrategyType
 from api.maintenance import MaintenanceWindow, check_overlaps
@@ -42,10 +48,27 @@ RESERVED_POLICY_NAME = (
 
 
 class Budget(SpecModel):
-    """How many nodes of a compartment may be disrupted at once: `count` or `percent`, not both."""
+    """How many nodes of a compartment may be disrupted at once: `count` or `percent`, not both.
+
+    Optionally also a capacity floor (`minAvailable`) and topology limits (`maxUnavailablePerTopology`):
+    `api/capacity.py`.
+    """
 
     count: int | None = Field(default=None, ge=1)
     percent: int | None = Field(default=None, ge=1, le=100)
+    # None (not []) when absent: a policy dumps as before, so its revision does not change (no new wave).
+    min_available: MinAvailable | None = None
+    max_unavailable_per_topology: list[TopologyLimit] | None = None
+
+    @field_validator("max_unavailable_per_topology")
+    @classmethod
+    def _unique_keys(cls, value: list[TopologyLimit] | None) -> list[TopologyLimit] | None:
+        return check_unique_keys(value) if value else value
+
+    @property
+    def topology_limits(self) -> list[TopologyLimit]:
+        """`maxUnavailablePerTopology` ([] when absent)."""
+        return list(self.max_unavailable_per_topology or [])
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Budget:
@@ -137,6 +160,8 @@ class DeploymentPolicySpec(SpecModel):
     analysis: list[AnalysisGate] = Field(default_factory=list)
     # None: each cluster rolls its changes out on its own (api/clusters.py, ADR 0017).
     clusters: ClustersSpec | None = None
+    # None: nodes are not marked before their windows (api/capacity.py).
+    drain_ahead: DrainAhead | None = None
 
     @model_validator(mode="after")
     def _compartments_distinct(self) -> DeploymentPolicySpec:
@@ -187,6 +212,13 @@ class DeploymentPolicySpec(SpecModel):
                 raise ValueError(f"analysis[{index}].name {gate.name!r} is used twice; gate names must be unique")
             seen.add(gate.name)
         return self
+
+    def budget_of(self, compartment: str) -> Budget:
+        """The budget of `compartment` (`default`: the default's)."""
+        for item in self.compartments:
+            if item.name == compartment:
+                return item.budget
+        return self.default.budget
 
     def strategy_of(self, compartment: str) -> Strategy:
         """The strategy in force in `compartment` (a compartment without one uses the default's)."""

@@ -53,6 +53,14 @@ told the fleet: the change, the stage granted (1-based), the phase of the promot
 end, why it is halted, and every cluster with its stage and state (`waiting`, `running`,
 `complete`, `failed`, `held`, `unknown`). While its stage is not granted the fleet and its
 Packages show phase `Waiting` with the global workflow's message (a held cluster: why).
+
+GPU budgets (ADR 0015): a DeploymentPolicy with capacity floors shows, as of its fleet's latest batch
+plan, `status.capacity` per floor (`compartment`, `resource`, `available` with that batch out,
+`floor`, `total`, `downNodes`: nodes down for other reasons than the fleet's windows, e.g.
+`gpu-07 (NotReady)`), and with floors or topology limits `status.waiting`: per compartment and rule
+(`floor`, `topology`) the nodes held back and the first reason (`1,792 of 1,800 GPUs would remain`,
+`rack r12 has 1 node in a window (max 1)`). The message says the same (`waiting: ...`); while the
+rules hold every node the fleet and its Packages show phase `Waiting` without `nextWindow`.
 """
 
 from __future__ import annotations
@@ -211,6 +219,27 @@ class PackageStatus(StatusModel):
     conditions: list[Condition] = Field(default_factory=list)
 
 
+class CapacityStatus(StatusModel):
+    """One capacity floor of the policy's fleet (`planning.disruption.CapacityUse`)."""
+
+    compartment: str
+    resource: str
+    available: int = 0
+    floor: int = 0
+    total: int = 0
+    # Nodes of the compartment down for other reasons than the fleet's windows, the first few.
+    down_nodes: list[str] = Field(default_factory=list)
+
+
+class WaitStatus(StatusModel):
+    """Nodes a floor or topology limit held back at the latest batch plan (`planning.disruption.WaitNote`)."""
+
+    compartment: str
+    rule: str
+    nodes: int = 0
+    reason: str = ""
+
+
 class PolicyStatus(StatusModel):
     """`status` of a DeploymentPolicy: its validity and its fleet rollout's progress."""
 
@@ -227,4 +256,6 @@ class PolicyStatus(StatusModel):
     rollback: RollbackStatus | None = None
     eta: EtaStatus | None = None
     global_rollout: GlobalRolloutStatus | None = None
+    capacity: list[CapacityStatus] | None = None
+    waiting: list[WaitStatus] | None = None
     conditions: list[Condition] = Field(default_factory=list)

@@ -145,6 +145,8 @@ class NodeRow:
     fleets: dict[str, NodeProgress] = field(default_factory=dict)
     # The `noderoll.io/Draining` condition (None: the node was never drained by noderoll).
     drain: DrainCondition | None = None
+    # `status.allocatable` (resource -> quantity): what capacity floors count.
+    allocatable: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -200,6 +202,7 @@ def node_row(node: k8s.V1Node) -> NodeRow:
         labels=facts.labels,
         boot_id=facts.boot_id,
         drain=drain,
+        allocatable=facts.allocatable,
     )
 
 

@@ -4,7 +4,9 @@ A rollout re-lists its nodes every few minutes on its own; the bridge makes join
 visible at once by signalling `nodes_changed` to the rollouts whose selector matches the node before
 or after the change. Only changes a rollout's target selection depends on count: a new node, its
 labels (but `noderoll.io/status`, which noderoll itself writes with every node state write and
-every blocked mark), its taints (an untolerated taint blocks a node; its removal unblocks it), the
+every blocked mark, and drain-ahead's `noderoll.io/upcoming`, which fleets write before windows),
+its taints (an untolerated taint blocks a node; its removal unblocks it; not the cordon taint nor
+drain-ahead's PreferNoSchedule `noderoll.io/upcoming`), the
 state annotation becoming unreadable or readable again (an unreadable one holds the node), and,
 for a Package with `dependsOn`, a change of a dependency's record in the node's state annotation
 (the rollout holds a node back until its dependency is complete there), and a package's record
@@ -49,7 +51,8 @@ def targeting_change(old: NodeView | None, new: NodeView) -> bool:
 
 def _selectable_labels(node: NodeView) -> dict[str, str]:
     # noderoll's own status label is no selector input: counting it made every state write a signal.
-    return {k: v for k, v in node.labels.items() if k != keys.NODE_STATUS_LABEL}
+    # Drain-ahead's mark likewise (each batch's marks would signal every fleet of the node).
+    return {k: v for k, v in node.labels.items() if k not in (keys.NODE_STATUS_LABEL, keys.UPCOMING_KEY)}
 
 
 def _readable(node: NodeView) -> bool:
@@ -62,7 +65,7 @@ def _taint_set(node: NodeView) -> set[tuple[str, str, str]]:
     return {
         (t.get("key", ""), t.get("value", ""), t.get("effect", ""))
         for t in node.taints
-        if t.get("key") != UNSCHEDULABLE_TAINT_KEY
+        if t.get("key") not in (UNSCHEDULABLE_TAINT_KEY, keys.UPCOMING_KEY)
     }
 
 

@@ -50,7 +50,8 @@ def publish_progress(package: str, progress: RolloutProgress) -> None:
 
 def publish_fleet(fleet: str, progress: FleetReport) -> None:
     """Publish a fleet's budget use (per compartment, windows out now and the budget), each compartment's
-    finished share and the fleet's ETA (dropped when it has none)."""
+    finished share and the fleet's ETA (dropped when it has none); its capacity floors and the nodes its floors
+    and topology limits held back (ADR 0015), as of its latest batch plan."""
     for compartment, use in sorted(progress.budgets.items()):
         metrics.set_budget(fleet, compartment, use.in_use, use.limit)
         metrics.set_compartment_progress(fleet, compartment, use.finished / use.nodes if use.nodes else 1.0)
@@ -59,3 +60,6 @@ def publish_fleet(fleet: str, progress: FleetReport) -> None:
         metrics.set_fleet_eta(fleet, None, None)
     else:
         metrics.set_fleet_eta(fleet, eta.seconds_left, datetime.fromisoformat(eta.finish_at).timestamp())
+    for floor in progress.capacity:
+        metrics.set_capacity(fleet, floor.compartment, floor.resource, floor.available, floor.floor)
+    metrics.set_nodes_held(fleet, {(w.compartment, w.rule): w.nodes for w in progress.waits})

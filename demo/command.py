@@ -32,7 +32,7 @@ from cli.ops_fleets import fleet_view
 from cli.report_command import write_report
 from demo import gates
 from demo import processes as procs
-from demo.resources import DemoNames, DemoObjects, DemoTuning, demo_objects, interrupt_word
+from demo.resources import DemoNames, DemoObjects, DemoTuning, demo_objects, gpu_watch, interrupt_word
 from demo.summary import NodeEvidence, Outcome, fleet_summary, packages_summary
 from demo.view import LiveSnapshot, change_lines, observe, render_live
 from fleetsim.nodes import node_name
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         _say(console, f"stopping {procs.stop_processes(kept)} process(es) an earlier `demo --keep` left running")
         started_stack = started_stack or kept.started_stack
     names = DemoNames(args.name_suffix)
-    objects = demo_objects(names, DemoTuning(args.soak_seconds, args.budget_percent))
+    objects = demo_objects(names, DemoTuning(args.soak_seconds, args.budget_percent, args.nodes))
     record = procs.DemoRecord(str(state_dir), str(state_dir / "demo"), started_stack, names.suffix, objects.package_names,
                               objects.policy["metadata"]["name"], args.task_queue)
     outcome = Outcome(130, "interrupted")
@@ -148,7 +148,7 @@ async def _drive(console: Console, args: argparse.Namespace, launch: procs.DemoL
         _say(console, f"fleet Ready: {len(nodes)} nodes {nodes[0]}..{nodes[-1]}; workloads {created}")
         # Boot ids before anything is applied: every later one is a reboot.
         first = LiveSnapshot(record.policy, nodes=await asyncio.to_thread(ops.list_nodes, _node_selector(record)),
-                             interrupt=interrupt_word(objects))
+                             interrupt=interrupt_word(objects), gpus=gpu_watch(objects))
         observe(first)
         started = datetime.now(UTC)
         await asyncio.to_thread(procs.apply_objects, ops.custom, objects)
@@ -184,7 +184,7 @@ async def _snapshot(ops: Ops, record: procs.DemoRecord, snapshot: LiveSnapshot) 
     view = await fleet_view(ops, record.policy, record.packages)
     nodes = await asyncio.to_thread(ops.list_nodes, _node_selector(record))
     fresh = LiveSnapshot(record.policy, view.progress, {v.name: v.progress for v in view.packages}, nodes,
-                         snapshot.elapsed, snapshot.interrupt, snapshot.batches, snapshot.boot_ids)
+                         snapshot.elapsed, snapshot.interrupt, snapshot.batches, snapshot.boot_ids, snapshot.gpus)
     observe(fresh)
     return fresh
 

@@ -25,7 +25,7 @@ from temporalio.service import RPCError
 
 from activities.node_events import EVENT_NAMESPACE
 from api import keys
-from demo.resources import GPU_LABEL, DemoNames, DemoObjects
+from demo.resources import GPU_LABEL, GPUS_PER_NODE, RACK_LABEL, DemoNames, DemoObjects, racks_for
 from fleetsim.context import PREFIX_LABEL
 from fleetsim.kube import Kube
 from fleetsim.workloads import WorkloadSpec, create_workloads
@@ -113,7 +113,8 @@ def start_processes(launch: DemoLaunch, record: DemoRecord) -> None:
     sim = ["sim", "--nodes", str(launch.nodes), "--kubeconfig", stack.kubeconfig,
            "--name-prefix", launch.names.node_prefix, "--labels", "=".join(GPU_LABEL),
            "--sandbox-dir", str(sandbox), "--reboot-seconds", str(REBOOT_SECONDS),
-           "--max-grace-seconds", str(MAX_GRACE_SECONDS), "--delete-on-exit"]
+           "--max-grace-seconds", str(MAX_GRACE_SECONDS), "--delete-on-exit",
+           "--gpus", str(GPUS_PER_NODE), "--racks", str(racks_for(launch.nodes)), "--rack-label", RACK_LABEL]
     if launch.faults is not None:
         sim += ["--faults", str(launch.faults.resolve())]
     plans: list[tuple[str, list[str], dict[str, int]]] = []

@@ -4,7 +4,10 @@ Reads the example YAML files and returns plain dicts (no API calls). Fitting mea
 demo's suffix and every object the demo's run label (so several demos, or tests, share one cluster:
 each demo's bridge watches only its own objects), the Packages select only the
 demo fleet's nodes (fleetsim's prefix label) and name the demo policy, the reboot package waits for
-the fleet's protected training pods, and the canary soak is short enough for a terminal demo.
+the fleet's protected training pods, and the canary soak is short enough for a terminal demo. The
+example's GPU floor (80 %) is kept unless it would keep every node of a small demo fleet out of
+windows (4 nodes of 8 GPUs: 26 of 32 must stay, one node leaves 24): it is then lowered so that one
+node may go (75 % of 4 nodes).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from demo.view import GpuWatch
 from fleetsim.context import PREFIX_LABEL
 from fleetsim.workloads import PROTECTED_LABEL
 
@@ -25,6 +29,15 @@ POLICY_FILE = "policy-gpu-fleet.yaml"
 PACKAGE_FILES = ("package-sysctl-tuning.yaml", "package-kmod-blocklist.yaml")
 # The example Packages select GPU nodes by this label; the demo fleet carries it.
 GPU_LABEL = ("example.com/gpu", "true")
+# The rack label the example policy's topology limit reads; fleetsim puts the demo nodes in racks of 4.
+RACK_LABEL = "example.com/rack"
+NODES_PER_RACK = 4
+GPUS_PER_NODE = 8
+
+
+def racks_for(nodes: int) -> int:
+    """How many racks the demo's nodes fill (4 nodes each, at least 2 so the limit has a choice). Pure."""
+    return max(2, -(-nodes // NODES_PER_RACK))
 # On the demo's policy and Packages; the demo's bridge watches only objects carrying it.
 RUN_LABEL = "demo.noderoll.io/run"
 
@@ -74,6 +87,8 @@ class DemoTuning:
 
     soak_seconds: int = 10
     budget_percent: int | None = None
+    # The demo fleet's size (None: unknown, the floor is kept as the example has it).
+    nodes: int | None = None
 
 
 def _load(name: str) -> dict[str, Any]:
@@ -89,8 +104,19 @@ def fit_policy(example: dict[str, Any], names: DemoNames, tuning: DemoTuning) ->
     if "canary" in spec:
         spec["canary"]["soakSeconds"] = tuning.soak_seconds
     if tuning.budget_percent is not None:
-        spec["default"]["budget"] = {"percent": tuning.budget_percent}
+        # Only the node count: the GPU floor and the rack limit stay.
+        budget = spec["default"]["budget"]
+        budget.pop("count", None)
+        budget["percent"] = tuning.budget_percent
+    floor = spec["default"]["budget"].get("minAvailable")
+    if floor and floor.get("percent") and tuning.nodes:
+        floor["percent"] = min(floor["percent"], floor_percent_for(tuning.nodes))
     return policy
+
+
+def floor_percent_for(nodes: int) -> int:
+    """The highest GPU floor percent that still lets one of `nodes` equal nodes into a window. Pure."""
+    return max(1, min(99, 100 * (nodes - 1) // max(nodes, 1)))
 
 
 def fit_package(example: dict[str, Any], names: DemoNames, policy: str) -> dict[str, Any]:
@@ -114,6 +140,13 @@ def interrupt_word(objects: DemoObjects) -> str:
     the merge), else `interrupt`. Pure."""
     types = {(p["spec"].get("interrupt") or {}).get("type") for p in objects.packages}
     return "reboot" if "reboot" in types else "interrupt"
+
+
+def gpu_watch(objects: DemoObjects) -> GpuWatch:
+    """What the demo watches on the Nodes for the policy's rack limit (the label and its max). Pure."""
+    limits = objects.policy["spec"]["default"]["budget"].get("maxUnavailablePerTopology") or []
+    rack = next((limit for limit in limits if limit["key"] == RACK_LABEL), None)
+    return GpuWatch(rack_label=RACK_LABEL, rack_max=int(rack["max"]) if rack else 0)
 
 
 def demo_objects(names: DemoNames, tuning: DemoTuning) -> DemoObjects:

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from api.enums import State
 from cli.progress_view import disruption_totals, disruptions_text, plural
-from demo.view import LiveSnapshot
+from demo.view import GPU, LiveSnapshot
 from planning.fleet_status import FleetProgress
 from planning.status import RolloutProgress
 from protocol import names
@@ -95,6 +95,20 @@ def _batch_sizes(snapshot: LiveSnapshot) -> str:
         (f"w{wave}:" if len(waves) > 1 else "") + str(n) for (wave, _), n in sorted(sizes.items()))
 
 
+def gpu_rows(snapshot: LiveSnapshot, p: FleetProgress | None) -> list[tuple[str, str]]:
+    """The GPU floor and the rack limit as the Nodes showed them while the demo watched (sampled every poll)."""
+    watch = snapshot.gpus
+    if watch.lowest is None:
+        return []
+    floor = next((c.floor for c in p.capacity if c.resource == GPU), None) if p else None
+    rows = [("GPUs schedulable", f"{watch.lowest} of {watch.total} at the lowest"
+             + (f" (floor {floor})" if floor is not None else "") + " (seen on the Nodes)")]
+    if watch.rack_label:
+        rows.append(("nodes of one rack down", f"{watch.rack_peak} at most"
+                     + (f" (max {watch.rack_max})" if watch.rack_max else "") + " (seen on the Nodes)"))
+    return rows
+
+
 def fleet_summary(outcome: Outcome, evidence: NodeEvidence | None) -> Table:
     """The fleet: phase, waves, batches, windows, and disruptions per node from both sources."""
     snapshot, p = outcome.snapshot, outcome.fleet
@@ -117,6 +131,8 @@ def fleet_summary(outcome: Outcome, evidence: NodeEvidence | None) -> Table:
                       + f" (cordons: {totals['cordons']})")
         table.add_row(f"{word}s", per_node({n: r.interrupts for n, r in p.nodes.items()}, nodes))
     table.add_row("boot id changes", per_node(snapshot.reboots_seen(), nodes) + " (seen on the Nodes)")
+    for label, text in gpu_rows(snapshot, p):
+        table.add_row(label, text)
     if evidence is not None:
         table.add_row("cordon Events", per_node(evidence.cordon_events, nodes) + " (on the Nodes)")
         table.add_row("interrupts recorded", per_node(evidence.interrupts, nodes) + " (on the hosts)")

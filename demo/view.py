@@ -3,8 +3,10 @@
 A `LiveSnapshot` is what one poll saw: the fleet's progress (phase, wave, batch, canary, per node its
 state and disruptions), each Package's progress, and the Nodes (flags, per-package state, boot id).
 `observe(snapshot)` carries forward what only a sequence of snapshots shows: the batch in which each
-node was first seen in a window, and every boot id each node had (a new one per reboot: an count of
-reboots independent of noderoll's own accounting). `render_live` draws a snapshot; `change_lines`
+node was first seen in a window, every boot id each node had (a new one per reboot: an count of
+reboots independent of noderoll's own accounting), and, read off the Nodes themselves, the fewest
+GPUs schedulable (Ready, uncordoned, in no window) and the most nodes of one rack down at once
+(`GpuWatch`: the demo policy's floor and rack limit, seen from outside noderoll). `render_live` draws a snapshot; `change_lines`
 gives one line per change between two, so CI logs stay readable.
 """
 
@@ -16,7 +18,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from api.enums import State
+from api import keys
+from api.enums import NodeStatus, State
+from api.quantity import parse_quantity
 from cli.ops_client import NodeRow
 from cli.progress_view import (
     STATE_STYLE,
@@ -30,12 +34,52 @@ from cli.progress_view import (
     phase_text,
     plural,
 )
+from planning.disruption import describe, noun
 from planning.fleet_status import FleetProgress, NodeProgress
 from planning.status import RolloutProgress
 from protocol import names
 
 # Node states in the fleet's progress that mean "not reached by a window yet".
 _NOT_REACHED = {State.WAITING.value, State.BLOCKED.value}
+GPU = "nvidia.com/gpu"
+
+
+@dataclass
+class GpuWatch:
+    """The GPU floor and the rack limit as the Nodes show them, over every snapshot the demo took."""
+
+    rack_label: str = ""
+    # The policy's rack limit (0: none).
+    rack_max: int = 0
+    # Fewest GPUs on Ready, uncordoned nodes in no window seen (None before the first snapshot), and the total.
+    lowest: int | None = None
+    total: int = 0
+    # Most nodes of one rack down (in a window, cordoned or NotReady) at once.
+    rack_peak: int = 0
+
+    def note(self, nodes: list[NodeRow]) -> None:
+        """Take one snapshot of the Nodes into account."""
+        up, total, down = 0, 0, {}
+        for node in nodes:
+            gpus = _units(node.allocatable.get(GPU, "0"))
+            total += gpus
+            out = node.cordoned or not node.ready or node.status == NodeStatus.IN_PROGRESS.value
+            if not out:
+                up += gpus
+            elif self.rack_label:
+                rack = node.labels.get(self.rack_label, "")
+                down[rack] = down.get(rack, 0) + 1
+        if nodes:
+            self.total = total
+            self.lowest = up if self.lowest is None else min(self.lowest, up)
+            self.rack_peak = max([self.rack_peak, *down.values()])
+
+
+def _units(quantity: str) -> int:
+    try:
+        return int(parse_quantity(quantity))
+    except ValueError:
+        return 0
 
 
 @dataclass
@@ -54,6 +98,7 @@ class LiveSnapshot:
     batches: dict[str, tuple[int, int]] = field(default_factory=dict)
     # node -> every boot id seen, in order.
     boot_ids: dict[str, list[str]] = field(default_factory=dict)
+    gpus: GpuWatch = field(default_factory=GpuWatch)
 
     def reboots_seen(self) -> dict[str, int]:
         """node -> boot id changes seen while the demo watched."""
@@ -63,6 +108,7 @@ class LiveSnapshot:
 def observe(snapshot: LiveSnapshot) -> None:
     """Record each newly reached node under the fleet's current (wave, batch), and new boot ids."""
     progress = snapshot.progress
+    snapshot.gpus.note(snapshot.nodes)
     for node in snapshot.nodes:
         ids = snapshot.boot_ids.setdefault(node.name, [])
         if node.boot_id and (not ids or ids[-1] != node.boot_id):
@@ -100,6 +146,22 @@ def fleet_line(snapshot: LiveSnapshot) -> str:
             f"canary {p.canary_phase}, {count(p.counts, State.COMPLETE)}/{p.total_nodes} nodes complete")
 
 
+def _flags(node: NodeRow) -> str:
+    """The node's flags, and `upcoming` while drain-ahead marks it."""
+    flags = node_flags(node)
+    return f"{flags}, upcoming" if node.labels.get(keys.UPCOMING_KEY) == keys.UPCOMING_VALUE else flags
+
+
+def budget_line(snapshot: LiveSnapshot) -> str:
+    """`GPUs: 160 of 192 available (floor 154); waiting: ...`: the fleet's floors and why it holds nodes back."""
+    p = snapshot.progress
+    if p is None or not (p.capacity or p.waits):
+        return ""
+    floors = "; ".join(f"{noun(c.resource)}: {c.available:,} of {c.total:,} available with the batch out "
+                       f"(floor {c.floor:,})" for c in p.capacity)
+    return "; ".join(filter(None, [floors, describe(p.waits)]))
+
+
 def _node_disruption(progress: NodeProgress | None, interrupt: str) -> str:
     if progress is None or not progress.windows:
         return "-"
@@ -118,6 +180,8 @@ def render_live(snapshot: LiveSnapshot) -> Group:
         header.append(f"  wave {p.wave}, batch {batch_text(p.batch_number, p.batch_size)}, canary {p.canary_phase}, "
                       f"{count(p.counts, State.COMPLETE)}/{p.total_nodes} nodes complete")
     parts.append(header)
+    if budget_line(snapshot):
+        parts.append(Text(f"  {budget_line(snapshot)}", style="cyan"))
     parts.extend(_batch_lines(snapshot))
     for package, progress in sorted(snapshot.packages.items()):
         line = Text(f"  {package} {progress.version}: ")
@@ -129,11 +193,13 @@ def render_live(snapshot: LiveSnapshot) -> Group:
     if p is not None:
         parts.append(Text(f"  disruptions: {disruptions_text(p.nodes, snapshot.interrupt)}"))
     grid = Table(box=None, padding=(0, 1), show_edge=False)
-    for column in ("NODE", "ZONE", "NODE STATE", *sorted(snapshot.packages), "DISRUPTIONS"):
+    rack = snapshot.gpus.rack_label
+    for column in ("NODE", "ZONE", *(["RACK"] if rack else []), "NODE STATE", *sorted(snapshot.packages), "DISRUPTIONS"):
         grid.add_column(column)
     for node in snapshot.nodes:
         reported = p.nodes.get(node.name) if p else None
-        grid.add_row(node.name, node.labels.get(ZONE_LABEL, "-"), node_flags(node),
+        grid.add_row(node.name, node.labels.get(ZONE_LABEL, "-"), *([node.labels.get(rack, "-")] if rack else []),
+                     _flags(node),
                      *(entry_cell(node, node.packages.get(name)) for name in sorted(snapshot.packages)),
                      _node_disruption(reported, snapshot.interrupt))
     parts.append(grid)
@@ -150,6 +216,8 @@ def change_lines(before: LiveSnapshot | None, after: LiveSnapshot) -> list[str]:
     stamp = f"[{after.elapsed:6.1f}s]"
     if before is None or _fleet_key(before.progress) != _fleet_key(after.progress):
         lines.append(f"{stamp} {fleet_line(after)}")
+    if budget_line(after) and (before is None or budget_line(before) != budget_line(after)):
+        lines.append(f"{stamp} {budget_line(after)}")
     old_packages = before.packages if before else {}
     for package, p in sorted(after.packages.items()):
         old = old_packages.get(package)
@@ -161,8 +229,8 @@ def change_lines(before: LiveSnapshot | None, after: LiveSnapshot) -> list[str]:
     reports = after.progress.nodes if after.progress else {}
     for node in after.nodes:
         old_node = old_nodes.get(node.name)
-        if old_node is not None and node_flags(old_node) != node_flags(node):
-            lines.append(f"{stamp} {node.name}: {node_flags(node)}")
+        if old_node is not None and _flags(old_node) != _flags(node):
+            lines.append(f"{stamp} {node.name}: {_flags(node)}")
         for package in sorted(after.packages):
             entry = node.packages.get(package)
             old_entry = old_node.packages.get(package) if old_node else None

@@ -1,7 +1,7 @@
 """`noderoll sim`: run a simulated fleet against a kube-apiserver until interrupted. Does I/O.
 
 Contract: `noderoll sim --nodes N --kubeconfig PATH [--labels k=v,...] [--faults FILE]`; the other
-flags are documented in docs/fleetsim.md. Without --kubeconfig, `$KUBECONFIG` or the running dev
+flags (GPUs per node `--gpus 4,8`, `--racks`, `--domains`, timings, faults) are documented in docs/fleetsim.md. Without --kubeconfig, `$KUBECONFIG` or the running dev
 stack (`noderoll dev up`) is used.
 """
 
@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from fleetsim.context import FleetOptions
+from fleetsim.context import RACK_LABEL, FleetOptions
 from fleetsim.faults import Faults, load_faults_file, parse_flag
 from fleetsim.fleet import Fleet
 from fleetsim.workloads import WorkloadSpec, create_workloads
@@ -47,6 +47,17 @@ def parse_taints(text: str) -> list[dict[str, str]]:
     return taints
 
 
+def parse_gpus(text: str) -> list[int]:
+    """`8` or `4,8` (cycled over the nodes) into GPU counts. Pure."""
+    try:
+        counts = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        counts = []
+    if not counts or any(c < 0 for c in counts):
+        raise argparse.ArgumentTypeError(f"--gpus {text!r}: give GPU counts per node, e.g. 8 or 4,8 (cycled)")
+    return counts
+
+
 def register(subparsers: Any) -> None:
     """Add `noderoll sim`."""
     p = subparsers.add_parser("sim", help="simulate N GPU nodes (kubelets, reboots, package pods) against an API server")
@@ -56,6 +67,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--labels", type=parse_labels, default={}, help="extra node labels k=v,k2=v2")
     p.add_argument("--register-with-taints", type=parse_taints, default=[], metavar="KEY=VALUE:EFFECT,...",
                    help="taints every node has when it is created (as kubelet's flag)")
+    p.add_argument("--gpus", type=parse_gpus, default=[8], metavar="N[,N...]",
+                   help="allocatable nvidia.com/gpu per node, cycled over the nodes (4,8: alternating; default 8)")
+    p.add_argument("--racks", type=int, default=0,
+                   help="spread the nodes over N racks in contiguous blocks (label fleetsim.noderoll.io/rack=r0...)")
+    p.add_argument("--rack-label", default=RACK_LABEL, help=f"label key of the rack (default {RACK_LABEL})")
+    p.add_argument("--domains", type=int, default=0,
+                   help="and over N NVLink domains (label fleetsim.noderoll.io/nvlink-domain=d0...)")
     p.add_argument("--faults", type=Path, help="faults file (YAML/JSON), reloaded when it changes")
     p.add_argument("--name-prefix", default="sim", help="node names are <prefix>-000... (default sim)")
     p.add_argument("--sandbox-dir", type=Path, help="per-node host roots (default /tmp/noderoll-fleetsim/<prefix>)")
@@ -117,6 +135,10 @@ def run(args: argparse.Namespace) -> int:
         name_prefix=args.name_prefix,
         labels=args.labels,
         register_taints=args.register_with_taints,
+        gpus=args.gpus,
+        racks=max(0, args.racks),
+        domains=max(0, args.domains),
+        rack_label=args.rack_label,
         sandbox_dir=args.sandbox_dir or Path("/tmp/noderoll-fleetsim") / args.name_prefix,
         image_stores=args.image_store,
         faults=_faults(args),
@@ -136,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
         if args.faults:
             _watch_faults_file(fleet, args.faults, len(args.fail_stage) + len(args.hang_stage))
         if args.workloads:
-            spec = WorkloadSpec(namespace=args.workload_namespace, prefix=args.name_prefix, nodes=fleet.node_names)
+            spec = WorkloadSpec(namespace=args.workload_namespace, prefix=args.name_prefix, nodes=fleet.node_names,
+                                gpus=fleet.gpus())
             print(f"fleetsim: workloads {create_workloads(fleet.ctx.kube, spec)}", flush=True)
         stop.wait()
     finally:

@@ -18,6 +18,9 @@ from fleetsim.scheduler import Scheduler
 
 SIM_LABEL = "fleetsim.noderoll.io/simulated"
 PREFIX_LABEL = "fleetsim.noderoll.io/prefix"
+# Topology labels of simulated nodes (`--racks`, `--domains`): contiguous blocks of node indexes.
+RACK_LABEL = "fleetsim.noderoll.io/rack"
+DOMAIN_LABEL = "fleetsim.noderoll.io/nvlink-domain"
 RUN_SECONDS_ANNOTATION = "fleetsim.noderoll.io/run-seconds"
 
 
@@ -43,6 +46,14 @@ class FleetOptions:
     # Seconds between a stage pod being bound and its containers starting (what a kubelet spends on
     # the pod sandbox and image pulls); 0 starts it at once.
     pod_startup_seconds: float = 1.0
+    # GPUs per node (allocatable `nvidia.com/gpu`), cycled over the node indexes: [4, 8] alternates;
+    # 0 gives a node no GPU resource.
+    gpus: list[int] = field(default_factory=lambda: [8])
+    # Racks and NVLink domains the nodes are spread over (contiguous blocks; 0: no such label), and
+    # the label key of the rack.
+    racks: int = 0
+    domains: int = 0
+    rack_label: str = RACK_LABEL
 
 
 @dataclass

@@ -45,6 +45,10 @@ class Fleet:
         """The host root of a simulated node."""
         return self.ctx.sandbox(node)
 
+    def gpus(self) -> dict[str, int]:
+        """Node name -> its GPUs (allocatable `nvidia.com/gpu`, `FleetOptions.gpus` cycled)."""
+        return {n.name: nodes.gpus_of(self.options, n.index) for n in self.ctx.nodes.values()}
+
     def boot_id(self, node: str) -> str:
         """The node's current boot id as fleetsim knows it."""
         return self.ctx.nodes[node].boot_id

@@ -14,7 +14,15 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from fleetsim.context import PREFIX_LABEL, SIM_LABEL, SimContext, SimNode
+from fleetsim.context import (
+    DOMAIN_LABEL,
+    PREFIX_LABEL,
+    RACK_LABEL,
+    SIM_LABEL,
+    FleetOptions,
+    SimContext,
+    SimNode,
+)
 from fleetsim.kube import KUBELET_RETRY_SECONDS, MERGE_PATCH, STRATEGIC_PATCH, KubeError, quoted, until_landed
 
 log = logging.getLogger(__name__)
@@ -23,8 +31,27 @@ LEASE_NAMESPACE = "kube-node-lease"
 GPU_PRODUCTS = ("NVIDIA-H100-80GB-HBM3", "NVIDIA-A100-SXM4-80GB", "NVIDIA-L40S")
 ZONES = ("zone-a", "zone-b", "zone-c")
 TIER_LABEL = "fleetsim.noderoll.io/tier"
-CAPACITY = {"cpu": "96", "memory": "1056Gi", "pods": "110", "nvidia.com/gpu": "8", "ephemeral-storage": "3500Gi"}
-ALLOCATABLE = {"cpu": "95", "memory": "1050Gi", "pods": "110", "nvidia.com/gpu": "8", "ephemeral-storage": "3400Gi"}
+GPU_RESOURCE = "nvidia.com/gpu"
+CAPACITY = {"cpu": "96", "memory": "1056Gi", "pods": "110", GPU_RESOURCE: "8", "ephemeral-storage": "3500Gi"}
+ALLOCATABLE = {"cpu": "95", "memory": "1050Gi", "pods": "110", GPU_RESOURCE: "8", "ephemeral-storage": "3400Gi"}
+
+
+def gpus_of(options: FleetOptions, index: int) -> int:
+    """GPUs of node `index`: `options.gpus` cycled over the indexes. Pure."""
+    return options.gpus[index % len(options.gpus)] if options.gpus else 0
+
+
+def block(index: int, total: int, blocks: int) -> int:
+    """The contiguous block (rack, domain) of node `index` among `blocks` over `total` nodes. Pure."""
+    return index * blocks // max(total, 1)
+
+
+def resources(table: dict[str, str], gpus: int) -> dict[str, str]:
+    """A capacity or allocatable table with `gpus` GPUs (none: no GPU resource at all). Pure."""
+    out = {k: v for k, v in table.items() if k != GPU_RESOURCE}
+    if gpus:
+        out[GPU_RESOURCE] = str(gpus)
+    return out
 
 
 def now_rfc3339() -> str:
@@ -48,21 +75,29 @@ def node_ip(index: int) -> str:
 
 
 def node_labels(ctx: SimContext, node: SimNode) -> dict[str, str]:
-    """Labels of a simulated node: GPU product, zone over 3 zones, tier, hostname; plus --labels. Pure."""
+    """Labels of a simulated node: GPU product and count, zone over 3 zones, tier, hostname, rack and
+    NVLink domain (with --racks, --domains); plus --labels. Pure."""
+    options = ctx.options
+    gpus = gpus_of(options, node.index)
     labels = {
         "kubernetes.io/hostname": node.name,
         "kubernetes.io/os": "linux",
         "kubernetes.io/arch": "amd64",
-        "node.kubernetes.io/instance-type": "sim.gpu8",
-        "nvidia.com/gpu.product": GPU_PRODUCTS[node.index % len(GPU_PRODUCTS) if node.index % 5 else 0],
-        "nvidia.com/gpu.count": "8",
+        "node.kubernetes.io/instance-type": f"sim.gpu{gpus}" if gpus else "sim.cpu",
         "topology.kubernetes.io/zone": ZONES[node.index % len(ZONES)],
         # Every tenth node is a staging node: a natural canary/compartment selector.
         TIER_LABEL: "staging" if node.index % 10 == 0 else "production",
         SIM_LABEL: "true",
-        PREFIX_LABEL: ctx.options.name_prefix,
+        PREFIX_LABEL: options.name_prefix,
     }
-    labels.update(ctx.options.labels)
+    if gpus:
+        labels["nvidia.com/gpu.product"] = GPU_PRODUCTS[node.index % len(GPU_PRODUCTS) if node.index % 5 else 0]
+        labels["nvidia.com/gpu.count"] = str(gpus)
+    if options.racks:
+        labels[options.rack_label or RACK_LABEL] = f"r{block(node.index, options.nodes, options.racks)}"
+    if options.domains:
+        labels[DOMAIN_LABEL] = f"d{block(node.index, options.nodes, options.domains)}"
+    labels.update(options.labels)
     return labels
 
 
@@ -79,8 +114,8 @@ def ready_condition(ready: bool, message: str) -> dict[str, str]:
     }
 
 
-def node_status(node: SimNode) -> dict[str, Any]:
-    """The full status fleetsim posts at registration. Pure (apart from the clock)."""
+def node_status(node: SimNode, gpus: int = 8) -> dict[str, Any]:
+    """The full status fleetsim posts at registration, with `gpus` GPUs. Pure (apart from the clock)."""
     now = now_rfc3339()
     pressure = [
         {"type": kind, "status": "False", "reason": f"KubeletHas{reason}", "message": "fleetsim",
@@ -89,8 +124,8 @@ def node_status(node: SimNode) -> dict[str, Any]:
                              ("PIDPressure", "SufficientPID"))
     ]
     return {
-        "capacity": CAPACITY,
-        "allocatable": ALLOCATABLE,
+        "capacity": resources(CAPACITY, gpus),
+        "allocatable": resources(ALLOCATABLE, gpus),
         "conditions": [*pressure, ready_condition(True, "fleetsim is posting ready status")],
         "addresses": [{"type": "InternalIP", "address": node_ip(node.index)}, {"type": "Hostname", "address": node.name}],
         "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
@@ -124,7 +159,8 @@ def register_node(ctx: SimContext, node: SimNode) -> None:
         # Adopt a node left by an earlier run with the same prefix: refresh labels, keep the rest.
         created = ctx.kube.request("PATCH", f"/api/v1/nodes/{quoted(node.name)}", {"metadata": body["metadata"]}, content_type=MERGE_PATCH)
     node.uid = created["metadata"]["uid"]
-    ctx.kube.request("PATCH", f"/api/v1/nodes/{quoted(node.name)}/status", {"status": node_status(node)}, content_type=STRATEGIC_PATCH)
+    status = node_status(node, gpus_of(ctx.options, node.index))
+    ctx.kube.request("PATCH", f"/api/v1/nodes/{quoted(node.name)}/status", {"status": status}, content_type=STRATEGIC_PATCH)
     try:
         ctx.kube.request("POST", f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases", _lease_body(node))
     except KubeError as err:

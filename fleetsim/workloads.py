@@ -34,6 +34,8 @@ class WorkloadSpec:
     deployments: int = 2
     replicas: int | None = None  # default: min(len(nodes), 4)
     max_unavailable: int = 1
+    # GPUs a training pod asks for on each node (absent: 8, the default fleet's; 0: none).
+    gpus: dict[str, int] = field(default_factory=dict)
 
 
 def _create(kube: Kube, path: str, body: dict[str, Any]) -> None:
@@ -51,6 +53,11 @@ def _create(kube: Kube, path: str, body: dict[str, Any]) -> None:
         time.sleep(0.5)
 
 
+def _gpu_limits(gpus: int) -> dict[str, Any]:
+    # The whole node's GPUs, as a training job takes them (a real kubelet refuses more than the node has).
+    return {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}
+
+
 def training_pod(spec: WorkloadSpec, index: int, node: str) -> dict[str, Any]:
     """A training-job-like pod pinned to a node. Pure."""
     labels = {"app": f"{spec.prefix}-training", KIND_LABEL: "training"}
@@ -66,7 +73,7 @@ def training_pod(spec: WorkloadSpec, index: int, node: str) -> dict[str, Any]:
             "restartPolicy": "Never",
             "terminationGracePeriodSeconds": 30,
             "containers": [{"name": "trainer", "image": "example.local/trainer:1", "command": ["train"],
-                            "resources": {"limits": {"nvidia.com/gpu": "8"}}}],
+                            "resources": _gpu_limits(spec.gpus.get(node, 8))}],
         },
     }
 

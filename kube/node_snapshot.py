@@ -47,6 +47,8 @@ class NodeFacts:
     cordoned_by: str = ""
     boot_id: str = ""
     ready: bool = False
+    # `status.allocatable`: resource -> quantity (what capacity floors count).
+    allocatable: dict[str, str] = field(default_factory=dict)
 
 
 def _json_parts(node: client.V1Node) -> dict[str, Any]:
@@ -67,6 +69,7 @@ def _json_parts(node: client.V1Node) -> dict[str, Any]:
         "status": {
             "conditions": [{"type": c.type, "status": c.status} for c in (status.conditions if status else None) or []],
             "nodeInfo": {"bootID": info.boot_id if info else ""},
+            "allocatable": dict(status.allocatable or {}) if status else {},
         },
     }
 
@@ -97,10 +100,11 @@ def node_facts(node: client.V1Node | Mapping[str, Any]) -> NodeFacts:
         cordoned_by=str(annotations.get(CORDONED_BY_ANNOTATION) or ""),
         boot_id=str((status.get("nodeInfo") or {}).get("bootID") or ""),
         ready=_condition(conditions, "Ready") == "True",
+        allocatable={str(k): str(v) for k, v in (status.get("allocatable") or {}).items()},
     )
 
 
 def node_view(node: NodeFacts) -> NodeView:
     """The pure core's view of a snapshot (target selection, node marks, the bridge's decisions)."""
     return NodeView(node.name, node.labels, node.taints, node.state_annotation, node.status_label,
-                    node.state_malformed)
+                    node.state_malformed, node.ready, node.unschedulable, node.allocatable)

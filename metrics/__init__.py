@@ -102,6 +102,22 @@ COMPARTMENT_PROGRESS = Gauge(
     "Share of a fleet compartment's nodes finished in the current wave (succeeded or failed), 0 to 1.",
     ["policy", "compartment"],
 )
+CAPACITY_AVAILABLE = Gauge(
+    "noderoll_capacity_available",
+    "Units of a capacity floor's resource on Ready, uncordoned nodes in no window, in a DeploymentPolicy "
+    "compartment, with the fleet's latest batch out.",
+    ["policy", "compartment", "resource"],
+)
+CAPACITY_FLOOR = Gauge(
+    "noderoll_capacity_floor",
+    "A DeploymentPolicy compartment's capacity floor (budget.minAvailable) in units of its resource.",
+    ["policy", "compartment", "resource"],
+)
+BUDGET_NODES_HELD = Gauge(
+    "noderoll_budget_nodes_held",
+    "Nodes a capacity floor or topology limit held back at the fleet's latest batch plan, by rule.",
+    ["policy", "compartment", "rule"],
+)
 BRIDGE_WATCH_RESTARTS = Counter(
     "noderoll_bridge_watch_restarts_total",
     "Times the bridge restarted a Kubernetes watch (expired resourceVersion, dropped stream, error).",
@@ -129,6 +145,9 @@ ALL_METRICS: tuple[MetricWrapperBase, ...] = (
     FLEET_ETA_SECONDS,
     FLEET_ETA_TIMESTAMP,
     COMPARTMENT_PROGRESS,
+    CAPACITY_AVAILABLE,
+    CAPACITY_FLOOR,
+    BUDGET_NODES_HELD,
     BRIDGE_WATCH_RESTARTS,
     BRIDGE_RECONCILE_ERRORS,
 )
@@ -245,6 +264,24 @@ def set_compartment_progress(policy: str, compartment: str, ratio: float) -> Non
     COMPARTMENT_PROGRESS.labels(policy=policy, compartment=compartment).set(ratio)
 
 
+def set_capacity(policy: str, compartment: str, resource: str, available: int, floor: int) -> None:
+    """Publish a capacity floor: units available with the latest batch out, and the floor."""
+    CAPACITY_AVAILABLE.labels(policy=policy, compartment=compartment, resource=resource).set(available)
+    CAPACITY_FLOOR.labels(policy=policy, compartment=compartment, resource=resource).set(floor)
+
+
+def set_nodes_held(policy: str, held: dict[tuple[str, str], int]) -> None:
+    """Replace the nodes held back per (compartment, rule) of `policy`'s fleet: pairs seen before and
+    absent now drop to 0."""
+    with _lock:
+        previous = _known_held.setdefault(policy, set())
+        for compartment, rule in previous - set(held):
+            BUDGET_NODES_HELD.labels(policy=policy, compartment=compartment, rule=rule).set(0)
+        for (compartment, rule), value in held.items():
+            BUDGET_NODES_HELD.labels(policy=policy, compartment=compartment, rule=rule).set(value)
+        previous.update(held)
+
+
 def record_watch_restart(kind: str) -> None:
     """Count one restart of the bridge's watch on `kind` (`Package`, `DeploymentPolicy`, `Node`)."""
     BRIDGE_WATCH_RESTARTS.labels(kind=kind).inc()
@@ -275,6 +312,8 @@ _lock = threading.Lock()
 # Label sets set per package, so a deleted Package's series can be removed (and dropped pairs zeroed).
 _known_pairs: dict[str, set[tuple[str, str]]] = {}
 _known_phases: dict[str, set[str]] = {}
+# (compartment, rule) pairs of nodes held back, per policy (dropped pairs go to 0).
+_known_held: dict[str, set[tuple[str, str]]] = {}
 _servers: list[ThreadingHTTPServer] = []
 
 

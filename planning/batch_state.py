@@ -14,6 +14,7 @@ from enum import StrEnum
 from api.enums import CanaryPhase, Promotion, StrategyType
 from api.policy import DeploymentPolicySpec
 from planning.compartments import NodeInfo, absolute_budget
+from planning.disruption import CapacityUse, WaitNote
 
 
 class Verdict(StrEnum):
@@ -88,6 +89,10 @@ class BatchPlannerState:
     current: dict[str, list[str]] = field(default_factory=dict)
     halted: bool = False
     halt_reason: str = ""
+    # Capacity floors and topology limits at the latest batch plan (planning/disruption.py): the nodes
+    # they held back, and each floor with that batch out. Empty for a policy without them.
+    waits: list[WaitNote] = field(default_factory=list)
+    capacity: list[CapacityUse] = field(default_factory=list)
 
     @property
     def current_batch(self) -> list[str]:

@@ -20,6 +20,11 @@ Rules:
 * Every batch is capped by the compartment's absolute budget and by the nodes it has left, so a
   batch never disrupts more nodes at once than the budget (NodeWright's strategies ignore the
   budget). A batch takes nodes from every compartment that has nodes left, each by its own size.
+* Capacity floors and topology limits (given a `planning.disruption.Supply`): the canary and every
+  batch take nodes in order, skipping each node that may not enter a window with the nodes already
+  taken (`Tally.check`), so a batch may be smaller than its size, or empty: the planner then starts
+  nothing and `state.waits` says why; `state.capacity` shows each floor with the batch out. The
+  skipped nodes stay first in line for the next batch.
 * Evaluation per compartment: nodes neither succeeded nor failed (blocked, skipped) do not count;
   a batch where none finished is not evaluated. A batch fails when
   `succeeded * 100 / (succeeded + failed) < batchThreshold`. A failed batch increments the
@@ -46,6 +51,7 @@ from planning.batch_state import (
     Verdict,
 )
 from planning.compartments import NodeInfo, assign_compartments, order_key
+from planning.disruption import Supply, Tally, Wait, notes
 
 # Re-exported: callers import the planner's types from here.
 __all__ = [
@@ -134,8 +140,30 @@ def planner_phase(state: BatchPlannerState, remaining: Collection[str]) -> Plann
     return PlannerPhase.READY if any(n in known for n in remaining) else PlannerPhase.DONE
 
 
+class _Admission:
+    """Floors and topology limits while one batch is picked (admit-all without a `Supply`)."""
+
+    def __init__(self, supply: Supply | None) -> None:
+        self.tally = Tally(supply) if supply is not None else None
+        self.waits: list[Wait] = []
+        self.held: set[str] = set()
+
+    def admit(self, node: str) -> bool:
+        """True (and the node counted out) when it may enter a window with the nodes admitted so far."""
+        if self.tally is None:
+            return True
+        wait = self.tally.check(node)
+        if wait is not None:
+            if node not in self.held:
+                self.held.add(node)
+                self.waits.append(wait)
+            return False
+        self.tally.take(node)
+        return True
+
+
 def _take_canary(
-    state: BatchPlannerState, remaining: Collection[str], cover: Sequence[Collection[str]] = ()
+    state: BatchPlannerState, remaining: Collection[str], cover: Sequence[Collection[str]], admission: _Admission
 ) -> dict[str, list[str]]:
     pool = sorted(
         (order_key(n, state.identity), n, c.name)
@@ -151,7 +179,7 @@ def _take_canary(
     for _, node, comp in pool:
         if sum(len(v) for v in taken.values()) >= state.canary_count:
             break
-        if fits(comp):
+        if fits(comp) and admission.admit(node):
             taken.setdefault(comp, []).append(node)
     # Every group in `cover` (e.g. the nodes carrying one changed Package) gets a canary node,
     # within the budgets, even when that makes the canary larger than `canary.count`.
@@ -159,30 +187,44 @@ def _take_canary(
         if any(n in group for nodes in taken.values() for n in nodes):
             continue
         for _, node, comp in pool:
-            if node in group and fits(comp):
+            if node in group and fits(comp) and node not in admission.held and admission.admit(node):
                 taken.setdefault(comp, []).append(node)
                 break
     return taken
 
 
+def _take(comp: CompartmentState, left: list[str], size: int, admission: _Admission) -> list[str]:
+    """Up to `size` nodes of `left`, in order, each admitted by the floors and topology limits."""
+    taken: list[str] = []
+    for node in left:
+        if len(taken) >= size:
+            break
+        if admission.admit(node):
+            taken.append(node)
+    return taken
+
+
 def next_batch(
-    state: BatchPlannerState, remaining: Collection[str], cover: Sequence[Collection[str]] = ()
+    state: BatchPlannerState, remaining: Collection[str], cover: Sequence[Collection[str]] = (),
+    supply: Supply | None = None,
 ) -> list[str]:
     """The next nodes to start, from `remaining` (nodes that still need the package).
 
     `cover`: groups of nodes of which the canary must take at least one each (a fleet passes,
-    per Package its wave changes, the nodes that would carry it).
+    per Package its wave changes, the nodes that would carry it). `supply`: the fleet's nodes as
+    the capacity floors and topology limits see them (None: the policy has neither).
 
     Returns the batch that is out again when one is (idempotent), and [] when the planner is
-    halted, holding a canary, or has nothing left. Nodes not known to the planner are ignored:
-    call `add_nodes` first.
+    halted, holding a canary, has nothing left, or the floors and topology limits hold every node
+    (`state.waits`). Nodes not known to the planner are ignored: call `add_nodes` first.
     """
     if state.halted or state.canary_phase in (CanaryPhase.SOAKING, CanaryPhase.AWAITING_PROMOTION):
         return state.current_batch
     if state.current:
         return state.current_batch
+    admission = _Admission(supply)
     if state.canary_count and state.canary_phase is CanaryPhase.NONE:
-        batch = _take_canary(state, remaining, cover)
+        batch = _take_canary(state, remaining, cover, admission)
         if batch:
             state.canary_phase = CanaryPhase.RUNNING
             state.canary_nodes = sorted(n for v in batch.values() for n in v)
@@ -193,7 +235,11 @@ def next_batch(
             if comp.halted or not left:
                 continue
             size = max(1, min(comp.next_size, comp.budget, len(left)))
-            batch[comp.name] = left[:size]
+            taken = _take(comp, left, size, admission)
+            if taken:
+                batch[comp.name] = taken
+    state.waits = notes(admission.waits)
+    state.capacity = admission.tally.use() if admission.tally is not None else []
     if batch:
         state.batch_number += 1
         state.current = batch

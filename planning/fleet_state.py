@@ -24,10 +24,13 @@ pending again at a later listing (the node's record was removed or reset: it is 
 A window carries a dependent only together with each of its dependencies pending on that node: a
 dependency paused by signal (or answered erroring or blocked) keeps its dependents out, as
 `spec.paused` does in target selection.
+`upcoming` and `window_seconds`: drain-ahead's marks and the window durations its estimate reads
+(`planning/drain_ahead.py`); `preview_next` is the batch the planner would give next.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections.abc import Collection, Mapping
@@ -36,7 +39,8 @@ from datetime import datetime, timedelta
 
 from api.enums import CanaryPhase, State
 from api.policy import DeploymentPolicySpec
-from planning import batches
+from planning import batches, disruption
+from planning import drain_ahead as ahead
 from planning import fleet_rerun as rerun
 from planning import fleet_rollback as rollbacks
 from planning import gates as gate_rules
@@ -134,6 +138,10 @@ class FleetState:
     timings: Timings = field(default_factory=Timings)
     # The promotion across clusters (`spec.clusters`, a named cluster; planning.cluster_turns).
     turns: ClusterTurns = field(default_factory=ClusterTurns)
+    # Drain-ahead: node -> RFC 3339 time the fleet's `noderoll.io/upcoming` mark was written; the
+    # durations (seconds) of the latest answered windows (planning.drain_ahead).
+    upcoming: dict[str, str] = field(default_factory=dict)
+    window_seconds: list[float] = field(default_factory=list)
 
 
 # --- desired state ---------------------------------------------------------------------------
@@ -303,6 +311,31 @@ def remaining(state: FleetState) -> set[str]:
     return startable(state) | set(state.in_flight)
 
 
+def supply(state: FleetState, policy: DeploymentPolicySpec) -> disruption.Supply | None:
+    """The latest listing as the policy's capacity floors and topology limits see it, with the fleet's
+    windows out (None when the policy has neither: `batches.next_batch` then admits every node)."""
+    planner = state.planner
+    compartments = {n: c.name for c in planner.compartments.values() for n in c.nodes} if planner else {}
+    return disruption.supply_of(policy, state.targets, compartments, state.in_flight)
+
+
+def preview_next(state: FleetState, policy: DeploymentPolicySpec) -> list[str]:
+    """The batch the planner would give after the batch out, if that batch succeeds (and a canary is
+    promoted), over the latest listing with this fleet's windows ended. Changes nothing in `state`."""
+    if state.planner is None:
+        return []
+    planner = copy.deepcopy(state.planner)
+    out = planner.current_batch
+    if planner.current:
+        batches.record_batch_result(planner, out, [])
+    batches.promote_canary(planner)
+    ended = set(out) | set(state.in_flight)
+    snap = supply(state, policy)
+    snap = disruption.after_windows(snap, ended) if snap is not None else None
+    cover = [[n for n in group if n not in ended] for group in canary_cover(state)]
+    return batches.next_batch(planner, startable(state) - ended, [g for g in cover if g], snap)
+
+
 def canary_cover(state: FleetState) -> list[list[str]]:
     """For each Package the wave changes: the startable nodes that would carry it (the canary takes one of each)."""
     ready = sorted(startable(state))
@@ -367,6 +400,9 @@ def record_result(state: FleetState, result: WindowResult, now: str = "") -> boo
     del state.in_flight[result.node]
     if result.withdrawn:
         return True
+    if now and flight.sent_at:
+        seconds = (datetime.fromisoformat(now) - datetime.fromisoformat(flight.sent_at)).total_seconds()
+        ahead.keep_duration(state.window_seconds, max(0.0, seconds))
     if flight.rollback:
         if state.rollback is not None:  # None: `resume` gave the rollback up meanwhile
             rollbacks.answered(state.rollback, result)

@@ -23,9 +23,13 @@
 * for the fleet: the next opening of a maintenance window while it waits for one (`next_window`),
   the analysis gate that halted it (`gate_failure`: gate, query, value, time), each gate's
   latest sample (`gates`) and the rollback of the wave's failed canary (`rollback`).
-`details_note` is what the Temporal UI's details line adds for a waiting, gate-halted or rolled-back fleet.
 * for a cluster's fleet whose policy has `spec.clusters` (ADR 0017): the last view of
   `global/<policy>` (`global_rollout`: the stage, every cluster's state);
+* for a policy with capacity floors or topology limits (ADR 0015), as of the latest batch plan: each
+  floor with that batch out (`capacity`: units available, floor, total, nodes down for other
+  reasons) and the nodes each rule held back with the first reason (`waits`);
+`details_note` is what the Temporal UI's details line adds for a waiting (a maintenance window, or GPU
+budgets holding every node), gate-halted or rolled-back fleet.
 * the fleet's message, also on each Package while it works, names the nodes that left the targets
   (relabelled out of the selector, ignored, deleted) before they were updated (`departed`: they
   are no longer in the listing, so in no count).
@@ -38,6 +42,7 @@ from dataclasses import dataclass, field, replace
 
 from api.enums import CanaryPhase, RolloutPhase, State
 from planning import fleet_rollback as rollbacks
+from planning.disruption import CapacityUse, WaitNote, describe
 from planning.eta import Eta, Timings
 from planning.fleet_eta import fleet_eta
 from planning.fleet_state import FleetState, entries, package_revision, remaining
@@ -111,6 +116,9 @@ class FleetProgress:
     timings: Timings = field(default_factory=Timings)
     # The promotion across clusters as `global/<policy>` last told this fleet (None: no spec.clusters).
     global_rollout: GlobalView | None = None
+    # Capacity floors with the latest batch out, and what floors and topology limits held back (ADR 0015).
+    capacity: list[CapacityUse] = field(default_factory=list)
+    waits: list[WaitNote] = field(default_factory=list)
 
 
 _ROLLBACK_PHASES = (RolloutPhase.ROLLING_BACK, RolloutPhase.ROLLED_BACK)
@@ -119,9 +127,12 @@ _ETA_PHASES = (RolloutPhase.CANARY, RolloutPhase.PROGRESSING, RolloutPhase.UNINS
 
 
 def details_note(state: FleetState, phase: RolloutPhase) -> str:
-    """What the Temporal UI's details line adds: the next window opening, or the failed gate."""
+    """What the Temporal UI's details line adds: the next window opening, why GPU budgets hold every node, or
+    the failed gate."""
     if phase is RolloutPhase.WAITING and state.next_window:
         return f"; next maintenance window opens {state.next_window}"
+    if phase is RolloutPhase.WAITING and state.planner is not None and state.planner.waits:
+        return f"; {describe(state.planner.waits)}"  # GPU budgets hold every node
     if phase is RolloutPhase.HALTED and state.gates.failure is not None:
         return f"; {failure_text(state.gates.failure)}"
     if state.rollback is not None and (phase in _ROLLBACK_PHASES or phase is RolloutPhase.HALTED):
@@ -241,6 +252,7 @@ def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str, fleet
         eta=fleet_eta(state, now) if now and fleet_phase in _ETA_PHASES and remaining(state) else None,
         timings=state.timings,
         global_rollout=state.turns.view,
+        capacity=list(planner.capacity) if planner else [], waits=list(planner.waits) if planner else [],
     )
     for progress in nodes.values():
         report.counts[progress.state] = report.counts.get(progress.state, 0) + 1

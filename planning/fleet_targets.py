@@ -19,6 +19,10 @@ Package the rules of `planning.targets` hold:
 * `pending`: everything else with work: it goes into the node's next window.
 A node with at least one Package pending or done is `eligible` (the batch planner's nodes; budgets
 are percentages of them); a node whose Packages are all blocked, waiting or paused is not.
+For a policy with capacity floors or topology limits (`FleetQuery.supply`), each node also carries
+its allocatable units of the floors' resources (`capacity`) and why it is down (`down`: in a window,
+cordoned, NotReady; `planning/disruption.py`). The fingerprint leaves out drain-ahead's
+`noderoll.io/upcoming` label and taint: a fleet's own mark is no change of the node.
 """
 
 from __future__ import annotations
@@ -28,10 +32,13 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from api import keys
+from api.enums import NodeStatus
 from api.node_state import NodeState, held_reason, parse_node_state
 from api.package import PackageSpec
+from api.quantity import parse_quantity
 from api.versions import same_version
 from planning.compartments import NodeInfo
+from planning.disruption import DOWN_CORDONED, DOWN_NOT_READY, DOWN_WINDOW
 from planning.node_plan import complete_version
 from planning.targets import NodeView, is_candidate, needs_work, untolerated_taints
 
@@ -53,8 +60,11 @@ class FleetQuery:
     nodes: Sequence[NodeView]
     # node -> Packages its window in flight carries.
     in_flight: Mapping[str, Collection[str]] = field(default_factory=dict)
-    # Label keys the policy's compartment selectors read (the only labels the planner keeps).
+    # Label keys the policy's compartment selectors and topology limits read (the only labels kept).
     label_keys: Collection[str] = ()
+    # Capacity floors and topology limits: report each node's units of `resources` and why it is down.
+    supply: bool = False
+    resources: Collection[str] = ()
 
 
 @dataclass
@@ -70,6 +80,9 @@ class NodeTargets:
     labels: dict[str, str] = field(default_factory=dict)
     # Digest of the node's labels, taints and state annotation: changes when the node does.
     fingerprint: str = ""
+    # With `FleetQuery.supply`: allocatable units of the floors' resources, and why the node is down.
+    capacity: dict[str, int] = field(default_factory=dict)
+    down: str = ""
 
     @property
     def eligible(self) -> bool:
@@ -93,10 +106,35 @@ class FleetSelection:
 
 
 def fingerprint(node: NodeView) -> str:
-    """A short digest of what target selection reads of `node`."""
-    taints = sorted(f"{t.get('key')}={t.get('value')}:{t.get('effect')}" for t in node.taints)
-    text = "\n".join([*(f"{k}={v}" for k, v in sorted(node.labels.items())), *taints, node.state_annotation])
+    """A short digest of what target selection reads of `node` (drain-ahead's mark left out)."""
+    taints = sorted(f"{t.get('key')}={t.get('value')}:{t.get('effect')}" for t in node.taints
+                    if t.get("key") != keys.UPCOMING_KEY)
+    labels = sorted((k, v) for k, v in node.labels.items() if k != keys.UPCOMING_KEY)
+    text = "\n".join([*(f"{k}={v}" for k, v in labels), *taints, node.state_annotation])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def down_reason(node: NodeView) -> str:
+    """Why the node's capacity does not count now ("" = it counts): in a window, cordoned, NotReady."""
+    if node.status_label == NodeStatus.IN_PROGRESS.value:
+        return DOWN_WINDOW
+    if node.unschedulable:
+        return DOWN_CORDONED
+    return "" if node.ready else DOWN_NOT_READY
+
+
+def units(node: NodeView, resources: Collection[str]) -> dict[str, int]:
+    """The node's allocatable units of each of `resources` it has (a quantity that does not parse: none)."""
+    out = {}
+    for resource in resources:
+        raw = node.allocatable.get(resource)
+        if raw is None:
+            continue
+        try:
+            out[resource] = int(parse_quantity(raw))
+        except ValueError:
+            continue
+    return out
 
 
 def _targets(name: str, package: FleetPackage, labels: Mapping[str, str], recorded: NodeState) -> bool:
@@ -132,6 +170,8 @@ def _classify(node: NodeView, query: FleetQuery) -> NodeTargets | None:
         labels={k: v for k, v in node.labels.items() if k in query.label_keys},
         fingerprint=fingerprint(node),
     )
+    if query.supply:
+        targets.capacity, targets.down = units(node, query.resources), down_reason(node)
     ignored = node.labels.get(keys.NODE_IGNORE_LABEL) == "true"
     for name, package in sorted(query.packages.items()):
         if ignored and not package.uninstall:

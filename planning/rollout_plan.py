@@ -30,7 +30,8 @@ from api.package import PackageSpec
 from api.policy import DeploymentPolicySpec
 from planning import batches
 from planning import fleet_state as fs
-from planning.compartments import DEFAULT_POLICY, selector_label_keys
+from planning.compartments import DEFAULT_POLICY
+from planning.disruption import listing_label_keys
 from planning.eta import Eta, EtaInput, Timings, WindowShape, estimate, kind_of
 from planning.fleet_targets import FleetPackage, FleetQuery, FleetSelection, select_fleet
 from planning.node_plan import NodePlanInput, plan_node
@@ -227,7 +228,7 @@ def plan_fleet(data: PlanInput) -> FleetPlan:
     policy = _policy(data.desired)
     fleet_id = fleet_workflow_id(data.desired.policy_name)
     state = _initial_state(data)
-    selection = select_fleet(FleetQuery(_packages(data.desired), data.nodes, {}, frozenset(selector_label_keys(policy))))
+    selection = select_fleet(FleetQuery(_packages(data.desired), data.nodes, {}, frozenset(listing_label_keys(policy))))
     fs.start_wave(state, selection, policy, fleet_id)
     planner = state.planner
     assert planner is not None

@@ -35,6 +35,7 @@ from api.problems import ValidationProblem
 from api.status import (
     BatchStatus,
     CanaryStatus,
+    CapacityStatus,
     ClusterStatus,
     Condition,
     DrainBlockedNode,
@@ -46,7 +47,9 @@ from api.status import (
     PackageStatus,
     PolicyStatus,
     RollbackStatus,
+    WaitStatus,
 )
+from planning.disruption import CapacityUse, WaitNote
 from planning.drain import DrainBlock, drain_summary
 from planning.eta import Eta
 from planning.fleet_rollback import RollbackReport
@@ -324,6 +327,11 @@ def render_policy_status(
             "rollback": rollback_status(fleet.rollback),
             "eta": eta_status(fleet.eta),
             "global_rollout": global_rollout_status(fleet.global_rollout),
+            "capacity": [CapacityStatus(compartment=c.compartment, resource=c.resource, available=c.available,
+                                        floor=c.floor, total=c.total, down_nodes=c.down)
+                         for c in fleet.capacity] or None,
+            "waiting": [WaitStatus(compartment=w.compartment, rule=w.rule, nodes=w.nodes, reason=w.reason)
+                        for w in fleet.waits] or None,
         })
     return status.dump()
 
@@ -344,6 +352,8 @@ class FleetReport(Protocol):
     rollback: RollbackReport | None
     eta: Eta | None
     global_rollout: GlobalView | None
+    capacity: list[CapacityUse]
+    waits: list[WaitNote]
 
     @property
     def packages(self) -> Mapping[str, Any]: ...

@@ -40,6 +40,11 @@ class NodeView:
     # `noderoll.io/StateMalformed` is True: what the node shows now (planning/node_marks.py).
     status_label: str = ""
     state_malformed: bool = False
+    # What capacity floors and topology limits read (planning/disruption.py): Ready (a node without the
+    # condition is not), cordoned, and `status.allocatable` (resource -> quantity as the API writes it).
+    ready: bool = False
+    unschedulable: bool = False
+    allocatable: Mapping[str, str] = field(default_factory=dict)
 
 
 def tolerates(toleration: Toleration, taint: Mapping[str, str]) -> bool:

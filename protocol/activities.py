@@ -19,10 +19,14 @@ class ListFleetNodesInput:
     packages: list[PackageEntry]
     # node -> Packages its window in flight carries (those stay the fleet's whatever the taints).
     in_flight: dict[str, list[str]] = field(default_factory=dict)
-    # Label keys the policy's compartment selectors read (the only labels returned).
+    # Label keys the policy's compartment selectors and topology limits read (the only labels returned).
     label_keys: list[str] = field(default_factory=list)
     # Server-side label selector narrowing the list ("" = every node).
     label_selector: str = ""
+    # Capacity floors and topology limits (planning/disruption.py): report per node why it is down and
+    # its allocatable units of `resources`.
+    supply: bool = False
+    resources: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -117,3 +121,22 @@ class ReportToGlobalInput:
 
     policy: str
     report: ClusterReport
+
+
+@dataclass
+class MarkUpcomingNodesInput:
+    """Drain-ahead (`planning.drain_ahead`): claim `mark` and release `unmark` for `fleet` (its workflow id)."""
+
+    fleet: str
+    mark: list[str] = field(default_factory=list)
+    unmark: list[str] = field(default_factory=list)
+    # Also the PreferNoSchedule taint `noderoll.io/upcoming` (the policy's `drainAhead.taint`).
+    taint: bool = False
+
+
+@dataclass
+class MarkUpcomingNodesResult:
+    """The nodes claimed and released (nodes that no longer exist are in neither)."""
+
+    marked: list[str] = field(default_factory=list)
+    unmarked: list[str] = field(default_factory=list)

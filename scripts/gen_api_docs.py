@@ -18,6 +18,7 @@ sys.path.insert(0, str(ROOT))
 
 import api.admission  # noqa: E402
 import api.analysis  # noqa: E402
+import api.capacity  # noqa: E402
 import api.keys  # noqa: E402
 import api.maintenance  # noqa: E402
 import api.package  # noqa: E402
@@ -136,6 +137,10 @@ def render() -> str:
         lines += [f"## {title}", ""]
         lines += [line.rstrip() for line in (module.__doc__ or "").strip().splitlines()[2:]]
         lines.append("")
+    lines += ["## GPU budgets: capacity floors, topology limits, drain-ahead", ""]
+    lines += [line.rstrip() for line in (api.capacity.__doc__ or "").strip().splitlines()[2:]]
+    lines += ["", "Design: [ADR 0015](adr/0015-gpu-budgets.md); how it looks while it waits, and Kueue: "
+              "[operations.md](operations.md#gpu-budgets).", ""]
     lines += ["## Canary rollback (`canary.onFailure: rollback`)", ""]
     lines += [line.rstrip() for line in (planning.fleet_rollback.__doc__ or "").strip().splitlines()[2:]]
     lines += ["", "Design: [ADR 0009](adr/0009-canary-rollback.md); how to operate it: "

@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from api import keys  # noqa: E402
 from api.analysis import CONDITION_HINT  # noqa: E402
+from api.capacity import DRAIN_AHEAD_MAX_SECONDS  # noqa: E402
 from api.clusters import ClusterFailure, ClusterState  # noqa: E402
 from api.enums import (  # noqa: E402
     CanaryFailure,
@@ -464,11 +465,40 @@ def package_status() -> Schema:
 
 def budget() -> Schema:
     return obj(
-        "Nodes of the compartment disrupted at once, across all rollouts using the policy: count or percent.",
+        "Nodes of the compartment disrupted at once, across all rollouts using the policy: count or percent; "
+        "optionally also a capacity floor and topology limits (docs/api.md, GPU budgets).",
         {
             "count": integer("Absolute number of nodes.", minimum=1),
             "percent": integer(
                 "Percent of the compartment's nodes, rounded up, at least 1.", minimum=1, maximum=100
+            ),
+            "minAvailable": obj(
+                "Capacity floor: the resource's allocatable summed over the compartment's Ready, uncordoned "
+                "nodes in no window never goes below it because of noderoll (a node enters a window only if "
+                "the floor still holds without it).",
+                {
+                    "resource": string("Extended resource name, e.g. nvidia.com/gpu.", minLength=1),
+                    "count": integer("Units of the resource that stay available.", minimum=1),
+                    "percent": integer(
+                        "Percent of the resource's allocatable over the compartment's nodes, rounded up.",
+                        minimum=1, maximum=99,
+                    ),
+                },
+                required=["resource"],
+                oneOf=[{"required": ["count"]}, {"required": ["percent"]}],
+            ),
+            "maxUnavailablePerTopology": array(
+                "Topology limits: at most max nodes sharing a value of the node label key unavailable at once "
+                "(in a window, cordoned or NotReady); nodes without the label form one group.",
+                obj(
+                    "One topology limit.",
+                    {
+                        "key": string("Node label key, e.g. topology.kubernetes.io/zone or a rack label.",
+                                      minLength=1),
+                        "max": integer("Nodes with the same value unavailable at once.", minimum=1),
+                    },
+                    required=["key", "max"],
+                ),
             ),
         },
         oneOf=[{"required": ["count"]}, {"required": ["percent"]}],
@@ -631,6 +661,17 @@ def policy_spec() -> Schema:
                 },
                 required=["stages"],
             ),
+            "drainAhead": obj(
+                "Tell the schedulers ahead which nodes are next: label noderoll.io/upcoming=true (and with taint, "
+                "the taint noderoll.io/upcoming:PreferNoSchedule) at least seconds before a node's window; "
+                "removed after the window or when the node leaves the plan.",
+                {
+                    "seconds": integer("Seconds between the mark and the node's window (at least).",
+                                       minimum=1, maximum=DRAIN_AHEAD_MAX_SECONDS),
+                    "taint": boolean("Also add the PreferNoSchedule taint noderoll.io/upcoming.", default=False),
+                },
+                required=["seconds"],
+            ),
         },
         required=["default"],
     )
@@ -737,6 +778,35 @@ def policy_crd() -> Schema:
             "rollback": rollback_status(),
             "eta": eta_status(),
             "globalRollout": global_rollout(),
+            "capacity": array(
+                "Capacity floors (budget.minAvailable) as of the fleet's latest batch plan.",
+                obj(
+                    "One floor.",
+                    {
+                        "compartment": string("Compartment of the floor."),
+                        "resource": string("The resource counted (e.g. nvidia.com/gpu)."),
+                        "available": integer("Units available with the latest batch out.", minimum=0),
+                        "floor": integer("The floor in units.", minimum=0),
+                        "total": integer("Units over the compartment's nodes.", minimum=0),
+                        "downNodes": array("Nodes down for other reasons than the fleet's windows (NotReady, "
+                                           "cordoned, another window), the first few.", {"type": "string"}),
+                    },
+                    required=["compartment", "resource"],
+                ),
+            ),
+            "waiting": array(
+                "Nodes the capacity floors and topology limits held back at the latest batch plan.",
+                obj(
+                    "One compartment and rule.",
+                    {
+                        "compartment": string("Compartment of the held nodes."),
+                        "rule": string("floor or topology.", enum=["floor", "topology"]),
+                        "nodes": integer("Nodes held back.", minimum=0),
+                        "reason": string("The first reason (e.g. rack r12 has 1 node in a window (max 1))."),
+                    },
+                    required=["compartment", "rule"],
+                ),
+            ),
             "conditions": conditions(),
         },
     )

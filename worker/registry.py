@@ -19,6 +19,7 @@ from activities.nodes import cordon_node, read_node, uncordon_node, write_node_s
 from activities.prometheus import query_prometheus
 from activities.stage_cleanup import delete_stage_jobs
 from activities.stage_run import run_stage_pod
+from activities.upcoming import mark_upcoming_nodes
 from workflows.fleet import FleetWorkflow
 from workflows.global_rollout import GlobalRolloutWorkflow
 from workflows.node import NodeWorkflow
@@ -54,4 +55,6 @@ ACTIVITIES: list[Callable[..., Any]] = [
     mark_blocked_nodes,
     # fleet of a named cluster whose policy has spec.clusters (activities/global_reports.py)
     report_to_global,
+    # drain-ahead of fleets (activities/upcoming.py)
+    mark_upcoming_nodes,
 ]

@@ -15,6 +15,9 @@ The fleet stays open while it has Packages (joining nodes, spec changes, a re-li
 Budgets: a batch never holds more nodes of a compartment than its budget and a new batch starts
 only when nothing is in flight, so the fleet never disrupts more nodes at once than the budget,
 whatever the number of Packages (ADR 0007, 0013).
+Capacity floors and topology limits (ADR 0015) cap each batch by the latest listing
+(`planning.disruption`); when they hold every node the fleet reports `Waiting` with the reason and
+lists the nodes again after `RELIST_MIN_INTERVAL`.
 
 Signals (contract, each with an optional `Filter` {"packages": [...], "nodes": [...]}): `pause`,
 `resume` (without a filter: also clears a halt and promotes a canary awaiting promotion), `halt`
@@ -26,11 +29,13 @@ from the bridge `desired` and `nodes_changed`. Query `progress`: a
 within `watchdog_seconds` and asked again (`planning.fleet_state.lost`).
 
 Maintenance windows and analysis gates of the policy hold the next batch (`workflows.fleet_holds`);
-with `canary.onFailure: rollback` a failed canary is rolled back (`workflows.fleet_rollback`).
+with `canary.onFailure: rollback` a failed canary is rolled back (`workflows.fleet_rollback`); with
+`drainAhead` the nodes expected next are marked `noderoll.io/upcoming` and a node's window starts
+at the earliest `drainAhead.seconds` after its mark (`workflows.fleet_ahead`).
 
 Handlers only queue typed messages; the loop applies them in order. The run's whole state is one
-`FleetRun` (`workflows/fleet_run.py`); the helpers `FleetActs`, `FleetHolds` and `FleetRollbacks`
-each receive it and act on it.
+`FleetRun` (`workflows/fleet_run.py`); the helpers `FleetActs`, `FleetHolds`, `FleetRollbacks` and
+`FleetAhead` each receive it and act on it.
 """
 
 from __future__ import annotations
@@ -40,8 +45,9 @@ from datetime import datetime, timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from api import keys
     from api.enums import CanaryPhase, Promotion, RolloutPhase
-    from planning import batches
+    from planning import batches, disruption
     from planning import fleet_state as fs
     from planning.eta import record_batch_end
     from planning.fleet_status import FleetProgress, fleet_progress
@@ -49,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
     from protocol.clusters import GlobalTurn
     from protocol.fleet import Filter, FleetInput, FleetSpec, Rerun, WindowResult
     from workflows.fleet_acts import FleetActs
+    from workflows.fleet_ahead import FleetAhead
     from workflows.fleet_codec import state_from_json
     from workflows.fleet_holds import FleetHolds
     from workflows.fleet_rollback import FleetRollbacks
@@ -79,6 +86,7 @@ class FleetWorkflow:
         self._holds = FleetHolds(self._run, self._acts)
         self._rollbacks = FleetRollbacks(self._run, self._acts)
         self._turns = FleetTurns(self._run, self._acts)
+        self._ahead = FleetAhead(self._run)
 
     # --- messages ---------------------------------------------------------------------------
 
@@ -154,6 +162,7 @@ class FleetWorkflow:
         while True:
             apply_inbox(run)
             state = run.state
+            await self._ahead.sync()
             if state.spec is None:
                 await acts.wait(None)
                 continue
@@ -241,8 +250,18 @@ class FleetWorkflow:
             await acts.refresh()
         elif await self._holds.held():
             return  # a gate or the maintenance windows hold the next batch (it sampled or waited)
-        elif batch := batches.next_batch(planner, fs.startable(state), fs.canary_cover(state)):
-            await acts.send(batch)
+        elif batch := batches.next_batch(planner, fs.startable(state), fs.canary_cover(state),
+                                         fs.supply(state, run.policy)):
+            if planner.waits:
+                state.message = (f"batch {planner.batch_number}: {len(batch)} node(s); "
+                                 f"{disruption.describe(planner.waits)}")
+            await acts.send(await self._ahead.sendable(batch))
+        elif planner.waits:
+            # Floors or topology limits hold every node: say why, and look again soon (RELIST_MIN_INTERVAL).
+            state.message = disruption.describe(planner.waits)
+            run.set_phase(RolloutPhase.WAITING)
+            run.relist = True
+            await acts.wait_unfinished(next_relist, keep_phase=True)
         else:
             await acts.wait_unfinished(next_relist)
 
@@ -251,9 +270,15 @@ class FleetWorkflow:
         state = run.state
         batch = planner.current_batch
         if not state.paused and run.windows_open():
-            # After a halt, a pause or a crash between planning and sending: nodes never handed over.
+            # After a halt, a pause or a crash between planning and sending: nodes never handed over
+            # (with drain-ahead, also those whose mark is not old enough yet).
             startable = fs.startable(state)
-            await acts.send([n for n in batch if n in startable])
+            todo = [n for n in batch if n in startable]
+            ready = await self._ahead.sendable(todo)
+            await acts.send(ready)
+            if len(ready) < len(todo):
+                await self._wait_for_marks(len(todo) - len(ready), next_relist)
+                return
         else:
             await self._holds.withdraw_outside_windows()
         results = fs.batch_results(state, batch)
@@ -274,6 +299,14 @@ class FleetWorkflow:
         if was_canary and planner.canary_phase is CanaryPhase.FAILED:
             self._rollbacks.canary_failed(planner)
         self._holds.open_gates(was_canary, planner)
+
+    async def _wait_for_marks(self, held: int, next_relist: datetime) -> None:
+        """Drain-ahead: batch nodes wait until they have been marked upcoming for `drainAhead.seconds`."""
+        run = self._run
+        wake = run.ahead_wake.isoformat() if run.ahead_wake else "the next mark"
+        run.state.message = (f"drain-ahead: {held} node(s) of batch {run.state.planner.batch_number if run.state.planner else 0} "
+                             f"marked {keys.UPCOMING_KEY}; their windows start from {wake}")
+        await self._acts.wait_unfinished(next_relist)
 
     async def _hold_canary(self, planner: batches.BatchPlannerState) -> None:
         run, acts = self._run, self._acts

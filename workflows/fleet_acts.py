@@ -13,9 +13,10 @@ from datetime import datetime, timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from planning import disruption
     from planning import fleet_rollback as rollbacks
     from planning import fleet_state as fs
-    from planning.compartments import selector_label_keys
+    from planning.disruption import listing_label_keys
     from planning.fleet_targets import FleetSelection
     from protocol import names
     from protocol.activities import (
@@ -57,7 +58,9 @@ class FleetActs:
             ListFleetNodesInput(
                 packages=list(state.spec.packages),
                 in_flight={n: list(f.packages) for n, f in state.in_flight.items()},
-                label_keys=selector_label_keys(run.policy),
+                label_keys=listing_label_keys(run.policy),
+                supply=bool(disruption.limits_of(run.policy)),
+                resources=disruption.floor_resources(run.policy),
             ),
             result_type=ListFleetNodesResult,
             start_to_close_timeout=ACTIVITY_TIMEOUT,
@@ -202,7 +205,8 @@ class FleetActs:
         """Wait for a message (or the timeout); False when the timeout passed.
 
         Shortened to when a pending re-list is due, and to the next watchdog round while windows are out
-        (and to the close of a maintenance window or a continuous gate's next sample, `FleetRun.hold_wakeups`).
+        (and to the close of a maintenance window or a continuous gate's next sample, `FleetRun.hold_wakeups`,
+        and to drain-ahead's next change, `FleetRun.ahead_wake`).
         """
         run = self.run
         due: list[timedelta] = [] if timeout is None else [timeout]
@@ -211,6 +215,8 @@ class FleetActs:
         if run.state.in_flight:
             due.append(max(run.next_watchdog - workflow.now(), ONE_SECOND))
         due.extend(run.hold_wakeups())
+        if run.ahead_wake is not None:
+            due.append(max(run.ahead_wake - workflow.now(), ONE_SECOND))
         wait_for = min(due) if due else None
         try:
             await workflow.wait_condition(lambda: bool(run.inbox), timeout=wait_for)

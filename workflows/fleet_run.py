@@ -112,6 +112,13 @@ class FleetRun:
     to_withdraw: set[str] = field(default_factory=set)
     withdrawing: set[str] = field(default_factory=set)
     next_watchdog: datetime = NEVER
+    # Drain-ahead (`workflows/fleet_ahead.py`): when its marks next change, the batch nodes whose mark is
+    # old enough, the predicted next batch (and what it was predicted for), the last mark write.
+    ahead_wake: datetime | None = None
+    ahead_ready: list[str] = field(default_factory=list)
+    ahead_preview: list[str] = field(default_factory=list)
+    ahead_preview_for: str = ""
+    ahead_written: datetime | None = None
 
     @property
     def fleet_id(self) -> str:

@@ -1,11 +1,11 @@
-"""A Node watch that counts disruptions per node: cordons, reboots (boot-id changes), peak cordoned at once.
+"""Node watches for tests: disruptions per node (`NodeWatch`: cordons, reboots, peak cordoned at once) and
+GPU budgets (`CapacityWatch`: GPUs up, nodes of a rack down, drain-ahead's marks around each window).
 
-It watches (no polling, no sleep) the Nodes of a label selector from a background thread and, at every
-change, records per node the cordon transitions (schedulable -> unschedulable) and every new boot id,
-and the most nodes cordoned at the same time, and (`timeline`) every change of the node's
-`noderoll.io/status` label with the monotonic time it was seen (watches of two clusters compare their
-times: no window of one began before the other was complete). Independent of noderoll's own
-accounting, so a test can compare the two.
+They watch (no polling, no sleep) the Nodes of a label selector from a background thread and look at
+every change the apiserver reports: cordon transitions, new boot ids, the most nodes cordoned
+at once, and (`timeline`) every change of the `noderoll.io/status` label with the monotonic time it
+was seen (watches of two clusters compare their times). Independent of noderoll's own accounting, so a test can compare
+the two.
 """
 
 from __future__ import annotations
@@ -101,3 +101,99 @@ def watching_nodes(api: ApiClient, selector: str) -> Iterator[NodeWatch]:
         thread.join(timeout=10)
     if nodes.error is not None:
         raise RuntimeError("node watch broke before the test ended") from nodes.error
+
+
+@dataclass
+class CapacityWatch:
+    """At every change of the Nodes of `selector` (a watch: every state the apiserver reports, not samples):
+    the GPUs on nodes up (Ready, uncordoned, not `noderoll.io/status=in-progress`), the nodes of each rack
+    down, and drain-ahead's marks around each node's window.
+
+    `lowest`: the fewest GPUs up seen; `rack_peak`: the most nodes of one rack (`rack_label`) down at once;
+    `windows`: windows seen per node (a new `in-progress`); `windows_unmarked`: nodes whose window
+    started while they did not carry the `noderoll.io/upcoming` label (and, with `want_taint`, its
+    taint); `marks_seen`: nodes ever seen marked; `marked_now()`: nodes marked at the latest change.
+    """
+
+    api: ApiClient
+    selector: str
+    # The fleet's size: GPUs up are counted once every node was listed (not from a half-read fleet).
+    nodes: int
+    rack_label: str = ""
+    want_taint: bool = False
+    lowest: int | None = None
+    rack_peak: int = 0
+    changes: int = 0
+    windows: dict[str, int] = field(default_factory=dict)
+    windows_unmarked: list[str] = field(default_factory=list)
+    marks_seen: set[str] = field(default_factory=set)
+    _state: dict[str, tuple[int, bool, str, bool, bool]] = field(default_factory=dict)
+    _racks: dict[str, str] = field(default_factory=dict)
+    _watch: watch.Watch = field(default_factory=watch.Watch)
+    _stopped: bool = False
+    error: BaseException | None = None
+
+    def run(self) -> None:
+        core = client.CoreV1Api(self.api)
+        try:
+            for event in self._watch.stream(core.list_node, label_selector=self.selector, timeout_seconds=1800):
+                self._note(event["type"], event["object"])
+        except Exception as err:  # noqa: BLE001 - `stop()` closes the stream under the reader
+            if not self._stopped:
+                self.error = err
+
+    def _note(self, kind: str, node: client.V1Node) -> None:
+        name = node.metadata.name
+        self.changes += 1
+        if kind == "DELETED":
+            self._state.pop(name, None)
+            return
+        labels = node.metadata.labels or {}
+        allocatable = (node.status.allocatable or {}) if node.status else {}
+        gpus = int(allocatable.get("nvidia.com/gpu", "0"))
+        ready = any(c.type == "Ready" and c.status == "True" for c in (node.status.conditions or []))
+        status = labels.get("noderoll.io/status", "")
+        marked = labels.get("noderoll.io/upcoming") == "true"
+        tainted = any(t.key == "noderoll.io/upcoming" and t.effect == "PreferNoSchedule"
+                      for t in (node.spec.taints or []))
+        before = self._state.get(name)
+        if status == "in-progress" and (before is None or before[2] != "in-progress"):
+            self.windows[name] = self.windows.get(name, 0) + 1
+            if not marked or (self.want_taint and not tainted):
+                self.windows_unmarked.append(name)
+        if marked:
+            self.marks_seen.add(name)
+        self._state[name] = (gpus, ready and not node.spec.unschedulable, status, marked, tainted)
+        self._racks[name] = labels.get(self.rack_label, "") if self.rack_label else ""
+        if len(self._state) >= self.nodes:
+            up = sum(g for g, ok, s, _, _ in self._state.values() if ok and s != "in-progress")
+            self.lowest = up if self.lowest is None else min(self.lowest, up)
+        down: dict[str, int] = {}
+        for other, (_, ok, s, _, _) in self._state.items():
+            if not ok or s == "in-progress":
+                down[self._racks[other]] = down.get(self._racks[other], 0) + 1
+        self.rack_peak = max([self.rack_peak, *down.values()])
+
+    def marked_now(self) -> list[str]:
+        """Nodes carrying drain-ahead's label or taint at the latest change."""
+        return sorted(n for n, (_, _, _, marked, tainted) in self._state.items() if marked or tainted)
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._watch.stop()
+
+
+@contextmanager
+def watching_capacity(api: ApiClient, selector: str, nodes: int, rack_label: str = "",
+                      want_taint: bool = False) -> Iterator[CapacityWatch]:
+    """A running `CapacityWatch` for the block; raises if the watch broke before the block ended."""
+    watcher = CapacityWatch(api, selector, nodes, rack_label, want_taint)
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    try:
+        yield watcher
+    finally:
+        watcher.stop()
+        thread.join(timeout=10)
+    if watcher.error is not None:
+        raise RuntimeError("capacity watch broke before the test ended") from watcher.error

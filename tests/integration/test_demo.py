@@ -5,7 +5,9 @@ session stack: it finds the stack running, so it reuses it and leaves it running
 unique name suffix and task queue so it shares the stack with every other test.
 
 Its two Packages (sysctl-tuning, and kmod-blocklist which depends on it and reboots) roll out as
-one fleet, one window per node: every node is drained once and rebooted once. The test checks that
+one fleet, one window per node: every node is drained once and rebooted once. The demo policy's GPU
+budgets show: 6 nodes of 8 GPUs in 2 racks, a floor of 39 GPUs (80 %) lets one node go at a time
+(the demo says why the second waits) and no two nodes of a rack are seen down at once. The test checks that
 from the fleet's own accounting (the demo's summary, read from the fleet's `progress`) and from
 sources independent of it: the boot ids the test itself watches on the Nodes while the demo runs,
 and the `Cordoned` Events on the Nodes.
@@ -119,6 +121,12 @@ def test_demo_rolls_both_packages_with_one_drain_and_one_reboot_per_node(
     both = [f"sysctl-tuning{suffix} 1.0.0, kmod-blocklist{suffix} 1.0.0 (drain)"]
     shared = [n for n, found in windows.items() if [m.removeprefix("node window for ") for m in found] == both]
     assert sorted(shared) == nodes, windows
+
+    # GPU budgets: the floor holds the second node of a batch, and the Nodes never went under it.
+    assert "waiting: 32 of 39 GPUs would remain" in output, output[-6000:]
+    lowest = re.fullmatch(r"(\d+) of 48 at the lowest \(floor 39\) \(seen on the Nodes\)", rows["GPUs schedulable"][0])
+    assert lowest is not None and int(lowest.group(1)) >= 39, rows
+    assert rows["nodes of one rack down"] == ["1 at most (max 1) (seen on the Nodes)"], rows
 
     # Without a terminal the display is one line per change: the fleet, its batches and node stages.
     assert re.search(rf"fleet/gpu-fleet{suffix}: phase Canary, wave \d+, batch #1", output), output[-6000:]

@@ -101,6 +101,10 @@ def specs(**selectors: dict[str, str]) -> dict[str, Any]:
         pytest.param(node("n", {"gpu": "a100", "noderoll.io/status": "complete"}),
                      node("n", {"gpu": "a100", "noderoll.io/status": "blocked"}),
                      [], id="noderoll-status-label-is-not-a-targeting-change"),
+        pytest.param(node("n", {"gpu": "a100"}),
+                     node("n", {"gpu": "a100", "noderoll.io/upcoming": "true"},
+                          [{"key": "noderoll.io/upcoming", "effect": "PreferNoSchedule"}]),
+                     [], id="drain-ahead-mark-is-not-a-targeting-change"),
     ],
 )
 def test_packages_to_notify(old: dict[str, Any] | None, new: dict[str, Any], expected: list[str]) -> None:

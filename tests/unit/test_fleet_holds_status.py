@@ -86,3 +86,14 @@ def test_a_package_with_nothing_left_shows_no_halt() -> None:
     state.gates.failure, state.halted = FAILURE, True
     report = fleet_progress(state, RolloutPhase.HALTED, NOW)
     assert report.packages["a"].phase is RolloutPhase.COMPLETE and report.packages["a"].gate_failure is None
+
+
+def test_a_fleet_held_by_its_gpu_budgets_says_why_in_the_temporal_ui() -> None:
+    from planning.disruption import WaitNote
+
+    state = state_with_work()
+    assert state.planner is not None
+    state.planner.waits = [WaitNote("default", "topology", 1, "rack r1 has 1 node in a window (max 1)")]
+    assert details_note(state, RolloutPhase.WAITING) == "; waiting: rack r1 has 1 node in a window (max 1), 1 node held"
+    state.next_window = OPENING  # a maintenance window first: it decides when anything may start
+    assert details_note(state, RolloutPhase.WAITING) == f"; next maintenance window opens {OPENING}"

@@ -392,3 +392,32 @@ def test_fingerprint_changes_iff_labels_taints_or_annotation_change(
     second = a_node("y", labels2, shuffled, annotation2)
     same = labels == labels2 and sorted(map(str, taints)) == sorted(map(str, taints2)) and annotation == annotation2
     assert (fingerprint(first) == fingerprint(second)) == same
+
+
+@pytest.mark.parametrize(
+    ("view", "down"),
+    [
+        pytest.param(NodeView("n", GPU, ready=True), "", id="up"),
+        pytest.param(NodeView("n", GPU, ready=False), "NotReady", id="not-ready"),
+        pytest.param(NodeView("n", GPU, ready=True, unschedulable=True), "cordoned", id="cordoned"),
+        pytest.param(NodeView("n", GPU, status_label="in-progress", ready=True, unschedulable=True), "in a window",
+                     id="in-a-window"),
+    ],
+)
+def test_a_listing_for_floors_says_why_a_node_is_down_and_counts_its_units(view: NodeView, down: str) -> None:
+    view = NodeView(view.name, view.labels, view.taints, "", view.status_label, False, view.ready, view.unschedulable,
+                    {"nvidia.com/gpu": "8", "example.com/fpga": "2k", "bad.io/x": "lots"})
+    packages = {"pkg": a_package()}
+    found = select_fleet(FleetQuery(packages, [view], supply=True, resources=["nvidia.com/gpu", "bad.io/x", "a.io/b"]))
+    targets = found.nodes["n"]
+    assert targets.down == down and targets.capacity == {"nvidia.com/gpu": 8}
+    plain = select_fleet(FleetQuery(packages, [view])).nodes["n"]
+    assert plain.down == "" and plain.capacity == {}, "without floors or topology limits: not reported"
+
+
+def test_drain_ahead_marks_do_not_change_a_fingerprint() -> None:
+    plain = NodeView("n", GPU, [taint("k")])
+    marked = NodeView("n", {**GPU, "noderoll.io/upcoming": "true"},
+                      [taint("k"), taint("noderoll.io/upcoming", "PreferNoSchedule")])
+    assert fingerprint(plain) == fingerprint(marked)
+    assert fingerprint(plain) != fingerprint(NodeView("n", {**GPU, "rack": "r1"}, [taint("k")]))

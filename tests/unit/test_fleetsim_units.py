@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from fleetsim import podstatus, stagepods
-from fleetsim.command import parse_labels, parse_taints
+from fleetsim.command import parse_gpus, parse_labels, parse_taints
+from fleetsim.context import DOMAIN_LABEL, RACK_LABEL, FleetOptions, SimContext, SimNode
 from fleetsim.faults import Fault, Faults, load_faults_file, parse_flag
 from fleetsim.images import ImageStore, split_reference
-from fleetsim.nodes import node_name
+from fleetsim.nodes import node_labels, node_name, node_status
 from tests.helpers.packages import SYSCTL_IMAGE
 
 
@@ -165,3 +166,34 @@ def test_register_with_taints_flag() -> None:
     for bad in ("k=v", "k=v:Sometimes", ":NoSchedule"):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_taints(bad)
+
+
+def test_gpus_racks_and_domains_of_simulated_nodes() -> None:
+    assert parse_gpus("4,8") == [4, 8] and parse_gpus("0") == [0]
+    for bad in ("", "x", "-1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_gpus(bad)
+    options = FleetOptions(nodes=24, gpus=[4, 8], racks=6, domains=3)
+    ctx = SimContext(options=options, kube=None, scheduler=None, images=None)  # type: ignore[arg-type]
+    labels = [node_labels(ctx, SimNode(f"n{i}", i, "boot")) for i in range(24)]
+    assert [la[RACK_LABEL] for la in labels[:5]] == ["r0", "r0", "r0", "r0", "r1"], "racks are contiguous blocks"
+    assert sorted({la[RACK_LABEL] for la in labels}) == [f"r{i}" for i in range(6)]
+    assert [la[DOMAIN_LABEL] for la in (labels[0], labels[8], labels[23])] == ["d0", "d1", "d2"]
+    assert [la["nvidia.com/gpu.count"] for la in labels[:2]] == ["4", "8"]
+    assert node_status(SimNode("n", 0, "b"), 4)["allocatable"]["nvidia.com/gpu"] == "4"
+    cpu = node_status(SimNode("n", 0, "b"), 0)
+    assert "nvidia.com/gpu" not in cpu["allocatable"] and "nvidia.com/gpu" not in cpu["capacity"]
+    plain = node_labels(SimContext(options=FleetOptions(nodes=2), kube=None, scheduler=None, images=None),  # type: ignore[arg-type]
+                        SimNode("n", 0, "b"))
+    assert RACK_LABEL not in plain and plain["nvidia.com/gpu.count"] == "8"
+    custom = SimContext(options=FleetOptions(nodes=2, racks=2, rack_label="example.com/rack"),  # type: ignore[arg-type]
+                        kube=None, scheduler=None, images=None)
+    assert node_labels(custom, SimNode("n", 1, "b"))["example.com/rack"] == "r1"
+
+
+def test_a_training_pod_asks_for_its_nodes_gpus() -> None:
+    from fleetsim.workloads import WorkloadSpec, training_pod
+
+    spec = WorkloadSpec(namespace="ns", prefix="sim", nodes=["a", "b", "c"], gpus={"a": 4, "c": 0})
+    limits = [training_pod(spec, i, node)["spec"]["containers"][0]["resources"] for i, node in enumerate("abc")]
+    assert limits == [{"limits": {"nvidia.com/gpu": "4"}}, {"limits": {"nvidia.com/gpu": "8"}}, {}]

@@ -166,3 +166,20 @@ def test_publish_progress_and_budget_from_query_answers() -> None:
     progress_metrics.publish_fleet("unit-pol", FleetProgress(budgets={"default": BudgetUse(limit=3, in_use=1)}))
     assert sample("noderoll_budget_limit", {"policy": "unit-pol", "compartment": "default"}) == 3
     metrics.forget_package(pkg)
+
+
+def test_publish_fleet_gpu_floors_and_nodes_held() -> None:
+    from planning.disruption import CapacityUse, WaitNote
+    from planning.fleet_status import FleetProgress
+
+    held = FleetProgress(capacity=[CapacityUse("h100", "nvidia.com/gpu", 1800, 1795, 1840)],
+                         waits=[WaitNote("h100", "floor", 3, "..."), WaitNote("h100", "topology", 2, "...")])
+    progress_metrics.publish_fleet("unit-gpu", held)
+    labels = {"policy": "unit-gpu", "compartment": "h100", "resource": "nvidia.com/gpu"}
+    assert sample("noderoll_capacity_available", labels) == 1800
+    assert sample("noderoll_capacity_floor", labels) == 1795
+    assert sample("noderoll_budget_nodes_held", {"policy": "unit-gpu", "compartment": "h100", "rule": "floor"}) == 3
+    progress_metrics.publish_fleet("unit-gpu", FleetProgress(waits=[WaitNote("h100", "floor", 1, "...")]))
+    assert sample("noderoll_budget_nodes_held", {"policy": "unit-gpu", "compartment": "h100", "rule": "floor"}) == 1
+    # A rule that holds nothing any more drops to 0 (the series stays, so a graph shows the drop).
+    assert sample("noderoll_budget_nodes_held", {"policy": "unit-gpu", "compartment": "h100", "rule": "topology"}) == 0

@@ -23,11 +23,20 @@ from cli.progress_view import (
     packages_table,
     progress_json,
 )
-from demo.resources import DemoNames, DemoTuning, demo_objects, interrupt_word
-from demo.summary import NodeEvidence, Outcome, fleet_summary, packages_summary
-from demo.view import LiveSnapshot, change_lines, observe, render_live
+from demo.resources import (
+    RACK_LABEL,
+    DemoNames,
+    DemoTuning,
+    demo_objects,
+    gpu_watch,
+    interrupt_word,
+    racks_for,
+)
+from demo.summary import NodeEvidence, Outcome, fleet_summary, gpu_rows, packages_summary
+from demo.view import GpuWatch, LiveSnapshot, budget_line, change_lines, observe, render_live
 from fleetsim.context import PREFIX_LABEL
 from fleetsim.workloads import PROTECTED_LABEL
+from planning.disruption import CapacityUse, WaitNote
 from planning.eta import Eta
 from planning.fleet_status import FleetProgress, NodeProgress
 from planning.status import RolloutProgress, package_view, render_package_status
@@ -74,6 +83,44 @@ def test_demo_objects_are_valid_and_confined_to_the_demo_fleet() -> None:
     assert reboot["dependsOn"] == {"sysctl-tuning-x1": "1.0.0"}
     assert reboot["podNonInterruptLabels"] == {"matchLabels": {PROTECTED_LABEL: "true"}}
     assert interrupt_word(objects) == "reboot"
+
+
+@pytest.mark.parametrize(("nodes", "percent"), [(None, 80), (24, 80), (6, 80), (4, 75), (2, 50)])
+def test_demo_policy_keeps_a_gpu_floor_that_lets_one_node_go_and_one_node_per_rack(nodes: int | None,
+                                                                                   percent: int) -> None:
+    objects = demo_objects(DemoNames("-x2"), DemoTuning(soak_seconds=5, budget_percent=50, nodes=nodes))
+    budget = DeploymentPolicySpec.model_validate(objects.policy["spec"]).default.budget
+    assert budget.percent == 50 and budget.min_available is not None
+    assert (budget.min_available.resource, budget.min_available.percent) == ("nvidia.com/gpu", percent)
+    assert [(t.key, t.max) for t in budget.topology_limits] == [(RACK_LABEL, 1)]
+    if nodes:
+        total = 8 * nodes
+        assert total - 8 >= -(-total * percent // 100), "one node may always enter a window"
+    assert gpu_watch(objects) == GpuWatch(rack_label=RACK_LABEL, rack_max=1)
+    assert racks_for(24) == 6 and racks_for(6) == 2
+
+
+def test_the_demo_watches_the_gpu_floor_and_the_racks_on_the_nodes() -> None:
+    def row(name: str, rack: str, ready: bool = True, cordoned: bool = False, status: str = "complete") -> NodeRow:
+        return NodeRow(name=name, status=status, ready=ready, cordoned=cordoned, cordoned_by_noderoll=cordoned,
+                       labels={RACK_LABEL: rack}, allocatable={"nvidia.com/gpu": "8"})
+
+    snapshot = LiveSnapshot("gpu", gpus=GpuWatch(rack_label=RACK_LABEL, rack_max=1))
+    snapshot.nodes = [row("a", "r0"), row("b", "r0"), row("c", "r1")]
+    observe(snapshot)
+    snapshot.nodes = [row("a", "r0", status="in-progress", cordoned=True), row("b", "r0", ready=False), row("c", "r1")]
+    observe(snapshot)
+    snapshot.nodes = [row("a", "r0"), row("b", "r0"), row("c", "r1", cordoned=True)]
+    observe(snapshot)
+    assert (snapshot.gpus.lowest, snapshot.gpus.total, snapshot.gpus.rack_peak) == (8, 24, 2)
+    progress = FleetProgress(capacity=[CapacityUse("default", "nvidia.com/gpu", 16, 16, 24)],
+                             waits=[WaitNote("default", "topology", 1, "rack r0 has 1 node in a window (max 1)")])
+    snapshot.progress = progress
+    assert budget_line(snapshot) == ("GPUs: 16 of 24 available with the batch out (floor 16); "
+                                     "waiting: rack r0 has 1 node in a window (max 1), 1 node held")
+    assert dict(gpu_rows(snapshot, progress)) == {
+        "GPUs schedulable": "8 of 24 at the lowest (floor 16) (seen on the Nodes)",
+        "nodes of one rack down": "2 at most (max 1) (seen on the Nodes)"}
 
 
 def test_progress_round_trips_through_the_package_status() -> None:

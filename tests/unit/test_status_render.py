@@ -195,3 +195,20 @@ def test_policy_status_valid_condition() -> None:
     assert conditions(invalid)["Valid"]["status"] == "False" and invalid["message"] == "spec: bad"
     again = render_policy_status([], 5, "2026-02-01T00:00:00Z", valid)
     assert conditions(again)["Valid"]["lastTransitionTime"] == T0
+
+
+def test_policy_status_shows_the_gpu_floors_and_why_nodes_wait() -> None:
+    from planning.disruption import CapacityUse, WaitNote
+    from planning.fleet_status import FleetProgress
+
+    fleet = FleetProgress(policy="gpu", phase=RolloutPhase.WAITING, message="waiting: 8 of 16 GPUs would remain",
+                          capacity=[CapacityUse("default", "nvidia.com/gpu", 16, 16, 24, ["n2 (NotReady)"], 1)],
+                          waits=[WaitNote("default", "floor", 2, "8 of 16 GPUs would remain; down: n2 (NotReady)")])
+    status = render_policy_status([], 1, T0, fleet=fleet)
+    assert status["phase"] == "Waiting" and status["message"] == "waiting: 8 of 16 GPUs would remain"
+    assert status["capacity"] == [{"compartment": "default", "resource": "nvidia.com/gpu", "available": 16,
+                                   "floor": 16, "total": 24, "downNodes": ["n2 (NotReady)"]}]
+    assert status["waiting"] == [{"compartment": "default", "rule": "floor", "nodes": 2,
+                                  "reason": "8 of 16 GPUs would remain; down: n2 (NotReady)"}]
+    plain = render_policy_status([], 1, T0, fleet=FleetProgress(policy="gpu"))
+    assert "capacity" not in plain and "waiting" not in plain, "no GPU rules: no such fields"

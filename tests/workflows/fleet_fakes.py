@@ -9,6 +9,8 @@ config), or erroring for nodes in `fail` (and, on any node, for Packages of a ve
 `list_fleet_nodes` also returns the marks the blocked nodes do not show yet
 (`planning.node_marks.listing_marks`), and `mark_blocked_nodes` writes them as the real one decides
 (`decide_mark`) on the fake Node's label and StateMalformed condition, recording each mark written.
+`mark_upcoming_nodes` keeps drain-ahead's claims per node (`planning.drain_ahead.owners_after`) and puts
+the label and taint on the fake Node; `events` orders every claim, release and request.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from pydantic import TypeAdapter
 from temporalio import activity
 from temporalio.client import Client
 
+from api.keys import UPCOMING_KEY, UPCOMING_TAINT_EFFECT, UPCOMING_VALUE
 from api.node_state import config_hashes
 from api.package import PackageSpec
+from planning.drain_ahead import owners_after
 from planning.fleet_targets import FleetPackage, FleetQuery, FleetSelection, select_fleet
 from planning.node_marks import NodeMark, decide_mark, listing_marks
 from planning.targets import NodeView
@@ -32,6 +36,8 @@ from protocol.activities import (
     ListFleetNodesResult,
     MarkBlockedNodesInput,
     MarkBlockedNodesResult,
+    MarkUpcomingNodesInput,
+    MarkUpcomingNodesResult,
     RequestWindowsInput,
 )
 from protocol.fleet import PackageOutcome, WindowRequest, WindowResult
@@ -53,14 +59,17 @@ class FakeNode:
     # What the Node shows: the `noderoll.io/status` label and the StateMalformed condition.
     status_label: str = ""
     state_malformed: bool = False
+    # What capacity floors and topology limits read: Ready, cordoned, allocatable.
+    ready: bool = True
+    unschedulable: bool = False
+    allocatable: dict[str, str] = field(default_factory=dict)
 
     def view(self) -> NodeView:
-        if self.garbage:
-            return NodeView(self.name, self.labels, self.taints, self.garbage, self.status_label, self.state_malformed)
         packages = {name: {"version": version, "state": "complete", "stage": "config", "config": config}
                     for name, (version, config) in self.recorded.items()}
-        return NodeView(self.name, self.labels, self.taints, json.dumps({"packages": packages}), self.status_label,
-                        self.state_malformed)
+        state = self.garbage or json.dumps({"packages": packages})
+        return NodeView(self.name, self.labels, self.taints, state, self.status_label, self.state_malformed,
+                        self.ready, self.unschedulable, self.allocatable)
 
 
 @dataclass
@@ -81,6 +90,9 @@ class FakeNodes:
     listings: int = 0
     # Every mark `mark_blocked_nodes` wrote, in order.
     marks: list[NodeMark] = field(default_factory=list)
+    # Drain-ahead: node -> its `noderoll.io/upcoming-for` annotation; ("mark" | "unmark" | "request", node) in order.
+    upcoming: dict[str, str] = field(default_factory=dict)
+    events: list[tuple[str, str]] = field(default_factory=list)
 
     @classmethod
     def of(cls, count: int, prefix: str = "n", **kwargs: object) -> FakeNodes:
@@ -95,11 +107,12 @@ class FakeNodes:
                         for e in input.packages}
             views = [n.view() for n in self.nodes.values()]
             in_flight = {n: frozenset(p) for n, p in input.in_flight.items()}
-            selection = select_fleet(FleetQuery(packages, views, in_flight, frozenset(input.label_keys)))
+            selection = select_fleet(FleetQuery(packages, views, in_flight, frozenset(input.label_keys),
+                                                input.supply, frozenset(input.resources)))
             blocked = {name: "; ".join(f"{p}: {r}" for p, r in sorted(t.blocked.items()))
                        for name, t in selection.nodes.items() if t.blocked and not t.eligible}
             marks = listing_marks([v for v in views if v.name in selection.nodes], blocked)
-            return ListFleetNodesResult(_SELECTION.dump_python(selection, mode="json"), len(views),
+            return ListFleetNodesResult(_SELECTION.dump_python(selection, mode="json", exclude_defaults=True), len(views),
                                         _MARKS.dump_python(marks, mode="json"))
 
         @activity.defn(name="mark_blocked_nodes")
@@ -118,9 +131,29 @@ class FakeNodes:
                 written.append(mark.node)
             return MarkBlockedNodesResult(written)
 
+        @activity.defn(name="mark_upcoming_nodes")
+        async def mark_upcoming_nodes(input: MarkUpcomingNodesInput) -> MarkUpcomingNodesResult:
+            result = MarkUpcomingNodesResult()
+            for node, want in [*((n, False) for n in input.unmark), *((n, True) for n in input.mark)]:
+                if node not in self.nodes:
+                    continue
+                marks = owners_after(self.upcoming.get(node, ""), input.fleet, want, input.taint)
+                self.upcoming[node] = marks.annotation() or ""
+                fake = self.nodes[node]
+                fake.labels.pop(UPCOMING_KEY, None)
+                fake.taints = [t for t in fake.taints if t.get("key") != UPCOMING_KEY]
+                if marks.label:
+                    fake.labels[UPCOMING_KEY] = UPCOMING_VALUE
+                if marks.taint:
+                    fake.taints.append({"key": UPCOMING_KEY, "value": "", "effect": UPCOMING_TAINT_EFFECT})
+                self.events.append(("mark" if want else "unmark", node))
+                (result.marked if want else result.unmarked).append(node)
+            return result
+
         @activity.defn(name="request_windows")
         async def request_windows(input: RequestWindowsInput) -> None:
             for node, request in zip(input.nodes, input.requests, strict=True):
+                self.events.append(("request", node))
                 self.requests.append((node, request))
                 self.outstanding[node] = request
                 if self.auto:
@@ -131,7 +164,11 @@ class FakeNodes:
             closed = [w for w in input.workflow_ids if w.removeprefix("node/") in self.closed]
             return DescribeWorkflowRunsResult(closed=closed, statuses=dict.fromkeys(closed, "TERMINATED"))
 
-        return [list_fleet_nodes, request_windows, describe_workflow_runs, mark_blocked_nodes]
+        return [list_fleet_nodes, request_windows, describe_workflow_runs, mark_blocked_nodes, mark_upcoming_nodes]
+
+    def marked(self) -> list[str]:
+        """Nodes carrying the `noderoll.io/upcoming` label now."""
+        return sorted(n for n, node in self.nodes.items() if node.labels.get(UPCOMING_KEY) == UPCOMING_VALUE)
 
     def requested(self) -> list[str]:
         return [node for node, _ in self.requests]
