@@ -43,6 +43,9 @@ class WindowStats:
     interrupts: int = 0
     # Stage Jobs (pods) the window ran: stage pods, stage Jobs of older runs, interrupt pods.
     stage_pods: int = 0
+    # Workflow tasks the run took (scheduled), and local activities (their markers in the history).
+    workflow_tasks: int = 0
+    local_activities: int = 0
     # Where its time went: queued, per activity type, between activities (bench/window_time.py).
     time: WindowTime | None = None
 
@@ -52,6 +55,8 @@ def _epoch(event: HistoryEvent) -> float:
 
 
 STAGE_ACTIVITIES = ("run_stage_job", "run_stage_pod", "run_interrupt")
+# The marker the Python SDK records for a local activity's result.
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
 
 
 def _carries_interrupt(event: HistoryEvent) -> bool:
@@ -71,10 +76,14 @@ def window_stats(node: str, events: Sequence[HistoryEvent]) -> WindowStats:
     types = [e.activity_task_scheduled_event_attributes.activity_type.name for e in scheduled]
     carried = sum(1 for e in scheduled if e.activity_task_scheduled_event_attributes.activity_type.name
                   == "run_stage_pod" and _carries_interrupt(e))
+    tasks = sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED)
+    local = sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+                and e.marker_recorded_event_attributes.marker_name == LOCAL_ACTIVITY_MARKER)
     return WindowStats(node, last - first, len(events), len(types), first, last,
                        cordons=types.count("cordon_node"), drains=types.count("drain_node"),
                        interrupts=types.count("run_interrupt") + carried,
-                       stage_pods=sum(types.count(t) for t in STAGE_ACTIVITIES), time=window_time(events))
+                       stage_pods=sum(types.count(t) for t in STAGE_ACTIVITIES), workflow_tasks=tasks,
+                       local_activities=local, time=window_time(events))
 
 
 async def node_windows(client: Client, nodes: Sequence[str], since: float) -> list[WindowStats]:

@@ -235,6 +235,7 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
     cpu = measured.get("cpu") or {"seconds": {}, "share": {}}
     share = cpu["share"]
     n = max(1, len(windows))
+    created = apimetrics.created(api_delta)
     span = max((w.closed for w in windows), default=0.0) - min((w.started for w in windows), default=0.0)
     return {
         "nodes": sc.nodes,
@@ -271,6 +272,12 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
         "stage_pods_per_window_median": statistics.median([w.stage_pods for w in windows]) if windows else None,
         "history_events_per_window_max": max((w.events for w in windows), default=None),
         "activities_per_window_median": statistics.median([w.activities for w in windows]) if windows else None,
+        "local_activities_per_window_median": (statistics.median([w.local_activities for w in windows])
+                                               if windows else None),
+        "workflow_tasks_per_window_median": statistics.median([w.workflow_tasks for w in windows]) if windows else None,
+        # Objects every client created per window (the apiserver's POSTs of a resource, no subresource).
+        "objects_created_per_window": round(sum(created.values()) / n, 1),
+        "objects_created_per_window_by_resource": apimetrics.per_window(created, n),
         "fleet_history_events": measured["rollout_events"],
         **measured.get("disruptions", {}),
         "worker_peak_rss_mib": round(measured["worker_rss"] / MIB, 1),
