@@ -155,6 +155,9 @@ class RunStagePodInput:
     job: StageJob
     boot_id_before: str = ""
     reboot_timeout_seconds: int = 900
+    # One pod per window phase (ADR 0016): the further Packages of the pod, each with its own modes,
+    # run after `job`'s in order (never with an interrupt: the merged interrupt has a pod of its own).
+    following: list[StageJob] = field(default_factory=list)
 
 
 @dataclass
@@ -175,6 +178,10 @@ class RunStagePodResult:
     interrupt_exit: int | None = None
     interrupt_log: str = ""
     boot_id_after: str = ""
+    # A pod of several Packages (`RunStagePodInput.following`): the Package whose container decided
+    # (`mode` is then that Package's mode) and, per Package, its modes that exited 0, in order.
+    package: str = ""
+    completed_by_package: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -205,6 +212,9 @@ class DeleteStageJobsInput:
     packages: list[str] = field(default_factory=list)
     # Job names kept: the latest failed attempt of each package that ended erroring (`noderoll logs`).
     keep: list[str] = field(default_factory=list)
+    # A kept Job of several Packages (ADR 0016) -> the Package it is kept for, when that is not the
+    # one it is labelled with: it is labelled with it, so that Package's next window deletes it.
+    owners: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass

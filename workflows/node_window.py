@@ -268,9 +268,12 @@ class WindowRun:
             return
         workflow.deprecate_patch(DELETE_STAGE_JOBS)
         keep = sorted({ledger.failed_jobs[n] for n in packages if n in ledger.failures and n in ledger.failed_jobs})
+        # A kept Job of several Packages is labelled with its first: name the Package it is kept for.
+        owners = {ledger.failed_jobs[n]: n for n in packages if n in ledger.failures and n in ledger.failed_jobs
+                  and ledger.job_labels.get(ledger.failed_jobs[n], n) != n}
         try:
             await workflow.execute_activity(
-                "delete_stage_jobs", DeleteStageJobsInput(self.node, packages, keep),
+                "delete_stage_jobs", DeleteStageJobsInput(self.node, packages, keep, owners),
                 result_type=DeleteStageJobsResult, start_to_close_timeout=API_TIMEOUT, retry_policy=API_RETRY,
                 summary="delete stage Jobs")
         except ActivityError as err:

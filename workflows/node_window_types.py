@@ -108,6 +108,8 @@ class WindowLedger:
     job_packages: set[str] = field(default_factory=set)
     failed_jobs: dict[str, str] = field(default_factory=dict)
     last_interrupt_job: tuple[str, str] = ("", "")
+    # Job -> the Package it is labelled with, for Jobs of several Packages (their first; ADR 0016).
+    job_labels: dict[str, str] = field(default_factory=dict)
 
     def set_entry(self, name: str, update: EntryUpdate) -> None:
         """Apply `update` to package `name`'s entry (stamped with the workflow's time)."""

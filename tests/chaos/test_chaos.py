@@ -41,7 +41,7 @@ from tests.helpers.chaos import ChaosStack, JobAudit, Noderoll, PdbWatcher, pack
 from tests.helpers.fleet import running_fleet
 
 # A fresh install of bench-sleep with a reboot: one pod for apply and config (each followed by its
-# check) and the interrupt, one for post-interrupt (issue #14).
+# check), the interrupt in a pod of its own, one for post-interrupt (ADR 0016).
 JOBS_PER_NODE = jobs_per_window(interrupt=True)
 SMALL = int(os.environ.get("NODEROLL_CHAOS_SMALL_NODES", "6"))
 ROLLOUT_TIMEOUT = 900.0

@@ -24,6 +24,7 @@ from kubernetes.client import ApiClient
 from temporalio.client import Client
 
 from api import keys
+from api.stage_containers import is_copy, pod_packages, split_container
 from fleetsim.faults import Fault
 from localstack.state import StackInfo
 from protocol import names
@@ -72,11 +73,13 @@ def jobs_on(recorder: StageRecorder, node: str) -> list[tuple[str, str, str, boo
     first: a Job runs several stages, one container each (the package copy container left out); recorded, as a
     window deletes its Jobs once its outcome is on the node (issue #14)."""
     jobs = [j for j in recorder.jobs() if j.metadata.labels["noderoll.io/node"] == node]
-    return [(j.metadata.labels["noderoll.io/package"], container.name,
-             (j.metadata.annotations or {}).get("noderoll.io/package-version", ""), bool(j.status and j.status.succeeded))
+    # A pod of several Packages (ADR 0016) names its containers by index: api.stage_containers maps them back.
+    return [(*split_container(container.name, pod_packages(j.metadata.labels, j.metadata.annotations)),
+             {e.name: e.value for e in container.env or []}.get("NODEROLL_VERSION", ""),
+             bool(j.status and j.status.succeeded))
             for j in jobs
             for container in [*(j.spec.template.spec.init_containers or []), *j.spec.template.spec.containers]
-            if container.name != keys.STAGE_PACKAGE_CONTAINER]
+            if not is_copy(container.name)]
 
 
 def record_of(api: ApiClient, node: str) -> dict[str, Any]:

@@ -70,6 +70,11 @@ class FakeNode:
         jobs = [arg for name, arg in self.calls if name in ("run_stage_pod", "run_interrupt")]
         return [getattr(job, "job", job) for job in jobs]
 
+    def pods(self) -> list[list[StageJob]]:
+        """Every stage and interrupt pod, as the Packages' jobs it ran (several in a phase pod)."""
+        jobs = [arg for name, arg in self.calls if name in ("run_stage_pod", "run_interrupt")]
+        return [[job.job, *getattr(job, "following", [])] for job in jobs]
+
     def interrupts(self) -> list[StageJob]:
         """The Jobs that ran an interrupt: interrupt pods and stage pods carrying it."""
         return [job for job in self.stage_jobs() if job.interrupt is not None]
@@ -145,19 +150,28 @@ class FakeNode:
     def run_stage_pod(self, input: RunStagePodInput) -> RunStagePodResult:
         self.calls.append(("run_stage_pod", input))
         job = input.job
-        name = job_name(job)
+        name = job_name(job, input.following)
         self.jobs.append(name)
-        completed: list[str] = []
-        for mode in [m for m in job.modes if m != "interrupt"]:
-            if mode == self.deleted_at:
-                raise errors.fatal(f"node {self.name} does not exist (deleted during the window)",
-                                   errors.NODE_NOT_FOUND)
-            code = self._exit(mode)
-            self.ran.append(mode)
-            if code != 0:
-                return RunStagePodResult(name, code, f"{mode} exited {code}\nlast line", mode, completed)
-            completed.append(mode)
-        result = RunStagePodResult(name, 0, "", completed[-1] if completed else "", completed)
+        parts = [job, *input.following]
+        by_package: dict[str, list[str]] = {part.package: [] for part in parts}
+        for part in parts:
+            completed = by_package[part.package]
+            for mode in [m for m in part.modes if m != "interrupt"]:
+                if mode == self.deleted_at:
+                    raise errors.fatal(f"node {self.name} does not exist (deleted during the window)",
+                                       errors.NODE_NOT_FOUND)
+                # Scripted per mode, or per "<package>:<mode>" in a pod of several Packages.
+                code = self._exit(f"{part.package}:{mode}") if f"{part.package}:{mode}" in self.exits else self._exit(mode)
+                self.ran.append(mode)
+                if code != 0:
+                    return RunStagePodResult(name, code, f"{mode} exited {code}\nlast line", mode, completed,
+                                             package=part.package if input.following else "",
+                                             completed_by_package=by_package if input.following else {})
+                completed.append(mode)
+        last = by_package[parts[-1].package]
+        result = RunStagePodResult(name, 0, "", last[-1] if last else "", last,
+                                   package=parts[-1].package if input.following else "",
+                                   completed_by_package=by_package if input.following else {})
         if job.interrupt is not None:
             self.ran.append(f"interrupt:{job.interrupt['type']}")
             result.interrupt_exit = self._exit("interrupt")

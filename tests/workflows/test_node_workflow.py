@@ -81,10 +81,10 @@ async def test_reboot_package_cordons_drains_interrupts_and_uncordons(
         assert h.node.names()[:4] == ["read_node", "write_node_state", "cordon_node", "drain_node"]
         assert h.node.modes() == ["apply", "apply-check", "config", "config-check", "interrupt:reboot",
                                   "post-interrupt", "post-interrupt-check"]
-        # Two stage pods (issue #14): everything before the interrupt, the interrupt last, then the rest.
+        # One pod per phase (ADR 0016): everything before the interrupt, the interrupt in its own pod, the rest.
         assert [job.modes for job in h.node.stage_jobs()] == [
-            ["apply", "apply-check", "config", "config-check", "interrupt"], ["post-interrupt", "post-interrupt-check"]]
-        assert "run_interrupt" not in h.node.names()
+            ["apply", "apply-check", "config", "config-check"], [], ["post-interrupt", "post-interrupt-check"]]
+        assert h.node.names().count("run_interrupt") == 1
         # Once the outcome is written, the window's stage Jobs go.
         assert h.node.names()[-3:] == ["uncordon_node", "write_node_state", "delete_stage_jobs"]
         assert h.node.cleanups == [(["kernel"], [])]
