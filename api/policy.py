@@ -12,8 +12,17 @@ Maintenance windows (`maintenanceWindows`, `api/maintenance.py`): times in `HH:M
 window (`start` == `end`), each day once, known IANA time zones, no two windows overlapping.
 Analysis gates (`analysis`, `api/analysis.py`): a success condition that parses, gate names
 unique in the policy, an http(s) `address`, no `count` on a `continuous` gate.
-The batch maths lives in `planning/batches.py`, the window and gate rules in
-`planning/maintenance.py` and `planning/gates.py`; these models stay data.
+Strategy `rolling` (no batches): each compartment keeps `min(budget, nodes left)` node windows
+running at all times and starts the next node as soon as one window ends, so no batch waits for
+its slowest node. `failureThreshold` then counts failed windows among the compartment's last N
+finished ones (N = its budget) and halts below `safetyLimit` as for batches; `batchThreshold` and
+`initialBatch` have no part (an `initialBatch` other than the default 1 is refused). The canary,
+maintenance windows, pauses and gates apply as with batches: `betweenBatches` gates are sampled
+after every N finished windows (N = the sum of the budgets) and hold new starts until they pass.
+A policy rolls in every compartment or in none (refused otherwise). Measured against
+`exponential` and `linear` in docs/benchmarks.md.
+The batch maths lives in `planning/batches.py` (rolling: `planning/rolling.py`), the window and
+gate rules in `planning/maintenance.py` and `planning/gates.py`; these models stay data.
 """
 
 from __future__ import annotations
@@ -72,6 +81,10 @@ class Strategy(SpecModel):
             raise ValueError(
                 f"growthFactor is only used by type exponential; remove it for type {self.type.value}"
             )
+        # 1 is the default the CRD's schema fills in: only another value is a mistake.
+        if self.type is StrategyType.ROLLING and self.initial_batch != 1:
+            raise ValueError("initialBatch is not used by type rolling (it keeps the budget's windows running); "
+                             "remove it")
         return self
 
     @property
@@ -167,6 +180,18 @@ class DeploymentPolicySpec(SpecModel):
                     f"canary.count {self.canary.count} is more than the budgets allow at once ({capacity}); "
                     f"use a canary count of at most {capacity} or raise a budget"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _rolls_or_batches(self) -> DeploymentPolicySpec:
+        # One fleet either rolls (no batch barrier) or runs batches: a mix would need both at once.
+        kinds = {item.name: self.strategy_of(item.name).type is StrategyType.ROLLING for item in self.compartments}
+        kinds["default"] = self.default.strategy.type is StrategyType.ROLLING
+        if len(set(kinds.values())) > 1:
+            rolling = sorted(name for name, rolls in kinds.items() if rolls)
+            others = sorted(name for name, rolls in kinds.items() if not rolls)
+            raise ValueError(f"strategy type rolling in {', '.join(rolling)} but not in {', '.join(others)}; "
+                             "a policy rolls in every compartment or in none")
         return self
 
     @model_validator(mode="after")

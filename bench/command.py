@@ -70,6 +70,7 @@ def _join(row: dict[str, Any], keys: tuple[str, ...], sep: str = " / ", unit: st
 
 # One figure per line: its label, the key a run must have to show it, and how to read it from the row.
 FIGURES: tuple[tuple[str, str, Any], ...] = (
+    ("peak windows at once", "peak_windows", lambda r: r["peak_windows"]),
     ("makespan / ideal (s) / ratio", "makespan_s",
      lambda r: f"{_join(r, ('makespan_s', 'ideal_makespan_s'))} / {_num(r.get('overhead_ratio'))}"),
     ("window overhead p50 / p95 (s)", "overhead_median_s", lambda r: _join(r, ("overhead_median_s", "overhead_p95_s"))),
@@ -134,6 +135,14 @@ def register(subparsers: Any) -> None:
                    help="Packages in the fleet, each depending on the one before, all rebooting (default 2)")
     p.add_argument("--stage-seconds", type=float, default=5.0, help="seconds per stage (default 5)")
     p.add_argument("--reboot-seconds", type=float, default=15.0, help="seconds per reboot (default 15)")
+    p.add_argument("--strategy", choices=("exponential", "linear", "fixed", "rolling"), default="exponential",
+                   help="the rollout's strategy (default exponential, initialBatch 1, growthFactor 2)")
+    p.add_argument("--budget-percent", type=int, default=25, help="the policy's budget in percent (default 25)")
+    p.add_argument("--initial-batch", type=int, default=1, help="initialBatch of fixed, linear, exponential")
+    p.add_argument("--delta", type=int, default=1, help="linear's delta (default 1)")
+    p.add_argument("--jitter-percent", type=float, default=0.0,
+                   help="fleetsim's --jitter-percent: each node's stages and reboot take its own factor of "
+                        "their time, in [1-P/100, 1+P/100] (default 0)")
     p.add_argument("--skip-throughput", action="store_true", help="no 0-second throughput rollout")
     p.add_argument("--skip-floor", action="store_true", help="no bare Temporal floor")
     p.add_argument("--skip-drain", action="store_true", help="no drain comparison")
@@ -175,7 +184,8 @@ def _environment(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "cpus": psutil.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
         "python": platform.python_version(), "stage_seconds": args.stage_seconds, "packages": args.packages,
-        "reboot_seconds": args.reboot_seconds, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "reboot_seconds": args.reboot_seconds, "strategy": args.strategy, "budget_percent": args.budget_percent,
+        "initial_batch": args.initial_batch, "delta": args.delta, "jitter_percent": args.jitter_percent, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "workers": args.workers, "pod_startup_seconds": args.pod_startup_seconds,
         # The workers' (and the floor's) workflow task polling: None is the SDK's.
         "workflow_task_pollers": pollers_from_env(),
@@ -190,7 +200,9 @@ def _save(args: argparse.Namespace, report: dict[str, Any]) -> None:
 
 async def _measure_size(args: argparse.Namespace, target: Target, temporal: Client, size: int) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:4]
-    sc = Scenario(f"bench{size}-{tag}", size, args.stage_seconds, args.reboot_seconds, packages=args.packages)
+    sc = Scenario(f"bench{size}-{tag}", size, args.stage_seconds, args.reboot_seconds, packages=args.packages,
+                  strategy=args.strategy, budget_percent=args.budget_percent, initial_batch=args.initial_batch,
+                  delta=args.delta, jitter_percent=args.jitter_percent)
     row = await run_rollout(target, sc, temporal, _log)
     row["objects_left"] = objects_left(row.get("objects_before") or {}, row.get("objects_after") or {})
     _log(f"{size} nodes, {args.packages} package(s): makespan {row['makespan_s']} s, ideal "
@@ -299,8 +311,9 @@ def render(report: dict[str, Any]) -> list[str]:
     """The results as lines of at most WIDTH characters: per run, one figure per line. Pure."""
     lines: list[str] = []
     for index, row in enumerate(report["results"], 1):
-        lines.append(f"noderoll bench, run {index}: {row.get('nodes')} nodes, {row.get('packages', '?')} package(s), "
-                     f"strategy {row.get('strategy', 'exponential')}")
+        lines.append(_fit(f"noderoll bench, run {index}: {row.get('nodes')} nodes, {row.get('packages', '?')} "
+                          f"package(s), strategy {row.get('strategy', 'exponential')}, budget "
+                          f"{row.get('budget_percent', 25)}%, jitter {row.get('jitter_percent', 0)}%"))
         for label, key, read in FIGURES:
             if row.get(key) in (None, "", [], {}):
                 continue

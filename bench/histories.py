@@ -183,6 +183,16 @@ async def fleet_batches(client: Client, policy: str) -> list[int]:
     return batches_from_sends(sends)
 
 
+def peak_overlap(windows: Sequence[WindowStats]) -> int:
+    """The most windows that ran at once (a window's end before another's start at the same instant). Pure."""
+    edges = sorted([(w.started, 1) for w in windows] + [(w.closed, -1) for w in windows], key=lambda e: (e[0], e[1]))
+    peak = running = 0
+    for _, step in edges:
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (0..100) by nearest rank. Pure."""
     if not values:

@@ -105,6 +105,7 @@ def start_processes(target: Target, sc: Scenario, procs: ProcessSet, task_queue:
     procs.start_fleet(
         ["--nodes", str(sc.nodes), "--name-prefix", sc.name, "--labels", f"{RUN_LABEL}={sc.name}",
          "--image-store", str(PACKAGES_DIR), "--reboot-seconds", f"{sc.reboot_seconds:g}",
+         "--jitter-percent", f"{sc.jitter_percent:g}",
          "--max-grace-seconds", "5", "--workers", str(workers), "--delete-on-exit",
          "--pod-startup-seconds", f"{target.pod_startup_seconds:g}",
          "--sandbox-dir", str(target.workdir / "sandboxes")],
@@ -223,7 +224,10 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
     # plan, e.g. when nodes are re-listed mid-rollout), each as long as one node's critical path.
     actual_batches = measured["actual_batches"]
     ideal = len(actual_batches) * critical if actual_batches else measured["ideal_makespan_s"]
-    if actual_batches and splits_of(actual_batches, measured["batches"]):
+    if sc.jitter_percent or sc.strategy == "rolling":
+        # Nodes of their own speed, or no batches: the ideal of the nodes' own critical paths.
+        ideal = measured["ideal_makespan_s"]
+    elif actual_batches and splits_of(actual_batches, measured["batches"]):
         # The planned batches, each handed over in chunks that straggled apart (at 1,000 nodes a batch
         # of 250 went out as five 50-node `request_windows` calls, seconds apart): not more batches.
         ideal = len(measured["batches"]) * critical
@@ -239,6 +243,9 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
     span = max((w.closed for w in windows), default=0.0) - min((w.started for w in windows), default=0.0)
     return {
         "nodes": sc.nodes,
+        "strategy": sc.strategy,
+        "budget_percent": sc.budget_percent,
+        "jitter_percent": sc.jitter_percent,
         "makespan_s": round(makespan, 1),
         # When the Package status first said Complete (a value well under makespan_s means it said so early).
         "status_complete_s": round(measured["status_complete_s"], 1),
@@ -250,6 +257,8 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
         "batches": actual_batches,
         "planned_batches": measured["batches"],
         "windows": len(windows),
+        # The peak disruption: the most node windows that ran at once.
+        "peak_windows": histories.peak_overlap(windows),
         "node_critical_path_s": critical,
         "window_median_s": round(statistics.median([w.seconds for w in windows]), 2) if windows else None,
         "overhead_median_s": round(statistics.median(overheads), 2) if overheads else None,

@@ -285,7 +285,7 @@ def _run_agent(ctx: SimContext, node: SimNode, pod: dict[str, Any],
     root.mkdir(parents=True, exist_ok=True)
     env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
     env.update(pod_env(pod, container))
-    env.update(NODEROLL_SIMULATE="1", NODEROLL_NODE=node.name)
+    env.update(NODEROLL_SIMULATE="1", NODEROLL_NODE=node.name, FLEETSIM_TIME_FACTOR=f"{node.time_factor:g}")
     argv = [mode, "--root", str(root), "--simulate"]
     for flag, folder in (("--package-dir", mounts.package), ("--config-dir", mounts.config),
                          ("--node-metadata-dir", mounts.metadata)):

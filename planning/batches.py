@@ -344,6 +344,7 @@ def resume_after_halt(state: BatchPlannerState) -> None:
         comp.halted = False
         comp.consecutive_failures = 0
         comp.next_size = comp.initial_batch
+        comp.recent = []  # `rolling`: the failures counted afresh
 
 
 def budget_limit(state: BatchPlannerState, compartment: str) -> int:

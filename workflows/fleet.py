@@ -41,7 +41,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from api.enums import CanaryPhase, Promotion, RolloutPhase
-    from planning import batches
+    from planning import batches, rolling
     from planning import fleet_state as fs
     from planning.fleet_status import FleetProgress, fleet_progress
     from protocol import names
@@ -222,14 +222,53 @@ class FleetWorkflow:
             await acts.refresh()
         elif await self._holds.held():
             return  # a gate or the maintenance windows hold the next batch (it sampled or waited)
-        elif batch := batches.next_batch(planner, fs.startable(state), fs.canary_cover(state)):
+        elif batch := self._next_batch(planner):
             await acts.send(batch)
         else:
+            await acts.wait_unfinished(next_relist)
+
+    def _next_batch(self, planner: batches.BatchPlannerState) -> list[str]:
+        """The next batch; for `rolling` past its canary, the budget's windows (planning/rolling.py)."""
+        state = self._run.state
+        canary_due = planner.canary_count and planner.canary_phase is CanaryPhase.NONE
+        if rolling.is_rolling(planner) and not canary_due:
+            rolling.top_up(planner, fs.startable(state))
+            return planner.current_batch
+        return batches.next_batch(planner, fs.startable(state), fs.canary_cover(state))
+
+    async def _roll(self, planner: batches.BatchPlannerState, next_relist: datetime) -> None:
+        """`rolling`: the windows that ended leave the set and count; then, unless a pause, the
+        maintenance windows or the gates hold new starts, the set is topped up to the budgets and
+        its nodes not yet handed over are sent (no batch barrier)."""
+        run, acts, holds = self._run, self._acts, self._holds
+        state = run.state
+        startable = fs.startable(state)
+        ended = [n for n in planner.current_batch if n not in state.in_flight and n not in startable]
+        if ended:
+            ok, bad = fs.batch_results(state, ended) or ([], [])
+            decision = rolling.record_finished(planner, ended, ok, bad)
+            state.message = decision.reason
+            if decision.halted:
+                workflow.logger.info("%s wave %d: %s", run.fleet_id, state.wave, decision.reason)
+                return
+            if decision.evaluation_point:
+                holds.open_gates(False, planner)
+        if not state.paused and run.windows_open() and not await holds.gates_hold():
+            rolling.top_up(planner, fs.startable(state))
+            await acts.send([n for n in planner.current_batch if n in fs.startable(state)])
+        elif not run.windows_open():
+            await holds.withdraw_outside_windows()
+        if not planner.current:
+            return  # every window ended and nothing is left to start: the wave's next step
+        if not await holds.sample_continuous():
             await acts.wait_unfinished(next_relist)
 
     async def _run_batch(self, planner: batches.BatchPlannerState, next_relist: datetime) -> None:
         run, acts = self._run, self._acts
         state = run.state
+        if rolling.rolls_now(planner):
+            await self._roll(planner, next_relist)
+            return
         batch = planner.current_batch
         if not state.paused and run.windows_open():
             # After a halt, a pause or a crash between planning and sending: nodes never handed over.

@@ -184,7 +184,7 @@ def test_the_summary_is_one_figure_per_line_within_120_columns() -> None:
     assert sum(line.startswith("noderoll bench, run") for line in lines) == 2
     # A figure a run lacks is left out, not shown as "None".
     assert render({"results": [{"nodes": 20, "makespan_s": 90.0}]}) == [
-        "noderoll bench, run 1: 20 nodes, ? package(s), strategy exponential",
+        "noderoll bench, run 1: 20 nodes, ? package(s), strategy exponential, budget 25%, jitter 0%",
         "  makespan / ideal (s) / ratio             90.0 / ? / ?"]
 
 
@@ -207,3 +207,31 @@ def test_a_window_history_counts_its_workflow_tasks_and_local_activities() -> No
               event(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, 3)]
     stats = window_stats("n", events)
     assert (stats.workflow_tasks, stats.local_activities, stats.seconds) == (2, 1, 3.0)
+
+
+def test_peak_overlap_counts_windows_running_at_once() -> None:
+    from bench.histories import peak_overlap
+
+    def w(start: float, end: float) -> WindowStats:
+        return WindowStats("n", end - start, 1, 1, start, end)
+
+    assert peak_overlap([w(0, 10), w(5, 15), w(10, 20), w(12, 13)]) == 3  # 5-15, 10-20, 12-13
+    assert peak_overlap([w(0, 1), w(1, 2)]) == 1 and peak_overlap([]) == 0
+
+
+def test_the_ideal_of_rolling_and_of_jittered_batches() -> None:
+    from bench.scenario import ideal_makespan, node_paths, planned_batches
+
+    names = [f"r-{i:03d}" for i in range(20)]
+    flat = Scenario("r", 20, stage_seconds=5, reboot_seconds=15, strategy="rolling", budget_percent=25)
+    # No jitter: 20 nodes of 30 s on 5 slots.
+    assert planned_batches(flat, names) == [] and ideal_makespan(flat, names) == pytest.approx(4 * 30.0)
+    jittered = Scenario("r", 20, strategy="rolling", budget_percent=25, jitter_percent=50)
+    paths = node_paths(jittered, names)
+    assert all(15.0 <= p <= 45.0 for p in paths.values()) and len(set(paths.values())) > 10
+    # At least the work spread over the slots, at most one slowest node more.
+    assert sum(paths.values()) / 5 <= ideal_makespan(jittered, names) <= sum(paths.values()) / 5 + max(paths.values())
+    batched = Scenario("r", 20, strategy="exponential", budget_percent=25, jitter_percent=50)
+    expected = sum(max(paths[n] for n in batch) for batch in planned_batches(batched, names))
+    assert ideal_makespan(batched, names) == pytest.approx(expected)
+    assert ideal_makespan(jittered, names) < expected  # the batches wait for their slowest node

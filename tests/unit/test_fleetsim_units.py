@@ -164,3 +164,13 @@ def test_register_with_taints_flag() -> None:
     for bad in ("k=v", "k=v:Sometimes", ":NoSchedule"):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_taints(bad)
+
+
+def test_jitter_gives_each_node_its_own_time_factor_the_same_on_every_run() -> None:
+    from fleetsim.context import jitter_factor
+
+    names = [f"sim-{i:03d}" for i in range(200)]
+    factors = [jitter_factor(n, 50) for n in names]
+    assert all(0.5 <= f <= 1.5 for f in factors) and min(factors) < 0.6 and max(factors) > 1.4
+    assert factors == [jitter_factor(n, 50) for n in names]
+    assert {jitter_factor(n, 0) for n in names} == {1.0}
