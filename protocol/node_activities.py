@@ -223,3 +223,23 @@ class DeleteStageJobsResult:
 
     deleted: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CloseWindowInput:
+    """The end of a window in one call (issue #26 item 2): the final state write (`state`), in the
+    same node patch the removal of noderoll's own cordon when `uncordon`, then the deletion of the
+    window's stage Jobs (`delete`, None: none to delete)."""
+
+    state: WriteNodeStateInput
+    uncordon: bool = False
+    delete: DeleteStageJobsInput | None = None
+
+
+@dataclass
+class CloseWindowResult:
+    """What the deletion of the stage Jobs did, or why it failed ("" when it did not: the Jobs are
+    then left for the package's next window and their TTL, as a failed `delete_stage_jobs` left them)."""
+
+    deleted: DeleteStageJobsResult = field(default_factory=DeleteStageJobsResult)
+    delete_error: str = ""

@@ -18,6 +18,7 @@ from activities.nodes import cordon_node, read_node, uncordon_node, write_node_s
 from activities.prometheus import query_prometheus
 from activities.stage_cleanup import delete_stage_jobs
 from activities.stage_run import run_stage_pod
+from activities.window_close import close_window
 from workflows.fleet import FleetWorkflow
 from workflows.node import NodeWorkflow
 
@@ -27,7 +28,7 @@ WORKFLOWS: list[type] = [
 ]
 
 ACTIVITIES: list[Callable[..., Any]] = [
-    # node window (activities/nodes.py, drain.py, stage_run.py, interrupts.py, stage_cleanup.py)
+    # node window (activities/nodes.py, drain.py, stage_run.py, interrupts.py, stage_cleanup.py, window_close.py)
     read_node,
     cordon_node,
     uncordon_node,
@@ -37,6 +38,7 @@ ACTIVITIES: list[Callable[..., Any]] = [
     run_stage_pod,
     run_interrupt,
     delete_stage_jobs,
+    close_window,
     # fleet (activities/fleet.py, describe.py: the watchdog)
     list_fleet_nodes,
     request_windows,

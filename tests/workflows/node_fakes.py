@@ -18,6 +18,8 @@ from activities.jobs import job_name
 from protocol import errors
 from protocol.activities import MarkBlockedNodesInput, MarkBlockedNodesResult
 from protocol.node_activities import (
+    CloseWindowInput,
+    CloseWindowResult,
     CordonNodeResult,
     DeleteStageJobsInput,
     DeleteStageJobsResult,
@@ -123,6 +125,25 @@ class FakeNode:
             self.state_annotation = input.state_annotation
         self.status_label = input.status
 
+    @activity.defn(name="close_window")
+    def close_window(self, input: CloseWindowInput) -> CloseWindowResult:
+        self.calls.append(("close_window", input))
+        self._api_down("close_window")
+        if input.uncordon and self.cordoned_by == "noderoll":
+            self.unschedulable, self.cordoned_by = False, ""
+        self.writes.append(input.state)
+        if input.state.state_annotation is not None:
+            self.state_annotation = input.state.state_annotation
+        self.status_label = input.state.status
+        if input.delete is not None:
+            self.cleanups.append((list(input.delete.packages), list(input.delete.keep)))
+        return CloseWindowResult(DeleteStageJobsResult(kept=list(input.delete.keep) if input.delete else []))
+
+    def uncordons(self) -> int:
+        """Uncordons asked for: `uncordon_node` calls and `close_window` calls that lift the cordon."""
+        return sum(1 for name, arg in self.calls
+                   if name == "uncordon_node" or (name == "close_window" and arg.uncordon))
+
     @activity.defn(name="wait_protected_pods")
     def wait_protected_pods(self, input: WaitProtectedPodsInput) -> WaitProtectedPodsResult:
         self.calls.append(("wait_protected_pods", input))
@@ -193,6 +214,6 @@ class FakeNode:
 
     def activities(self) -> list[Callable[..., Any]]:
         """Every fake, for `Worker(activities=...)`."""
-        return [self.read_node, self.cordon_node, self.uncordon_node, self.write_node_state,
+        return [self.read_node, self.cordon_node, self.uncordon_node, self.write_node_state, self.close_window,
                 self.wait_protected_pods, self.drain_node, self.run_interrupt,
                 self.run_stage_pod, self.delete_stage_jobs, self.mark_blocked_nodes]

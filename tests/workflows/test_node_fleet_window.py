@@ -28,7 +28,7 @@ async def test_three_packages_one_window_one_drain_one_merged_interrupt(temporal
         assert (result.cordoned, result.drained, result.interrupt) == (True, True, "reboot")
         names = h.node.names()
         assert names.count("cordon_node") == 1 and names.count("drain_node") == 1
-        assert len(h.node.interrupts()) == 1 and names.count("uncordon_node") == 1
+        assert len(h.node.interrupts()) == 1 and h.node.uncordons() == 1
         # One pod per phase (ADR 0016): every Package's stages before the interrupt in one pod, in
         # dependency order, the merged interrupt in its own pod, every post-interrupt stage in one pod.
         before, interrupt, after = h.node.pods()
