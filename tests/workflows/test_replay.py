@@ -11,7 +11,13 @@ and were recorded on the real stack (dev server, apiserver, fleetsim):
 * node/window-*: `NODEROLL_RECORD_HISTORIES=tests/histories/node` with tests/integration/test_node_window.py
   and test_node_config_change.py (the node workflow driven with the fleet's `window` request);
 * node/fleet-window-*: recorded before the one-engine release (ADR 0013) with the patches that are
-  deprecated since (`workflow.deprecate_patch`), so windows recorded with them still replay.
+  deprecated since (`workflow.deprecate_patch`), so windows recorded with them still replay;
+* node/*-one-pod-per-phase: `NODEROLL_RECORD_HISTORIES=<dir>` with tests/integration/test_node_window.py
+  (recorded into a scratch folder and copied, so the histories of the same names recorded before
+  issue #26 stay): one pod per window phase and the window's end in one activity (`one-pod-per-phase`,
+  `close-in-one-call`); the ones without the suffix replay the paths before them;
+* fleet/fleet-canary-then-batch-window-cost, node/*-window-cost: the fleet's names for issue #26 in
+  tests/integration/test_fleet_rollout.py (`RECORDED_AS`): node runs started with their first request.
 Every `workflow.patched(...)` id in workflows/ must be recorded (its marker) in some history, so its
 patched path replays; its unpatched path replays from the histories recorded before the patch (the
 ones without its marker). A workflow change that fails here needs `workflow.patched` (or is a
