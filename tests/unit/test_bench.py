@@ -217,6 +217,9 @@ def test_peak_overlap_counts_windows_running_at_once() -> None:
 
     assert peak_overlap([w(0, 10), w(5, 15), w(10, 20), w(12, 13)]) == 3  # 5-15, 10-20, 12-13
     assert peak_overlap([w(0, 1), w(1, 2)]) == 1 and peak_overlap([]) == 0
+    # A run that answered its fleet is out of its window, though it closes a moment later.
+    answered = WindowStats("n", 10, 1, 1, 0, 10, answered=8.0)
+    assert peak_overlap([answered, w(9, 20)]) == 1 and peak_overlap([w(0, 10), w(9, 20)]) == 2
 
 
 def test_the_ideal_of_rolling_and_of_jittered_batches() -> None:
