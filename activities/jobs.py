@@ -1,12 +1,14 @@
-"""Stage Jobs: create (or adopt) the Job of one stage and its check and wait for its pod. Does I/O.
+"""Stage Jobs: create (or adopt) the Job of a stage pod (one Package's stages, or several Packages'
+in one pod per window phase) and its ConfigMap. Does I/O.
 
-The stage pod contract is in docs/architecture.md and its manifest in `activities.stage_pod`: one pod
-per stage, the package image's folder copied by an init container, then noderoll's agent running
-the stage and its check as containers named after their modes (NodeWright does the same), so a
-window pays one Job round trip per stage instead of two. Creating a Job reads the Package (uid and
-generation for SKYHOOK_RESOURCE_ID) and, for a stage, the node (its metadata for the package). Job and ConfigMap names derive
-from (package, version, node, mode, check, attempt, window), so an activity retried after a worker
-crash finds and adopts the Job its first attempt created instead of running the stage twice.
+The stage pod contract is in docs/architecture.md and its manifest in `activities.stage_pod`: per
+Package the package image's folder copied by an init container, then noderoll's agent running each
+stage and its check as containers named after their modes (NodeWright does the same). Creating a
+Job reads each Package (uid and generation for SKYHOOK_RESOURCE_ID) and, for a stage pod, the node
+(its metadata for the packages). Job and ConfigMap names derive from (package, version, node, mode,
+attempt, window, the pod's modes, and every further Package with its version and modes), so an
+activity retried after a worker crash finds and adopts the Job its first attempt created instead of
+running the stages twice.
 
 Waiting for the Job's pod (a pod watch resumed from its last resourceVersion, which notices a pod
 deleted or replaced before it finished and ends its Job) is `kube.pod_wait`; the activities'

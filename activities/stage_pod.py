@@ -1,24 +1,31 @@
-"""The stage pod: the Job manifest of one stage (and its check) or interrupt, and its worker settings. Pure.
+"""The stage pod: the Job manifest of one or several Packages' stages (and their checks) or of an interrupt, and its worker settings. Pure.
 
-Shape (as NodeWright's package pods; docs/architecture.md, "The stage pod contract"):
+Shape (as NodeWright's package pods; docs/architecture.md, "The stage pod contract"), per Package
+of the pod, in order:
 
-* init container `package`: the Package's image, `/bin/sh -c` copying its package folder
-  (`/noderoll-package`, else NodeWright's `/skyhook-package`) into the pod's `package` emptyDir.
-  Any image with a shell works: a NodeWright image (busybox plus files), or one built FROM noderoll's
-  package-base;
+* its copy init container: the Package's image, `/bin/sh -c` copying its package folder
+  (`/noderoll-package`, else NodeWright's `/skyhook-package`) into the Package's own emptyDir.
+  Any image with a shell works: a NodeWright image (busybox plus files), or one built FROM
+  noderoll's package-base;
 * one agent container per mode, in order: noderoll's agent image (the worker's pinned
-  `--agent-image`, or the Package's `agentImage`), `args: [<mode>]`, every container but the last
-  an init container, so each starts only after the one before succeeded and the container that
-  failed names the mode. A pod runs one stage and its check, or (issue #14) every stage of the
-  package before or after the window's interrupt, each followed by its check, with the merged
-  `interrupt` last when the pod carries it (`NODEROLL_INTERRUPT` on that container only); an
-  interrupt pod has only its `interrupt` agent container;
-* volumes: the host root (`/host`), the package copy (`/noderoll-package`), the package's config
-  (`/noderoll-config`) and the node's metadata (`/noderoll-node-metadata`), the last two projected
-  from the Job's ConfigMap (an interrupt pod has the host root only, and no ConfigMap; an interrupt
-  container mounts the host root and the metadata only);
-* NodeWright's environment: `SKYHOOK_RESOURCE_ID` (`<package>-<uid>-<generation>_<package>_<version>`,
-  NodeWright's form with the Package in place of the Skyhook) and `SKYHOOK_NODE_ORDER`.
+  `--agent-image`, or the Package's `agentImage`), `args: [<mode>]`. Every container of the pod but
+  the last is an init container, so each starts only after the one before succeeded and the
+  container that failed names the Package and the mode. A pod runs one Package's stages (each
+  followed by its check) or, one pod per window phase (issue #26, ADR 0016), several Packages'; a
+  pod of one Package may carry the merged `interrupt` last (the path before issue #26;
+  `NODEROLL_INTERRUPT` on that container only); an interrupt pod has only its `interrupt` agent
+  container;
+* names: a pod of one Package names its containers after their modes (`package` for the copy); a
+  pod of several prefixes them with the Package's index (`p1-apply-check`, `p1-package`) and lists
+  its Packages in the annotation `noderoll.io/packages` (`api.stage_containers`);
+* volumes: the host root (`/host`), each Package's package copy (`/noderoll-package`), its config
+  (`/noderoll-config`, keys `p<i>.<file>` in a pod of several) and the node's metadata
+  (`/noderoll-node-metadata`), the last two projected from the Job's ConfigMap (an interrupt pod
+  has the host root only, and no ConfigMap; an interrupt container mounts the host root and the
+  metadata only);
+* NodeWright's environment, each Package its own: `SKYHOOK_RESOURCE_ID`
+  (`<package>-<uid>-<generation>_<package>_<version>`, NodeWright's form with the Package in place
+  of the Skyhook) and `SKYHOOK_NODE_ORDER`; tolerations and pull secrets of the pod are the union.
 
 Worker settings (`StagePodSettings`, from `noderoll worker` flags or the environment) pin the agent
 image and add image pull secrets, host networking and a priority class to every stage pod.

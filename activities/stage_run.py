@@ -1,21 +1,23 @@
-"""`run_stage_pod`: one stage pod running several stages in order, each followed by its check, and
-the window's merged interrupt last when it carries it. Does I/O.
+"""`run_stage_pod`: one stage pod running several stages in order, each followed by its check: of one
+Package, or (`RunStagePodInput.following`) of several, one pod per window phase. Does I/O.
 
-Issue #14: a reboot package's window runs at most two stage pods, everything before the interrupt
-in one (the interrupt included) and everything after it in the other, instead of a Job per stage
-and one for the interrupt. Every stage keeps its record and its check: each stage and each check is
-its own container, named after its mode (the stage pod contract in `activities.stage_pod`), so the
-container that failed names the mode, and the result lists the modes that succeeded (how far the
-pod got). The node window retries a failed stage from that stage in a new pod
-(`workflows/node_pods.py`).
+Issue #26 (ADR 0016): a window runs every Package's stages before the interrupt in one pod and
+every Package's stages after it in another; the merged interrupt has a pod of its own
+(`run_interrupt`). Every stage keeps its record and its check: each stage and each check is its own
+container (the stage pod contract in `activities.stage_pod`; names in `api.stage_containers`), so
+the container that failed names the Package and the mode (`run_phase_pod` maps it back), and the
+result lists each Package's modes that succeeded (how far the pod got). The node window retries a
+failed stage from that stage in a new pod (`workflows/node_pods.py`).
 
-The interrupt, when the pod carries it, runs only once every stage before it succeeded (it is the
-pod's last container). The wait ends when the pod ends: fleetsim ends it right after the node went
-down; a real kubelet marks it Failed when the node is back (the reboot killed the interrupt
-container), its stage containers still terminated with 0, so the stages count as done either way.
-A reboot is then confirmed as `run_interrupt` confirms it (a new boot id with Ready, seen through a
-watch of the node), and one not confirmed in time is reported as the interrupt's failure
-(`interrupt_exit` -1), never as a stage's.
+A pod of one Package may still carry the interrupt (the path of windows recorded before issue #26:
+issue #14 put the merged interrupt last in the last Package's pre-interrupt pod). It runs only once
+every stage before it succeeded (it is the pod's last container). The wait ends when the pod ends:
+fleetsim ends it right after the node went down; a real kubelet marks it Failed when the node is
+back (the reboot killed the interrupt container), its stage containers still terminated with 0, so
+the stages count as done either way. A reboot is then confirmed as `run_interrupt` confirms it (a
+new boot id with Ready, seen through a watch of the node), and one not confirmed in time is
+reported as the interrupt's failure (`interrupt_exit` -1), never as a stage's. A pod of several
+Packages never carries the interrupt.
 """
 
 from __future__ import annotations

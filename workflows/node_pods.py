@@ -1,24 +1,26 @@
 """A node window's stages and its merged interrupt, in pods pinned to the node. Deterministic, no I/O.
 
-Each package's stages before the window's interrupt run in ONE pod and its stages after the
-interrupt in another (`run_stage_pod`, `planning/pod_steps.py`): a reboot package's window runs two
-stage pods (issue #14). Every stage keeps its check (its own container, right after the stage) and
-its record (the pod reports the modes that succeeded; the entry in `noderoll.io/state` says the
-stage and attempt that failed). Packages run in the window's dependency order; a package whose
-`dependsOn` package failed or was skipped earlier in the window is not run (skipped, its record left
-as it was).
+One pod per window phase (issue #26, ADR 0016; `workflow.patched("one-pod-per-phase")`): every
+Package's stages before the window's interrupt run in ONE pod (each Package's copy container and
+agent containers, in the window's dependency order), the merged interrupt in a pod of its own
+(`run_interrupt`), and every Package's stages after it in one more pod: a reboot window runs three
+pods whatever its number of Packages. Every stage keeps its check (its own container, right after
+the stage) and its record (the pod reports each Package's modes that succeeded; the entry in
+`noderoll.io/state` says the stage and attempt that failed). A Package whose `dependsOn` Package
+failed or was skipped earlier in the window is not run before the interrupt (skipped, its record
+left as it was).
 
-The merged interrupt runs as the last container of the window's last package's pre-interrupt pod
-(the interrupt container needs no package files, so any package's pod can carry it), once every
-stage of the window before it succeeded. If that package failed, was skipped, or has no stage
-before the interrupt, the interrupt runs in interrupt pods of its own (`run_interrupt`).
+Retries: the first container that failed decides; its Package's stage (or check) is retried, after
+the usual backoff, from that stage in a new pod that runs it, its later stages and the Packages
+after it; the Packages before it and its stages before the failed one are done and do not run
+again. Attempts count per Package and stage: a stage is given up after `stage_attempts` failed
+attempts of its own. The interrupt is retried in interrupt pods of its own (`run_interrupt` never
+reboots a node twice).
 
-Retries: a stage (or its check) that fails is retried, after the usual backoff, from that stage in
-a new pod that runs it and the stages after it (and the interrupt, if this pod carried it); the
-stages before it are done and do not run again. Attempts count per stage: a stage is given up after
-`stage_attempts` failed attempts of its own. An interrupt that the pod reached and that failed (or a
-pod whose activity failed, so that it is unknown whether the interrupt ran) is not carried again:
-its further attempts run in interrupt pods of their own (`run_interrupt` never reboots a node twice).
+Windows recorded before the patch replay the earlier path (issue #14, ADR 0010): a pod per Package
+before the interrupt, the last one carrying the merged interrupt as its last container, and a pod
+per Package after it; an interrupt that such a pod reached and that failed (or a pod whose
+activity failed) was retried in interrupt pods of its own.
 
 Everything that happens is recorded in the window's `WindowLedger`; a deleted node (`NodeNotFound`)
 ends the window at once (the `ActivityError` is raised to the sequencer).
