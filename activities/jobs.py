@@ -89,7 +89,8 @@ def ensure_job(job: StageJob, following: list[StageJob] | None = None) -> tuple[
     metadata = any(stage_pod.runs_package(part) for part in parts)
     identities = []
     for part in parts:
-        uid, generation = _package_identity(part.package)
+        # The fleet's order names the Package's uid and generation; a window of older orders reads them.
+        uid, generation = (part.package_uid, part.generation) if part.package_uid else _package_identity(part.package)
         identities.append(StagePodIdentity(package_uid=uid, generation=generation, metadata=metadata))
     if metadata:
         data = {**stage_pod.node_metadata(_read_node(job.node), parts, settings), **stage_pod.config_map_data(parts)}

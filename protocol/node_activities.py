@@ -145,6 +145,10 @@ class StageJob:
     # Every container's mode, in order, for a stage pod (each stage followed by its check, the merged
     # `interrupt` last when the pod carries it); empty: `mode` alone (an interrupt pod).
     modes: list[str] = field(default_factory=list)
+    # The Package's uid and the generation the window applies, from the fleet's order (SKYHOOK_RESOURCE_ID);
+    # "" : unknown, the activity reads the Package for them.
+    package_uid: str = ""
+    generation: int = 0
 
 
 @dataclass

@@ -73,8 +73,15 @@ class WindowContext:
             tolerations=stage_tolerations(self.snapshot.taints, spec),
             config=dict(spec.config), timeout_seconds=package_limits(spec, self.default_limits()).stage,
             agent_image=spec.agent_image or "", image_pull_secrets=[s.name for s in spec.image_pull_secrets],
-            node_order=self.node_order,
+            node_order=self.node_order, **self._identity(name),
         )
+
+    def _identity(self, name: str) -> dict[str, object]:
+        """The Package's uid and the generation the fleet's order applies (none known: {})."""
+        order = self.orders.get(name)
+        if order is None or not order.uid:
+            return {}
+        return {"package_uid": order.uid, "generation": order.generation}
 
     def event(self, reason: str, message: str, warning: bool = False) -> NodeEvent:
         """An Event of this window on the Node (its key makes a retried write idempotent)."""

@@ -135,7 +135,7 @@ def test_a_pod_of_two_packages_runs_each_with_its_own_files_and_names_the_one_th
     node, first, second = fleet.node_names[0], unique_name("one"), unique_name("two")
     jobs = [a_job(node, first, _image(tmp_path, first, 0), config={f"{first}.conf": "first=1\n"}),
             a_job(node, second, _image(tmp_path, second, 3), config={f"{second}.conf": "second=2\n"},
-                  env=[{"name": "ONLY_SECOND", "value": "yes"}])]
+                  env=[{"name": "ONLY_SECOND", "value": "yes"}], package_uid="uid-of-2", generation=7)]
     result = ActivityEnvironment().run(run_stage_pod, RunStagePodInput(jobs[0], following=jobs[1:]))
     # The second Package's check failed: attributed to it, from its container's name; the first is done.
     assert (result.package, result.mode, result.exit_code) == (second, "apply-check", 3), result
@@ -144,7 +144,8 @@ def test_a_pod_of_two_packages_runs_each_with_its_own_files_and_names_the_one_th
     sandbox = fleet.sandbox(node)
     # Each Package saw its own package copy, config projection and environment.
     assert (sandbox / f"etc/{first}.conf").read_text().startswith(f"first=1\n{first} {first}--0_{first}_1.0.0")
-    assert (sandbox / f"etc/{second}.conf").read_text().startswith(f"second=2\n{second} {second}--0_{second}_1.0.0")
+    # The second's uid and generation came with its order (no such Package exists to read them from).
+    assert (sandbox / f"etc/{second}.conf").read_text().startswith(f"second=2\n{second} {second}-uid-of-2-7_{second}_1.0.0")
     pod = client.CoreV1Api(kube_api_client).list_namespaced_pod(
         PACKAGE_POD_NAMESPACE, label_selector=f"job-name={result.job_name}").items[0]
     assert json.loads(pod.metadata.annotations["noderoll.io/packages"]) == [first, second]

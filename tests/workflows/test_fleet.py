@@ -104,7 +104,7 @@ async def test_one_window_per_node_for_three_packages(temporal_test_env: Workflo
     """Two reboot Packages (one depends on the other) and a service Package: ONE window per node."""
     nodes = FakeNodes.of(12, reboot={"driver", "kernel"})
     spec = FleetSpec(unique_name("gpu"), policy(EXPONENTIAL, budget=4, canary={"count": 1}), 1, [
-        package("kernel"),
+        package("kernel", uid="uid-kernel"),
         package("driver", spec={"dependsOn": {"kernel": "1.0.0"}}),
         package("tuned"),
     ])
@@ -118,6 +118,8 @@ async def test_one_window_per_node_for_three_packages(temporal_test_env: Workflo
         assert {n: r.phase for n, r in report.packages.items()} == dict.fromkeys(
             ["driver", "kernel", "tuned"], RolloutPhase.COMPLETE)
         assert report.packages["driver"].counts == {State.COMPLETE.value: 12}
+        # Each order names its Package's uid (SKYHOOK_RESOURCE_ID without reading the Package).
+        assert {o.uid for _, r in nodes.requests for o in r.packages if o.name == "kernel"} == {"uid-kernel"}
 
 
 async def test_budget_is_never_exceeded_with_three_packages(temporal_test_env: WorkflowEnvironment) -> None:

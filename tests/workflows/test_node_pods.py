@@ -127,3 +127,17 @@ async def test_a_package_out_of_attempts_skips_its_dependents_not_the_others(
         assert "b" not in state.packages, "a skipped Package keeps the record it had (none)"
         assert (state.packages["a"].stage, state.packages["a"].state, state.packages["a"].attempts) == (
             "apply", "erroring", 3)
+
+
+async def test_the_pods_carry_each_packages_uid_and_generation_from_the_fleets_order(
+    temporal_test_env: WorkflowEnvironment,
+) -> None:
+    from protocol.fleet import PackageOrder
+
+    async with harness(temporal_test_env) as h:
+        await h.window(PackageOrder("a", a_spec(interrupt=REBOOT), 4, uid="uid-a"), order("b", interrupt=REBOOT))
+        await h.windows(1)
+        jobs = [j for pod in h.node.pods() for j in pod]
+        assert {(j.package, j.package_uid, j.generation) for j in jobs if j.package == "a"} == {("a", "uid-a", 4)}
+        # An order without a uid (recorded before, a rollback's): the activity reads the Package.
+        assert {(j.package_uid, j.generation) for j in jobs if j.package == "b"} == {("", 0)}
