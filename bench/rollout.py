@@ -42,6 +42,7 @@ from bench.scenario import (
 from bench.window_time import median_breakdown
 from planning.fleet_status import FleetProgress
 from protocol.names import QUERY_PROGRESS, fleet_workflow_id
+from protocol.node_settings import EAGER_START_ENV
 from workflows.fleet_codec import progress_from_json
 
 POLL_SECONDS = 1.0
@@ -113,8 +114,10 @@ def start_processes(target: Target, sc: Scenario, procs: ProcessSet, task_queue:
     )
     conn = Connection(target.temporal_address, target.kubeconfig, task_queue)
     # `--workers N`: N `noderoll worker` processes on the one task queue share the work (issue #14).
+    # One worker: node runs start eagerly on it (protocol.node_settings.EAGER_START_ENV); several: shared.
+    eager = {EAGER_START_ENV: "1" if target.workers <= 1 else "0"}
     for index in range(1, max(1, target.workers) + 1):
-        procs.start_noderoll(WORKER if target.workers <= 1 else f"{WORKER}-{index}", ["worker"], conn)
+        procs.start_noderoll(WORKER if target.workers <= 1 else f"{WORKER}-{index}", ["worker"], conn, env=eager)
     # Its own leader Lease and only this run's objects: other bridges on a shared stack do not interfere.
     procs.start_noderoll("bridge", ["bridge", "--lease-name", f"bench-{task_queue}",
                                     "--label-selector", f"{RUN_LABEL}={sc.name}"], conn)

@@ -28,6 +28,7 @@ from protocol.node_settings import (
     DEFAULT_INTERRUPT_TIMEOUT_SECONDS,
     DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS,
     DEFAULT_STAGE_TIMEOUT_SECONDS,
+    eager_node_start,
     node_workflow_settings,
 )
 
@@ -89,9 +90,10 @@ START_TRIES = 5
 
 async def start_window(client: Client, node: str, request: WindowRequest, task_queue: str) -> None:
     """Start `node/<node>` with `request` as its first queued window (issue #26 item 2): with no run
-    open, the run's first workflow task has its request at once, and with `request_eager_start` a
-    worker in this process (the fleet's activity runs in `noderoll worker`) gets that task in the
-    start's answer instead of polling for it. A run already open is signalled instead (`window`), as
+    open, the run's first workflow task has its request at once (no signal), and with
+    `NODEROLL_EAGER_NODE_START=1` (`request_eager_start`; off by default: it keeps the window on this
+    worker, `protocol.node_settings.EAGER_START_ENV`) a worker in this process (the fleet's activity
+    runs in `noderoll worker`) gets that task in the start's answer instead of polling for it. A run already open is signalled instead (`window`), as
     signal-with-start did; one that completed between the refused start and the signal is started
     again. Either way the run drops a request id it has seen, so a retried hand-over is harmless."""
     handle = client.get_workflow_handle(node_workflow_id(node))
@@ -103,7 +105,7 @@ async def start_window(client: Client, node: str, request: WindowRequest, task_q
                 id=node_workflow_id(node),
                 task_queue=task_queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-                request_eager_start=True,
+                request_eager_start=eager_node_start(),
                 static_summary=f"node {node}",
             )
             return

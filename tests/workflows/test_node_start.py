@@ -51,3 +51,10 @@ async def test_a_request_to_an_open_run_is_signalled_to_it(temporal_test_env: Wo
         assert sorted(p for r in results for p in r.outcomes) == ["a", "b"]
         # Both answered, by one run or two (the first may have completed before the second came).
         assert all(r.outcomes[p].state == "complete" for r in results for p in r.outcomes)
+
+
+def test_the_eager_start_is_asked_for_only_when_the_environment_says_so() -> None:
+    from protocol.node_settings import EAGER_START_ENV, eager_node_start
+
+    assert not eager_node_start({}) and not eager_node_start({EAGER_START_ENV: "0"})
+    assert eager_node_start({EAGER_START_ENV: "1"}) and eager_node_start({EAGER_START_ENV: "True"})
