@@ -1,12 +1,14 @@
-"""Stage Jobs: create (or adopt) the Job of one stage and its check and wait for its pod. Does I/O.
+"""Stage Jobs: create (or adopt) the Job of a stage pod (one Package's stages, or several Packages'
+in one pod per window phase) and its ConfigMap. Does I/O.
 
-The stage pod contract is in docs/architecture.md and its manifest in `activities.stage_pod`: one pod
-per stage, the package image's folder copied by an init container, then noderoll's agent running
-the stage and its check as containers named after their modes (NodeWright does the same), so a
-window pays one Job round trip per stage instead of two. Creating a Job reads the Package (uid and
-generation for SKYHOOK_RESOURCE_ID) and, for a stage, the node (its metadata for the package). Job and ConfigMap names derive
-from (package, version, node, mode, check, attempt, window), so an activity retried after a worker
-crash finds and adopts the Job its first attempt created instead of running the stage twice.
+The stage pod contract is in docs/architecture.md and its manifest in `activities.stage_pod`: per
+Package the package image's folder copied by an init container, then noderoll's agent running each
+stage and its check as containers named after their modes (NodeWright does the same). Creating a
+Job reads each Package (uid and generation for SKYHOOK_RESOURCE_ID) and, for a stage pod, the node
+(its metadata for the packages). Job and ConfigMap names derive from (package, version, node, mode,
+attempt, window, the pod's modes, and every further Package with its version and modes), so an
+activity retried after a worker crash finds and adopts the Job its first attempt created instead of
+running the stages twice.
 
 Waiting for the Job's pod (a pod watch resumed from its last resourceVersion, which notices a pod
 deleted or replaced before it finished and ends its Job) is `kube.pod_wait`; the activities'
@@ -28,11 +30,14 @@ from kube.nodes import read_node
 from protocol.node_activities import StageJob
 
 
-def job_name(job: StageJob) -> str:
-    """Deterministic, readable Job name of at most 63 characters (prefix + hash of the identity)."""
+def job_name(job: StageJob, following: list[StageJob] | None = None) -> str:
+    """Deterministic, readable Job name of at most 63 characters (prefix + hash of the identity);
+    `following`: the further Packages of a pod of several (their packages, versions and modes)."""
     parts = [job.package, job.version, job.node, job.mode, str(job.attempt), job.window]
     if job.modes:
         parts.append(",".join(job.modes))  # a pod of several stages (and maybe the interrupt)
+    for other in following or []:
+        parts.extend([other.package, other.version, ",".join(stage_pod.modes(other))])
     digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:10]
     prefix = f"nr-{job.package[:24].rstrip('-')}-{job.mode[:18].rstrip('-')}"
     return f"{prefix}-{digest}"
@@ -44,15 +49,17 @@ def job_modes(job: StageJob) -> list[str]:
 
 
 def jobs_per_window(interrupt: bool) -> int:
-    """Stage Jobs one node window creates for a package (fresh install, every attempt succeeds; pure):
-    one pod for every stage before the interrupt (each with its check, the interrupt last) and one for
-    the post-interrupt stage (issue #14). Tests count Jobs with it."""
-    return 2 if interrupt else 1
+    """Stage Jobs one node window creates, whatever its number of Packages (fresh installs, every
+    attempt succeeds; pure): one pod for every Package's stages before the interrupt (each with its
+    check), the merged interrupt in a pod of its own, and one pod for the post-interrupt stages
+    (ADR 0016; a two-Package reboot window ran 4 before, one Package's 2). Tests count Jobs with it."""
+    return 3 if interrupt else 1
 
 
-def job_manifest(job: StageJob, name: str, identity: StagePodIdentity | None = None,
+def job_manifest(job: StageJob | list[StageJob], name: str,
+                 identity: StagePodIdentity | list[StagePodIdentity] | None = None,
                  settings: StagePodSettings | None = None) -> dict[str, Any]:
-    """The Job object of a stage (pure; `activities.stage_pod` builds it)."""
+    """The Job object of a stage pod (pure; `activities.stage_pod` builds it)."""
     return stage_pod.job_manifest(job, name, identity, settings)
 
 
@@ -72,15 +79,21 @@ def _read_node(node: str) -> dict[str, Any]:
     return kube.api_client().sanitize_for_serialization(read_node(node))
 
 
-def ensure_job(job: StageJob) -> tuple[str, bool, str]:
-    """Create the ConfigMap (the package's config and the node's metadata; none for an interrupt)
-    and the Job, or adopt them; return (name, adopted, the created Job's resourceVersion or "")."""
-    name = job_name(job)
+def ensure_job(job: StageJob, following: list[StageJob] | None = None) -> tuple[str, bool, str]:
+    """Create the ConfigMap (every Package's config and the node's metadata; none for an interrupt)
+    and the Job, or adopt them; return (name, adopted, the created Job's resourceVersion or "").
+    `following`: the further Packages of a pod of several (one pod per window phase, ADR 0016)."""
+    parts = [job, *(following or [])]
+    name = job_name(job, following)
     settings = stage_pod.current_settings()
-    uid, generation = _package_identity(job.package)
-    identity = StagePodIdentity(package_uid=uid, generation=generation, metadata=stage_pod.runs_package(job))
-    if identity.metadata:
-        data = {**stage_pod.node_metadata(_read_node(job.node), job, settings), **dict(job.config)}
+    metadata = any(stage_pod.runs_package(part) for part in parts)
+    identities = []
+    for part in parts:
+        # The fleet's order names the Package's uid and generation; a window of older orders reads them.
+        uid, generation = (part.package_uid, part.generation) if part.package_uid else _package_identity(part.package)
+        identities.append(StagePodIdentity(package_uid=uid, generation=generation, metadata=metadata))
+    if metadata:
+        data = {**stage_pod.node_metadata(_read_node(job.node), parts, settings), **stage_pod.config_map_data(parts)}
         config_map = {
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -92,8 +105,9 @@ def ensure_job(job: StageJob) -> tuple[str, bool, str]:
         except ApiException as err:
             if not kube.is_conflict(err):
                 kube.raise_for(err, f"create ConfigMap {name}")
+    manifest = job_manifest(parts if following else job, name, identities if following else identities[0], settings)
     try:
-        created = kube.batch().create_namespaced_job(PACKAGE_POD_NAMESPACE, job_manifest(job, name, identity, settings))
+        created = kube.batch().create_namespaced_job(PACKAGE_POD_NAMESPACE, manifest)
         return name, False, str(created.metadata.resource_version or "")
     except ApiException as err:
         if kube.is_conflict(err):

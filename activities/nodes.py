@@ -152,7 +152,13 @@ def node_condition(kind: str, on: bool, reason: str, message: str) -> dict[str, 
 
 @activity.defn(name="write_node_state")
 def write_node_state(input: WriteNodeStateInput) -> None:
-    """Write one state transition: the conditions, then annotation + status label (one patch), Events.
+    """Write one state transition (`write_state`)."""
+    write_state(input)
+
+
+def write_state(input: WriteNodeStateInput, uncordon: bool = False) -> None:
+    """Write one state transition: the conditions, then annotation + status label (one patch), Events;
+    with `uncordon`, the same patch lifts noderoll's own cordon (`close_window`).
 
     The conditions go first: whoever reads the record (annotation, label) then sees conditions that
     agree with it. Written the other way round, a reader between the two requests saw a node labelled
@@ -180,13 +186,18 @@ def write_node_state(input: WriteNodeStateInput) -> None:
     metadata: dict[str, Any] = {"labels": {NODE_STATUS_LABEL: input.status}}
     if input.state_annotation is not None:
         metadata["annotations"] = {NODE_STATE_ANNOTATION: input.state_annotation}
-    if input.clear_annotations:
-        metadata.setdefault("annotations", {}).update(dict.fromkeys(input.clear_annotations))
+    clear = [*input.clear_annotations, *([CORDONED_BY_ANNOTATION] if uncordon else [])]
+    if clear:
+        metadata.setdefault("annotations", {}).update(dict.fromkeys(clear))
+    body: dict[str, Any] = {"metadata": metadata}
+    if uncordon:
+        # noderoll's own cordon (the window knows it cordoned): lifted in the same patch, as
+        # `uncordon_node` lifts it (the annotation gone, `unschedulable` unset).
+        body["spec"] = {"unschedulable": None}
     # No read first and no resourceVersion: the node workflow is the only writer of these two keys
     # and the patch does not depend on the node's content (one request instead of two).
     try:
-        written = kube.core().patch_node(input.node, {"metadata": metadata},
-                                         _content_type="application/merge-patch+json")
+        written = kube.core().patch_node(input.node, body, _content_type="application/merge-patch+json")
     except ApiException as err:
         if kube.is_not_found(err):
             raise node_not_found(input.node) from err

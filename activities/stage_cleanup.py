@@ -45,6 +45,18 @@ def stage_selector(node: str, packages: list[str]) -> str:
     return f"{STAGE_COMPONENT_LABEL}={STAGE_COMPONENT},{STAGE_NODE_LABEL}={node},{STAGE_PACKAGE_LABEL} in ({','.join(sorted(set(packages)))})"
 
 
+def _relabel(owners: dict[str, str]) -> None:
+    """Label each kept Job of several Packages with the Package it is kept for (its first Package's
+    label otherwise), so that Package's next window on the node deletes it."""
+    for name, package in sorted(owners.items()):
+        try:
+            kube.batch().patch_namespaced_job(name, PACKAGE_POD_NAMESPACE,
+                                              {"metadata": {"labels": {STAGE_PACKAGE_LABEL: package}}})
+        except ApiException as err:
+            if not kube.is_not_found(err):
+                raise
+
+
 def _delete_jobs(selector: str, keep: set[str]) -> list[str]:
     batch = kube.batch()
     if not keep:
@@ -75,6 +87,7 @@ def delete_stage_jobs(input: DeleteStageJobsInput) -> DeleteStageJobsResult:
     selector = stage_selector(input.node, input.packages)
     try:
         deleted = _delete_jobs(selector, set(input.keep))
+        _relabel({job: package for job, package in input.owners.items() if job in input.keep})
         kube.core().delete_collection_namespaced_config_map(PACKAGE_POD_NAMESPACE, label_selector=selector)
     except ApiException as err:
         kube.raise_for(err, f"delete stage Jobs of {', '.join(input.packages)} on {input.node}")

@@ -1,24 +1,31 @@
-"""The stage pod: the Job manifest of one stage (and its check) or interrupt, and its worker settings. Pure.
+"""The stage pod: the Job manifest of one or several Packages' stages (and their checks) or of an interrupt, and its worker settings. Pure.
 
-Shape (as NodeWright's package pods; docs/architecture.md, "The stage pod contract"):
+Shape (as NodeWright's package pods; docs/architecture.md, "The stage pod contract"), per Package
+of the pod, in order:
 
-* init container `package`: the Package's image, `/bin/sh -c` copying its package folder
-  (`/noderoll-package`, else NodeWright's `/skyhook-package`) into the pod's `package` emptyDir.
-  Any image with a shell works: a NodeWright image (busybox plus files), or one built FROM noderoll's
-  package-base;
+* its copy init container: the Package's image, `/bin/sh -c` copying its package folder
+  (`/noderoll-package`, else NodeWright's `/skyhook-package`) into the Package's own emptyDir.
+  Any image with a shell works: a NodeWright image (busybox plus files), or one built FROM
+  noderoll's package-base;
 * one agent container per mode, in order: noderoll's agent image (the worker's pinned
-  `--agent-image`, or the Package's `agentImage`), `args: [<mode>]`, every container but the last
-  an init container, so each starts only after the one before succeeded and the container that
-  failed names the mode. A pod runs one stage and its check, or (issue #14) every stage of the
-  package before or after the window's interrupt, each followed by its check, with the merged
-  `interrupt` last when the pod carries it (`NODEROLL_INTERRUPT` on that container only); an
-  interrupt pod has only its `interrupt` agent container;
-* volumes: the host root (`/host`), the package copy (`/noderoll-package`), the package's config
-  (`/noderoll-config`) and the node's metadata (`/noderoll-node-metadata`), the last two projected
-  from the Job's ConfigMap (an interrupt pod has the host root only, and no ConfigMap; an interrupt
-  container mounts the host root and the metadata only);
-* NodeWright's environment: `SKYHOOK_RESOURCE_ID` (`<package>-<uid>-<generation>_<package>_<version>`,
-  NodeWright's form with the Package in place of the Skyhook) and `SKYHOOK_NODE_ORDER`.
+  `--agent-image`, or the Package's `agentImage`), `args: [<mode>]`. Every container of the pod but
+  the last is an init container, so each starts only after the one before succeeded and the
+  container that failed names the Package and the mode. A pod runs one Package's stages (each
+  followed by its check) or, one pod per window phase (issue #26, ADR 0016), several Packages'; a
+  pod of one Package may carry the merged `interrupt` last (the path before issue #26;
+  `NODEROLL_INTERRUPT` on that container only); an interrupt pod has only its `interrupt` agent
+  container;
+* names: a pod of one Package names its containers after their modes (`package` for the copy); a
+  pod of several prefixes them with the Package's index (`p1-apply-check`, `p1-package`) and lists
+  its Packages in the annotation `noderoll.io/packages` (`api.stage_containers`);
+* volumes: the host root (`/host`), each Package's package copy (`/noderoll-package`), its config
+  (`/noderoll-config`, keys `p<i>.<file>` in a pod of several) and the node's metadata
+  (`/noderoll-node-metadata`), the last two projected from the Job's ConfigMap (an interrupt pod
+  has the host root only, and no ConfigMap; an interrupt container mounts the host root and the
+  metadata only);
+* NodeWright's environment, each Package its own: `SKYHOOK_RESOURCE_ID`
+  (`<package>-<uid>-<generation>_<package>_<version>`, NodeWright's form with the Package in place
+  of the Skyhook) and `SKYHOOK_NODE_ORDER`; tolerations and pull secrets of the pod are the union.
 
 Worker settings (`StagePodSettings`, from `noderoll worker` flags or the environment) pin the agent
 image and add image pull secrets, host networking and a priority class to every stage pod.
@@ -38,10 +45,11 @@ from api.keys import (
     STAGE_COMPONENT_LABEL,
     STAGE_MODE_LABEL,
     STAGE_NODE_LABEL,
-    STAGE_PACKAGE_CONTAINER,
     STAGE_PACKAGE_LABEL,
+    STAGE_PACKAGES_ANNOTATION,
     STAGE_VERSION_ANNOTATION,
 )
+from api.stage_containers import container_name, copy_container_name
 from protocol.node_activities import StageJob
 
 
@@ -168,12 +176,39 @@ def runs_package(job: StageJob) -> bool:
 
 
 def labels(job: StageJob) -> dict[str, str]:
-    """The Job's and its pod's labels. Pure."""
+    """The Job's and its pod's labels (a pod of several Packages: its first one's). Pure."""
     return {STAGE_PACKAGE_LABEL: job.package, STAGE_NODE_LABEL: job.node, STAGE_MODE_LABEL: job.mode,
             STAGE_COMPONENT_LABEL: STAGE_COMPONENT}
 
 
-def _env(job: StageJob, mode: str, identity: StagePodIdentity) -> list[dict[str, Any]]:
+def annotations(parts: list[StageJob]) -> dict[str, str]:
+    """The Job's and its pod's annotations: the first Package's version and, for a pod of several
+    Packages, their names in order (`api.stage_containers`). Pure."""
+    found = {STAGE_VERSION_ANNOTATION: parts[0].version}
+    if len(parts) > 1:
+        found[STAGE_PACKAGES_ANNOTATION] = json.dumps([part.package for part in parts])
+    return found
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One Package of a stage pod: its job, its identity, its index among the pod's Packages."""
+
+    job: StageJob
+    identity: StagePodIdentity
+    index: int = 0
+    count: int = 1
+
+    def volume(self, base: str) -> str:
+        return base if self.count <= 1 else f"p{self.index}-{base}"
+
+    def config_key(self, key: str) -> str:
+        """The key of one of the Package's config files in the Job's ConfigMap."""
+        return key if self.count <= 1 else f"p{self.index}.{key}"
+
+
+def _env(part: _Part, mode: str) -> list[dict[str, Any]]:
+    job = part.job
     env: list[dict[str, Any]] = [
         {"name": "NODEROLL_PACKAGE", "value": job.package},
         {"name": "NODEROLL_VERSION", "value": job.version},
@@ -183,7 +218,7 @@ def _env(job: StageJob, mode: str, identity: StagePodIdentity) -> list[dict[str,
         {"name": "NODEROLL_PACKAGE_DIR", "value": PACKAGE_DIR},
         {"name": "NODEROLL_CONFIG_DIR", "value": CONFIG_DIR},
         {"name": "NODEROLL_NODE_METADATA_DIR", "value": METADATA_DIR},
-        {"name": "SKYHOOK_RESOURCE_ID", "value": resource_id(job, identity)},
+        {"name": "SKYHOOK_RESOURCE_ID", "value": resource_id(job, part.identity)},
         {"name": "SKYHOOK_NODE_ORDER", "value": str(job.node_order)},
     ]
     if job.interrupt is not None and mode == INTERRUPT_MODE:
@@ -191,19 +226,22 @@ def _env(job: StageJob, mode: str, identity: StagePodIdentity) -> list[dict[str,
     return env + list(job.env)
 
 
-def _agent_container(job: StageJob, mode: str, identity: StagePodIdentity, image: str) -> dict[str, Any]:
+def _agent_container(part: _Part, mode: str, image: str) -> dict[str, Any]:
+    job = part.job
     mounts = [{"name": "host", "mountPath": HOST_ROOT}]
     if mode != INTERRUPT_MODE:
-        mounts.append({"name": "package", "mountPath": PACKAGE_DIR, "readOnly": True})
+        mounts.append({"name": part.volume("package"), "mountPath": PACKAGE_DIR, "readOnly": True})
     if job.config and mode != INTERRUPT_MODE:
-        mounts.append({"name": "config", "mountPath": CONFIG_DIR, "readOnly": True})
-    if identity.metadata:
+        mounts.append({"name": part.volume("config"), "mountPath": CONFIG_DIR, "readOnly": True})
+    if part.identity.metadata:
         mounts.append({"name": "node-metadata", "mountPath": METADATA_DIR, "readOnly": True})
     container: dict[str, Any] = {
-        "name": mode,  # modes are DNS labels (`apply`, `apply-check`): `kubectl logs -c apply-check`
+        # Modes are DNS labels (`apply`, `apply-check`): `kubectl logs -c apply-check` (`p1-apply-check`
+        # in a pod of several Packages: api.stage_containers).
+        "name": container_name(part.index, part.count, mode),
         "image": image,
         "args": [mode],
-        "env": _env(job, mode, identity),
+        "env": _env(part, mode),
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "securityContext": {"privileged": True},
         "volumeMounts": mounts,
@@ -213,48 +251,72 @@ def _agent_container(job: StageJob, mode: str, identity: StagePodIdentity, image
     return container
 
 
-def _copy_container(job: StageJob) -> dict[str, Any]:
+def _copy_container(part: _Part) -> dict[str, Any]:
+    job = part.job
     container: dict[str, Any] = {
-        "name": STAGE_PACKAGE_CONTAINER,
+        "name": copy_container_name(part.index, part.count),
         "image": job.image,
         "command": ["/bin/sh", "-c", COPY_SCRIPT],
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "volumeMounts": [{"name": "package", "mountPath": PACKAGE_COPY_DIR}],
+        "volumeMounts": [{"name": part.volume("package"), "mountPath": PACKAGE_COPY_DIR}],
     }
     if job.resources:
         container["resources"] = job.resources
     return container
 
 
-def _volumes(job: StageJob, name: str, identity: StagePodIdentity) -> list[dict[str, Any]]:
+def _volumes(parts: list[_Part], name: str) -> list[dict[str, Any]]:
     volumes: list[dict[str, Any]] = [{"name": "host", "hostPath": {"path": "/"}}]
-    if runs_package(job):
-        volumes.append({"name": "package", "emptyDir": {}})
-    if job.config and runs_package(job):
-        items = [{"key": key, "path": key} for key in sorted(job.config)]
-        volumes.append({"name": "config", "configMap": {"name": name, "items": items}})
-    if identity.metadata:
+    for part in parts:
+        if runs_package(part.job):
+            volumes.append({"name": part.volume("package"), "emptyDir": {}})
+        if part.job.config and runs_package(part.job):
+            items = [{"key": part.config_key(key), "path": key} for key in sorted(part.job.config)]
+            volumes.append({"name": part.volume("config"), "configMap": {"name": name, "items": items}})
+    if any(part.identity.metadata for part in parts):
         items = [{"key": METADATA_PREFIX + file, "path": file} for file in METADATA_FILES]
         volumes.append({"name": "node-metadata", "configMap": {"name": name, "items": items}})
     return volumes
 
 
-def pod_spec(job: StageJob, name: str, identity: StagePodIdentity, settings: StagePodSettings) -> dict[str, Any]:
-    """The pod of a stage Job (pure): copy container, agent containers per mode, options."""
-    image = agent_image(job, settings)
-    agents = [_agent_container(job, mode, identity, image) for mode in modes(job)]
-    inits = ([_copy_container(job)] if runs_package(job) else []) + agents[:-1]
+def _parts(parts: list[StageJob], identities: list[StagePodIdentity]) -> list[_Part]:
+    pairs = zip(parts, identities, strict=True)
+    return [_Part(job, identity, index, len(parts)) for index, (job, identity) in enumerate(pairs)]
+
+
+def _union(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each distinct item once, in order of first appearance (tolerations of several Packages)."""
+    seen: dict[str, dict[str, Any]] = {}
+    for item in items:
+        seen.setdefault(json.dumps(item, sort_keys=True), item)
+    return list(seen.values())
+
+
+def pod_spec(job: StageJob | list[StageJob], name: str, identity: StagePodIdentity | list[StagePodIdentity],
+             settings: StagePodSettings) -> dict[str, Any]:
+    """The pod of a stage Job (pure): per Package its copy container and its agent containers per
+    mode, in order; a list of jobs is a pod of several Packages (one pod per window phase, ADR 0016:
+    each Package its own package and config volumes and environment; tolerations and pull secrets
+    are the union)."""
+    jobs = job if isinstance(job, list) else [job]
+    parts = _parts(jobs, identity if isinstance(identity, list) else [identity])
+    containers: list[dict[str, Any]] = []
+    for part in parts:
+        image = agent_image(part.job, settings)
+        if runs_package(part.job):
+            containers.append(_copy_container(part))
+        containers.extend(_agent_container(part, mode, image) for mode in modes(part.job))
     spec: dict[str, Any] = {
-        "nodeName": job.node,
+        "nodeName": jobs[0].node,
         "restartPolicy": "Never",
         "hostPID": True,
-        "tolerations": job.tolerations,
-        "containers": agents[-1:],
-        "volumes": _volumes(job, name, identity),
+        "tolerations": _union([t for part in jobs for t in part.tolerations]),
+        "containers": containers[-1:],
+        "volumes": _volumes(parts, name),
     }
-    if inits:
-        spec["initContainers"] = inits
-    secrets = list(dict.fromkeys([*settings.image_pull_secrets, *job.image_pull_secrets]))
+    if containers[:-1]:
+        spec["initContainers"] = containers[:-1]
+    secrets = list(dict.fromkeys([*settings.image_pull_secrets, *(s for part in jobs for s in part.image_pull_secrets)]))
     if secrets:
         spec["imagePullSecrets"] = [{"name": secret} for secret in secrets]
     if settings.host_network:
@@ -265,10 +327,16 @@ def pod_spec(job: StageJob, name: str, identity: StagePodIdentity, settings: Sta
     return spec
 
 
-def job_manifest(job: StageJob, name: str, identity: StagePodIdentity | None = None,
+def job_manifest(job: StageJob | list[StageJob], name: str,
+                 identity: StagePodIdentity | list[StagePodIdentity] | None = None,
                  settings: StagePodSettings | None = None) -> dict[str, Any]:
-    """The Job object of a stage (pure): pinned with nodeName, backoffLimit 0, the pod above."""
-    pod_labels = labels(job)
+    """The Job object of a stage pod (pure): pinned with nodeName, backoffLimit 0, the pod above.
+    A list of jobs: a pod of several Packages, named and labelled after the first."""
+    jobs = job if isinstance(job, list) else [job]
+    if identity is None:
+        identity = [StagePodIdentity() for _ in jobs]
+    pod_labels = labels(jobs[0])
+    pod_annotations = annotations(jobs)
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -276,25 +344,27 @@ def job_manifest(job: StageJob, name: str, identity: StagePodIdentity | None = N
             "name": name,
             "namespace": PACKAGE_POD_NAMESPACE,
             "labels": pod_labels,
-            "annotations": {STAGE_VERSION_ANNOTATION: job.version},
+            "annotations": dict(pod_annotations),
         },
         "spec": {
             # noderoll owns retries (a new Job per attempt), so the Job itself never retries.
             "backoffLimit": 0,
-            "activeDeadlineSeconds": job.timeout_seconds,
+            # The pod's deadline covers every stage of every Package it runs.
+            "activeDeadlineSeconds": sum(part.timeout_seconds for part in jobs),
             "ttlSecondsAfterFinished": TTL_SECONDS_AFTER_FINISHED,
             "template": {
-                "metadata": {"labels": pod_labels, "annotations": {STAGE_VERSION_ANNOTATION: job.version}},
-                "spec": pod_spec(job, name, identity or StagePodIdentity(), settings or current_settings()),
+                "metadata": {"labels": pod_labels, "annotations": dict(pod_annotations)},
+                "spec": pod_spec(jobs, name, identity, settings or current_settings()),
             },
         },
     }
 
 
-def node_metadata(node: dict[str, Any], job: StageJob, settings: StagePodSettings) -> dict[str, str]:
+def node_metadata(node: dict[str, Any], job: StageJob | list[StageJob], settings: StagePodSettings) -> dict[str, str]:
     """The ConfigMap entries of the node's metadata (pure): NodeWright's labels.json, annotations.json
     and packages.json (`agentVersion` and, per package recorded in the node's noderoll.io/state plus
-    the one this Job runs: name, version, image, stage, state)."""
+    the ones this Job runs: name, version, image, stage, state)."""
+    jobs = job if isinstance(job, list) else [job]
     meta = node.get("metadata") or {}
     annotations = dict(meta.get("annotations") or {})
     try:
@@ -306,12 +376,22 @@ def node_metadata(node: dict[str, Any], job: StageJob, settings: StagePodSetting
         for pkg, entry in (recorded.items() if isinstance(recorded, dict) else ())
         if isinstance(entry, dict)
     }
-    current = {"name": job.package, "version": job.version, "image": job.image,
-               "agentImage": agent_image(job, settings)}
-    packages[job.package] = {**packages.get(job.package, {}), **current}
-    document = {"agentVersion": image_tag(agent_image(job, settings)), "packages": packages}
+    for part in jobs:
+        current = {"name": part.package, "version": part.version, "image": part.image,
+                   "agentImage": agent_image(part, settings)}
+        packages[part.package] = {**packages.get(part.package, {}), **current}
+    document = {"agentVersion": image_tag(agent_image(jobs[0], settings)), "packages": packages}
     return {
         METADATA_PREFIX + "labels.json": json.dumps(meta.get("labels") or {}, sort_keys=True),
         METADATA_PREFIX + "annotations.json": json.dumps(annotations, sort_keys=True),
         METADATA_PREFIX + "packages.json": json.dumps(document, sort_keys=True),
     }
+
+
+def config_map_data(parts: list[StageJob]) -> dict[str, str]:
+    """Every Package's config files under its keys in the Job's ConfigMap (pure; `_Part.config_key`)."""
+    data: dict[str, str] = {}
+    for index, part in enumerate(parts):
+        for key, value in part.config.items():
+            data[key if len(parts) <= 1 else f"p{index}.{key}"] = value
+    return data

@@ -1,21 +1,23 @@
-"""`run_stage_pod`: one stage pod running several stages in order, each followed by its check, and
-the window's merged interrupt last when it carries it. Does I/O.
+"""`run_stage_pod`: one stage pod running several stages in order, each followed by its check: of one
+Package, or (`RunStagePodInput.following`) of several, one pod per window phase. Does I/O.
 
-Issue #14: a reboot package's window runs at most two stage pods, everything before the interrupt
-in one (the interrupt included) and everything after it in the other, instead of a Job per stage
-and one for the interrupt. Every stage keeps its record and its check: each stage and each check is
-its own container, named after its mode (the stage pod contract in `activities.stage_pod`), so the
-container that failed names the mode, and the result lists the modes that succeeded (how far the
-pod got). The node window retries a failed stage from that stage in a new pod
-(`workflows/node_pods.py`).
+Issue #26 (ADR 0016): a window runs every Package's stages before the interrupt in one pod and
+every Package's stages after it in another; the merged interrupt has a pod of its own
+(`run_interrupt`). Every stage keeps its record and its check: each stage and each check is its own
+container (the stage pod contract in `activities.stage_pod`; names in `api.stage_containers`), so
+the container that failed names the Package and the mode (`run_phase_pod` maps it back), and the
+result lists each Package's modes that succeeded (how far the pod got). The node window retries a
+failed stage from that stage in a new pod (`workflows/node_pods.py`).
 
-The interrupt, when the pod carries it, runs only once every stage before it succeeded (it is the
-pod's last container). The wait ends when the pod ends: fleetsim ends it right after the node went
-down; a real kubelet marks it Failed when the node is back (the reboot killed the interrupt
-container), its stage containers still terminated with 0, so the stages count as done either way.
-A reboot is then confirmed as `run_interrupt` confirms it (a new boot id with Ready, seen through a
-watch of the node), and one not confirmed in time is reported as the interrupt's failure
-(`interrupt_exit` -1), never as a stage's.
+A pod of one Package may still carry the interrupt (the path of windows recorded before issue #26:
+issue #14 put the merged interrupt last in the last Package's pre-interrupt pod). It runs only once
+every stage before it succeeded (it is the pod's last container). The wait ends when the pod ends:
+fleetsim ends it right after the node went down; a real kubelet marks it Failed when the node is
+back (the reboot killed the interrupt container), its stage containers still terminated with 0, so
+the stages count as done either way. A reboot is then confirmed as `run_interrupt` confirms it (a
+new boot id with Ready, seen through a watch of the node), and one not confirmed in time is
+reported as the interrupt's failure (`interrupt_exit` -1), never as a stage's. A pod of several
+Packages never carries the interrupt.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from activities.jobs import ensure_job
 from activities.stage_pod import INTERRUPT_MODE
 from activities.stage_wait import wait_job
 from api.enums import InterruptType
+from api.stage_containers import container_name, split_container
 from kube.pod_wait import PodOutcome
 from protocol import errors
 from protocol.node_activities import RunInterruptInput, RunStagePodInput, RunStagePodResult, StageJob
@@ -71,11 +74,56 @@ def _interrupt(input: RunStagePodInput, name: str, outcome: PodOutcome, result: 
     metrics.record_interrupt(kind, "succeeded" if result.interrupt_exit == 0 else "failed")
 
 
+def _observe_part(index: int, count: int, job: StageJob, outcome: PodOutcome, decided: tuple[str, str]) -> None:
+    """`_observe` for one Package of a pod of several (its containers carry its index)."""
+    named = {container_name(index, count, mode): mode for mode in stage_pod.modes(job)}
+    durations = {named[c]: seconds for c, seconds in outcome.durations.items() if c in named}
+    failed = decided[1] if decided[0] == job.package else ""
+    _observe(job, PodOutcome(outcome.exit_code if failed else 0, "", failed, (), durations))
+
+
+def run_phase_pod(input: RunStagePodInput) -> RunStagePodResult:
+    """One pod of several Packages' stages (one pod per window phase, ADR 0016): each Package's
+    copy container and agent containers in order; the outcome attributed to the Package whose
+    container decided it, from the container names (`api.stage_containers`)."""
+    parts = [input.job, *input.following]
+    names = [part.package for part in parts]
+    name, adopted, version = ensure_job(input.job, input.following)
+    deadline = time.monotonic() + sum(part.timeout_seconds for part in parts) + 30
+    outcome = wait_job(name, deadline, input.job.node, created=version)
+    completed: dict[str, list[str]] = {n: [] for n in names}
+    for container in outcome.completed:
+        package, mode = split_container(container, names)
+        if package in completed:
+            completed[package].append(mode)
+    decided = split_container(outcome.mode, names) if outcome.mode else ("", "")
+    if not adopted:
+        for index, part in enumerate(parts):
+            _observe_part(index, len(parts), part, outcome, decided)
+    undone = next((part for part in parts if completed[part.package] != stage_pod.modes(part)), None)
+    if undone is None:
+        last = parts[-1]
+        return RunStagePodResult(name, 0, "", stage_pod.modes(last)[-1], completed[last.package], adopted,
+                                 package=last.package, completed_by_package=completed)
+    # The first Package that did not finish decided: its failing container (its copy container: its
+    # next stage), or, for a pod that ended without a failing container (deadline, deleted), its next stage.
+    own = stage_pod.modes(undone)
+    mode = decided[1] if decided[0] == undone.package and decided[1] in own else own[len(completed[undone.package])]
+    code = outcome.exit_code or -1
+    return RunStagePodResult(name, code, outcome.log_tail, mode, completed[undone.package], adopted,
+                             package=undone.package, completed_by_package=completed)
+
+
 @activity.defn(name="run_stage_pod")
 @keep_alive
 def run_stage_pod(input: RunStagePodInput) -> RunStagePodResult:
-    """Run the stages of `input.job.modes` in one pod pinned to the node (the interrupt last when set)."""
+    """Run the stages of `input.job.modes` in one pod pinned to the node (the interrupt last when set;
+    with `input.following`, the stages of several Packages: `run_phase_pod`)."""
     job = input.job
+    if input.following:
+        if job.interrupt is not None or any(part.interrupt is not None for part in input.following):
+            raise errors.fatal("a pod of several Packages never carries the interrupt", errors.INVALID_SPEC)
+        return run_phase_pod(input)
     kind = str((job.interrupt or {}).get("type", ""))
     if job.interrupt is not None and kind not in set(InterruptType):
         raise errors.fatal(f"unknown interrupt type {kind!r}", errors.INVALID_SPEC)

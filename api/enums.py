@@ -78,6 +78,8 @@ class StrategyType(StrEnum):
     FIXED = "fixed"
     LINEAR = "linear"
     EXPONENTIAL = "exponential"
+    # No batches: the budget's windows at all times, the next node as soon as one ends (planning/rolling.py).
+    ROLLING = "rolling"
 
 
 class Promotion(StrEnum):

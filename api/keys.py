@@ -68,6 +68,9 @@ STAGE_COMPONENT = "stage"  # the value of STAGE_COMPONENT_LABEL
 STAGE_VERSION_ANNOTATION = "noderoll.io/package-version"
 # The init container that copies the package out of the Package's image (the others run the agent).
 STAGE_PACKAGE_CONTAINER = "package"
+# A pod of several Packages (one pod per window phase, ADR 0016): JSON list of its Packages, in the
+# order they run; container `p<i>-<mode>` (and copy container `p<i>-package`) belongs to the i-th.
+STAGE_PACKAGES_ANNOTATION = "noderoll.io/packages"
 
 # Every node key noderoll reads or writes, with what it means: rendered into docs/api.md
 # ("Node keys") by scripts/gen_api_docs.py, so the reference and the code cannot drift apart.

@@ -16,8 +16,17 @@ GPU budgets (`budget.minAvailable`, `budget.maxUnavailablePerTopology`, `drainAh
 an extended resource name and exactly one of `count` or `percent` (1-99) for a floor, valid and
 unique label keys (not noderoll's own) with `max` at least 1 for topology limits, 1-86400 seconds
 of drain-ahead.
-The batch maths lives in `planning/batches.py`, the window and gate rules in
-`planning/maintenance.py` and `planning/gates.py`, the floors and topology limits in
+Strategy `rolling` (no batches): each compartment keeps `min(budget, nodes left)` node windows
+running at all times and starts the next node as soon as one window ends, so no batch waits for
+its slowest node. `failureThreshold` then counts failed windows among the compartment's last N
+finished ones (N = its budget) and halts below `safetyLimit` as for batches; `batchThreshold` and
+`initialBatch` have no part (an `initialBatch` other than the default 1 is refused). The canary,
+maintenance windows, pauses and gates apply as with batches: `betweenBatches` gates are sampled
+after every N finished windows (N = the sum of the budgets) and hold new starts until they pass.
+A policy rolls in every compartment or in none (refused otherwise). Measured against
+`exponential` and `linear` in docs/benchmarks.md.
+The batch maths lives in `planning/batches.py` (rolling: `planning/rolling.py`), the window and
+gate rules in `planning/maintenance.py` and `planning/gates.py`, the floors and topology limits in
 `planning/disruption.py`; these models stay data.
 """
 
@@ -96,6 +105,10 @@ class Strategy(SpecModel):
             raise ValueError(
                 f"growthFactor is only used by type exponential; remove it for type {self.type.value}"
             )
+        # 1 is the default the CRD's schema fills in: only another value is a mistake.
+        if self.type is StrategyType.ROLLING and self.initial_batch != 1:
+            raise ValueError("initialBatch is not used by type rolling (it keeps the budget's windows running); "
+                             "remove it")
         return self
 
     @property
@@ -195,6 +208,18 @@ class DeploymentPolicySpec(SpecModel):
                     f"canary.count {self.canary.count} is more than the budgets allow at once ({capacity}); "
                     f"use a canary count of at most {capacity} or raise a budget"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _rolls_or_batches(self) -> DeploymentPolicySpec:
+        # One fleet either rolls (no batch barrier) or runs batches: a mix would need both at once.
+        kinds = {item.name: self.strategy_of(item.name).type is StrategyType.ROLLING for item in self.compartments}
+        kinds["default"] = self.default.strategy.type is StrategyType.ROLLING
+        if len(set(kinds.values())) > 1:
+            rolling = sorted(name for name, rolls in kinds.items() if rolls)
+            others = sorted(name for name, rolls in kinds.items() if not rolls)
+            raise ValueError(f"strategy type rolling in {', '.join(rolling)} but not in {', '.join(others)}; "
+                             "a policy rolls in every compartment or in none")
         return self
 
     @model_validator(mode="after")

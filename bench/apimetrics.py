@@ -46,6 +46,12 @@ def delta(before: Counter[Key], after: Counter[Key]) -> Counter[Key]:
     return result
 
 
+def created(counts: Counter[Key]) -> Counter[Key]:
+    """The creations among `counts`: POSTs (the apiserver's verb for a create) of a resource itself,
+    not of a subresource (an eviction or a binding creates no object). Pure."""
+    return Counter({key: n for key, n in counts.items() if key[0] == "POST" and "/" not in key[1]})
+
+
 def per_window(counts: Counter[Key], windows: int) -> dict[str, float]:
     """`{"VERB resource": requests per window}`, largest first. Pure."""
     windows = max(1, windows)

@@ -53,21 +53,75 @@ SUMMARISED = (
     "fleetsim_cpu_share",
 )
 
-COLUMNS = (
-    ("nodes", "nodes"), ("packages", "pkgs"), ("makespan_s", "makespan s"), ("ideal_makespan_s", "ideal s"),
-    ("overhead_ratio", "ratio"), ("overhead_median_s", "ovh p50 s"), ("overhead_p95_s", "ovh p95 s"),
-    ("noderoll_requests_per_window", "nr req/win"), ("no_interrupt_noderoll_requests_per_window", "nr req/win noint"),
-    ("apiserver_requests_per_window_all_clients", "all req/win"),
-    ("history_events_per_window_median", "events/win"), ("no_interrupt_history_events_per_window_median", "events noint"),
-    ("fleet_history_events", "fleet events"),
-    ("windows_per_node", "windows/node"), ("drains_per_node", "drains/node"), ("interrupts_per_node", "interrupts/node"),
-    ("fleet_drains_per_node", "fleet: drains/node"), ("fleet_interrupts_per_node", "fleet: interrupts/node"),
-    ("throughput_windows_per_s", "win/s"), ("floor_windows_per_s", "floor win/s"),
-    ("ratio_to_floor", "÷floor"), ("worker_peak_rss_mib", "worker MiB"), ("bridge_peak_rss_mib", "bridge MiB"),
-    ("stage_pods_per_window_median", "pods/win"), ("noderoll_cpu_share", "noderoll CPU"),
-    ("fleetsim_cpu_share", "fleetsim CPU"), ("apiserver_etcd_peak_rss_mib", "apiserver+etcd MiB"),
-    ("objects_left", "objects left"), ("eta_first_batch_error", "ETA err after batch 1"),
+WIDTH = 120  # the summary's lines never exceed it (issue #26: no table cut to "…")
+
+
+def _num(value: Any, unit: str = "") -> str:
+    return "?" if value is None else f"{value}{unit}"
+
+
+def _median(row: dict[str, Any], part: str) -> str:
+    return _num((row.get("window_time_median_s") or {}).get(part), " s")
+
+
+def _join(row: dict[str, Any], keys: tuple[str, ...], sep: str = " / ", unit: str = "") -> str:
+    return sep.join(_num(row.get(k), unit) for k in keys)
+
+
+# One figure per line: its label, the key a run must have to show it, and how to read it from the row.
+FIGURES: tuple[tuple[str, str, Any], ...] = (
+    ("peak windows at once", "peak_windows", lambda r: r["peak_windows"]),
+    ("makespan / ideal (s) / ratio", "makespan_s",
+     lambda r: f"{_join(r, ('makespan_s', 'ideal_makespan_s'))} / {_num(r.get('overhead_ratio'))}"),
+    ("window overhead p50 / p95 (s)", "overhead_median_s", lambda r: _join(r, ("overhead_median_s", "overhead_p95_s"))),
+    ("batches", "batches", lambda r: " ".join(str(b) for b in r["batches"])),
+    ("windows / drains / interrupts per node", "windows_per_node",
+     lambda r: _join(r, ("windows_per_node", "drains_per_node", "interrupts_per_node"))),
+    ("the fleet's drains / interrupts per node", "fleet_drains_per_node",
+     lambda r: _join(r, ("fleet_drains_per_node", "fleet_interrupts_per_node"))),
+    ("stage pods per window (median)", "stage_pods_per_window_median", lambda r: r["stage_pods_per_window_median"]),
+    ("objects created per window (all clients)", "objects_created_per_window",
+     lambda r: r["objects_created_per_window"]),
+    ("noderoll API requests per window", "noderoll_requests_per_window", lambda r: r["noderoll_requests_per_window"]),
+    ("  all clients' API requests per window", "apiserver_requests_per_window_all_clients",
+     lambda r: r["apiserver_requests_per_window_all_clients"]),
+    ("  one Package without interrupt", "no_interrupt_noderoll_requests_per_window",
+     lambda r: r["no_interrupt_noderoll_requests_per_window"]),
+    ("history events per window (median / max)", "history_events_per_window_median",
+     lambda r: _join(r, ("history_events_per_window_median", "history_events_per_window_max"))),
+    ("  one Package without interrupt", "no_interrupt_history_events_per_window_median",
+     lambda r: r["no_interrupt_history_events_per_window_median"]),
+    ("activities / local activities per window", "activities_per_window_median",
+     lambda r: _join(r, ("activities_per_window_median", "local_activities_per_window_median"))),
+    ("workflow tasks per window (median)", "workflow_tasks_per_window_median",
+     lambda r: r["workflow_tasks_per_window_median"]),
+    ("window median", "window_time_median_s", lambda r: _median(r, "window")),
+    ("  workflow tasks queued / running", "window_time_median_s",
+     lambda r: f"{_median(r, 'workflow_tasks_queued')} / {_median(r, 'workflow_tasks_running')}"),
+    ("  first workflow task queued", "window_time_median_s", lambda r: _median(r, "first_workflow_task_queued")),
+    ("  activities queued", "window_time_median_s", lambda r: _median(r, "activities_queued")),
+    ("throughput windows/s / floor / ratio", "throughput_windows_per_s",
+     lambda r: _join(r, ("throughput_windows_per_s", "floor_windows_per_s", "ratio_to_floor"))),
+    ("CPU share noderoll / fleetsim", "noderoll_cpu_share",
+     lambda r: _join(r, ("noderoll_cpu_share", "fleetsim_cpu_share"))),
+    ("CPU seconds by component", "cpu_seconds", lambda r: ", ".join(
+        f"{k} {v:.0f}" for k, v in sorted(r["cpu_seconds"].items(), key=lambda kv: -kv[1]))),
+    ("peak RSS worker / bridge / apiserver+etcd", "worker_peak_rss_mib",
+     lambda r: _join(r, ("worker_peak_rss_mib", "bridge_peak_rss_mib", "apiserver_etcd_peak_rss_mib"), unit=" MiB")),
+    ("objects left", "objects_left", lambda r: r["objects_left"]),
+    ("ETA error after batch 1", "eta_first_batch_error", lambda r: r["eta_first_batch_error"]),
+    ("load average after", "load_average_after", lambda r: " ".join(str(x) for x in r["load_average_after"])),
 )
+
+
+def _fit(line: str) -> str:
+    """A line cut to WIDTH, on a word boundary, with nothing hidden behind an ellipsis: a value too
+    long for one line goes on the next lines, indented."""
+    if len(line) <= WIDTH:
+        return line
+    head, rest = line[:WIDTH].rsplit(" ", 1) if " " in line[:WIDTH] else (line[:WIDTH], "")
+    tail = rest + line[WIDTH:]
+    return head + "\n" + _fit(" " * 44 + tail.lstrip())
 
 
 def register(subparsers: Any) -> None:
@@ -82,6 +136,14 @@ def register(subparsers: Any) -> None:
                    help="Packages in the fleet, each depending on the one before, all rebooting (default 2)")
     p.add_argument("--stage-seconds", type=float, default=5.0, help="seconds per stage (default 5)")
     p.add_argument("--reboot-seconds", type=float, default=15.0, help="seconds per reboot (default 15)")
+    p.add_argument("--strategy", choices=("exponential", "linear", "fixed", "rolling"), default="exponential",
+                   help="the rollout's strategy (default exponential, initialBatch 1, growthFactor 2)")
+    p.add_argument("--budget-percent", type=int, default=25, help="the policy's budget in percent (default 25)")
+    p.add_argument("--initial-batch", type=int, default=1, help="initialBatch of fixed, linear, exponential")
+    p.add_argument("--delta", type=int, default=1, help="linear's delta (default 1)")
+    p.add_argument("--jitter-percent", type=float, default=0.0,
+                   help="fleetsim's --jitter-percent: each node's stages and reboot take its own factor of "
+                        "their time, in [1-P/100, 1+P/100] (default 0)")
     p.add_argument("--skip-throughput", action="store_true", help="no 0-second throughput rollout")
     p.add_argument("--skip-floor", action="store_true", help="no bare Temporal floor")
     p.add_argument("--skip-drain", action="store_true", help="no drain comparison")
@@ -123,7 +185,8 @@ def _environment(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "cpus": psutil.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
         "python": platform.python_version(), "stage_seconds": args.stage_seconds, "packages": args.packages,
-        "reboot_seconds": args.reboot_seconds, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "reboot_seconds": args.reboot_seconds, "strategy": args.strategy, "budget_percent": args.budget_percent,
+        "initial_batch": args.initial_batch, "delta": args.delta, "jitter_percent": args.jitter_percent, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "workers": args.workers, "pod_startup_seconds": args.pod_startup_seconds,
         # The workers' (and the floor's) workflow task polling: None is the SDK's.
         "workflow_task_pollers": pollers_from_env(),
@@ -138,7 +201,9 @@ def _save(args: argparse.Namespace, report: dict[str, Any]) -> None:
 
 async def _measure_size(args: argparse.Namespace, target: Target, temporal: Client, size: int) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:4]
-    sc = Scenario(f"bench{size}-{tag}", size, args.stage_seconds, args.reboot_seconds, packages=args.packages)
+    sc = Scenario(f"bench{size}-{tag}", size, args.stage_seconds, args.reboot_seconds, packages=args.packages,
+                  strategy=args.strategy, budget_percent=args.budget_percent, initial_batch=args.initial_batch,
+                  delta=args.delta, jitter_percent=args.jitter_percent)
     row = await run_rollout(target, sc, temporal, _log)
     row["objects_left"] = objects_left(row.get("objects_before") or {}, row.get("objects_after") or {})
     _log(f"{size} nodes, {args.packages} package(s): makespan {row['makespan_s']} s, ideal "
@@ -213,17 +278,16 @@ def repeat_summary(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return summary
 
 
-def render_summary(summary: list[dict[str, Any]]) -> Table:
-    """Medians and ranges of repeated sizes as a rich table. Pure."""
-    table = Table(title="noderoll bench: repeated sizes (median [min-max])")
-    table.add_column("figure")
+def render_summary(summary: list[dict[str, Any]]) -> list[str]:
+    """Medians and ranges of repeated sizes, one figure per line: `median [min-max]`. Pure."""
+    lines: list[str] = []
     for entry in summary:
-        table.add_column(f"{entry['nodes']} nodes × {entry['runs']}", justify="right")
-    for key in SUMMARISED:
-        cells = [entry.get(key) for entry in summary]
-        if any(cells):
-            table.add_row(key, *(f"{c['median']} [{c['min']}-{c['max']}]" if c else "" for c in cells))
-    return table
+        lines.append(f"noderoll bench: {entry['nodes']} nodes, {entry['runs']} runs (median [min-max], spread)")
+        for key in SUMMARISED:
+            cell = entry.get(key)
+            if cell:
+                lines.append(_fit(f"  {key:<44} {cell['median']} [{cell['min']}-{cell['max']}], {cell['spread']}"))
+    return lines
 
 
 def render_profile(row: dict[str, Any]) -> Table:
@@ -244,18 +308,22 @@ def objects_left(before: dict[str, int], after: dict[str, int]) -> str:
     return ", ".join(grown) or "none"
 
 
-def render(report: dict[str, Any]) -> Table:
-    """The results as a rich table. Pure."""
-    table = Table(title="noderoll bench")
-    for _, header in COLUMNS:
-        table.add_column(header, justify="right")
-    for row in report["results"]:
-        table.add_row(*("" if row.get(key) is None else str(row.get(key)) for key, _ in COLUMNS))
+def render(report: dict[str, Any]) -> list[str]:
+    """The results as lines of at most WIDTH characters: per run, one figure per line. Pure."""
+    lines: list[str] = []
+    for index, row in enumerate(report["results"], 1):
+        lines.append(_fit(f"noderoll bench, run {index}: {row.get('nodes')} nodes, {row.get('packages', '?')} "
+                          f"package(s), strategy {row.get('strategy', 'exponential')}, budget "
+                          f"{row.get('budget_percent', 25)}%, jitter {row.get('jitter_percent', 0)}%"))
+        for label, key, read in FIGURES:
+            if row.get(key) in (None, "", [], {}):
+                continue
+            lines.extend(_fit(f"  {label:<40} {read(row)}").split("\n"))
     drain = report.get("drain")
     if drain:
-        table.caption = (f"drain of 1 node with {drain['pods']} pods: noderoll {drain['noderoll_drain_s']} s, "
-                         f"kubectl ({drain['kubectl_mode']}) {drain['kubectl_drain_s']} s, ratio {drain['ratio']}")
-    return table
+        lines.append(_fit(f"drain of 1 node with {drain['pods']} pods: noderoll {drain['noderoll_drain_s']} s, "
+                          f"kubectl ({drain['kubectl_mode']}) {drain['kubectl_drain_s']} s, ratio {drain['ratio']}"))
+    return lines
 
 
 def run(args: argparse.Namespace) -> int:
@@ -265,12 +333,12 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"bench: process logs in {workdir}")
     with _stack(args) as stack:
         report = asyncio.run(_measure(args, stack, workdir))
-    Console(width=240).print(render(report))
+    print("\n".join(render(report)))
     if report.get("repeats"):
-        Console(width=240).print(render_summary(report["repeats"]))
+        print("\n".join(render_summary(report["repeats"])))
     for row in report["results"]:
         if row.get("profile"):
-            Console(width=240).print(render_profile(row))
+            Console(width=WIDTH).print(render_profile(row))
     if args.json:
         console.print(f"bench: wrote {args.json}")
     return 0

@@ -43,8 +43,14 @@ class WindowStats:
     interrupts: int = 0
     # Stage Jobs (pods) the window ran: stage pods, stage Jobs of older runs, interrupt pods.
     stage_pods: int = 0
+    # Workflow tasks the run took (scheduled), and local activities (their markers in the history).
+    workflow_tasks: int = 0
+    local_activities: int = 0
     # Where its time went: queued, per activity type, between activities (bench/window_time.py).
     time: WindowTime | None = None
+    # When it answered its fleet (the signal to the fleet initiated; 0: not found, use `closed`): the
+    # node is out of its window then, and the fleet may start the next one before the run closes.
+    answered: float = 0.0
 
 
 def _epoch(event: HistoryEvent) -> float:
@@ -52,6 +58,8 @@ def _epoch(event: HistoryEvent) -> float:
 
 
 STAGE_ACTIVITIES = ("run_stage_job", "run_stage_pod", "run_interrupt")
+# The marker the Python SDK records for a local activity's result.
+LOCAL_ACTIVITY_MARKER = "core_local_activity"
 
 
 def _carries_interrupt(event: HistoryEvent) -> bool:
@@ -71,10 +79,16 @@ def window_stats(node: str, events: Sequence[HistoryEvent]) -> WindowStats:
     types = [e.activity_task_scheduled_event_attributes.activity_type.name for e in scheduled]
     carried = sum(1 for e in scheduled if e.activity_task_scheduled_event_attributes.activity_type.name
                   == "run_stage_pod" and _carries_interrupt(e))
+    tasks = sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED)
+    answers = [_epoch(e) for e in events
+               if e.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED]
+    local = sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+                and e.marker_recorded_event_attributes.marker_name == LOCAL_ACTIVITY_MARKER)
     return WindowStats(node, last - first, len(events), len(types), first, last,
                        cordons=types.count("cordon_node"), drains=types.count("drain_node"),
                        interrupts=types.count("run_interrupt") + carried,
-                       stage_pods=sum(types.count(t) for t in STAGE_ACTIVITIES), time=window_time(events))
+                       stage_pods=sum(types.count(t) for t in STAGE_ACTIVITIES), workflow_tasks=tasks,
+                       local_activities=local, time=window_time(events), answered=max(answers, default=0.0))
 
 
 async def node_windows(client: Client, nodes: Sequence[str], since: float) -> list[WindowStats]:
@@ -172,6 +186,18 @@ async def fleet_batches(client: Client, policy: str) -> list[int]:
                     data = json.loads(attrs.input.payloads[0].data)
                     sends.append((_epoch(event), list(data.get("nodes") or [])))
     return batches_from_sends(sends)
+
+
+def peak_overlap(windows: Sequence[WindowStats]) -> int:
+    """The most windows that ran at once, each from its run's start to its answer to the fleet (a
+    window's end before another's start at the same instant). Pure."""
+    ends = [(w.answered or w.closed, -1) for w in windows]
+    edges = sorted([(w.started, 1) for w in windows] + ends, key=lambda e: (e[0], e[1]))
+    peak = running = 0
+    for _, step in edges:
+        running += step
+        peak = max(peak, running)
+    return peak
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -73,13 +73,15 @@ class ProcessSet:
     _stop: threading.Event = field(default_factory=threading.Event)
     _sampler: threading.Thread | None = None
 
-    def start_noderoll(self, name: str, command: list[str], conn: Connection) -> Managed:
-        """Start `noderoll <command...>` (worker or bridge, plus its own flags) with request counting."""
+    def start_noderoll(self, name: str, command: list[str], conn: Connection,
+                       env: dict[str, str] | None = None) -> Managed:
+        """Start `noderoll <command...>` (worker or bridge, plus its own flags) with request counting;
+        `env`: variables added to this process's environment."""
         counts = self.workdir / f"{name}-requests.json"
         argv = [sys.executable, "-m", "bench.reqcount", str(counts), *command,
                 "--temporal-address", conn.temporal_address, "--kubeconfig", conn.kubeconfig,
                 "--task-queue", conn.task_queue]
-        managed = self._start(name, argv)
+        managed = self._start(name, argv, env=env)
         managed.counts = counts
         return managed
 
@@ -89,12 +91,13 @@ class ProcessSet:
         managed = self._start("sim", argv, wait_line=READY_LINE)
         return managed
 
-    def _start(self, name: str, argv: list[str], wait_line: str | None = None) -> Managed:
+    def _start(self, name: str, argv: list[str], wait_line: str | None = None,
+               env: dict[str, str] | None = None) -> Managed:
         log = self.workdir / f"{name}.log"
         handle = open(log, "ab")  # noqa: SIM115 - owned by the child for its lifetime
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE if wait_line else handle, stderr=handle,
                                 stdin=subprocess.DEVNULL, start_new_session=True,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
         managed = Managed(name, proc, log)
         self.procs[name] = managed
         if wait_line is not None:

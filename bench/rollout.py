@@ -43,6 +43,7 @@ from bench.scenario import (
 from bench.window_time import median_breakdown
 from planning.fleet_status import FleetProgress
 from protocol.names import QUERY_PROGRESS, fleet_workflow_id
+from protocol.node_settings import EAGER_START_ENV
 from workflows.fleet_codec import progress_from_json
 
 POLL_SECONDS = 1.0
@@ -106,6 +107,7 @@ def start_processes(target: Target, sc: Scenario, procs: ProcessSet, task_queue:
     procs.start_fleet(
         ["--nodes", str(sc.nodes), "--name-prefix", sc.name, "--labels", f"{RUN_LABEL}={sc.name}",
          "--image-store", str(PACKAGES_DIR), "--reboot-seconds", f"{sc.reboot_seconds:g}",
+         "--jitter-percent", f"{sc.jitter_percent:g}",
          "--max-grace-seconds", "5", "--workers", str(workers), "--delete-on-exit",
          "--pod-startup-seconds", f"{target.pod_startup_seconds:g}",
          "--sandbox-dir", str(target.workdir / "sandboxes")],
@@ -113,8 +115,10 @@ def start_processes(target: Target, sc: Scenario, procs: ProcessSet, task_queue:
     )
     conn = Connection(target.temporal_address, target.kubeconfig, task_queue)
     # `--workers N`: N `noderoll worker` processes on the one task queue share the work (issue #14).
+    # One worker: node runs start eagerly on it (protocol.node_settings.EAGER_START_ENV); several: shared.
+    eager = {EAGER_START_ENV: "1" if target.workers <= 1 else "0"}
     for index in range(1, max(1, target.workers) + 1):
-        procs.start_noderoll(WORKER if target.workers <= 1 else f"{WORKER}-{index}", ["worker"], conn)
+        procs.start_noderoll(WORKER if target.workers <= 1 else f"{WORKER}-{index}", ["worker"], conn, env=eager)
     # Its own leader Lease and only this run's objects: other bridges on a shared stack do not interfere.
     procs.start_noderoll("bridge", ["bridge", "--lease-name", f"bench-{task_queue}",
                                     "--label-selector", f"{RUN_LABEL}={sc.name}"], conn)
@@ -224,7 +228,10 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
     # plan, e.g. when nodes are re-listed mid-rollout), each as long as one node's critical path.
     actual_batches = measured["actual_batches"]
     ideal = len(actual_batches) * critical if actual_batches else measured["ideal_makespan_s"]
-    if actual_batches and splits_of(actual_batches, measured["batches"]):
+    if sc.jitter_percent or sc.strategy == "rolling":
+        # Nodes of their own speed, or no batches: the ideal of the nodes' own critical paths.
+        ideal = measured["ideal_makespan_s"]
+    elif actual_batches and splits_of(actual_batches, measured["batches"]):
         # The planned batches, each handed over in chunks that straggled apart (at 1,000 nodes a batch
         # of 250 went out as five 50-node `request_windows` calls, seconds apart): not more batches.
         ideal = len(measured["batches"]) * critical
@@ -236,9 +243,13 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
     cpu = measured.get("cpu") or {"seconds": {}, "share": {}}
     share = cpu["share"]
     n = max(1, len(windows))
+    created = apimetrics.created(api_delta)
     span = max((w.closed for w in windows), default=0.0) - min((w.started for w in windows), default=0.0)
     return {
         "nodes": sc.nodes,
+        "strategy": sc.strategy,
+        "budget_percent": sc.budget_percent,
+        "jitter_percent": sc.jitter_percent,
         "makespan_s": round(makespan, 1),
         # When the Package status first said Complete (a value well under makespan_s means it said so early).
         "status_complete_s": round(measured["status_complete_s"], 1),
@@ -250,6 +261,8 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
         "batches": actual_batches,
         "planned_batches": measured["batches"],
         "windows": len(windows),
+        # The peak disruption: the most node windows that ran at once.
+        "peak_windows": histories.peak_overlap(windows),
         "node_critical_path_s": critical,
         "window_median_s": round(statistics.median([w.seconds for w in windows]), 2) if windows else None,
         "overhead_median_s": round(statistics.median(overheads), 2) if overheads else None,
@@ -272,6 +285,12 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
         "stage_pods_per_window_median": statistics.median([w.stage_pods for w in windows]) if windows else None,
         "history_events_per_window_max": max((w.events for w in windows), default=None),
         "activities_per_window_median": statistics.median([w.activities for w in windows]) if windows else None,
+        "local_activities_per_window_median": (statistics.median([w.local_activities for w in windows])
+                                               if windows else None),
+        "workflow_tasks_per_window_median": statistics.median([w.workflow_tasks for w in windows]) if windows else None,
+        # Objects every client created per window (the apiserver's POSTs of a resource, no subresource).
+        "objects_created_per_window": round(sum(created.values()) / n, 1),
+        "objects_created_per_window_by_resource": apimetrics.per_window(created, n),
         "fleet_history_events": measured["rollout_events"],
         **measured.get("disruptions", {}),
         "worker_peak_rss_mib": round(measured["worker_rss"] / MIB, 1),

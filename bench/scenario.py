@@ -13,6 +13,7 @@ one interrupt), with zero time between stages, windows and batches.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from api.keys import API_VERSION, PACKAGE_KIND, POLICY_KIND
 from api.node_state import NodeState
 from api.package import PackageSpec
 from api.policy import DeploymentPolicySpec
+from fleetsim.context import jitter_factor
 from planning.batches import PlannerInput, new_planner, next_batch, record_batch_result
 from planning.compartments import NodeInfo
 from planning.node_plan import NodePlanInput, plan_node
@@ -48,6 +50,9 @@ class Scenario:
     reboot: bool = True  # False: no interrupt (no drain, no cordon): the "one package without interrupt" window
     # Packages of the fleet: each after the first depends on the one before (all alike otherwise).
     packages: int = 1
+    # linear's delta; fleetsim's --jitter-percent (each node's stages and reboot times its own factor).
+    delta: int = 1
+    jitter_percent: float = 0.0
 
     @property
     def package_names(self) -> list[str]:
@@ -57,9 +62,13 @@ class Scenario:
 
 def policy_manifest(sc: Scenario) -> dict[str, Any]:
     """The DeploymentPolicy of the scenario."""
-    strategy: dict[str, Any] = {"type": sc.strategy, "initialBatch": sc.initial_batch}
+    strategy: dict[str, Any] = {"type": sc.strategy}
+    if sc.strategy != "rolling":  # rolling keeps the budget's windows running: no initialBatch
+        strategy["initialBatch"] = sc.initial_batch
     if sc.strategy == "exponential":
         strategy["growthFactor"] = sc.growth_factor
+    if sc.strategy == "linear":
+        strategy["delta"] = sc.delta
     return {
         "apiVersion": API_VERSION, "kind": POLICY_KIND, "metadata": {"name": sc.name, "labels": {RUN_LABEL: sc.name}},
         "spec": {"default": {"budget": {"percent": sc.budget_percent}, "strategy": strategy}},
@@ -98,21 +107,48 @@ def node_critical_path(sc: Scenario) -> float:
     return len(stages) * sc.stage_seconds + (sc.reboot_seconds if interrupted else 0.0)
 
 
-def batch_sizes(sc: Scenario, node_names: list[str]) -> list[int]:
-    """The batches the planner makes for the scenario when every node succeeds. Pure."""
+def planned_batches(sc: Scenario, node_names: list[str]) -> list[list[str]]:
+    """The batches (their nodes) the planner makes for the scenario when every node succeeds; [] for
+    rolling, which has none. Pure."""
+    if sc.strategy == "rolling":
+        return []
     policy = DeploymentPolicySpec.model_validate(policy_manifest(sc)["spec"])
     state = new_planner(PlannerInput(policy, [NodeInfo(n) for n in node_names], fleet_workflow_id(sc.name)))
     remaining = set(node_names)
-    sizes = []
+    found = []
     while True:
         batch = next_batch(state, remaining)
         if not batch:
-            return sizes
-        sizes.append(len(batch))
+            return found
+        found.append(list(batch))
         remaining -= set(batch)
         record_batch_result(state, set(batch), set())
 
 
+def batch_sizes(sc: Scenario, node_names: list[str]) -> list[int]:
+    """The batch sizes the planner makes for the scenario when every node succeeds. Pure."""
+    return [len(batch) for batch in planned_batches(sc, node_names)]
+
+
+def node_paths(sc: Scenario, node_names: list[str]) -> dict[str, float]:
+    """Each node's critical path: fleetsim's jitter scales its stages and its reboot alike. Pure."""
+    critical = node_critical_path(sc)
+    return {n: critical * jitter_factor(n, sc.jitter_percent) for n in node_names}
+
+
 def ideal_makespan(sc: Scenario, node_names: list[str]) -> float:
-    """Sum over batches of the longest node critical path (all nodes are alike here). Pure."""
-    return len(batch_sizes(sc, node_names)) * node_critical_path(sc)
+    """A perfect orchestrator's makespan (zero time between stages, windows and batches). Pure.
+
+    Batches: the sum over batches of their slowest node's critical path (all nodes alike without
+    jitter: batches x critical path). `rolling`: the budget's windows at all times, each node started
+    the moment a window ends, in the planner's order (list scheduling on `budget` slots)."""
+    paths = node_paths(sc, node_names)
+    if sc.strategy != "rolling":
+        return sum(max(paths[n] for n in batch) for batch in planned_batches(sc, node_names))
+    policy = DeploymentPolicySpec.model_validate(policy_manifest(sc)["spec"])
+    state = new_planner(PlannerInput(policy, [NodeInfo(n) for n in node_names], fleet_workflow_id(sc.name)))
+    slots = [0.0] * max(1, min(c.budget for c in state.compartments.values() if c.nodes))
+    for node in (n for c in state.compartments.values() for n in c.nodes):
+        start = heapq.heappop(slots)
+        heapq.heappush(slots, start + paths[node])
+    return max(slots)

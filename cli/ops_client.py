@@ -37,6 +37,7 @@ from api import keys
 from api.enums import CanaryPhase, RolloutPhase
 from api.node_state import NodeState, PackageNodeState, parse_node_state
 from api.package import Limits
+from api.stage_containers import container_name, is_copy, pod_packages, split_container
 from api.status import PackageStatus
 from kube.node_snapshot import node_facts
 from kube.pod_wait import pod_outcome
@@ -221,11 +222,26 @@ def _pod_exit(pod: k8s.V1Pod) -> tuple[int | None, str, str]:
     return outcome.exit_code, outcome.log_tail, outcome.mode
 
 
-def pod_modes(pod: k8s.V1Pod) -> list[str]:
-    """The modes a stage pod runs: its containers but the package copy, in order. Pure."""
+def pod_packages_of(pod: k8s.V1Pod) -> list[str]:
+    """The Packages a stage pod runs, in order (`api.stage_containers.pod_packages`). Pure."""
+    return pod_packages(pod.metadata.labels, pod.metadata.annotations)
+
+
+def pod_modes(pod: k8s.V1Pod, package: str = "") -> list[str]:
+    """The modes a stage pod runs (of `package` only, in a pod of several Packages): its containers
+    but the package copies, in order. Pure."""
     spec = pod.spec
     containers = [*((spec.init_containers or []) if spec else []), *((spec.containers or []) if spec else [])]
-    return [c.name for c in containers if c.name != keys.STAGE_PACKAGE_CONTAINER]
+    packages = pod_packages_of(pod)
+    found = [split_container(c.name, packages) for c in containers if not is_copy(c.name)]
+    return [mode for owner, mode in found if not package or owner == package]
+
+
+def mode_container(pod: k8s.V1Pod, package: str, mode: str) -> str:
+    """The name of the container running `package`'s `mode` in the pod (`api.stage_containers`). Pure."""
+    packages = pod_packages_of(pod)
+    index = packages.index(package) if package in packages else 0
+    return container_name(index, len(packages), mode)
 
 
 def _container_exit(pod: k8s.V1Pod, container: str) -> tuple[int | None, str, str]:
@@ -384,19 +400,25 @@ class Ops:
     def stage_pods(self, package: str, node: str, mode: str | None = None) -> list[k8s.V1Pod]:
         """The stage pods of `package` on `node`, oldest first; with `mode`, those that run it (a pod
         of several stages runs each as a container named after its mode)."""
-        selector = f"{keys.STAGE_PACKAGE_LABEL}={package},{keys.STAGE_NODE_LABEL}={node}"
+        # A pod of several Packages is labelled with its first: the node's stage pods, by their Packages.
+        selector = f"{keys.STAGE_COMPONENT_LABEL}={keys.STAGE_COMPONENT},{keys.STAGE_NODE_LABEL}={node}"
         pods = self.core.list_namespaced_pod(keys.PACKAGE_POD_NAMESPACE, label_selector=selector).items
+        pods = [p for p in pods if package in pod_packages_of(p)]
         if mode:
-            pods = [p for p in pods if mode in pod_modes(p) or (p.metadata.labels or {}).get(keys.STAGE_MODE_LABEL) == mode]
+            pods = [p for p in pods if mode in pod_modes(p, package) or (
+                (p.metadata.labels or {}).get(keys.STAGE_MODE_LABEL) == mode and len(pod_packages_of(p)) == 1)]
         return sorted(pods, key=lambda p: (p.metadata.creation_timestamp, p.metadata.name))
 
-    def stage_log(self, pod: k8s.V1Pod, sandbox_dirs: list[Path], mode: str | None = None) -> StageLog:
+    def stage_log(self, pod: k8s.V1Pod, sandbox_dirs: list[Path], mode: str | None = None,
+                  package: str = "") -> StageLog:
         """The pod's log from the best source available (see the module docstring): of `mode`'s
-        container when given, else of the container that decided the pod (the failing one, else the last)."""
+        container when given (`package`'s, in a pod of several Packages), else of the container that
+        decided the pod (the failing one, else the last)."""
         name, labels = pod.metadata.name, pod.metadata.labels or {}
         exit_code, message, container = _pod_exit(pod)
-        if mode and mode in pod_modes(pod) and mode != container:
-            exit_code, message, container = _container_exit(pod, mode)
+        wanted = mode_container(pod, package or pod_packages_of(pod)[0], mode) if mode else ""
+        if mode and mode in pod_modes(pod, package) and wanted != container:
+            exit_code, message, container = _container_exit(pod, wanted)
         base = StageLog(name, container or labels.get(keys.STAGE_MODE_LABEL, ""), pod.status.phase if pod.status else "",
                         exit_code, "", "")
         try:

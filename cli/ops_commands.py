@@ -239,7 +239,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
                            " their outcome is on the node; the latest failed attempt of an erroring package stays)")
         sandboxes = await asyncio.to_thread(ops.sandbox_dirs, args.node, list(args.sandbox_dir))
         for pod in pods if args.all else pods[-1:]:
-            log = await asyncio.to_thread(ops.stage_log, pod, sandboxes, args.mode)
+            log = await asyncio.to_thread(ops.stage_log, pod, sandboxes, args.mode, args.package)
             code = "-" if log.exit_code is None else str(log.exit_code)
             # Headers on stderr: stdout is the log itself, ready for grep or a file.
             print(f"== {log.pod} (mode {log.mode}, {log.phase}, exit {code}); source: {log.source}",

@@ -8,7 +8,8 @@ means "this generation rolled out". A Package being deleted whose fleet reports 
 reconciled at once (its finalizer goes). The DeploymentPolicy gets its fleet's phase, wave, batch
 and nodes. The target nodes whose drain waits come from the cached Nodes' `noderoll.io/Draining`
 condition (`planning.drain.drain_blocks`: the fleet does not know about a drain until its node
-answers). A fleet that ended (its last Package went) leaves the active list.
+answers). A fleet that ended (its last Package went) leaves the active list. Nodes are read from
+the views the Node watch keeps (`ObjectCache.nodes`), not converted again on every poll.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from api import keys
 from api.enums import ConditionType
 from crd_bridge.decisions import RolloutState
 from crd_bridge.fleets import raw_fleet
-from crd_bridge.node_changes import node_view
 from crd_bridge.progress_metrics import node_counts, publish_fleet, publish_progress
 from crd_bridge.protection import with_condition
 from crd_bridge.reconciler import Reconciler
@@ -81,7 +81,7 @@ class StatusPoller:
                 continue  # invalid: its status says so (the reconciler writes it)
             previous = obj.get("status") or {}
             # Drains that wait on someone else's pods, from the cached Nodes' `noderoll.io/Draining`.
-            blocked = drain_blocks(name, rec.cache.of("Node").values())
+            blocked = drain_blocks(name, rec.cache.nodes.draining.values())
             status = render_package_status(report, report.generation, previous, blocked, progress.global_rollout)
             # Deletion protection's condition (the reconciler writes it too: both render the same).
             status = with_condition(status, rec.in_use_condition(keys.PACKAGE_KIND, obj, found), IN_USE)
@@ -108,6 +108,7 @@ class StatusPoller:
         if check is None or check.package is None:
             return
         spec = check.package.spec
-        views = [node_view(n) for n in self.reconciler.cache.of("Node").values()]
+        # The views the Node watch keeps (crd_bridge/node_views.py): nothing converted per poll.
+        views = self.reconciler.cache.nodes.views.values()
         annotations = [v.state_annotation or None for v in views if is_candidate(spec, v.labels)]
         set_package_nodes(name, node_counts(name, annotations))

@@ -79,6 +79,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--sandbox-dir", type=Path, help="per-node host roots (default /tmp/noderoll-fleetsim/<prefix>)")
     p.add_argument("--image-store", type=Path, action="append", default=[], help="image store folder (repeatable)")
     p.add_argument("--reboot-seconds", type=float, default=3.0, help="how long a reboot keeps a node NotReady")
+    p.add_argument("--jitter-percent", type=float, default=0.0,
+                   help="each node's reboots and stages take a factor of their time drawn once per node in "
+                        "[1-P/100, 1+P/100] (default 0: none; stages see it as FLEETSIM_TIME_FACTOR)")
     p.add_argument("--pod-startup-seconds", type=float, default=1.0,
                    help="delay before a stage pod's containers start (the kubelet's sandbox and image pulls; default 1)")
     p.add_argument("--heartbeat-seconds", type=float, default=60.0, help="Lease renewal period per node")
@@ -143,6 +146,7 @@ def run(args: argparse.Namespace) -> int:
         image_stores=args.image_store,
         faults=_faults(args),
         reboot_seconds=args.reboot_seconds,
+        jitter_percent=max(0.0, args.jitter_percent),
         pod_startup_seconds=max(0.0, args.pod_startup_seconds),
         heartbeat_seconds=args.heartbeat_seconds,
         max_grace_seconds=args.max_grace_seconds,

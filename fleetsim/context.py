@@ -6,6 +6,7 @@ separate modules without a class hierarchy.
 
 from __future__ import annotations
 
+import random
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,9 @@ class FleetOptions:
     image_stores: list[Path] = field(default_factory=list)
     faults: Faults = field(default_factory=Faults)
     reboot_seconds: float = 3.0
+    # Each node's reboots and stages take its own factor of their time, drawn once per node in
+    # [1 - p/100, 1 + p/100] (`jitter_factor`): real GPU windows vary from minutes to tens of minutes.
+    jitter_percent: float = 0.0
     heartbeat_seconds: float = 60.0
     # Grace periods are honoured up to this many seconds so tests need not wait 30 s per pod.
     max_grace_seconds: float = 30.0
@@ -67,6 +71,9 @@ class SimNode:
     ready: bool = True
     rebooting: bool = False
     pod_counter: int = 0
+    # The node's time factor (FleetOptions.jitter_percent): its reboots last reboot_seconds times it, and
+    # its stage containers see it as FLEETSIM_TIME_FACTOR (bench-sleep multiplies its sleep by it).
+    time_factor: float = 1.0
 
 
 @dataclass
@@ -92,3 +99,12 @@ class SimContext:
     def sandbox(self, node: str) -> Path:
         """The node's host root: `<sandbox-dir>/<node>/`."""
         return self.options.sandbox_dir / node
+
+
+def jitter_factor(node: str, percent: float) -> float:
+    """The time factor of `node` for a jitter of `percent` (pure, the same on every run): uniform in
+    [1 - percent/100, 1 + percent/100], from a generator seeded with the node's name."""
+    if percent <= 0:
+        return 1.0
+    spread = min(percent, 100.0) / 100.0
+    return round(random.Random(f"fleetsim-jitter:{node}").uniform(1.0 - spread, 1.0 + spread), 4)

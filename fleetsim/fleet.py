@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from fleetsim import kubelet, nodes
-from fleetsim.context import FleetOptions, SimContext, SimNode
+from fleetsim.context import FleetOptions, SimContext, SimNode, jitter_factor
 from fleetsim.images import ImageStore
 from fleetsim.kube import Kube
 from fleetsim.scheduler import Scheduler
@@ -57,6 +57,8 @@ class Fleet:
         """Register every node (Ready, Lease), then start heartbeats and the pod watch."""
         total = self.options.nodes
         sims = [SimNode(nodes.node_name(self.options.name_prefix, i, total), i, str(uuid.uuid4())) for i in range(total)]
+        for sim in sims:
+            sim.time_factor = jitter_factor(sim.name, self.options.jitter_percent)
         self.options.sandbox_dir.mkdir(parents=True, exist_ok=True)
         # Registration is the only burst (3 requests per node): a few threads, then back to the pool.
         with ThreadPoolExecutor(REGISTER_THREADS, thread_name_prefix="fleetsim-register") as pool:

@@ -27,13 +27,14 @@ Resume = Callable[[SimContext, SimNode], dict[str, int]]
 
 
 def begin_reboot(ctx: SimContext, node: SimNode, resume: Resume) -> None:
-    """Take the node down now; bring it back after reboot_seconds (unless a fault keeps it down)."""
+    """Take the node down now; bring it back after reboot_seconds times the node's time factor
+    (unless a fault keeps it down)."""
     node.rebooting = True
     set_ready(ctx, node, False, "fleetsim: node is rebooting")
     if ctx.options.faults.take("reboot-never-returns", node.name) is not None:
         log.info("node %s: reboot never returns (fault)", node.name)
         return
-    ctx.scheduler.call_later(ctx.options.reboot_seconds, lambda: _come_back(ctx, node, resume))
+    ctx.scheduler.call_later(ctx.options.reboot_seconds * node.time_factor, lambda: _come_back(ctx, node, resume))
 
 
 def _come_back(ctx: SimContext, node: SimNode, resume_node: Resume) -> None:

@@ -37,12 +37,14 @@ from pathlib import Path
 from typing import Any
 
 from api.keys import STAGE_MODE_LABEL, STAGE_PACKAGE_CONTAINER
+from api.stage_containers import is_copy
 from fleetsim import podstatus, reboot
 from fleetsim.context import SimContext, SimNode
 from fleetsim.kube import KubeError, patch_status, quoted
 from fleetsim.nodes import node_ip, now_rfc3339
 
 log = logging.getLogger(__name__)
+PACKAGE_MOUNT = "/noderoll-package"
 CONFIG_MOUNT = "/noderoll-config"
 METADATA_MOUNT = "/noderoll-node-metadata"
 CONFIGMAP_RETRY_SECONDS = 2.0
@@ -84,23 +86,19 @@ def pod_mode(pod: dict[str, Any], container: dict[str, Any] | None = None) -> st
     return args[0] if args else pod_env(pod, chosen).get("NODEROLL_MODE") or pod["metadata"].get("labels", {}).get(STAGE_MODE_LABEL, "")
 
 
-def _config_map_mounts(pod: dict[str, Any]) -> dict[str, tuple[dict[str, Any], str]]:
-    """mountPath -> (configMap volume source, volume name) for the agent containers. Pure."""
+def _config_map_volumes(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Volume name -> configMap source, for the ConfigMap volumes some container mounts. Pure."""
     volumes = {v["name"]: v["configMap"] for v in pod["spec"].get("volumes") or [] if "configMap" in v}
-    found: dict[str, tuple[dict[str, Any], str]] = {}
-    for container in pod_steps(pod):
-        for mount in container.get("volumeMounts") or []:
-            if mount["name"] in volumes:
-                found.setdefault(mount.get("mountPath", ""), (volumes[mount["name"]], mount["name"]))
-    return found
+    mounted = {m["name"] for c in pod_steps(pod) for m in c.get("volumeMounts") or []}
+    return {name: source for name, source in volumes.items() if name in mounted}
 
 
 def _write_config_maps(ctx: SimContext, pod: dict[str, Any], workdir: Path) -> dict[str, Path] | None:
-    """Fetch each ConfigMap volume into a folder (honouring `items`); mountPath -> folder, or None
-    when one does not exist yet (and is not optional)."""
+    """Fetch each mounted ConfigMap volume into a folder of its own (honouring `items`); volume name
+    -> folder, or None when one does not exist yet (and is not optional)."""
     fetched: dict[str, dict[str, Any] | None] = {}
     folders: dict[str, Path] = {}
-    for mount_path, (volume, volume_name) in _config_map_mounts(pod).items():
+    for volume_name, volume in _config_map_volumes(pod).items():
         name = volume["name"]
         if name not in fetched:
             path = f"/api/v1/namespaces/{quoted(pod['metadata']['namespace'])}/configmaps/{quoted(name)}"
@@ -115,7 +113,7 @@ def _write_config_maps(ctx: SimContext, pod: dict[str, Any], workdir: Path) -> d
             if volume.get("optional"):
                 continue
             return None
-        target = workdir / volume_name
+        target = workdir / "volumes" / volume_name
         target.mkdir(parents=True, exist_ok=True)
         data = {k: v.encode("utf-8") for k, v in (cm.get("data") or {}).items()}
         data.update({k: base64.b64decode(v) for k, v in (cm.get("binaryData") or {}).items()})
@@ -124,16 +122,39 @@ def _write_config_maps(ctx: SimContext, pod: dict[str, Any], workdir: Path) -> d
             if item["key"] in data:
                 (target / item["path"]).parent.mkdir(parents=True, exist_ok=True)
                 (target / item["path"]).write_bytes(data[item["key"]])
-        folders[mount_path] = target
+        folders[volume_name] = target
     return folders
 
 
-def _package_source(ctx: SimContext, pod: dict[str, Any]) -> tuple[str, Path | None]:
-    """(image, resolved package folder) of the pod: its copy container's image, else (pods from
-    before the copy container) its main container's."""
-    copy = next((c for c in pod_steps(pod) if c.get("name") == STAGE_PACKAGE_CONTAINER), None)
-    image = (copy or _container(pod)).get("image", "")
-    return image, ctx.images.resolve(image)
+def _package_sources(ctx: SimContext, pod: dict[str, Any]) -> tuple[dict[str, Path | None], str]:
+    """Per copy container (`package`, `p<i>-package`: api.stage_containers) the package folder its
+    image resolves to, and the first image that resolves to none ("" when all do). Pods from before
+    the copy container resolve their main container's image, under the name ""."""
+    copies = [c for c in pod_steps(pod) if is_copy(c.get("name", ""))]
+    found: dict[str, Path | None] = {}
+    missing = ""
+    for container in copies or [_container(pod)]:
+        image = container.get("image", "")
+        found[container.get("name", "") if copies else ""] = resolved = ctx.images.resolve(image)
+        if resolved is None and not missing:
+            missing = image
+    return found, missing
+
+
+def _mounts(container: dict[str, Any], folders: dict[str, Path], legacy: Path | None) -> _Mounts:
+    """The folders an agent container sees, from its own volumeMounts (as a kubelet mounts them):
+    the package copy at /noderoll-package, the config and node metadata at theirs. `legacy`: the
+    package of a pod from before the copy container."""
+    by_path = {m.get("mountPath", ""): folders.get(m["name"]) for m in container.get("volumeMounts") or []}
+    return _Mounts(package=by_path.get(PACKAGE_MOUNT) or legacy, config=by_path.get(CONFIG_MOUNT),
+                   metadata=by_path.get(METADATA_MOUNT))
+
+
+def _copy_target(container: dict[str, Any], workdir: Path) -> tuple[str, Path]:
+    """The volume a copy container writes the package into (its one mount) and that volume's folder."""
+    mounts = container.get("volumeMounts") or [{"name": "package"}]
+    name = mounts[0]["name"]
+    return name, workdir / "volumes" / name
 
 
 def _is_reboot(env: dict[str, str]) -> bool:
@@ -164,15 +185,15 @@ def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any], resume: r
             return After.NOTHING  # deleted during its start-up
     if node.rebooting:
         return After.NODE_DOWN  # the node went down first: `kubelet.resume_node` starts it
-    image, package_dir = _package_source(ctx, pod)
+    sources, missing = _package_sources(ctx, pod)
     interrupt_only = all(pod_mode(pod, c) == "interrupt" for c in pod_steps(pod))
-    if package_dir is None and not interrupt_only:
-        patch_status(ctx.kube, pod, podstatus.waiting_status(pod, "ErrImagePull", f"fleetsim image store has no {image}"))
+    if missing and not interrupt_only:
+        patch_status(ctx.kube, pod, podstatus.waiting_status(pod, "ErrImagePull", f"fleetsim image store has no {missing}"))
         return After.NOTHING
     workdir = Path(tempfile.mkdtemp(prefix="fleetsim-pod-"))
     try:
         try:
-            volumes = _write_config_maps(ctx, pod, workdir)
+            folders = _write_config_maps(ctx, pod, workdir)
         except KubeError as err:
             if not err.transient:
                 raise
@@ -180,26 +201,29 @@ def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any], resume: r
             # kubelet retries its volume mounts. Without this the pod stayed Pending for good.
             log.warning("stage pod %s: config maps not readable (%s); retried", pod["metadata"]["name"], err)
             return After.RETRY
-        if volumes is None:
+        if folders is None:
             patch_status(ctx.kube, pod, podstatus.waiting_status(pod, "ContainerCreating", "configmap not found"))
             return After.RETRY
         started = now_rfc3339()
         ip = node_ip(node.index)
         patch_status(ctx.kube, pod, podstatus.stage_running_status(pod, ip, ip, started))
-        mounts = _Mounts(package=package_dir, config=volumes.get(CONFIG_MOUNT), metadata=volumes.get(METADATA_MOUNT))
+        legacy = sources.get("")
         results: list[tuple[str, int, str]] = []
         times: dict[str, tuple[str, str]] = {}
         _log_path(ctx, node, pod).write_text("", encoding="utf-8")
         for container in pod_steps(pod):
             began = now_rfc3339()
-            if container.get("name") == STAGE_PACKAGE_CONTAINER:
-                result: tuple[str, int, str] | None = _copy_package(package_dir, workdir / "package")
-                mounts = _Mounts(package=workdir / "package", config=mounts.config, metadata=mounts.metadata)
+            copy = is_copy(container.get("name", ""))
+            if copy:
+                volume, target = _copy_target(container, workdir)
+                result: tuple[str, int, str] | None = _copy_package(sources.get(container["name"]), target,
+                                                                    container["name"])
+                folders[volume] = target
             else:
-                result = _run_container(ctx, node, pod, (container, mounts), resume)
+                result = _run_container(ctx, node, pod, (container, _mounts(container, folders, legacy)), resume)
             if result is None:
                 return After.NOTHING  # hangs (fault) or was deleted: stays as it is until deleted
-            if container.get("name") == STAGE_PACKAGE_CONTAINER:
+            if copy:
                 _append_log(ctx, node, pod, result[2])  # an agent container's output is in the file already
             times[result[0]] = (began, now_rfc3339())
             results.append(result)
@@ -222,12 +246,12 @@ class _Mounts:
     metadata: Path | None
 
 
-def _copy_package(source: Path | None, target: Path) -> tuple[str, int, str]:
-    """The copy container: the image's package folder into the pod's `package` folder."""
+def _copy_package(source: Path | None, target: Path, name: str = STAGE_PACKAGE_CONTAINER) -> tuple[str, int, str]:
+    """A copy container: the image's package folder into the pod's package volume (its folder)."""
     if source is None:
-        return STAGE_PACKAGE_CONTAINER, 66, "noderoll-agent: FAILED: image has no package folder\n"
-    shutil.copytree(source, target, symlinks=True)
-    return STAGE_PACKAGE_CONTAINER, 0, f"noderoll: copied package from {source}\n"
+        return name, 66, "noderoll-agent: FAILED: image has no package folder\n"
+    shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+    return name, 0, f"noderoll: copied package from {source}\n"
 
 
 def _run_container(ctx: SimContext, node: SimNode, pod: dict[str, Any],
@@ -261,7 +285,7 @@ def _run_agent(ctx: SimContext, node: SimNode, pod: dict[str, Any],
     root.mkdir(parents=True, exist_ok=True)
     env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
     env.update(pod_env(pod, container))
-    env.update(NODEROLL_SIMULATE="1", NODEROLL_NODE=node.name)
+    env.update(NODEROLL_SIMULATE="1", NODEROLL_NODE=node.name, FLEETSIM_TIME_FACTOR=f"{node.time_factor:g}")
     argv = [mode, "--root", str(root), "--simulate"]
     for flag, folder in (("--package-dir", mounts.package), ("--config-dir", mounts.config),
                          ("--node-metadata-dir", mounts.metadata)):

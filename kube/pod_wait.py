@@ -43,7 +43,8 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.exceptions import ApplicationError
 
 import kube
-from api.keys import PACKAGE_POD_NAMESPACE, STAGE_PACKAGE_CONTAINER
+from api.keys import PACKAGE_POD_NAMESPACE
+from api.stage_containers import is_copy
 from kube.nodes import read_node
 from kube.watching import BOOKMARK, Watched, event_version, watch_from
 from protocol import errors
@@ -85,14 +86,14 @@ def _statuses(pod: client.V1Pod) -> list[client.V1ContainerStatus]:
 
 
 def completed_modes(pod: client.V1Pod) -> tuple[str, ...]:
-    """The agent containers (modes) that exited 0, in the order they run, up to the first that did
-    not (pure): how far a pod of several stages got."""
+    """The agent containers (by name: their modes, `p<i>-<mode>` in a pod of several Packages) that
+    exited 0, in the order they run, up to the first that did not (pure): how far the pod got."""
     done: list[str] = []
     for container in _statuses(pod):
         terminated = container.state.terminated if container.state else None
         if terminated is None or int(terminated.exit_code) != 0:
             break
-        if container.name != STAGE_PACKAGE_CONTAINER:
+        if not is_copy(container.name):
             done.append(container.name)
     return tuple(done)
 

@@ -61,6 +61,10 @@ class CompartmentState:
     consecutive_failures: int = 0
     next_size: int = 0
     halted: bool = False
+    # `rolling` (planning/rolling.py): the outcomes of its last finished windows (True: failed), at most
+    # its budget of them, and the finished windows since the gates' last evaluation point.
+    recent: list[bool] = field(default_factory=list)
+    since_point: int = 0
 
     @property
     def budget(self) -> int:

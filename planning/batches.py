@@ -140,7 +140,7 @@ def planner_phase(state: BatchPlannerState, remaining: Collection[str]) -> Plann
     return PlannerPhase.READY if any(n in known for n in remaining) else PlannerPhase.DONE
 
 
-class _Admission:
+class Admission:
     """Floors and topology limits while one batch is picked (admit-all without a `Supply`)."""
 
     def __init__(self, supply: Supply | None) -> None:
@@ -163,7 +163,7 @@ class _Admission:
 
 
 def _take_canary(
-    state: BatchPlannerState, remaining: Collection[str], cover: Sequence[Collection[str]], admission: _Admission
+    state: BatchPlannerState, remaining: Collection[str], cover: Sequence[Collection[str]], admission: Admission
 ) -> dict[str, list[str]]:
     pool = sorted(
         (order_key(n, state.identity), n, c.name)
@@ -193,7 +193,7 @@ def _take_canary(
     return taken
 
 
-def _take(comp: CompartmentState, left: list[str], size: int, admission: _Admission) -> list[str]:
+def take_admitted(comp: CompartmentState, left: list[str], size: int, admission: Admission) -> list[str]:
     """Up to `size` nodes of `left`, in order, each admitted by the floors and topology limits."""
     taken: list[str] = []
     for node in left:
@@ -222,7 +222,7 @@ def next_batch(
         return state.current_batch
     if state.current:
         return state.current_batch
-    admission = _Admission(supply)
+    admission = Admission(supply)
     if state.canary_count and state.canary_phase is CanaryPhase.NONE:
         batch = _take_canary(state, remaining, cover, admission)
         if batch:
@@ -235,7 +235,7 @@ def next_batch(
             if comp.halted or not left:
                 continue
             size = max(1, min(comp.next_size, comp.budget, len(left)))
-            taken = _take(comp, left, size, admission)
+            taken = take_admitted(comp, left, size, admission)
             if taken:
                 batch[comp.name] = taken
     state.waits = notes(admission.waits)
@@ -390,6 +390,7 @@ def resume_after_halt(state: BatchPlannerState) -> None:
         comp.halted = False
         comp.consecutive_failures = 0
         comp.next_size = comp.initial_batch
+        comp.recent = []  # `rolling`: the failures counted afresh
 
 
 def budget_limit(state: BatchPlannerState, compartment: str) -> int:

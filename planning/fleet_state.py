@@ -354,7 +354,7 @@ def package_orders(state: FleetState, node: str, packages: list[str]) -> tuple[l
     for name in packages:
         entry, order = known[name], again.get(name)
         orders.append(PackageOrder(name, entry.spec, entry.generation, entry.uninstall,
-                                   order.id if order else "", order.stage if order else ""))
+                                   order.id if order else "", order.stage if order else "", uid=entry.uid))
     return orders, sorted({again[p].id for p in packages if p in again})
 
 

@@ -10,7 +10,7 @@ its own Job.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from planning.node_plan import StageStep
@@ -51,3 +51,29 @@ def pod_progress(steps: Sequence[StageStep], completed: Sequence[str], failed_mo
     mode = failed_mode if failed_mode in (step.mode, step.check) else (
         step.check if step.check and step.mode in succeeded else step.mode)
     return PodProgress(done, step, mode)
+
+
+@dataclass(frozen=True)
+class PhaseProgress:
+    """How far a pod of several Packages' steps got (one pod per window phase, ADR 0016): per
+    Package that ran (in order), its steps done; the Package that failed (its `PodProgress`), if any.
+    Packages after the failed one did not run and are not in `done`."""
+
+    done: dict[str, int]
+    failed: str = ""
+    progress: PodProgress | None = None
+
+
+def phase_progress(steps: Mapping[str, Sequence[StageStep]], completed: Mapping[str, Sequence[str]],
+                   decided: tuple[str, str] = ("", "")) -> PhaseProgress:
+    """Read a finished pod of `steps` (Package -> its steps, in the order they ran): `completed`
+    are each Package's modes that exited 0, `decided` the (Package, mode) the pod reported as
+    deciding. The first Package whose steps are not all done failed; a pod with no result at all (its
+    activity failed) fails in its first Package's first step."""
+    done: dict[str, int] = {}
+    for name, own in steps.items():
+        progress = pod_progress(own, completed.get(name, ()), decided[1] if decided[0] == name else "")
+        done[name] = progress.done
+        if progress.failed is not None:
+            return PhaseProgress(done, name, progress)
+    return PhaseProgress(done)

@@ -125,6 +125,9 @@ class PackageOrder:
     # from `rerun_stage` ("" = the whole install sequence).
     rerun: str = ""
     rerun_stage: str = ""
+    # The Package object's uid ("" unknown): with `generation`, NodeWright's SKYHOOK_RESOURCE_ID, so
+    # the window's stage pods need not read the Package (issue #26).
+    uid: str = ""
 
 
 @dataclass

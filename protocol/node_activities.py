@@ -145,6 +145,10 @@ class StageJob:
     # Every container's mode, in order, for a stage pod (each stage followed by its check, the merged
     # `interrupt` last when the pod carries it); empty: `mode` alone (an interrupt pod).
     modes: list[str] = field(default_factory=list)
+    # The Package's uid and the generation the window applies, from the fleet's order (SKYHOOK_RESOURCE_ID);
+    # "" : unknown, the activity reads the Package for them.
+    package_uid: str = ""
+    generation: int = 0
 
 
 @dataclass
@@ -155,6 +159,9 @@ class RunStagePodInput:
     job: StageJob
     boot_id_before: str = ""
     reboot_timeout_seconds: int = 900
+    # One pod per window phase (ADR 0016): the further Packages of the pod, each with its own modes,
+    # run after `job`'s in order (never with an interrupt: the merged interrupt has a pod of its own).
+    following: list[StageJob] = field(default_factory=list)
 
 
 @dataclass
@@ -178,6 +185,10 @@ class RunStagePodResult:
     # When each finished container of the pod started and ended, by container (mode, or `package` for the
     # copy): [RFC 3339 start, end]. For `noderoll report`'s stage and check bars; empty in runs before it.
     containers: dict[str, list[str]] = field(default_factory=dict)
+    # A pod of several Packages (`RunStagePodInput.following`): the Package whose container decided
+    # (`mode` is then that Package's mode) and, per Package, its modes that exited 0, in order.
+    package: str = ""
+    completed_by_package: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -208,6 +219,9 @@ class DeleteStageJobsInput:
     packages: list[str] = field(default_factory=list)
     # Job names kept: the latest failed attempt of each package that ended erroring (`noderoll logs`).
     keep: list[str] = field(default_factory=list)
+    # A kept Job of several Packages (ADR 0016) -> the Package it is kept for, when that is not the
+    # one it is labelled with: it is labelled with it, so that Package's next window deletes it.
+    owners: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -216,3 +230,23 @@ class DeleteStageJobsResult:
 
     deleted: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
+
+
+@dataclass
+class CloseWindowInput:
+    """The end of a window in one call (issue #26 item 2): the final state write (`state`), in the
+    same node patch the removal of noderoll's own cordon when `uncordon`, then the deletion of the
+    window's stage Jobs (`delete`, None: none to delete)."""
+
+    state: WriteNodeStateInput
+    uncordon: bool = False
+    delete: DeleteStageJobsInput | None = None
+
+
+@dataclass
+class CloseWindowResult:
+    """What the deletion of the stage Jobs did, or why it failed ("" when it did not: the Jobs are
+    then left for the package's next window and their TTL, as a failed `delete_stage_jobs` left them)."""
+
+    deleted: DeleteStageJobsResult = field(default_factory=DeleteStageJobsResult)
+    delete_error: str = ""

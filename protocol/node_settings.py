@@ -20,6 +20,11 @@ DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS = 3600
 DEFAULT_STAGE_TIMEOUT_SECONDS = 1800
 DEFAULT_INTERRUPT_TIMEOUT_SECONDS = 900
 
+# `protocol.node.start_window` asks for an eager start (issue #26): the run's first workflow task goes
+# to the worker that starts it. Off by default: with several workers on one task queue, every window
+# a fleet's activity starts would then run on that activity's worker (sticky, and its activities
+# eagerly too), instead of being shared; on for one worker (the bench sets it).
+EAGER_START_ENV = "NODEROLL_EAGER_NODE_START"
 STAGE_ATTEMPTS_ENV = "NODEROLL_NODE_STAGE_ATTEMPTS"
 RETRY_BACKOFF_ENV = "NODEROLL_NODE_RETRY_BACKOFF_SECONDS"
 PROTECTED_PODS_TIMEOUT_ENV = "NODEROLL_NODE_PROTECTED_PODS_TIMEOUT_SECONDS"
@@ -45,3 +50,9 @@ def node_workflow_settings(environ: Mapping[str, str] | None = None) -> dict[str
         if env.get(name):
             tuned[field] = max(1, int(env[name]))
     return tuned
+
+
+def eager_node_start(env: Mapping[str, str] | None = None) -> bool:
+    """True when `NODEROLL_EAGER_NODE_START` is 1, true or yes (see EAGER_START_ENV). Pure but for the default."""
+    values = os.environ if env is None else env
+    return values.get(EAGER_START_ENV, "").strip().lower() in ("1", "true", "yes")

@@ -513,20 +513,23 @@ def strategy(with_defaults: bool) -> Schema:
         "How batch sizes evolve and when failures halt the rollout.",
         {
             "type": string(
-                "fixed (initialBatch each time), linear (+delta after a good batch) or exponential (x growthFactor).",
+                "fixed (initialBatch each time), linear (+delta after a good batch), exponential (x growthFactor) "
+                "or rolling (the budget's windows at all times, the next node as soon as one ends: no batches).",
                 enum=[t.value for t in StrategyType],
                 **d(StrategyType.FIXED.value),
             ),
             "initialBatch": integer(
-                "Size of the first batch (always capped by the budget).", minimum=1, **d(1)
+                "Size of the first batch (always capped by the budget); not used by rolling.", minimum=1, **d(1)
             ),
             "delta": integer("linear only: batch growth (and shrink after a failure), default 1.", minimum=1),
             "growthFactor": integer("exponential only: batch growth factor, default 2.", minimum=2),
             "batchThreshold": integer(
-                "Percent of a batch's finished nodes that must succeed.", minimum=1, maximum=100, **d(100)
+                "Percent of a batch's finished nodes that must succeed (not used by rolling).", minimum=1,
+                maximum=100, **d(100)
             ),
             "failureThreshold": integer(
-                "Consecutive failed batches that halt the rollout (below safetyLimit); omitted = never halt.",
+                "Consecutive failed batches that halt the rollout (below safetyLimit); rolling: failed windows "
+                "among the last N finished (N = the budget); omitted = never halt.",
                 minimum=1,
             ),
             "safetyLimit": integer(

@@ -20,6 +20,7 @@ from activities.prometheus import query_prometheus
 from activities.stage_cleanup import delete_stage_jobs
 from activities.stage_run import run_stage_pod
 from activities.upcoming import mark_upcoming_nodes
+from activities.window_close import close_window
 from workflows.fleet import FleetWorkflow
 from workflows.global_rollout import GlobalRolloutWorkflow
 from workflows.node import NodeWorkflow
@@ -35,7 +36,7 @@ GLOBAL_WORKFLOWS: list[type] = [
 ]
 
 ACTIVITIES: list[Callable[..., Any]] = [
-    # node window (activities/nodes.py, drain.py, stage_run.py, interrupts.py, stage_cleanup.py)
+    # node window (activities/nodes.py, drain.py, stage_run.py, interrupts.py, stage_cleanup.py, window_close.py)
     read_node,
     cordon_node,
     uncordon_node,
@@ -45,6 +46,7 @@ ACTIVITIES: list[Callable[..., Any]] = [
     run_stage_pod,
     run_interrupt,
     delete_stage_jobs,
+    close_window,
     # fleet (activities/fleet.py, describe.py: the watchdog)
     list_fleet_nodes,
     request_windows,

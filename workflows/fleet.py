@@ -47,7 +47,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from api import keys
     from api.enums import CanaryPhase, Promotion, RolloutPhase
-    from planning import batches, disruption
+    from planning import batches, disruption, rolling
     from planning import fleet_state as fs
     from planning.eta import record_batch_end
     from planning.fleet_status import FleetProgress, fleet_progress
@@ -250,8 +250,7 @@ class FleetWorkflow:
             await acts.refresh()
         elif await self._holds.held():
             return  # a gate or the maintenance windows hold the next batch (it sampled or waited)
-        elif batch := batches.next_batch(planner, fs.startable(state), fs.canary_cover(state),
-                                         fs.supply(state, run.policy)):
+        elif batch := self._next_batch(planner):
             if planner.waits:
                 state.message = (f"batch {planner.batch_number}: {len(batch)} node(s); "
                                  f"{disruption.describe(planner.waits)}")
@@ -265,9 +264,56 @@ class FleetWorkflow:
         else:
             await acts.wait_unfinished(next_relist)
 
+    def _next_batch(self, planner: batches.BatchPlannerState) -> list[str]:
+        """The next batch; for `rolling` past its canary, the budget's windows (planning/rolling.py)."""
+        state = self._run.state
+        supply = fs.supply(state, self._run.policy)
+        canary_due = planner.canary_count and planner.canary_phase is CanaryPhase.NONE
+        if rolling.is_rolling(planner) and not canary_due:
+            rolling.top_up(planner, fs.startable(state), supply)
+            return planner.current_batch
+        return batches.next_batch(planner, fs.startable(state), fs.canary_cover(state), supply)
+
+    async def _roll(self, planner: batches.BatchPlannerState, next_relist: datetime) -> None:
+        """`rolling`: the windows that ended leave the set and count; then, unless a pause, the
+        maintenance windows or the gates hold new starts, the set is topped up to the budgets and
+        its nodes not yet handed over are sent (no batch barrier)."""
+        run, acts, holds = self._run, self._acts, self._holds
+        state = run.state
+        startable = fs.startable(state)
+        ended = [n for n in planner.current_batch if n not in state.in_flight and n not in startable]
+        if ended:
+            ok, bad = fs.batch_results(state, ended) or ([], [])
+            decision = rolling.record_finished(planner, ended, ok, bad)
+            state.message = decision.reason
+            if decision.halted:
+                workflow.logger.info("%s wave %d: %s", run.fleet_id, state.wave, decision.reason)
+                return
+            if decision.evaluation_point:
+                holds.open_gates(False, planner)
+        if not state.paused and run.windows_open() and not await holds.gates_hold():
+            rolling.top_up(planner, fs.startable(state), fs.supply(state, run.policy))
+            if planner.waits:
+                state.message = disruption.describe(planner.waits)
+            todo = [n for n in planner.current_batch if n in fs.startable(state)]
+            ready = await self._ahead.sendable(todo)
+            await acts.send(ready)
+            if len(ready) < len(todo):
+                await self._wait_for_marks(len(todo) - len(ready), next_relist)
+                return
+        elif not run.windows_open():
+            await holds.withdraw_outside_windows()
+        if not planner.current:
+            return  # every window ended and nothing is left to start: the wave's next step
+        if not await holds.sample_continuous():
+            await acts.wait_unfinished(next_relist)
+
     async def _run_batch(self, planner: batches.BatchPlannerState, next_relist: datetime) -> None:
         run, acts = self._run, self._acts
         state = run.state
+        if rolling.rolls_now(planner):
+            await self._roll(planner, next_relist)
+            return
         batch = planner.current_batch
         if not state.paused and run.windows_open():
             # After a halt, a pause or a crash between planning and sending: nodes never handed over

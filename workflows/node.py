@@ -72,6 +72,9 @@ class NodeWorkflow:
     async def run(self, input: NodeWorkflowInput) -> None:
         """Run windows until nothing is queued, then complete."""
         for window in input.windows:
+            # Carried through continue-as-new, or the request the run was started with (`start_window`):
+            # seen, so the same request signalled again (a retried hand-over) is dropped.
+            self._seen.add(window.request_id)
             self._queue.setdefault(window.fleet_workflow_id, window)
         self._resets.extend(input.resets)
         workflow.upsert_search_attributes([NODE_KEY.value_set(input.node)])

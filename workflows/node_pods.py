@@ -1,24 +1,26 @@
 """A node window's stages and its merged interrupt, in pods pinned to the node. Deterministic, no I/O.
 
-Each package's stages before the window's interrupt run in ONE pod and its stages after the
-interrupt in another (`run_stage_pod`, `planning/pod_steps.py`): a reboot package's window runs two
-stage pods (issue #14). Every stage keeps its check (its own container, right after the stage) and
-its record (the pod reports the modes that succeeded; the entry in `noderoll.io/state` says the
-stage and attempt that failed). Packages run in the window's dependency order; a package whose
-`dependsOn` package failed or was skipped earlier in the window is not run (skipped, its record left
-as it was).
+One pod per window phase (issue #26, ADR 0016; `workflow.patched("one-pod-per-phase")`): every
+Package's stages before the window's interrupt run in ONE pod (each Package's copy container and
+agent containers, in the window's dependency order), the merged interrupt in a pod of its own
+(`run_interrupt`), and every Package's stages after it in one more pod: a reboot window runs three
+pods whatever its number of Packages. Every stage keeps its check (its own container, right after
+the stage) and its record (the pod reports each Package's modes that succeeded; the entry in
+`noderoll.io/state` says the stage and attempt that failed). A Package whose `dependsOn` Package
+failed or was skipped earlier in the window is not run before the interrupt (skipped, its record
+left as it was).
 
-The merged interrupt runs as the last container of the window's last package's pre-interrupt pod
-(the interrupt container needs no package files, so any package's pod can carry it), once every
-stage of the window before it succeeded. If that package failed, was skipped, or has no stage
-before the interrupt, the interrupt runs in interrupt pods of its own (`run_interrupt`).
+Retries: the first container that failed decides; its Package's stage (or check) is retried, after
+the usual backoff, from that stage in a new pod that runs it, its later stages and the Packages
+after it; the Packages before it and its stages before the failed one are done and do not run
+again. Attempts count per Package and stage: a stage is given up after `stage_attempts` failed
+attempts of its own. The interrupt is retried in interrupt pods of its own (`run_interrupt` never
+reboots a node twice).
 
-Retries: a stage (or its check) that fails is retried, after the usual backoff, from that stage in
-a new pod that runs it and the stages after it (and the interrupt, if this pod carried it); the
-stages before it are done and do not run again. Attempts count per stage: a stage is given up after
-`stage_attempts` failed attempts of its own. An interrupt that the pod reached and that failed (or a
-pod whose activity failed, so that it is unknown whether the interrupt ran) is not carried again:
-its further attempts run in interrupt pods of their own (`run_interrupt` never reboots a node twice).
+Windows recorded before the patch replay the earlier path (issue #14, ADR 0010): a pod per Package
+before the interrupt, the last one carrying the merged interrupt as its last container, and a pod
+per Package after it; an interrupt that such a pod reached and that failed (or a pod whose
+activity failed) was retried in interrupt pods of its own.
 
 Everything that happens is recorded in the window's `WindowLedger`; a deleted node (`NodeNotFound`)
 ends the window at once (the `ActivityError` is raised to the sequencer).
@@ -35,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from api.enums import Stage, State
     from api.interrupts import InterruptRequest, merge_interrupts
     from planning.node_plan import StageStep
-    from planning.pod_steps import pod_modes, pod_progress
+    from planning.pod_steps import phase_progress, pod_modes, pod_progress
     from planning.window import EntryUpdate, log_tail, package_limits, retry_backoff
     from protocol.node_activities import (
         RunInterruptInput,
@@ -49,6 +51,10 @@ with workflow.unsafe.imports_passed_through():
 WAIT_MARGIN_SECONDS = 120
 # The only path since the one-engine release (ADR 0013; `workflows/node_window.py` says why deprecated).
 SKIP_DEPENDENTS_OF_FAILED = "skip-dependents-of-failed"
+# One pod per window phase (ADR 0016): every Package's stages before the interrupt in one pod, the
+# merged interrupt in a pod of its own, every Package's stages after it in one pod. Windows recorded
+# before it (a pod per Package and phase, the interrupt carried by the last) replay the old path.
+ONE_POD_PER_PHASE = "one-pod-per-phase"
 
 
 class PodStages:
@@ -64,6 +70,9 @@ class PodStages:
 
     async def run_window(self) -> None:
         """Every package's stages before the interrupt, the interrupt, then the stages after it."""
+        if workflow.patched(ONE_POD_PER_PHASE):
+            await self._run_phases()
+            return
         plans = self.ctx.plan.packages
         order = list(self.ctx.window.packages)
         carrier = order[-1] if order and plans[order[-1]].steps_before_interrupt() else None
@@ -101,6 +110,102 @@ class PodStages:
         else:
             ledger.state.packages[name] = previous.model_copy(deep=True)
         return True
+
+    # --- one pod per phase (ADR 0016) ----------------------------------------------------------
+
+    async def _run_phases(self) -> None:
+        plans = self.ctx.plan.packages
+        order = list(self.ctx.window.packages)
+        await self._phase({n: plans[n].steps_before_interrupt() for n in order}, skip_dependents=True)
+        with_interrupt = self._with_interrupt()
+        if with_interrupt:
+            await self._interrupt(with_interrupt, 1, None)
+        await self._phase({n: plans[n].steps_after_interrupt() for n in with_interrupt
+                           if n not in self.ledger.failures}, skip_dependents=False)
+
+    def _skip_dependents(self, order: list[str], ran: set[str]) -> None:
+        """Skip every Package of `order` that has not run its phase and whose dependency failed or
+        was skipped in this window (in order, so a skip reaches the dependents of a skipped one)."""
+        for name in order:
+            if name not in ran and name not in self.ledger.skipped and name not in self.ledger.failures:
+                self._dependency_failed(name)
+
+    async def _phase(self, steps: dict[str, tuple[StageStep, ...]], skip_dependents: bool) -> None:
+        """Run every Package's `steps` in pods of several Packages until each is done or failed: a
+        pod runs what is left of each, in order; the Package that failed is retried from its failed
+        stage in the next pod (after the backoff), with the Packages after it; a Package whose
+        dependency failed or was skipped is skipped (before the interrupt only: after it, every
+        Package's stages before it ran)."""
+        ledger = self.ledger
+        order = list(steps)
+        pending = {n: list(s) for n, s in steps.items() if s}
+        ran: set[str] = set()
+        failed_attempts: dict[tuple[str, Stage], int] = {}
+        while True:
+            if skip_dependents:
+                self._skip_dependents(order, ran)
+            names = [n for n in pending if n not in ledger.skipped and n not in ledger.failures]
+            if not names:
+                return
+            attempts = {n: failed_attempts.get((n, pending[n][0].stage), 0) + 1 for n in names}
+            for name in names:
+                ledger.set_entry(name, EntryUpdate(pending[name][0].stage, State.IN_PROGRESS, attempts[name]))
+            result = await self._phase_pod(names, pending, attempts)
+            completed = result.completed_by_package or {names[0]: result.completed}
+            progress = phase_progress({n: pending[n] for n in names}, completed,
+                                      (result.package or names[0], result.mode))
+            if len(names) > 1 and result.job_name:
+                ledger.job_labels[result.job_name] = names[0]
+            for name, done in progress.done.items():
+                ledger.note_job(name, result.job_name, failed=name == progress.failed)
+                pending[name] = pending[name][done:]
+                if not pending[name]:
+                    del pending[name]
+                    ran.add(name)
+            if progress.progress is None or progress.progress.failed is None:
+                continue
+            name, failed = progress.failed, progress.progress.failed
+            count = failed_attempts[(name, failed.stage)] = failed_attempts.get((name, failed.stage), 0) + 1
+            ledger.set_entry(name, EntryUpdate(failed.stage, State.IN_PROGRESS, count))
+            limit = self.ctx.settings.stage_attempts
+            if count >= limit:
+                tail = log_tail(result.log_tail)
+                message = f"{progress.progress.failed_mode} failed after {limit} attempts (exit code {result.exit_code})"
+                ledger.fail(name, Failure(failed.stage.value, message, tail),
+                            EntryUpdate(failed.stage, State.ERRORING, limit, f"{message}: {tail}"[-2000:]))
+                del pending[name]
+                continue
+            await workflow.sleep(retry_backoff(self.ctx.settings.retry_backoff_seconds, count))
+
+    async def _phase_pod(self, names: list[str], pending: dict[str, list[StageStep]],
+                         attempts: dict[str, int]) -> RunStagePodResult:
+        """One pod running what is left of each of `names` (a Package alone: the pod of one Package)."""
+        ctx = self.ctx
+        jobs = []
+        for name in names:
+            steps = pending[name]
+            job = ctx.stage_job(name, steps[0].mode, attempts[name])
+            job.modes = pod_modes(steps)
+            # The Job's deadline covers every stage of the pod (each within its package's stage limit).
+            job.timeout_seconds = package_limits(ctx.specs[name], ctx.default_limits()).stage * len(steps)
+            jobs.append(job)
+        ctx.set_phase("Running")
+        timeout = sum(job.timeout_seconds for job in jobs) + WAIT_MARGIN_SECONDS
+        try:
+            result: RunStagePodResult = await workflow.execute_activity(
+                "run_stage_pod", RunStagePodInput(jobs[0], ctx.snapshot.boot_id, 0, following=jobs[1:]),
+                result_type=RunStagePodResult,
+                start_to_close_timeout=timedelta(seconds=timeout),
+                heartbeat_timeout=timedelta(seconds=ctx.settings.heartbeat_seconds),
+                retry_policy=WAIT_RETRY,
+                summary="; ".join(f"{job.package} {', '.join(job.modes)} #{job.attempt}" for job in jobs)[:200],
+            )
+        except ActivityError as err:
+            if node_gone(err):
+                raise  # ends the window
+            # The pod could not be run or watched at all: the first Package's first stage counts as failed.
+            result = RunStagePodResult(job_name="", exit_code=-1, log_tail=cause(err))
+        return result
 
     # --- stage pods -----------------------------------------------------------------------------
 

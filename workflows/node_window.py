@@ -42,6 +42,8 @@ with workflow.unsafe.imports_passed_through():
     from protocol.fleet import PackageOutcome, WindowRequest, WindowResult
     from protocol.node import NodeWorkflowInput
     from protocol.node_activities import (
+        CloseWindowInput,
+        CloseWindowResult,
         CordonNodeResult,
         DeleteStageJobsInput,
         DeleteStageJobsResult,
@@ -70,6 +72,9 @@ WINDOW_STAGE = "window"
 CONFIG_STAGE_ON_CONFIG_CHANGE = "config-stage-on-config-change"
 STAGES_IN_ONE_POD = "stages-in-one-pod"
 DELETE_STAGE_JOBS = "delete-stage-jobs"
+# Issue #26 item 2: uncordon, the final state and the stage Jobs' deletion in one activity
+# (`close_window`); windows recorded before it replay their three activities.
+CLOSE_IN_ONE_CALL = "close-in-one-call"
 
 
 def _all(request: WindowRequest, state: State, message: str) -> dict[str, PackageOutcome]:
@@ -138,6 +143,13 @@ class WindowRun:
         return timedelta(seconds=self.ctx.settings.heartbeat_seconds)
 
     async def _write(self, in_window: bool, events: list[NodeEvent], retry: RetryPolicy = API_RETRY) -> None:
+        state = self._state_input(in_window, events)
+        await workflow.execute_activity(
+            "write_node_state", state,
+            start_to_close_timeout=API_TIMEOUT, retry_policy=retry, summary=f"state {state.status}",
+        )
+
+    def _state_input(self, in_window: bool, events: list[NodeEvent]) -> WriteNodeStateInput:
         ledger = self.ledger
         status = node_status(ledger.state, in_window)
         # As the label: erroring while any package's record says so, failed in this window or an earlier
@@ -148,14 +160,10 @@ class WindowRun:
         erroring = bool(ledger.failures or earlier)
         message = "; ".join([*(f"{n}: {f.stage}: {f.message}" for n, f in sorted(ledger.failures.items())),
                              *(f"{n}: {error}" for n, error in sorted(earlier.items()))])
-        await workflow.execute_activity(
-            "write_node_state",
-            WriteNodeStateInput(
-                node=self.node, state_annotation=dump_node_state(ledger.state), status=status.value,
-                updating=in_window, erroring=erroring,
-                message=message or f"window {self.ctx.key}: {status.value}", events=events,
-            ),
-            start_to_close_timeout=API_TIMEOUT, retry_policy=retry, summary=f"state {status.value}",
+        return WriteNodeStateInput(
+            node=self.node, state_annotation=dump_node_state(ledger.state), status=status.value,
+            updating=in_window, erroring=erroring, message=message or f"window {self.ctx.key}: {status.value}",
+            events=events,
         )
 
     # --- the steps --------------------------------------------------------------------------
@@ -241,6 +249,9 @@ class WindowRun:
             self._fail_all(WINDOW_STAGE, f"node {self.node} does not exist" if gone else cause(err))
         self._finish_entries()
         left_cordoned = ledger.cordoned and bool(ledger.failures) and (ledger.drained or ledger.interrupted)
+        if not gone and workflow.patched(CLOSE_IN_ONE_CALL):
+            await self._close_window(left_cordoned)
+            return self._outcomes()
         if not gone:  # a deleted node has no cordon to lift and no state to write
             await self._close(left_cordoned)
         await self._delete_jobs()
@@ -257,20 +268,50 @@ class WindowRun:
         workflow.deprecate_patch(STAGES_IN_ONE_POD)
         await PodStages(self.ctx, self.ledger).run_window()
 
-    async def _delete_jobs(self) -> None:
-        """Once the outcome is on the node: delete the window's stage Jobs (older ones of its packages
-        too), keeping the latest failed one of each package that ended erroring (issue #14)."""
+    def _deletion(self) -> DeleteStageJobsInput | None:
+        """The window's stage Jobs to delete (older ones of its packages too), keeping the latest
+        failed one of each package that ended erroring (issue #14); None when it ran none."""
         ledger = self.ledger
         # A package that failed without a Job of its own this window (drain, dependency, API) keeps
         # what it had: its last failed Job is still the one worth reading.
         packages = sorted(n for n in ledger.job_packages if n not in ledger.failures or n in ledger.failed_jobs)
         if not packages:
+            return None
+        keep = sorted({ledger.failed_jobs[n] for n in packages if n in ledger.failures and n in ledger.failed_jobs})
+        # A kept Job of several Packages is labelled with its first: name the Package it is kept for.
+        owners = {ledger.failed_jobs[n]: n for n in packages if n in ledger.failures and n in ledger.failed_jobs
+                  and ledger.job_labels.get(ledger.failed_jobs[n], n) != n}
+        return DeleteStageJobsInput(self.node, packages, keep, owners)
+
+    async def _close_window(self, left_cordoned: bool) -> None:
+        """Uncordon (in the state write's patch), the final state and the stage Jobs' deletion in ONE
+        activity (`close_window`, issue #26 item 2), retried until the API answers; errors no retry
+        mends (the node gone, a 4xx) are only logged, and so is a failed deletion."""
+        deletion = self._deletion()
+        if deletion is not None:
+            workflow.deprecate_patch(DELETE_STAGE_JOBS)
+        state = self._state_input(False, self._final_events(left_cordoned))
+        try:
+            result = await workflow.execute_activity(
+                "close_window", CloseWindowInput(state, self.ledger.cordoned and not left_cordoned, deletion),
+                result_type=CloseWindowResult, start_to_close_timeout=API_TIMEOUT, retry_policy=CLOSE_RETRY,
+                summary=f"close: state {state.status}")
+        except ActivityError as err:
+            workflow.logger.warning("closing window %s on %s failed: %s", self.ctx.key, self.node, cause(err))
+            return
+        if result.delete_error:
+            workflow.logger.warning("deleting stage Jobs on %s failed: %s", self.node, result.delete_error)
+
+    async def _delete_jobs(self) -> None:
+        """Once the outcome is on the node: delete the window's stage Jobs (`_deletion`)."""
+        deletion = self._deletion()
+        if deletion is None:
             return
         workflow.deprecate_patch(DELETE_STAGE_JOBS)
-        keep = sorted({ledger.failed_jobs[n] for n in packages if n in ledger.failures and n in ledger.failed_jobs})
+        packages = deletion.packages
         try:
             await workflow.execute_activity(
-                "delete_stage_jobs", DeleteStageJobsInput(self.node, packages, keep),
+                "delete_stage_jobs", deletion,
                 result_type=DeleteStageJobsResult, start_to_close_timeout=API_TIMEOUT, retry_policy=API_RETRY,
                 summary="delete stage Jobs")
         except ActivityError as err:

@@ -73,8 +73,15 @@ class WindowContext:
             tolerations=stage_tolerations(self.snapshot.taints, spec),
             config=dict(spec.config), timeout_seconds=package_limits(spec, self.default_limits()).stage,
             agent_image=spec.agent_image or "", image_pull_secrets=[s.name for s in spec.image_pull_secrets],
-            node_order=self.node_order,
+            node_order=self.node_order, **self._identity(name),
         )
+
+    def _identity(self, name: str) -> dict[str, object]:
+        """The Package's uid and the generation the fleet's order applies (none known: {})."""
+        order = self.orders.get(name)
+        if order is None or not order.uid:
+            return {}
+        return {"package_uid": order.uid, "generation": order.generation}
 
     def event(self, reason: str, message: str, warning: bool = False) -> NodeEvent:
         """An Event of this window on the Node (its key makes a retried write idempotent)."""
@@ -108,6 +115,8 @@ class WindowLedger:
     job_packages: set[str] = field(default_factory=set)
     failed_jobs: dict[str, str] = field(default_factory=dict)
     last_interrupt_job: tuple[str, str] = ("", "")
+    # Job -> the Package it is labelled with, for Jobs of several Packages (their first; ADR 0016).
+    job_labels: dict[str, str] = field(default_factory=dict)
 
     def set_entry(self, name: str, update: EntryUpdate) -> None:
         """Apply `update` to package `name`'s entry (stamped with the workflow's time)."""

@@ -42,7 +42,7 @@ from tests.helpers.packages import BENCH_PACKAGES
 from tests.helpers.processes import NoderollProcesses, noderoll_processes
 
 # A fresh install of bench-sleep with a reboot: one pod for apply and config (each followed by its
-# check) and the interrupt, one for post-interrupt (issue #14).
+# check), the interrupt in a pod of its own, one for post-interrupt (ADR 0016).
 JOBS_PER_NODE = jobs_per_window(interrupt=True)
 SMALL = int(os.environ.get("NODEROLL_CHAOS_SMALL_NODES", "6"))
 ROLLOUT_TIMEOUT = 900.0

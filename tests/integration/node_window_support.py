@@ -25,8 +25,9 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 import kube
-from api.keys import NODE_STATE_ANNOTATION, PACKAGE_POD_NAMESPACE, STAGE_PACKAGE_CONTAINER
+from api.keys import NODE_STATE_ANNOTATION, PACKAGE_POD_NAMESPACE
 from api.node_state import NodeState, parse_node_state
+from api.stage_containers import is_copy, pod_packages, split_container
 from protocol.fleet import PackageOrder, WindowRequest
 from protocol.names import SIGNAL_WINDOW, node_workflow_id
 from protocol.node import NodeWorkflowInput
@@ -131,9 +132,10 @@ class Window:
         """Modes of this node's stage Jobs (a pod runs its stages and their checks: agent containers
         named after their modes, after the `package` copy container), sorted (creation timestamps
         have 1 s resolution)."""
-        return sorted(c.name for j in self.stage_jobs()
+        return sorted(split_container(c.name, pod_packages(j.metadata.labels, j.metadata.annotations))[1]
+                      for j in self.stage_jobs()
                       for c in [*(j.spec.template.spec.init_containers or []), *j.spec.template.spec.containers]
-                      if c.name != STAGE_PACKAGE_CONTAINER)
+                      if not is_copy(c.name))
 
     def job_modes(self) -> list[str]:
         """The stage (`noderoll.io/mode` label) of each of this node's Jobs, sorted."""

@@ -264,12 +264,15 @@ async def test_node_workflow_terminated_mid_window_is_noticed_and_asked_again(
 # Set to a histories root (tests/histories) to save the histories below as <root>/<kind>/<name>.json
 # for tests/workflows/test_replay.py. The names are new for each change recorded: files recorded
 # before a change stay, so every path keeps a history (fleet-canary-then-batch-two-packages was recorded
-# before `unproven-changes-count-again`; the fleet-window-* ones before the one-engine release, ADR 0013).
+# before `unproven-changes-count-again`; the fleet-window-* ones before the one-engine release, ADR 0013;
+# fleet-canary-then-batch-one-engine, window-reboot-dependency and window-dependent-of-failed-skipped
+# before issue #26: one pod per phase, the window's end in one activity, node runs started with their
+# first request).
 RECORD_FLEET_HISTORIES_ENV = "NODEROLL_RECORD_FLEET_HISTORIES"
 RECORDED_AS = {
-    "fleet": "fleet-canary-then-batch-one-engine",
-    "node": "window-reboot-dependency",
-    "skip": "window-dependent-of-failed-skipped",
+    "fleet": "fleet-canary-then-batch-window-cost",
+    "node": "window-reboot-dependency-window-cost",
+    "skip": "window-dependent-of-failed-skipped-window-cost",
 }
 
 

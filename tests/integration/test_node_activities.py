@@ -454,3 +454,30 @@ def test_a_status_patch_with_a_stale_resource_version_is_refused(node: str, kube
     with pytest.raises(ApiException) as refused:
         core.patch_node_status(node, patch, _content_type="application/strategic-merge-patch+json")
     assert refused.value.status == 409
+
+
+def test_close_window_lifts_its_cordon_in_the_state_write_and_deletes_the_jobs(
+    node: str, kube_api_client: ApiClient,
+) -> None:
+    """`close_window` (issue 26 item 2): the final state, noderoll's own cordon lifted in the same
+    patch, then the stage Jobs' deletion (none here: nothing to find is no failure)."""
+    from activities.window_close import close_window
+    from protocol.node_activities import CloseWindowInput, DeleteStageJobsInput
+
+    core = client.CoreV1Api(kube_api_client)
+    env = ActivityEnvironment()
+    core.patch_node(node, {"metadata": {"labels": {"team": "ml"}}})
+    assert env.run(cordon_node, NodeInput(node)).cordoned_by_noderoll
+    state = WriteNodeStateInput(node=node, state_annotation='{"packages":{}}', status="complete", updating=False,
+                                erroring=False)
+    result = env.run(close_window, CloseWindowInput(state, uncordon=True,
+                                                    delete=DeleteStageJobsInput(node, ["nothing-here"])))
+    assert result.delete_error == ""
+    obj = core.read_node(node)
+    assert not obj.spec.unschedulable and CORDONED_BY_ANNOTATION not in (obj.metadata.annotations or {})
+    assert obj.metadata.labels["noderoll.io/status"] == "complete" and obj.metadata.labels["team"] == "ml"
+    # Without `uncordon` (left cordoned after a failure, or someone else's cordon) the cordon stays.
+    assert env.run(cordon_node, NodeInput(node)).cordoned_by_noderoll
+    env.run(close_window, CloseWindowInput(state, uncordon=False))
+    assert core.read_node(node).spec.unschedulable
+    assert env.run(uncordon_node, NodeInput(node)).uncordoned

@@ -83,11 +83,11 @@ async def test_config_change_after_a_finished_config_change_runs_the_config_stag
         after_b = await run_request(window, b_changed, 3)
         assert after_b.state == "complete", after_b
     # The b.conf change ran its config stage (with b.conf's new content), then the interrupt of b.conf.
-    # The config pod carries b.conf's interrupt as its last container; post-interrupt in its own pod.
-    assert window.job_modes() == ["apply", "config", "config", "post-interrupt"]
+    # One pod per window phase (ADR 0016): config, then the interrupt in its own pod, then post-interrupt.
+    assert window.job_modes() == ["apply", "config", "config", "interrupt", "post-interrupt"]
     assert window.modes_run().count("interrupt") == 1
     assert config_job_data(window) == sorted([first, a_changed, b_changed], key=lambda d: sorted(d.items()))
     entry = window.state().packages["script-config"]
     assert entry.config == config_hashes(b_changed)
     assert (entry.action, entry.stage, entry.state) == ("config", "post-interrupt", "complete")
-    await record_history(window.temporal, window.node, "window-config-change-runs-config")
+    await record_history(window.temporal, window.node, "window-config-change-runs-config-one-pod-per-phase")

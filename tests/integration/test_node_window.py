@@ -136,7 +136,7 @@ async def test_sysctl_window_drains_through_a_pdb_without_violating_it(
         assert len([p for p in drain.evicted if p.startswith(f"{k8s_namespace}/trainer-")]) == 2, drain
         assert drain.refused >= 1, drain
         print(f"drain: {drain}")
-        await record_history(window.temporal, window.node, "window-drain-service-interrupt")
+        await record_history(window.temporal, window.node, "window-drain-service-interrupt-one-pod-per-phase")
         print(f"history events of a sysctl window with drain and service interrupt: "
               f"{await history_events(window.temporal, window.node)}")
 
@@ -201,7 +201,7 @@ async def test_failing_stage_is_retried_then_erroring_then_the_next_request_comp
     assert results[1].state == "complete"
     assert window.state().packages["sysctl-tuning"].state == "complete"
     assert window.condition(CONDITION_ERRORING) == "False"
-    await record_history(window.temporal, window.node, "window-resumes-at-the-failed-stage")
+    await record_history(window.temporal, window.node, "window-resumes-at-the-failed-stage-one-pod-per-phase")
 
 
 async def test_reboot_package_reboots_checks_and_uncordons(
@@ -229,14 +229,14 @@ async def test_reboot_package_reboots_checks_and_uncordons(
     assert not node.spec.unschedulable
     assert window.modes_run() == sorted(["apply", "apply-check", "config", "config-check", "interrupt",
                                          "post-interrupt", "post-interrupt-check"])
-    assert len(window.stage_jobs()) == jobs_per_window(interrupt=True)  # issue #14: two pods
+    assert len(window.stage_jobs()) == jobs_per_window(interrupt=True)  # ADR 0016: stages, interrupt, post
     # Each pod's activity ended on its first attempt (a retry would adopt the Job and hide a failure).
     assert await activity_attempts(window.temporal, window.node, "run_stage_pod") == [1, 1]
     # Once the outcome was written, the window deleted its Jobs (and with them their pods).
     assert_eventually(lambda: window.live_jobs() == [], timeout=30)
     entry = window.state().packages["script-config"]
     assert (entry.stage, entry.state) == ("post-interrupt", "complete")
-    await record_history(window.temporal, window.node, "window-reboot")
+    await record_history(window.temporal, window.node, "window-reboot-one-pod-per-phase")
 
 
 async def test_two_pending_packages_share_one_merged_interrupt(
@@ -249,11 +249,19 @@ async def test_two_pending_packages_share_one_merged_interrupt(
         results = await wait_results(window, 2)
     assert sorted((r.package, r.state) for r in results) == [("kmod-blocklist", "complete"),
                                                             ("sysctl-tuning", "complete")]
-    # One interrupt, the last container of the last package's stage pod (issue #14).
-    interrupts = [c for j in window.stage_jobs() for c in j.spec.template.spec.containers if c.name == "interrupt"]
-    assert len(interrupts) == 1
-    env = {e.name: e.value for e in interrupts[0].env}
+    # One pod per phase (ADR 0016): both Packages' stages in one pod (each its copy container and its
+    # agent containers, named by index), the merged interrupt in a pod of its own, then the checks after it.
+    before, interrupt, after = window.stage_jobs()
+    packages = json.loads(before.metadata.annotations["noderoll.io/packages"])
+    assert sorted(packages) == ["kmod-blocklist", "sysctl-tuning"]
+    names = [c.name for c in [*before.spec.template.spec.init_containers, *before.spec.template.spec.containers]]
+    assert names[0] == "p0-package" and "p1-package" in names and names[-1].startswith("p1-")
+    [container] = interrupt.spec.template.spec.containers
+    assert container.name == "interrupt" and not interrupt.spec.template.spec.init_containers
+    env = {e.name: e.value for e in container.env}
     assert json.loads(env["NODEROLL_INTERRUPT"]) == {"type": "service", "services": ["kmod", "systemd-sysctl"]}
+    assert json.loads(after.metadata.annotations["noderoll.io/packages"]) == packages
+    await record_history(window.temporal, window.node, "window-two-packages-one-pod-per-phase")
 
 
 async def test_node_cordoned_by_someone_else_stays_cordoned(window: Window, local_stack: Any) -> None:

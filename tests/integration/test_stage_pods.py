@@ -111,3 +111,46 @@ def test_interrupt_pod_runs_the_agent_image_alone(fleet: Any) -> None:
     result = ActivityEnvironment().run(run_interrupt, RunInterruptInput(job))
     assert result.exit_code == 0, result.log_tail
     assert (fleet.sandbox(node) / "var/lib/noderoll/restarted-services.log").read_text().split() == ["containerd"]
+
+
+def _image(root: Path, name: str, check_exit: int) -> str:
+    """A package image in the fleet's image store whose apply writes /etc/<name>.conf from its own
+    config and whose apply-check exits `check_exit`."""
+    folder = root / "images" / name / "1.0.0"
+    folder.mkdir(parents=True)
+    step = {"arguments": [], "returncodes": [0], "on_host": True, "idempotence": False, "upgrade_step": False}
+    (folder / "config.json").write_text(json.dumps({
+        "schema_version": "v1", "package_name": name, "package_version": "1.0.0", "expected_config_files": [],
+        "modes": {"apply": [{"name": "write", "path": "write.sh", **step}],
+                  "apply-check": [{"name": "check", "path": "check.sh", **step}]}}))
+    (folder / "write.sh").write_text(
+        f'#!/bin/sh\nset -e\n{{ cat "$NODEROLL_CONFIG_DIR/{name}.conf"; echo "$NODEROLL_PACKAGE $SKYHOOK_RESOURCE_ID"; }}'
+        f" > /etc/{name}.conf\n")
+    (folder / "check.sh").write_text(f"#!/bin/sh\necho checking {name}\nexit {check_exit}\n")
+    return example_image(name)
+
+
+def test_a_pod_of_two_packages_runs_each_with_its_own_files_and_names_the_one_that_failed(
+    fleet: Any, tmp_path: Path, kube_api_client: ApiClient,
+) -> None:
+    node, first, second = fleet.node_names[0], unique_name("one"), unique_name("two")
+    jobs = [a_job(node, first, _image(tmp_path, first, 0), config={f"{first}.conf": "first=1\n"}),
+            a_job(node, second, _image(tmp_path, second, 3), config={f"{second}.conf": "second=2\n"},
+                  env=[{"name": "ONLY_SECOND", "value": "yes"}], package_uid="uid-of-2", generation=7)]
+    result = ActivityEnvironment().run(run_stage_pod, RunStagePodInput(jobs[0], following=jobs[1:]))
+    # The second Package's check failed: attributed to it, from its container's name; the first is done.
+    assert (result.package, result.mode, result.exit_code) == (second, "apply-check", 3), result
+    assert result.completed_by_package == {first: ["apply", "apply-check"], second: ["apply"]}
+    assert "checking " + second in result.log_tail
+    sandbox = fleet.sandbox(node)
+    # Each Package saw its own package copy, config projection and environment.
+    assert (sandbox / f"etc/{first}.conf").read_text().startswith(f"first=1\n{first} {first}--0_{first}_1.0.0")
+    # The second's uid and generation came with its order (no such Package exists to read them from).
+    assert (sandbox / f"etc/{second}.conf").read_text().startswith(f"second=2\n{second} {second}-uid-of-2-7_{second}_1.0.0")
+    pod = client.CoreV1Api(kube_api_client).list_namespaced_pod(
+        PACKAGE_POD_NAMESPACE, label_selector=f"job-name={result.job_name}").items[0]
+    assert json.loads(pod.metadata.annotations["noderoll.io/packages"]) == [first, second]
+    statuses = {s.name: s.state.terminated.exit_code for s in pod.status.init_container_statuses + pod.status.container_statuses
+                if s.state.terminated}
+    assert statuses == {"p0-package": 0, "p0-apply": 0, "p0-apply-check": 0, "p1-package": 0, "p1-apply": 0,
+                        "p1-apply-check": 3}

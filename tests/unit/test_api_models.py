@@ -255,7 +255,7 @@ def compartment(name: str, labels: dict[str, str] | None = None, **extra: Any) -
         (
             {"default": {"budget": {"count": 1}, "strategy": {"type": "random"}}},
             "spec.default.strategy.type",
-            "'fixed', 'linear' or 'exponential'",
+            "'fixed', 'linear', 'exponential' or 'rolling'",
         ),
         (
             {"default": {"budget": {"count": 1}, "strategy": {"batchThreshold": 0}}},
@@ -323,3 +323,19 @@ def test_label_selector_matches(selector: dict[str, Any], labels: dict[str, str]
 
 def test_interrupt_type_enum_values() -> None:
     assert [t.value for t in InterruptType] == ["noop", "service", "restartAllServices", "reboot"]
+
+
+def test_a_rolling_policy_rolls_everywhere_and_takes_no_initial_batch() -> None:
+    from api.policy import DeploymentPolicySpec
+
+    rolling = DeploymentPolicySpec.model_validate({"default": {"budget": {"percent": 25}, "strategy": {
+        "type": "rolling", "failureThreshold": 3, "initialBatch": 1}}})  # 1: the CRD's default, filled in
+    assert rolling.default.strategy.type.value == "rolling"
+    with pytest.raises(ValueError, match="initialBatch is not used by type rolling"):
+        DeploymentPolicySpec.model_validate({"default": {"budget": {"count": 2}, "strategy": {
+            "type": "rolling", "initialBatch": 4}}})
+    with pytest.raises(ValueError, match="a policy rolls in every compartment or in none"):
+        DeploymentPolicySpec.model_validate({
+            "default": {"budget": {"count": 2}, "strategy": {"type": "rolling"}},
+            "compartments": [{"name": "gpu", "selector": {"matchLabels": {"gpu": "true"}}, "budget": {"count": 1},
+                              "strategy": {"type": "fixed"}}]})

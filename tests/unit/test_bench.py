@@ -7,8 +7,17 @@ from collections import Counter
 import pytest
 
 from bench import apimetrics
-from bench.command import render_summary, repeat_summary
-from bench.histories import WindowStats, batches_from_sends, histogram, histogram_text, per_node, percentile
+from bench.command import WIDTH, render, render_summary, repeat_summary
+from bench.histories import (
+    LOCAL_ACTIVITY_MARKER,
+    WindowStats,
+    batches_from_sends,
+    histogram,
+    histogram_text,
+    per_node,
+    percentile,
+    window_stats,
+)
 from bench.reqcount import classify
 from bench.rollout import disruptions, splits_of
 from bench.scenario import Scenario, batch_sizes, ideal_makespan, node_critical_path, package_manifests
@@ -121,7 +130,9 @@ def test_repeated_sizes_are_summarised_as_median_and_spread() -> None:
     assert summary[200]["worker_peak_rss_mib"]["median"] == 160
     # A figure missing from one run is not summarised (a median of some runs would mislead).
     assert "worker_peak_rss_mib" not in summary[1000] and summary[1000]["overhead_ratio"]["median"] == 1.5
-    assert "overhead_ratio" in str(render_summary(list(summary.values())).columns[0]._cells)
+    lines = render_summary(list(summary.values()))
+    assert any("overhead_ratio" in line and "1.2 [1.1-1.3]" in line for line in lines)
+    assert all(len(line) <= WIDTH for line in lines)
 
 
 def test_batches_handed_over_in_straggling_chunks_are_the_planned_ones() -> None:
@@ -131,3 +142,99 @@ def test_batches_handed_over_in_straggling_chunks_are_the_planned_ones() -> None
     assert not splits_of([1, 2, 4, 8, 16, 32, 64, 128, 250, 250, 200, 45], planned[:-1] + [200])
     assert not splits_of([1, 3, 3], [1, 2, 4])  # a batch that crossed the plan's boundary: really other batches
     assert not splits_of([1, 2], [1, 2, 4]) and not splits_of([1, 2, 4, 1], [1, 2, 4])
+
+
+def test_creations_are_posts_of_a_resource_not_of_a_subresource() -> None:
+    counts = Counter({("POST", "jobs"): 4, ("POST", "pods/eviction"): 3, ("POST", "pods/binding"): 2,
+                      ("PATCH", "nodes"): 9, ("POST", "configmaps"): 2})
+    assert apimetrics.created(counts) == Counter({("POST", "jobs"): 4, ("POST", "configmaps"): 2})
+
+
+def _row(**extra: object) -> dict[str, object]:
+    row: dict[str, object] = {
+        "nodes": 200, "packages": 2, "makespan_s": 544.3, "ideal_makespan_s": 405.0, "overhead_ratio": 1.344,
+        "overhead_median_s": 16.5, "overhead_p95_s": 25.9, "batches": [1, 2, 4, 8, 16, 32, 50, 50, 37],
+        "windows_per_node": "1×200", "drains_per_node": "1×200", "interrupts_per_node": "1×200",
+        "stage_pods_per_window_median": 3, "objects_created_per_window": 9.0, "noderoll_requests_per_window": 52.8,
+        "history_events_per_window_median": 89, "history_events_per_window_max": 95,
+        "activities_per_window_median": 11, "local_activities_per_window_median": 0,
+        "workflow_tasks_per_window_median": 14,
+        "window_time_median_s": {"window": 61.5, "workflow_tasks_queued": 4.3, "workflow_tasks_running": 2.0,
+                                 "first_workflow_task_queued": 1.9, "activities_queued": 0.4},
+        "cpu_seconds": {f"component-with-a-long-name-{i}": 100.0 + i for i in range(12)},
+        "objects_left": "none",
+    }
+    row.update(extra)
+    return row
+
+
+def test_the_summary_is_one_figure_per_line_within_120_columns() -> None:
+    report = {"results": [_row(), _row(nodes=1000, throughput_windows_per_s=2.34, floor_windows_per_s=6.4,
+                                       ratio_to_floor=0.365)],
+              "drain": {"pods": 10, "noderoll_drain_s": 3.1, "kubectl_mode": "eviction", "kubectl_drain_s": 4.0,
+                        "ratio": 0.78}}
+    lines = render(report)
+    assert all(len(line) <= WIDTH for line in lines), max(lines, key=len)
+    assert not any("…" in line for line in lines)
+    text = "\n".join(lines)
+    # Every figure is there in full, also those too long for one line (the CPU seconds wrap).
+    assert "544.3 / 405.0 / 1.344" in text and "16.5 / 25.9" in text and "52.8" in text
+    assert "component-with-a-long-name-0 100" in text and "component-with-a-long-name-11 111" in text
+    assert "4.3 s / 2.0 s" in text and "2.34 / 6.4 / 0.365" in text and "ratio 0.78" in text
+    assert sum(line.startswith("noderoll bench, run") for line in lines) == 2
+    # A figure a run lacks is left out, not shown as "None".
+    assert render({"results": [{"nodes": 20, "makespan_s": 90.0}]}) == [
+        "noderoll bench, run 1: 20 nodes, ? package(s), strategy exponential, budget 25%, jitter 0%",
+        "  makespan / ideal (s) / ratio             90.0 / ? / ?"]
+
+
+def test_a_window_history_counts_its_workflow_tasks_and_local_activities() -> None:
+    from temporalio.api.enums.v1 import EventType
+    from temporalio.api.history.v1 import HistoryEvent
+
+    def event(kind: EventType.ValueType, at: int, marker: str = "") -> HistoryEvent:
+        e = HistoryEvent(event_type=kind)
+        e.event_time.seconds = at
+        if marker:
+            e.marker_recorded_event_attributes.marker_name = marker
+        return e
+
+    events = [event(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED, 0),
+              event(EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED, 0),
+              event(EventType.EVENT_TYPE_MARKER_RECORDED, 1, LOCAL_ACTIVITY_MARKER),
+              event(EventType.EVENT_TYPE_MARKER_RECORDED, 1, "patch"),
+              event(EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED, 2),
+              event(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, 3)]
+    stats = window_stats("n", events)
+    assert (stats.workflow_tasks, stats.local_activities, stats.seconds) == (2, 1, 3.0)
+
+
+def test_peak_overlap_counts_windows_running_at_once() -> None:
+    from bench.histories import peak_overlap
+
+    def w(start: float, end: float) -> WindowStats:
+        return WindowStats("n", end - start, 1, 1, start, end)
+
+    assert peak_overlap([w(0, 10), w(5, 15), w(10, 20), w(12, 13)]) == 3  # 5-15, 10-20, 12-13
+    assert peak_overlap([w(0, 1), w(1, 2)]) == 1 and peak_overlap([]) == 0
+    # A run that answered its fleet is out of its window, though it closes a moment later.
+    answered = WindowStats("n", 10, 1, 1, 0, 10, answered=8.0)
+    assert peak_overlap([answered, w(9, 20)]) == 1 and peak_overlap([w(0, 10), w(9, 20)]) == 2
+
+
+def test_the_ideal_of_rolling_and_of_jittered_batches() -> None:
+    from bench.scenario import ideal_makespan, node_paths, planned_batches
+
+    names = [f"r-{i:03d}" for i in range(20)]
+    flat = Scenario("r", 20, stage_seconds=5, reboot_seconds=15, strategy="rolling", budget_percent=25)
+    # No jitter: 20 nodes of 30 s on 5 slots.
+    assert planned_batches(flat, names) == [] and ideal_makespan(flat, names) == pytest.approx(4 * 30.0)
+    jittered = Scenario("r", 20, strategy="rolling", budget_percent=25, jitter_percent=50)
+    paths = node_paths(jittered, names)
+    assert all(15.0 <= p <= 45.0 for p in paths.values()) and len(set(paths.values())) > 10
+    # At least the work spread over the slots, at most one slowest node more.
+    assert sum(paths.values()) / 5 <= ideal_makespan(jittered, names) <= sum(paths.values()) / 5 + max(paths.values())
+    batched = Scenario("r", 20, strategy="exponential", budget_percent=25, jitter_percent=50)
+    expected = sum(max(paths[n] for n in batch) for batch in planned_batches(batched, names))
+    assert ideal_makespan(batched, names) == pytest.approx(expected)
+    assert ideal_makespan(jittered, names) < expected  # the batches wait for their slowest node

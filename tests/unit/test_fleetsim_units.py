@@ -197,3 +197,13 @@ def test_a_training_pod_asks_for_its_nodes_gpus() -> None:
     spec = WorkloadSpec(namespace="ns", prefix="sim", nodes=["a", "b", "c"], gpus={"a": 4, "c": 0})
     limits = [training_pod(spec, i, node)["spec"]["containers"][0]["resources"] for i, node in enumerate("abc")]
     assert limits == [{"limits": {"nvidia.com/gpu": "4"}}, {"limits": {"nvidia.com/gpu": "8"}}, {}]
+
+
+def test_jitter_gives_each_node_its_own_time_factor_the_same_on_every_run() -> None:
+    from fleetsim.context import jitter_factor
+
+    names = [f"sim-{i:03d}" for i in range(200)]
+    factors = [jitter_factor(n, 50) for n in names]
+    assert all(0.5 <= f <= 1.5 for f in factors) and min(factors) < 0.6 and max(factors) > 1.4
+    assert factors == [jitter_factor(n, 50) for n in names]
+    assert {jitter_factor(n, 0) for n in names} == {1.0}

@@ -41,3 +41,19 @@ def test_a_prefix_of_the_modes_is_progress_up_to_the_first_unfinished_step(count
     progress = pod_progress(STEPS, modes[:count])
     assert progress.done == count // 2
     assert progress.failed == (None if count == 4 else STEPS[count // 2])
+
+
+def test_a_phase_pod_is_read_package_by_package_up_to_the_first_that_failed() -> None:
+    from planning.pod_steps import PhaseProgress, phase_progress
+
+    steps = {"a": STEPS, "b": STEPS, "c": (APPLY,)}
+    every = ["apply", "apply-check", "config", "config-check"]
+    assert phase_progress(steps, {"a": every, "b": every, "c": ["apply", "apply-check"]}) == PhaseProgress(
+        {"a": 2, "b": 2, "c": 1})
+    # b's config check failed: a is done, b did its apply, c never ran (not in `done`).
+    found = phase_progress(steps, {"a": every, "b": ["apply", "apply-check", "config"]}, ("b", "config-check"))
+    assert found == PhaseProgress({"a": 2, "b": 1}, "b", PodProgress(1, CONFIG, "config-check"))
+    # The activity failed (no result at all): the first Package's first stage failed.
+    assert phase_progress(steps, {}) == PhaseProgress({"a": 0}, "a", PodProgress(0, APPLY, "apply"))
+    # b's copy container failed (no mode of its own): its next stage is the one that failed.
+    assert phase_progress(steps, {"a": every}, ("b", "package")).progress == PodProgress(0, APPLY, "apply")

@@ -187,3 +187,49 @@ def test_an_interrupt_pod_alone_has_no_copy_container_and_no_package_volume() ->
                  identity=StagePodIdentity())
     assert "initContainers" not in pod
     assert [v["name"] for v in pod["volumes"]] == ["host"]
+
+
+def test_a_pod_of_several_packages_gives_each_its_containers_volumes_config_and_environment() -> None:
+    first = a_job(tolerations=[{"key": "gpu", "operator": "Exists"}], image_pull_secrets=["one"])
+    second = a_job(package="driver", version="550.1.0", image="reg/driver:550", modes=["apply", "apply-check"],
+                   config={"driver.conf": "x=1"}, env=[{"name": "DRIVER", "value": "yes"}],
+                   resources={"limits": {"cpu": "1"}}, agent_image="reg/agent:custom",
+                   tolerations=[{"key": "gpu", "operator": "Exists"}, {"key": "b", "operator": "Exists"}],
+                   image_pull_secrets=["two", "one"])
+    ids = [IDENTITY, StagePodIdentity(package_uid="77-uid", generation=9, metadata=True)]
+    manifest = job_manifest([first, second], "nr-x", ids, StagePodSettings(agent_image="reg/agent:1.4.0"))
+    pod = manifest["spec"]["template"]["spec"]
+    containers = [*pod["initContainers"], *pod["containers"]]
+    assert [c["name"] for c in containers] == ["p0-package", "p0-apply", "p0-apply-check",
+                                               "p1-package", "p1-apply", "p1-apply-check"]
+    assert manifest["metadata"]["annotations"]["noderoll.io/packages"] == '["gpu-tuning", "driver"]'
+    assert manifest["spec"]["template"]["metadata"]["annotations"]["noderoll.io/packages"] == '["gpu-tuning", "driver"]'
+    assert manifest["metadata"]["labels"]["noderoll.io/package"] == "gpu-tuning"
+    # Each Package its own package volume and config projection (keys prefixed by its index).
+    by_name = {c["name"]: c for c in containers}
+    mounts = {m["mountPath"]: m["name"] for m in by_name["p1-apply"]["volumeMounts"]}
+    assert mounts["/noderoll-package"] == "p1-package" and mounts["/noderoll-config"] == "p1-config"
+    assert by_name["p1-package"]["volumeMounts"][0]["name"] == "p1-package"
+    assert by_name["p1-package"]["image"] == "reg/driver:550" and by_name["p1-apply"]["image"] == "reg/agent:custom"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["p1-config"]["configMap"]["items"] == [{"key": "p1.driver.conf", "path": "driver.conf"}]
+    assert volumes["p0-config"]["configMap"]["items"] == [{"key": "p0.sysctl.conf", "path": "sysctl.conf"}]
+    assert stage_pod.config_map_data([first, second]) == {"p0.sysctl.conf": "vm.swappiness = 1",
+                                                          "p1.driver.conf": "x=1"}
+    # Each its own environment: NODEROLL_PACKAGE, SKYHOOK_RESOURCE_ID (its uid and generation), its env.
+    env = env_of(by_name["p1-apply"])
+    assert (env["NODEROLL_PACKAGE"], env["NODEROLL_VERSION"], env["DRIVER"]) == ("driver", "550.1.0", "yes")
+    assert env["SKYHOOK_RESOURCE_ID"] == "driver-77-uid-9_driver_550.1.0"
+    assert env_of(by_name["p0-apply"])["SKYHOOK_RESOURCE_ID"] == "gpu-tuning-6f1c-uid-3_gpu-tuning_2.0.2"
+    assert "DRIVER" not in env_of(by_name["p0-apply"]) and by_name["p1-apply"]["resources"] == {"limits": {"cpu": "1"}}
+    # Pod-level options are the union.
+    assert pod["tolerations"] == [{"key": "gpu", "operator": "Exists"}, {"key": "b", "operator": "Exists"}]
+    assert pod["imagePullSecrets"] == [{"name": "one"}, {"name": "two"}]
+    assert manifest["spec"]["activeDeadlineSeconds"] == first.timeout_seconds + second.timeout_seconds
+
+
+def test_node_metadata_of_a_pod_of_several_packages_lists_each() -> None:
+    node = {"metadata": {"labels": {}, "annotations": {}}}
+    data = stage_pod.node_metadata(node, [a_job(), a_job(package="driver", image="reg/driver:1")], StagePodSettings())
+    packages = json.loads(data["noderoll.node-metadata.packages.json"])["packages"]
+    assert set(packages) == {"gpu-tuning", "driver"} and packages["driver"]["image"] == "reg/driver:1"

@@ -18,6 +18,8 @@ from activities.jobs import job_name
 from protocol import errors
 from protocol.activities import MarkBlockedNodesInput, MarkBlockedNodesResult
 from protocol.node_activities import (
+    CloseWindowInput,
+    CloseWindowResult,
     CordonNodeResult,
     DeleteStageJobsInput,
     DeleteStageJobsResult,
@@ -70,6 +72,11 @@ class FakeNode:
         jobs = [arg for name, arg in self.calls if name in ("run_stage_pod", "run_interrupt")]
         return [getattr(job, "job", job) for job in jobs]
 
+    def pods(self) -> list[list[StageJob]]:
+        """Every stage and interrupt pod, as the Packages' jobs it ran (several in a phase pod)."""
+        jobs = [arg for name, arg in self.calls if name in ("run_stage_pod", "run_interrupt")]
+        return [[job.job, *getattr(job, "following", [])] for job in jobs]
+
     def interrupts(self) -> list[StageJob]:
         """The Jobs that ran an interrupt: interrupt pods and stage pods carrying it."""
         return [job for job in self.stage_jobs() if job.interrupt is not None]
@@ -118,6 +125,25 @@ class FakeNode:
             self.state_annotation = input.state_annotation
         self.status_label = input.status
 
+    @activity.defn(name="close_window")
+    def close_window(self, input: CloseWindowInput) -> CloseWindowResult:
+        self.calls.append(("close_window", input))
+        self._api_down("close_window")
+        if input.uncordon and self.cordoned_by == "noderoll":
+            self.unschedulable, self.cordoned_by = False, ""
+        self.writes.append(input.state)
+        if input.state.state_annotation is not None:
+            self.state_annotation = input.state.state_annotation
+        self.status_label = input.state.status
+        if input.delete is not None:
+            self.cleanups.append((list(input.delete.packages), list(input.delete.keep)))
+        return CloseWindowResult(DeleteStageJobsResult(kept=list(input.delete.keep) if input.delete else []))
+
+    def uncordons(self) -> int:
+        """Uncordons asked for: `uncordon_node` calls and `close_window` calls that lift the cordon."""
+        return sum(1 for name, arg in self.calls
+                   if name == "uncordon_node" or (name == "close_window" and arg.uncordon))
+
     @activity.defn(name="wait_protected_pods")
     def wait_protected_pods(self, input: WaitProtectedPodsInput) -> WaitProtectedPodsResult:
         self.calls.append(("wait_protected_pods", input))
@@ -145,19 +171,28 @@ class FakeNode:
     def run_stage_pod(self, input: RunStagePodInput) -> RunStagePodResult:
         self.calls.append(("run_stage_pod", input))
         job = input.job
-        name = job_name(job)
+        name = job_name(job, input.following)
         self.jobs.append(name)
-        completed: list[str] = []
-        for mode in [m for m in job.modes if m != "interrupt"]:
-            if mode == self.deleted_at:
-                raise errors.fatal(f"node {self.name} does not exist (deleted during the window)",
-                                   errors.NODE_NOT_FOUND)
-            code = self._exit(mode)
-            self.ran.append(mode)
-            if code != 0:
-                return RunStagePodResult(name, code, f"{mode} exited {code}\nlast line", mode, completed)
-            completed.append(mode)
-        result = RunStagePodResult(name, 0, "", completed[-1] if completed else "", completed)
+        parts = [job, *input.following]
+        by_package: dict[str, list[str]] = {part.package: [] for part in parts}
+        for part in parts:
+            completed = by_package[part.package]
+            for mode in [m for m in part.modes if m != "interrupt"]:
+                if mode == self.deleted_at:
+                    raise errors.fatal(f"node {self.name} does not exist (deleted during the window)",
+                                       errors.NODE_NOT_FOUND)
+                # Scripted per mode, or per "<package>:<mode>" in a pod of several Packages.
+                code = self._exit(f"{part.package}:{mode}") if f"{part.package}:{mode}" in self.exits else self._exit(mode)
+                self.ran.append(mode)
+                if code != 0:
+                    return RunStagePodResult(name, code, f"{mode} exited {code}\nlast line", mode, completed,
+                                             package=part.package if input.following else "",
+                                             completed_by_package=by_package if input.following else {})
+                completed.append(mode)
+        last = by_package[parts[-1].package]
+        result = RunStagePodResult(name, 0, "", last[-1] if last else "", last,
+                                   package=parts[-1].package if input.following else "",
+                                   completed_by_package=by_package if input.following else {})
         if job.interrupt is not None:
             self.ran.append(f"interrupt:{job.interrupt['type']}")
             result.interrupt_exit = self._exit("interrupt")
@@ -179,6 +214,6 @@ class FakeNode:
 
     def activities(self) -> list[Callable[..., Any]]:
         """Every fake, for `Worker(activities=...)`."""
-        return [self.read_node, self.cordon_node, self.uncordon_node, self.write_node_state,
+        return [self.read_node, self.cordon_node, self.uncordon_node, self.write_node_state, self.close_window,
                 self.wait_protected_pods, self.drain_node, self.run_interrupt,
                 self.run_stage_pod, self.delete_stage_jobs, self.mark_blocked_nodes]

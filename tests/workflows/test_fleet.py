@@ -110,7 +110,7 @@ async def test_one_window_per_node_for_three_packages(temporal_test_env: Workflo
     """Two reboot Packages (one depends on the other) and a service Package: ONE window per node."""
     nodes = FakeNodes.of(12, reboot={"driver", "kernel"})
     spec = FleetSpec(unique_name("gpu"), policy(EXPONENTIAL, budget=4, canary={"count": 1}), 1, [
-        package("kernel"),
+        package("kernel", uid="uid-kernel"),
         package("driver", spec={"dependsOn": {"kernel": "1.0.0"}}),
         package("tuned"),
     ])
@@ -124,6 +124,8 @@ async def test_one_window_per_node_for_three_packages(temporal_test_env: Workflo
         assert {n: r.phase for n, r in report.packages.items()} == dict.fromkeys(
             ["driver", "kernel", "tuned"], RolloutPhase.COMPLETE)
         assert report.packages["driver"].counts == {State.COMPLETE.value: 12}
+        # Each order names its Package's uid (SKYHOOK_RESOURCE_ID without reading the Package).
+        assert {o.uid for _, r in nodes.requests for o in r.packages if o.name == "kernel"} == {"uid-kernel"}
 
 
 async def test_budget_is_never_exceeded_with_three_packages(temporal_test_env: WorkflowEnvironment) -> None:
@@ -280,3 +282,39 @@ async def test_continue_as_new_keeps_the_work_done(temporal_test_env: WorkflowEn
         assert sorted(nodes.requested()) == sorted(nodes.nodes)
         described = await handle.describe()
         assert described.run_id != handle.first_execution_run_id
+
+
+async def test_rolling_starts_the_next_node_as_soon_as_one_ends(temporal_test_env: WorkflowEnvironment) -> None:
+    """`rolling` (issue 26 item 3): after the canary, the budget's windows at all times; a window's
+    end starts the next node while the others still run (no batch barrier)."""
+    nodes = FakeNodes.of(7, auto=False)
+    spec = FleetSpec(unique_name("roll"), policy({"type": "rolling"}, budget=3, canary={"count": 1}), 1,
+                     [package("a")])
+    async with fleet(temporal_test_env, nodes, spec) as handle:
+        await assert_eventually_async(lambda: _outstanding(nodes, 1))  # the canary alone
+        await nodes.finish(temporal_test_env.client)
+        await assert_eventually_async(lambda: _outstanding(nodes, 3))
+        running = sorted(nodes.outstanding)
+        await nodes.finish_one(temporal_test_env.client, running[0])
+        # The next node starts while the other two still run: three out again, two of them the same.
+        await assert_eventually_async(lambda: _outstanding(nodes, 3))
+        assert set(running[1:]) < set(nodes.outstanding)
+        most = await drive(temporal_test_env, handle, nodes, budget=3)
+        assert most == 3 and sorted(nodes.requested()) == sorted(nodes.nodes)
+        report = await progress(handle)
+        assert report.counts == {State.COMPLETE.value: 7}
+
+
+async def test_rolling_halts_on_failures_over_the_last_windows(temporal_test_env: WorkflowEnvironment) -> None:
+    nodes = FakeNodes.of(10, auto=False, fail_versions={"1.0.0"})  # every window fails
+    spec = FleetSpec(unique_name("rollfail"), policy({"type": "rolling", "failureThreshold": 2}, budget=2), 1,
+                     [package("a")])
+    async with fleet(temporal_test_env, nodes, spec) as handle:
+        await assert_eventually_async(lambda: _outstanding(nodes, 2))
+        await nodes.finish(temporal_test_env.client)
+        report = await settled(handle, RolloutPhase.HALTED)
+        assert "2 of its last 2 window(s) failed" in report.message
+        # The first failure (1 of the last 1) let one more node start; after the second, nothing more.
+        assert len(nodes.requests) == 3
+        await temporal_test_env.sleep(60)
+        assert len(nodes.requests) == 3

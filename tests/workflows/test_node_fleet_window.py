@@ -28,15 +28,13 @@ async def test_three_packages_one_window_one_drain_one_merged_interrupt(temporal
         assert (result.cordoned, result.drained, result.interrupt) == (True, True, "reboot")
         names = h.node.names()
         assert names.count("cordon_node") == 1 and names.count("drain_node") == 1
-        assert len(h.node.interrupts()) == 1 and names.count("uncordon_node") == 1
-        # One pod per package before the merged interrupt, in dependency order, the last one carrying
-        # the interrupt; one pod per package with post-interrupt stages after it (issue #14).
-        jobs = h.node.stage_jobs()
-        cut = next(i for i, job in enumerate(jobs) if job.interrupt is not None)
-        before, after = jobs[:cut + 1], jobs[cut + 1:]
-        assert [j.modes for j in before if j.package == "kernel"] == [["apply", "apply-check", "config", "config-check"]]
+        assert len(h.node.interrupts()) == 1 and h.node.uncordons() == 1
+        # One pod per phase (ADR 0016): every Package's stages before the interrupt in one pod, in
+        # dependency order, the merged interrupt in its own pod, every post-interrupt stage in one pod.
+        before, interrupt, after = h.node.pods()
         assert [j.package for j in before].index("kernel") < [j.package for j in before].index("driver")
-        assert before[-1].modes[-1] == "interrupt" and before[-1].interrupt == {"type": "reboot", "services": []}
+        assert [j.modes for j in before if j.package == "kernel"] == [["apply", "apply-check", "config", "config-check"]]
+        assert interrupt[0].mode == "interrupt" and interrupt[0].interrupt == {"type": "reboot", "services": []}
         assert {m for j in after for m in j.modes} == {"post-interrupt", "post-interrupt-check"}
         order_after = [j.package for j in after]
         assert sorted(order_after) == ["driver", "kernel", "tuned"]

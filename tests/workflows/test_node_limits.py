@@ -29,12 +29,12 @@ async def test_window_waits_as_long_as_its_most_patient_package(temporal_test_en
         assert sorted(r.state for r in await h.results(2)) == ["complete", "complete"]
         [wait] = inputs(h, "wait_protected_pods")
         assert wait.timeout_seconds == 7200  # max(7200, the default 3600)
-        # Each pod: its package's stage bound per stage; the pod carrying the interrupt adds the reboot's
-        # bound, the largest of the window's packages: max(60, the default 900).
-        pods = {(p.job.package, len([m for m in p.job.modes if not m.endswith("-check")]), p.job.timeout_seconds,
-                 p.reboot_timeout_seconds) for p in inputs(h, "run_stage_pod")}
-        assert pods == {("patient", 2, 240, 0), ("patient", 1, 120, 0), ("plain", 3, 2 * 1800 + 900, 900),
-                        ("plain", 1, 1800, 0)}
+        # Each Package of a phase pod: its stage bound per stage (the pod's deadline is their sum); the
+        # interrupt's pod waits for the reboot as long as the largest of the window's: max(60, the default 900).
+        pods = {(j.package, len([m for m in j.modes if not m.endswith("-check")]), j.timeout_seconds)
+                for p in inputs(h, "run_stage_pod") for j in [p.job, *p.following]}
+        assert pods == {("patient", 2, 240), ("patient", 1, 120), ("plain", 2, 2 * 1800), ("plain", 1, 1800)}
+        assert [i.reboot_timeout_seconds for i in inputs(h, "run_interrupt")] == [900]
 
 
 async def test_unset_limits_are_the_workers_defaults(temporal_test_env: WorkflowEnvironment) -> None:
@@ -45,6 +45,7 @@ async def test_unset_limits_are_the_workers_defaults(temporal_test_env: Workflow
         [result] = await h.results(1)
         assert result.state == "complete"
         assert [w.timeout_seconds for w in inputs(h, "wait_protected_pods")] == [5]
-        pods = [(p.job.modes, p.job.timeout_seconds, p.reboot_timeout_seconds) for p in inputs(h, "run_stage_pod")]
-        assert pods == [(["apply", "apply-check", "config", "config-check", "interrupt"], 2 * 70 + 80, 80),
-                        (["post-interrupt", "post-interrupt-check"], 70, 0)]
+        pods = [(p.job.modes, p.job.timeout_seconds) for p in inputs(h, "run_stage_pod")]
+        assert pods == [(["apply", "apply-check", "config", "config-check"], 2 * 70),
+                        (["post-interrupt", "post-interrupt-check"], 70)]
+        assert [i.reboot_timeout_seconds for i in inputs(h, "run_interrupt")] == [80]

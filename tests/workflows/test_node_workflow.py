@@ -32,8 +32,9 @@ async def test_one_package_without_interrupt_runs_stages_and_checks_only(
         assert problem is None and state.packages["sysctl"].state == "complete"
         assert state.packages["sysctl"].stage == "config"
         assert h.node.status_label == "complete"
-        # Two state writes per window: start and end.
-        assert h.node.names().count("write_node_state") == 2
+        # Two state writes per window: start and end (the end's in `close_window`, issue #26 item 2).
+        assert h.node.names() == ["read_node", "write_node_state", "run_stage_pod", "close_window"]
+        assert len(h.node.writes) == 2 and not h.node.uncordons()
         events = await h.history_events()
         print(f"history events for one package without interrupt: {events}")
         assert events < 100
@@ -81,12 +82,14 @@ async def test_reboot_package_cordons_drains_interrupts_and_uncordons(
         assert h.node.names()[:4] == ["read_node", "write_node_state", "cordon_node", "drain_node"]
         assert h.node.modes() == ["apply", "apply-check", "config", "config-check", "interrupt:reboot",
                                   "post-interrupt", "post-interrupt-check"]
-        # Two stage pods (issue #14): everything before the interrupt, the interrupt last, then the rest.
+        # One pod per phase (ADR 0016): everything before the interrupt, the interrupt in its own pod, the rest.
         assert [job.modes for job in h.node.stage_jobs()] == [
-            ["apply", "apply-check", "config", "config-check", "interrupt"], ["post-interrupt", "post-interrupt-check"]]
-        assert "run_interrupt" not in h.node.names()
+            ["apply", "apply-check", "config", "config-check"], [], ["post-interrupt", "post-interrupt-check"]]
+        assert h.node.names().count("run_interrupt") == 1
         # Once the outcome is written, the window's stage Jobs go.
-        assert h.node.names()[-3:] == ["uncordon_node", "write_node_state", "delete_stage_jobs"]
+        # Uncordon, final state and the Jobs' deletion: one activity (issue #26 item 2).
+        assert h.node.names()[-1] == "close_window" and h.node.uncordons() == 1
+        assert "uncordon_node" not in h.node.names() and "delete_stage_jobs" not in h.node.names()
         assert h.node.cleanups == [(["kernel"], [])]
         assert not h.node.unschedulable
         state, _ = parse_node_state(h.node.state_annotation)
@@ -99,13 +102,13 @@ async def test_an_api_outage_of_minutes_stalls_the_window_but_fails_nothing_and_
 ) -> None:
     # An apiserver restart on a busy control plane outlasted the old 5 drain attempts (30 s of backoff);
     # the waits now outlast 5 minutes of outage, uncordon and the final state retry until it ends.
-    node = FakeNode(name=f"node-{uuid.uuid4().hex[:8]}", outage={"drain_node": 8, "uncordon_node": 20})
+    node = FakeNode(name=f"node-{uuid.uuid4().hex[:8]}", outage={"drain_node": 8, "close_window": 20})
     async with harness(temporal_test_env, node) as h:
         await h.request("kernel", a_spec(interrupt={"type": "reboot"}))
         [result] = await h.results(1, seconds=3600)
         assert (result.state, result.disrupted) == ("complete", True)
         assert h.node.names().count("drain_node") == 9
-        assert h.node.names().count("uncordon_node") == 21
+        assert h.node.names().count("close_window") == 21
         assert not h.node.unschedulable
         assert h.node.writes[-1].status == "complete"
 
@@ -137,7 +140,7 @@ async def test_failed_stage_is_retried_with_backoff_then_erroring_until_asked_ag
         assert h.node.modes() == ["apply", "apply", "apply"]
         assert len(set(h.node.jobs)) == 3  # a new Job per attempt
         # Drained before the failure: the node stays cordoned and the state says why.
-        assert h.node.unschedulable and "uncordon_node" not in h.node.names()
+        assert h.node.unschedulable and not h.node.uncordons()
         state, _ = parse_node_state(h.node.state_annotation)
         entry = state.packages["driver"]
         assert (entry.stage, entry.state, entry.attempts) == ("apply", "erroring", 3)
@@ -159,7 +162,7 @@ async def test_node_cordoned_by_someone_else_stays_cordoned(temporal_test_env: W
         await h.request("kernel", a_spec(interrupt={"type": "reboot"}))
         [result] = await h.results(1)
         assert result.state == "complete"
-        assert h.node.unschedulable and "uncordon_node" not in h.node.names()
+        assert h.node.unschedulable and not h.node.uncordons()
 
 
 async def test_a_dependent_without_its_dependency_is_answered_blocked_and_runs_with_it(

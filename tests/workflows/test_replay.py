@@ -16,6 +16,12 @@ and were recorded on the real stack (dev server, apiserver, fleetsim):
 * global/ and fleet/clusters-*: `NODEROLL_RECORD_CLUSTER_HISTORIES=tests/histories` with
   tests/integration/test_multi_cluster.py (two control planes, one Temporal: `global/<policy>` of stages
   [[a], [b]] and cluster b's fleet with the patch `global-turns`, waiting for its turn then rolling out).
+* node/*-one-pod-per-phase: `NODEROLL_RECORD_HISTORIES=<dir>` with tests/integration/test_node_window.py
+  (recorded into a scratch folder and copied, so the histories of the same names recorded before
+  issue #26 stay): one pod per window phase and the window's end in one activity (`one-pod-per-phase`,
+  `close-in-one-call`); the ones without the suffix replay the paths before them;
+* fleet/fleet-canary-then-batch-window-cost, node/*-window-cost: the fleet's names for issue #26 in
+  tests/integration/test_fleet_rollout.py (`RECORDED_AS`): node runs started with their first request.
 Every `workflow.patched(...)` id in workflows/ must be recorded (its marker) in some history, so its
 patched path replays; its unpatched path replays from the histories recorded before the patch (the
 ones without its marker). A workflow change that fails here needs `workflow.patched` (or is a

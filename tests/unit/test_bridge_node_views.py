@@ -1,0 +1,68 @@
+"""crd_bridge.node_views: the bridge's per-Node view follows the Node watch (issue 26 item 4), so
+the status poller converts no Node on a poll."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from crd_bridge.cache import ObjectCache
+from crd_bridge.node_changes import node_view
+from crd_bridge.watcher import SYNC, WatchEvent
+
+
+def a_node(name: str, pool: str = "gpu", draining: bool = False, version: str = "1") -> dict[str, Any]:
+    conditions = [{"type": "noderoll.io/Draining", "status": "True", "reason": "EvictionRefused",
+                   "message": "pdb", "lastTransitionTime": "2026-12-01T00:00:00Z"}] if draining else []
+    return {"metadata": {"name": name, "resourceVersion": version, "labels": {"pool": pool},
+                         "annotations": {"noderoll.io/state": json.dumps({"packages": {}})}},
+            "spec": {}, "status": {"conditions": conditions}}
+
+
+def test_views_follow_the_watch_and_equal_a_fresh_conversion() -> None:
+    cache = ObjectCache()
+    cache.apply(WatchEvent("Node", SYNC, objects=[a_node("a"), a_node("b", draining=True)]))
+    cache.apply(WatchEvent("Node", "MODIFIED", a_node("a", pool="cpu", version="2")))
+    cache.apply(WatchEvent("Node", "ADDED", a_node("c")))
+    cache.apply(WatchEvent("Node", "MODIFIED", a_node("b", version="3")))  # its drain no longer blocked
+    cache.apply(WatchEvent("Node", "DELETED", a_node("c")))
+    cache.apply(WatchEvent("Package", "ADDED", {"metadata": {"name": "p"}}))
+    assert cache.nodes.views == {name: node_view(obj) for name, obj in cache.of("Node").items()}
+    assert cache.nodes.views["a"].labels == {"pool": "cpu"} and set(cache.nodes.views) == {"a", "b"}
+    assert cache.nodes.draining == {}
+    cache.apply(WatchEvent("Node", "MODIFIED", a_node("a", draining=True, version="4")))
+    assert list(cache.nodes.draining) == ["a"]
+    # One conversion per Node event, none for other kinds.
+    assert cache.nodes.conversions == 6
+
+
+def test_a_poll_reads_the_views_and_converts_nothing() -> None:
+    from crd_bridge.status_poller import StatusPoller
+
+    cache = ObjectCache()
+    cache.apply(WatchEvent("Node", SYNC, objects=[a_node(f"n{i}") for i in range(50)]))
+
+    class Check:
+        package = type("P", (), {"spec": type("S", (), {"node_selector": None})()})()
+
+    class Reconciler:
+        valid = {"p": Check()}
+
+    Reconciler.cache = cache  # type: ignore[attr-defined]
+    before = cache.nodes.conversions
+
+    class Untouchable(dict):  # type: ignore[type-arg]
+        def values(self) -> Any:
+            raise AssertionError("the poll read the raw Node objects")
+
+    cache.objects["Node"] = Untouchable(cache.objects["Node"])
+    import crd_bridge.status_poller as poller
+
+    seen: list[list[Any]] = []
+    original = poller.set_package_nodes
+    poller.set_package_nodes = lambda name, counts: seen.append([name, counts])  # type: ignore[assignment]
+    try:
+        StatusPoller(Reconciler(), lambda _: None)._publish_nodes("p")  # type: ignore[arg-type]
+    finally:
+        poller.set_package_nodes = original  # type: ignore[assignment]
+    assert cache.nodes.conversions == before and seen and seen[0][0] == "p"
