@@ -71,11 +71,24 @@ class NodeWorkflow:
     @workflow.run
     async def run(self, input: NodeWorkflowInput) -> None:
         """Run windows until nothing is queued, then complete."""
+        # Carried through continue-as-new, or the request the run was started with (`start_window`): they
+        # came before any signal of this run, so they go first; each is seen, so the same request
+        # signalled again (a retried hand-over) is dropped. A signal handled before this point (it came
+        # with the run's first task) may hold a newer request of the same fleet: the input's one is then
+        # superseded and answered so, as the handler answers a queued one it replaces.
+        earlier: dict[str, WindowRequest] = {}
         for window in input.windows:
-            # Carried through continue-as-new, or the request the run was started with (`start_window`):
-            # seen, so the same request signalled again (a retried hand-over) is dropped.
+            if window.request_id in self._seen:
+                continue
             self._seen.add(window.request_id)
-            self._queue.setdefault(window.fleet_workflow_id, window)
+            newer = self._queue.get(window.fleet_workflow_id)
+            if newer is not None:
+                await self._answer(window.fleet_workflow_id, WindowResult(
+                    node=input.node, request_id=window.request_id, withdrawn=True,
+                    message=f"superseded by request {newer.request_id}"))
+            else:
+                earlier.setdefault(window.fleet_workflow_id, window)
+        self._queue = {**earlier, **self._queue}
         self._resets.extend(input.resets)
         workflow.upsert_search_attributes([NODE_KEY.value_set(input.node)])
         while True:
