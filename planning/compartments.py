@@ -29,6 +29,9 @@ STRATEGY_SAFETY: dict[StrategyType, int] = {
     StrategyType.FIXED: 0,
     StrategyType.LINEAR: 1,
     StrategyType.EXPONENTIAL: 2,
+    # A policy rolls in every compartment or in none, so rolling is only ranked against itself (then by
+    # budget and name); without it a node matching two rolling compartments crashed the assignment.
+    StrategyType.ROLLING: 0,
 }
 
 # A Package without `deploymentPolicy` rolls one node at a time: the safe default.

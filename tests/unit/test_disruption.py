@@ -41,6 +41,7 @@ from planning.disruption import (
     topology_keys,
 )
 from planning.fleet_targets import NodeTargets
+from planning.rolling import record_finished, top_up
 
 GPU = "nvidia.com/gpu"
 RACK = "example.com/rack"
@@ -244,7 +245,8 @@ RACKS = ["r0", "r1", "r2", "r3", None]
 
 
 def _strategy(rng: random.Random) -> dict[str, Any]:
-    kind = rng.choice(list(StrategyType))
+    # Batch strategies only: `rolling` is a policy's for every compartment or none (its own property below).
+    kind = rng.choice([t for t in StrategyType if t is not StrategyType.ROLLING])
     out: dict[str, Any] = {"type": kind.value, "initialBatch": rng.randint(1, 6)}
     if kind is StrategyType.EXPONENTIAL:
         out["growthFactor"] = rng.randint(2, 3)
@@ -339,3 +341,50 @@ def test_planner_never_breaks_a_floor_or_a_topology_limit(
         for comp, lim in limits.items())
     if loose:
         assert not remaining, (remaining, state.waits)
+
+
+@settings(max_examples=300, deadline=None)
+@given(gpu_fleets(), st.integers(0, 2**32 - 1))
+def test_rolling_top_ups_never_break_a_floor_or_a_topology_limit(
+    case: tuple[DeploymentPolicySpec, dict[str, NodeSupply], dict[str, dict[str, str]]], seed: int,
+) -> None:
+    """`rolling` keeps the budget's windows running with no batch barrier: every top-up is admitted by
+    the rules with the windows still out counted down (planning/rolling.py over planning.batches.Admission)."""
+    pol, raw, labels = case
+    rolling_spec = pol.model_dump(by_alias=True, exclude_none=True)
+    for part in [rolling_spec["default"], *rolling_spec.get("compartments", [])]:
+        part["strategy"] = {"type": "rolling"}
+    rolling_spec.pop("canary", None)
+    pol = DeploymentPolicySpec.model_validate(rolling_spec)
+    rng = random.Random(seed)
+    state = new_planner(PlannerInput(pol, [NodeInfo(n, labels[n]) for n in sorted(raw)], "fleet/prop"))
+    compartments = {n: state.compartment_of(n) or "default" for n in raw}
+    nodes = {n: NodeSupply(compartments[n], s.resources, s.labels, s.down) for n, s in raw.items()}
+    limits = limits_of(pol)
+    remaining = set(nodes)
+    for _ in range(4 * len(nodes) + 3):
+        running = set(state.current_batch)
+        snap = Supply(limits, nodes, frozenset(running))
+        top_up(state, remaining - running, snap)
+        out = set(state.current_batch)
+        for comp, lim in limits.items():
+            # A node already down on its own takes nothing from the floor (as for batches).
+            if lim.floor is not None and _units(snap, comp, out) < _units(snap, comp, running):
+                total = sum(n.resources.get(GPU, 0) for n in nodes.values() if n.compartment == comp)
+                assert _units(snap, comp, out) >= lim.floor.units(total), (comp, out)
+            for spread in lim.spreads:
+                for name in out:
+                    value = nodes[name].labels.get(spread.key)
+                    if nodes[name].compartment != comp:
+                        continue
+                    group = {m for m, x in nodes.items() if x.compartment == comp
+                             and x.labels.get(spread.key) == value and (x.down or m in out)}
+                    assert len(group) <= spread.max, (spread, value, group)
+        if not out:
+            assert all(may_enter(Supply(limits, nodes), n) is not None for n in remaining), state.waits
+            break
+        ended = [n for n in sorted(out) if rng.random() < 0.5] or sorted(out)[:1]
+        record_finished(state, ended, ended, [])
+        remaining -= set(ended)
+    else:
+        pytest.fail("rolling did not terminate")
