@@ -34,6 +34,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from api.enums import State
+    from planning.window import window_key
     from protocol import errors, names
     from protocol.fleet import NodeReset, PackageOutcome, WindowCancel, WindowRequest, WindowResult
     from protocol.node import NodeWorkflowInput
@@ -202,7 +203,7 @@ class NodeWorkflow:
         else:
             self._windows += 1
             self._set_phase("Running")
-            result = await run_window(input, request, snapshot, f"{workflow.info().run_id[:8]}-{self._windows}",
+            result = await run_window(input, request, snapshot, window_key(workflow.info().run_id, self._windows),
                                       self._set_phase)
         self._set_phase("Idle")
         await self._answer(request.fleet_workflow_id, result)

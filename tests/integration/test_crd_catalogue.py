@@ -214,7 +214,7 @@ def test_rendered_status_is_stored_unpruned_and_shown_in_columns(
         table = kubectl(str(local_stack.kubeconfig), "get", "pkg", name, "-o", "wide")
         assert table.returncode == 0, table.stderr
         header = table.stdout.splitlines()[0].split()
-        assert header[:6] == ["NAME", "VERSION", "PHASE", "PROGRESS", "BATCH", "READY"]
+        assert header[:7] == ["NAME", "VERSION", "PHASE", "PROGRESS", "BATCH", "ETA", "READY"]
         assert "POLICY" in header and "MESSAGE" in header
     finally:
         custom.delete_cluster_custom_object(keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL, name)

@@ -159,7 +159,9 @@ def test_deleting_the_whole_example_set_completes(
     packages = [d["metadata"]["name"] for d in docs if d["kind"] == keys.PACKAGE_KIND]
     policies = [d["metadata"]["name"] for d in docs if d["kind"] == keys.POLICY_KIND]
     kmod = f"kmod-blocklist{suffix}"
-    with running_fleet(local_stack, nodes=2, labels=labels):
+    # CPU nodes (no nvidia.com/gpu): policy gpu-fleet keeps 80 % of the GPUs schedulable, which on two
+    # 8-GPU nodes would keep both out of a window for good (the floor waits, it is never broken).
+    with running_fleet(local_stack, nodes=2, labels=labels, gpus=[0]):
         try:
             applied = kubectl(local_stack, "apply", "-f", f"{tmp_path}/")
             assert applied.returncode == 0, applied.stderr

@@ -76,6 +76,18 @@ def execution_order(window: dict[str, Any]) -> list[tuple[str, str]]:
     return before + ([("*", "interrupt")] if window["interrupt"] else []) + after
 
 
+def stages_run(activity: str, given: dict[str, Any]) -> list[tuple[str, str]]:
+    """The (Package, stage) pairs one activity of a node window ran, checks left out: a stage pod runs
+    its first Package's modes, then each following Package's (ADR 0016); the merged interrupt is `*`."""
+    if activity == "run_interrupt":
+        return [("*", "interrupt")]
+    if activity != "run_stage_pod":
+        return []
+    jobs = [given["job"], *given.get("following", [])]
+    return [("*" if m == "interrupt" else j["package"], m) for j in jobs for m in (j["modes"] or [j["mode"]])
+            if not m.endswith("-check")]
+
+
 async def test_the_plan_is_what_the_rollout_does(
     run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client, tmp_path: Path
 ) -> None:
@@ -118,10 +130,8 @@ async def test_the_plan_is_what_the_rollout_does(
             for node in nodes:
                 window = plan["windows"][node]
                 assert (answers[node]["drained"], answers[node]["interrupt"]) == (window["drain"], window["interrupt"])
-                pods = [a.input["job"] for r in await node_histories(temporal_client, node, started)
-                        for a in r.activities if a.type == "run_stage_pod"]
-                ran = [("*" if m == "interrupt" else j["package"], m) for j in pods for m in j["modes"]
-                       if not m.endswith("-check")]
+                ran = [(package, mode) for r in await node_histories(temporal_client, node, started)
+                       for a in r.activities for package, mode in stages_run(a.type, a.input)]
                 assert ran == execution_order(window), node
                 assert [p["name"] for p in window["packages"]] == [kernel, driver]
 

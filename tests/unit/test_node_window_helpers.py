@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -25,6 +26,7 @@ from planning.window import (
     retry_backoff,
     stage_tolerations,
     updated_entry,
+    window_key,
 )
 from protocol.node_activities import StageJob
 
@@ -302,3 +304,22 @@ def test_pod_outcome_keeps_each_finished_containers_start_and_end_for_the_report
     assert outcome is not None and outcome.times == {
         "apply": ["2025-01-01T00:00:01+00:00", "2025-01-01T00:00:05+00:00"],
         "apply-check": ["2025-01-01T00:00:05+00:00", "2025-01-01T00:00:06+00:00"]}
+
+
+def _uuid7(unix_ms: int) -> str:
+    """A UUIDv7 (RFC 9562) as Temporal's servers hand out run ids: 48 bits of Unix milliseconds first."""
+    rand = uuid.uuid4().int & ((1 << 74) - 1)
+    value = (unix_ms << 80) | (0x7 << 76) | ((rand >> 62) << 64) | (0b10 << 62) | (rand & ((1 << 62) - 1))
+    return str(uuid.UUID(int=value))
+
+
+def test_windows_of_runs_started_a_second_apart_name_different_jobs() -> None:
+    # A retried window's run starts seconds after the failed one; with the key a run id prefix the two
+    # shared the first window's Job name and the retry adopted the failed Job (issue 26's merge).
+    first, retry = _uuid7(1_796_350_785_000), _uuid7(1_796_350_786_000)
+    assert first[:8] == retry[:8]
+    assert window_key(first, 1) != window_key(retry, 1)
+    job = StageJob(package="p", version="1.0.0", node="n", mode="apply", image="i")
+    names = {job_name(dataclasses.replace(job, window=window_key(run, 1))) for run in (first, retry)}
+    assert len(names) == 2
+    assert window_key(first, 1) != window_key(first, 2)
