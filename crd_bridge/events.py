@@ -39,6 +39,8 @@ RECONCILE_FAILED = "ReconcileFailed"
 GATE_FAILED = "GateFailed"
 # On a DeploymentPolicy: its fleet's failed canary was rolled back, or the rollback failed (once per outcome).
 CANARY_ROLLED_BACK = "CanaryRolledBack"
+# On a DeploymentPolicy of a promotion across clusters: `global/<policy>` halted every cluster (once per reason).
+GLOBAL_HALTED = "GlobalHalted"
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@
   status poller has it) and returns the Packages naming it (their validity depends on it); a new
   analysis gate failure in that progress (`status.gateFailure` with a time the status did not show
   yet) gets one Warning Event `GateFailed` on the policy, and a finished canary rollback (a phase
-  other than `RollingBack` the status did not show yet for that wave) one Warning Event `CanaryRolledBack`.
+  other than `RollingBack` the status did not show yet for that wave) one Warning Event `CanaryRolledBack`,
+  and a halt of the promotion across clusters (`status.globalRollout.halted`, new) one `GlobalHalted`.
 * deletion protection of both kinds (`protect`, rules in `crd_bridge.protection`): the finalizer
   `noderoll.io/in-use` while other Packages use the object, the condition `InUse`, and a Warning
   Event `DeletionBlocked` while its deletion waits for them.
@@ -54,9 +55,9 @@ from metrics import forget_package
 from planning.fleet_rollback import rollback_event
 from planning.fleet_status import FleetProgress
 from planning.gates import failure_text
-from planning.status import render_invalid_package_status, render_policy_status
+from planning.status import global_halt_event, render_invalid_package_status, render_policy_status
 from protocol.fleet import FleetSpec
-from protocol.names import DEFAULT_FLEET
+from protocol.names import DEFAULT_FLEET, global_workflow_id
 
 log = logging.getLogger("noderoll.bridge.reconcile")
 
@@ -285,6 +286,9 @@ class Reconciler:
         rolled_back = rollback_event(previous.get("rollback"), report.rollback if report is not None else None)
         if changed and rolled_back:
             self._announce_once(obj, events.CANARY_ROLLED_BACK, f"{self.fleets.workflow_id(name)}: {rolled_back}")
+        halted = global_halt_event(previous.get("globalRollout"), report.global_rollout if report is not None else None)
+        if changed and halted:
+            self._announce_once(obj, events.GLOBAL_HALTED, f"{global_workflow_id(name)} halted every cluster: {halted}")
         if changed:
             obj["status"] = status
 

@@ -247,6 +247,14 @@ def global_rollout_status(view: GlobalView | None) -> GlobalRolloutStatus | None
     )
 
 
+def global_halt_event(shown: Mapping[str, Any] | None, now: GlobalView | None) -> str:
+    """The reason of the `GlobalHalted` Event to emit ("" = none): the promotion across clusters is
+    halted for a reason the status `shown` (its `globalRollout`, CRD JSON) does not show yet."""
+    if now is None or not now.halted or (shown or {}).get("halted") == now.halted:
+        return ""
+    return now.halted
+
+
 def gate_failure_status(failure: GateFailure | None) -> GateFailureStatus | None:
     """`status.gateFailure` of a failed analysis gate (None: no failure)."""
     if failure is None:

@@ -12,31 +12,25 @@ from __future__ import annotations
 
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from kubernetes import client, watch
 from kubernetes.client import ApiClient
 
 
 @dataclass
-class NodeWatch:
-    """Per-node disruption counts of the Nodes matching `selector`."""
+class _NodeStream(ABC):
+    """A watch of the Nodes of `selector` on a background thread, each event handed to `_note`."""
 
     api: ApiClient
     selector: str
-    cordons: dict[str, int] = field(default_factory=dict)
-    boot_ids: dict[str, list[str]] = field(default_factory=dict)
-    cordoned: set[str] = field(default_factory=set)
-    peak: int = 0
-    changes: int = 0
-    # (time.monotonic(), node, new noderoll.io/status label) at each change of the label.
-    timeline: list[tuple[float, str, str]] = field(default_factory=list)
-    labels: dict[str, str] = field(default_factory=dict)
-    _watch: watch.Watch = field(default_factory=watch.Watch)
-    _stopped: bool = False
-    error: BaseException | None = None
+    _watch: watch.Watch = field(default_factory=watch.Watch, kw_only=True)
+    _stopped: bool = field(default=False, kw_only=True)
+    error: BaseException | None = field(default=None, kw_only=True)
 
     def run(self) -> None:
         core = client.CoreV1Api(self.api)
@@ -46,6 +40,45 @@ class NodeWatch:
         except Exception as err:  # noqa: BLE001 - `stop()` closes the stream under the reader
             if not self._stopped:
                 self.error = err
+
+    @abstractmethod
+    def _note(self, kind: str, node: client.V1Node) -> None:
+        """Take one watch event (ADDED, MODIFIED, DELETED) of a Node."""
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._watch.stop()
+
+
+W = TypeVar("W", bound=_NodeStream)
+
+
+@contextmanager
+def _running(watcher: W, what: str) -> Iterator[W]:
+    """`watcher` running for the block; raises if its watch broke before the block ended."""
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    try:
+        yield watcher
+    finally:
+        watcher.stop()
+        thread.join(timeout=10)
+    if watcher.error is not None:
+        raise RuntimeError(f"{what} broke before the test ended") from watcher.error
+
+
+@dataclass
+class NodeWatch(_NodeStream):
+    """Per-node disruption counts of the Nodes matching `selector`."""
+
+    cordons: dict[str, int] = field(default_factory=dict)
+    boot_ids: dict[str, list[str]] = field(default_factory=dict)
+    cordoned: set[str] = field(default_factory=set)
+    peak: int = 0
+    changes: int = 0
+    # (time.monotonic(), node, new noderoll.io/status label) at each change of the label.
+    timeline: list[tuple[float, str, str]] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
 
     def _note(self, kind: str, node: client.V1Node) -> None:
         name = node.metadata.name
@@ -83,28 +116,16 @@ class NodeWatch:
         """Boot-id changes seen on `node`."""
         return max(0, len(self.boot_ids.get(node, [])) - 1)
 
-    def stop(self) -> None:
-        self._stopped = True
-        self._watch.stop()
-
 
 @contextmanager
 def watching_nodes(api: ApiClient, selector: str) -> Iterator[NodeWatch]:
     """A running `NodeWatch` for the block; raises if the watch broke before the block ended."""
-    nodes = NodeWatch(api, selector)
-    thread = threading.Thread(target=nodes.run, daemon=True)
-    thread.start()
-    try:
+    with _running(NodeWatch(api, selector), "node watch") as nodes:
         yield nodes
-    finally:
-        nodes.stop()
-        thread.join(timeout=10)
-    if nodes.error is not None:
-        raise RuntimeError("node watch broke before the test ended") from nodes.error
 
 
 @dataclass
-class CapacityWatch:
+class CapacityWatch(_NodeStream):
     """At every change of the Nodes of `selector` (a watch: every state the apiserver reports, not samples):
     the GPUs on nodes up (Ready, uncordoned, not `noderoll.io/status=in-progress`), the nodes of each rack
     down, and drain-ahead's marks around each node's window.
@@ -115,8 +136,6 @@ class CapacityWatch:
     taint); `marks_seen`: nodes ever seen marked; `marked_now()`: nodes marked at the latest change.
     """
 
-    api: ApiClient
-    selector: str
     # The fleet's size: GPUs up are counted once every node was listed (not from a half-read fleet).
     nodes: int
     rack_label: str = ""
@@ -129,18 +148,6 @@ class CapacityWatch:
     marks_seen: set[str] = field(default_factory=set)
     _state: dict[str, tuple[int, bool, str, bool, bool]] = field(default_factory=dict)
     _racks: dict[str, str] = field(default_factory=dict)
-    _watch: watch.Watch = field(default_factory=watch.Watch)
-    _stopped: bool = False
-    error: BaseException | None = None
-
-    def run(self) -> None:
-        core = client.CoreV1Api(self.api)
-        try:
-            for event in self._watch.stream(core.list_node, label_selector=self.selector, timeout_seconds=1800):
-                self._note(event["type"], event["object"])
-        except Exception as err:  # noqa: BLE001 - `stop()` closes the stream under the reader
-            if not self._stopped:
-                self.error = err
 
     def _note(self, kind: str, node: client.V1Node) -> None:
         name = node.metadata.name
@@ -178,22 +185,10 @@ class CapacityWatch:
         """Nodes carrying drain-ahead's label or taint at the latest change."""
         return sorted(n for n, (_, _, _, marked, tainted) in self._state.items() if marked or tainted)
 
-    def stop(self) -> None:
-        self._stopped = True
-        self._watch.stop()
-
 
 @contextmanager
 def watching_capacity(api: ApiClient, selector: str, nodes: int, rack_label: str = "",
                       want_taint: bool = False) -> Iterator[CapacityWatch]:
     """A running `CapacityWatch` for the block; raises if the watch broke before the block ended."""
-    watcher = CapacityWatch(api, selector, nodes, rack_label, want_taint)
-    thread = threading.Thread(target=watcher.run, daemon=True)
-    thread.start()
-    try:
+    with _running(CapacityWatch(api, selector, nodes, rack_label, want_taint), "capacity watch") as watcher:
         yield watcher
-    finally:
-        watcher.stop()
-        thread.join(timeout=10)
-    if watcher.error is not None:
-        raise RuntimeError("capacity watch broke before the test ended") from watcher.error

@@ -20,15 +20,11 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 from kubernetes import client
 from kubernetes.client import ApiClient
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from api import keys
 from api.enums import RolloutPhase
@@ -39,6 +35,7 @@ from planning.fleet_status import FleetProgress
 from protocol import names
 from tests.helpers import assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.histories import replay_and_record
 from tests.helpers.nodewatch import watching_nodes
 from tests.helpers.packages import (
     BENCH_PACKAGES,
@@ -60,7 +57,6 @@ from tests.integration.bridge_support import (
     temporal_signal,
     windows_of,
 )
-from worker.registry import WORKFLOWS
 
 pytestmark = pytest.mark.integration
 ROLLOUT_TIMEOUT = 420.0
@@ -276,20 +272,6 @@ RECORDED_AS = {
 }
 
 
-async def replay_and_record(histories: dict[str, WorkflowHistory]) -> None:
-    """Replay each history (`<kind>/<name>` -> history) against the worker's workflows; with
-    `NODEROLL_RECORD_FLEET_HISTORIES=<root>` also save it as `<root>/<kind>/<name>.json`."""
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
-    for name, history in histories.items():
-        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-        assert result.replay_failure is None, (name, result.replay_failure)
-    target = os.environ.get(RECORD_FLEET_HISTORIES_ENV)
-    if target:
-        for name, history in histories.items():
-            (Path(target) / name).parent.mkdir(parents=True, exist_ok=True)
-            (Path(target) / f"{name}.json").write_text(history.to_json())
-
-
 async def test_fleet_and_node_window_histories_replay(
     run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
@@ -328,7 +310,7 @@ async def test_fleet_and_node_window_histories_replay(
             f"node/{RECORDED_AS['node']}": await temporal_client.get_workflow_handle(
                 names.node_workflow_id(node)).fetch_history(),
         }
-    await replay_and_record(histories)
+    await replay_and_record(histories, RECORD_FLEET_HISTORIES_ENV)
 
 
 async def test_a_node_relabelled_out_before_its_batch_is_named_in_the_package_status(
@@ -392,7 +374,7 @@ async def test_dependent_of_a_package_failed_in_the_window_is_skipped_and_replay
             markers = [e.marker_recorded_event_attributes for e in history.events if e.HasField("marker_recorded_event_attributes")]
             patches = [json.loads(p.data)["id"] for m in markers for p in m.details["patch-data"].payloads]
             assert "skip-dependents-of-failed" in patches, patches
-            await replay_and_record({f"node/{RECORDED_AS['skip']}": history})
+            await replay_and_record({f"node/{RECORDED_AS['skip']}": history}, RECORD_FLEET_HISTORIES_ENV)
         finally:
             for name in (driver, base):
                 delete_package(kube_api_client, name)

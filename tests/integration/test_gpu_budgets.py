@@ -10,6 +10,9 @@ with GPUs and racks, and a Node watch that looks at every change of every node (
 * Drain-ahead with the taint: every node carries `noderoll.io/upcoming` (label and PreferNoSchedule
   taint) when its window starts, a protected pod created while nodes are marked is scheduled by the
   real kube-scheduler on an unmarked node, and no mark is left once the rollout is done.
+  The fleet's history (drain-ahead's marks, a GPU floor) replays against the worker's workflows
+  (recorded as tests/histories/fleet/fleet-drain-ahead-gpu-floor.json with
+  `NODEROLL_RECORD_FLEET_HISTORIES=tests/histories`).
 """
 
 from __future__ import annotations
@@ -19,12 +22,15 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client import ApiClient
+from temporalio.client import Client, WorkflowExecutionStatus
 
 from api import keys
 from fleetsim.context import RACK_LABEL
 from fleetsim.workloads import PROTECTED_LABEL
-from tests.helpers import assert_eventually, unique_name
+from protocol import names
+from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.histories import replay_and_record
 from tests.helpers.nodewatch import watching_capacity
 from tests.helpers.packages import SERVICE_IMAGE, WORKLOAD_IMAGE, package_spec
 from tests.helpers.processes import NoderollProcesses, noderoll_fixture
@@ -133,8 +139,8 @@ def test_at_most_one_node_per_rack_down_at_once(run: NoderollProcesses, kube_api
     assert status["currentBatch"]["number"] == 2, status
 
 
-def test_drain_ahead_marks_before_each_window_keeps_new_pods_off_and_cleans_up(
-    run: NoderollProcesses, kube_api_client: ApiClient
+async def test_drain_ahead_marks_before_each_window_keeps_new_pods_off_and_cleans_up(
+    run: NoderollProcesses, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     label, policy, package = unique_name("ahead"), unique_name("pda"), unique_name("drv")
     core = client.CoreV1Api(kube_api_client)
@@ -142,8 +148,10 @@ def test_drain_ahead_marks_before_each_window_keeps_new_pods_off_and_cleans_up(
     with running_fleet(run.stack, nodes=4, labels={"gpu-budgets": label}) as fleet, \
             watching_capacity(kube_api_client, f"gpu-budgets={label}", nodes=4, want_taint=True) as watch:
         try:
+            # The floor (half of 4 x 8 GPUs) allows the batches of 2: it is here for the recorded history.
             create_policy(kube_api_client, run, policy, {
-                "default": {"budget": {"count": 2}, "strategy": {"type": "fixed", "initialBatch": 2}},
+                "default": {"budget": {"count": 2, "minAvailable": {"resource": GPU, "percent": 50}},
+                            "strategy": {"type": "fixed", "initialBatch": 2}},
                 "drainAhead": {"seconds": 30, "taint": True}})
             create_package(kube_api_client, service_package(run, package, policy, label))
 
@@ -187,3 +195,13 @@ def test_drain_ahead_marks_before_each_window_keeps_new_pods_off_and_cleans_up(
     assert sorted(watch.windows) == sorted(fleet.node_names), watch.windows
     assert watch.windows_unmarked == [], "every window started on a node carrying the label and the taint"
     assert watch.marks_seen == set(fleet.node_names)
+
+    async def fleet_ended() -> bool:
+        status = (await temporal_client.get_workflow_handle(names.fleet_workflow_id(policy)).describe()).status
+        assert status == WorkflowExecutionStatus.COMPLETED, status
+        return True
+
+    # The fleet's history with drain-ahead's marks and a GPU floor replays (and is recorded from here).
+    await assert_eventually_async(fleet_ended, timeout=120)
+    history = await temporal_client.get_workflow_handle(names.fleet_workflow_id(policy)).fetch_history()
+    await replay_and_record({"fleet/fleet-drain-ahead-gpu-floor": history}, "NODEROLL_RECORD_FLEET_HISTORIES")

@@ -33,10 +33,8 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 from kubernetes.client import ApiClient
-from temporalio.client import Client, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.client import Client
 from temporalio.service import RPCError
-from temporalio.worker import Replayer
 
 from api import keys
 from fleetsim.faults import Fault
@@ -46,6 +44,7 @@ from protocol import names
 from protocol.clusters import GlobalView
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
+from tests.helpers.histories import replay_and_record
 from tests.helpers.nodewatch import watching_nodes
 from tests.helpers.packages import BENCH_PACKAGES, SLEEP_IMAGE, SYSCTL_IMAGE, package_spec
 from tests.helpers.processes import NoderollProcesses
@@ -55,9 +54,9 @@ from tests.integration.bridge_support import (
     create_policy,
     delete_package,
     delete_policy,
+    policy_events,
     read_package,
 )
-from worker.registry import GLOBAL_WORKFLOWS, WORKFLOWS
 from workflows.fleet_codec import progress_from_json
 from workflows.global_codec import global_view_from_json
 
@@ -250,21 +249,9 @@ async def test_b_stage_b_waits_for_a_complete_and_soaked(
                     names.global_workflow_id(policy)).fetch_history(),
                 "fleet/clusters-second-stage-waits-its-turn": await temporal_client.get_workflow_handle(
                     names.fleet_workflow_id(policy, B)).fetch_history(),
-            })
+            }, RECORD_ENV)
         finally:
             remove_everywhere(apis, local_stack.temporal_address, policy, package)
-
-
-async def replay_and_record(histories: dict[str, WorkflowHistory]) -> None:
-    """Replay against the worker's workflows; with NODEROLL_RECORD_CLUSTER_HISTORIES=<root> save them."""
-    replayer = Replayer(workflows=[*WORKFLOWS, *GLOBAL_WORKFLOWS], data_converter=pydantic_data_converter)
-    for name, history in histories.items():
-        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
-        assert result.replay_failure is None, (name, result.replay_failure)
-    target = os.environ.get(RECORD_ENV)
-    for name, history in histories.items() if target else ():
-        (Path(target) / name).parent.mkdir(parents=True, exist_ok=True)
-        (Path(target) / f"{name}.json").write_text(history.to_json())
 
 
 async def test_c_a_failure_in_a_halts_everything_and_b_is_never_touched(
@@ -303,6 +290,11 @@ async def test_c_a_failure_in_a_halts_everything_and_b_is_never_touched(
                 return True
 
             assert_eventually(b_status_says_so, timeout=60)
+            # Each cluster's policy carries one Warning Event saying so (`GlobalHalted`).
+            for cluster in (A, B):
+                events = assert_eventually(lambda c=cluster: policy_events(apis[c], policy, "GlobalHalted"), timeout=60)
+                assert len(events) == 1 and events[0].type == "Warning", events
+                assert f"global/{policy} halted every cluster: cluster {A} failed" in events[0].message, events[0].message
             # Cluster b was never touched: no window, no node workflow, no label, no cordon.
             assert seen_b.timeline == [] and seen_b.cordons == {}, (seen_b.timeline, seen_b.cordons)
             started = [w.id async for w in temporal_client.list_workflows(

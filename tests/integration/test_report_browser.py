@@ -6,7 +6,8 @@ Failed with one node erroring. `noderoll report POLICY -o FILE` (the real comman
 the page; headless chromium opens it from disk and the test reads from the DOM: a timeline row per
 node, failure marks on the failed node only, a retry mark, the canary and batch marks, the failure
 with its message in the failures list, and no request left the page (its Content-Security-Policy
-forbids any). A screenshot is kept under the test's tmp dir (path printed).
+forbids any). The page and a screenshot are kept as test artifacts in `$NODEROLL_TEST_ARTIFACTS`
+(default `.noderoll/test-artifacts/` in the checkout), the paths printed.
 
 Needs /usr/bin/chromium and /usr/bin/chromedriver (`scripts/install-browser`, run by
 `scripts/bootstrap`); skips saying so without them.
@@ -14,6 +15,7 @@ Needs /usr/bin/chromium and /usr/bin/chromedriver (`scripts/install-browser`, ru
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -41,6 +43,8 @@ from tests.integration.bridge_support import (
 )
 
 pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS_ENV = "NODEROLL_TEST_ARTIFACTS"
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,900")
@@ -110,9 +114,12 @@ async def test_report_renders_rows_failures_and_marks_in_chromium(
         failures = [e.text for e in find("css selector", "#failures li.failure")]
         assert failures and all(bad in text for text in failures) and any("exited 7" in t for t in failures), failures
         assert {e.get_attribute("data-node") for e in find("css selector", "#node-table tr[data-node]")} == rows
-        shot = tmp_path / "report.png"
+        artifacts = Path(os.environ.get(ARTIFACTS_ENV) or REPO / ".noderoll" / "test-artifacts")
+        artifacts.mkdir(parents=True, exist_ok=True)
+        shot = artifacts / "report.png"
         assert driver.save_screenshot(str(shot))  # type: ignore[attr-defined]
-        print(f"report screenshot: {shot}; page: {page}")
+        shutil.copyfile(page, artifacts / "report.html")
+        print(f"report screenshot: {shot}; page: {artifacts / 'report.html'}")
         if shutil.which("file"):
             assert "PNG" in subprocess.run(["file", str(shot)], capture_output=True, text=True).stdout
     finally:

@@ -243,6 +243,18 @@ def test_status_global_rollout_renders_the_view_one_based() -> None:
     assert "globalRollout" not in render_package_status(RolloutProgress(), 1)
 
 
+def test_a_global_halt_is_announced_once_per_reason() -> None:
+    from planning.status import global_halt_event
+
+    halted = GlobalView(policy="gpu", phase="Halted", halted="cluster eu-2 failed change c1: 1 node erroring")
+    assert global_halt_event(None, halted) == halted.halted  # the status does not show it yet
+    assert global_halt_event({"phase": "Progressing"}, halted) == halted.halted
+    assert global_halt_event({"halted": halted.halted}, halted) == ""  # shown: announced already
+    assert global_halt_event({"halted": halted.halted}, GlobalView(halted="halted by the operator")) != ""
+    assert global_halt_event(None, GlobalView(phase="Progressing")) == ""
+    assert global_halt_event({"halted": "x"}, None) == ""
+
+
 def test_the_global_table_names_every_cluster_and_the_stage() -> None:
     from rich.console import Console
 

@@ -20,6 +20,8 @@ and were recorded on the real stack (dev server, apiserver, fleetsim):
   (recorded into a scratch folder and copied, so the histories of the same names recorded before
   issue #26 stay): one pod per window phase and the window's end in one activity (`one-pod-per-phase`,
   `close-in-one-call`); the ones without the suffix replay the paths before them;
+* fleet/fleet-drain-ahead-gpu-floor: `NODEROLL_RECORD_FLEET_HISTORIES=tests/histories` with
+  tests/integration/test_gpu_budgets.py (drain-ahead's marks with the taint, a GPU floor, issue #28);
 * fleet/fleet-canary-then-batch-window-cost, node/*-window-cost: the fleet's names for issue #26 in
   tests/integration/test_fleet_rollout.py (`RECORDED_AS`): node runs started with their first request.
 Every `workflow.patched(...)` id in workflows/ must be recorded (its marker) in some history, so its

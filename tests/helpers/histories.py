@@ -1,0 +1,31 @@
+"""Recorded histories from integration tests: replay a run's histories against the worker's workflows and,
+when asked, save them for tests/workflows/test_replay.py.
+
+    await replay_and_record({"fleet/<name>": history, ...}, "NODEROLL_RECORD_FLEET_HISTORIES")
+
+With the environment variable set to a folder (`tests/histories`), each history is written to
+`<folder>/<kind>/<name>.json`; without it they are only replayed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from worker.registry import GLOBAL_WORKFLOWS, WORKFLOWS
+
+
+async def replay_and_record(histories: dict[str, WorkflowHistory], record_env: str) -> None:
+    """Replay each history (`<kind>/<name>` -> history); save them under `$record_env` when it is set."""
+    replayer = Replayer(workflows=[*WORKFLOWS, *GLOBAL_WORKFLOWS], data_converter=pydantic_data_converter)
+    for name, history in histories.items():
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None, (name, result.replay_failure)
+    target = os.environ.get(record_env)
+    for name, history in histories.items() if target else ():
+        (Path(target) / name).parent.mkdir(parents=True, exist_ok=True)
+        (Path(target) / f"{name}.json").write_text(history.to_json())
