@@ -18,9 +18,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -30,36 +27,9 @@ from kubernetes import client as k8s
 from api import keys
 from localstack.state import StackInfo
 from tests.helpers import assert_eventually, new_task_queue, unique_name
+from tests.helpers.nodewatch import watching_nodes
 
 NODES = 6
-WATCH_SECONDS = 0.3
-
-
-@contextmanager
-def boot_ids(core: k8s.CoreV1Api, selector: str) -> Iterator[dict[str, list[str]]]:
-    """Every distinct boot id each selected Node had while the block ran (a new one per reboot)."""
-    seen: dict[str, list[str]] = {}
-    stop = threading.Event()
-
-    def watch() -> None:
-        while not stop.wait(WATCH_SECONDS):
-            try:
-                nodes = core.list_node(label_selector=selector).items
-            except Exception:  # noqa: BLE001 - a failed list is retried at the next tick
-                continue
-            for node in nodes:
-                boot = node.status.node_info.boot_id if node.status and node.status.node_info else ""
-                ids = seen.setdefault(node.metadata.name, [])
-                if boot and (not ids or ids[-1] != boot):
-                    ids.append(boot)
-
-    thread = threading.Thread(target=watch, daemon=True, name="boot-ids")
-    thread.start()
-    try:
-        yield seen
-    finally:
-        stop.set()
-        thread.join(timeout=10)
 
 
 def node_events(core: k8s.CoreV1Api, reason: str, nodes: list[str], since: datetime) -> dict[str, list[str]]:
@@ -90,8 +60,9 @@ def test_demo_rolls_both_packages_with_one_drain_and_one_reboot_per_node(
     core, custom = k8s.CoreV1Api(kube_api_client), k8s.CustomObjectsApi(kube_api_client)
     prefix = f"fleetsim.noderoll.io/prefix=demo{suffix}"
     began = datetime.now(UTC)
-    with boot_ids(core, prefix) as seen:
+    with watching_nodes(kube_api_client, prefix) as watch:  # every boot id each Node had: a new one per reboot
         done = subprocess.run(argv, capture_output=True, text=True, timeout=540, check=False)
+    seen = watch.boot_ids
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-6000:]
     assert "reusing the local stack" in output
