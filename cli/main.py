@@ -13,7 +13,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import traceback
 from collections.abc import Sequence
+
+from cli.process_exit import exit_process
 
 # Order here is the order in `noderoll --help`.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -77,5 +80,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
 
 
+def run() -> None:
+    """The console script's entry point: `main`, then an exit that cannot abort (cli.process_exit).
+
+    Everything `sys.exit(main())` would do, the same way: argparse's `SystemExit` keeps its code, a
+    message code is printed and exits 1, an uncaught exception prints its traceback and exits 1.
+    """
+    try:
+        code: int | str | None = main()
+    except SystemExit as stop:
+        code = stop.code
+    except BaseException:  # noqa: BLE001 - reported exactly as the interpreter would, then exit 1
+        traceback.print_exc()
+        code = 1
+    if code is not None and not isinstance(code, int):
+        print(code, file=sys.stderr)
+        code = 1
+    exit_process(code or 0)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

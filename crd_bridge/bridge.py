@@ -22,6 +22,7 @@ Replicas that do not lead keep their caches warm and do nothing else.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from crd_bridge.nodes import NodeHandler
 from crd_bridge.protection import package_ref
 from crd_bridge.reconciler import Reconciler
 from crd_bridge.status_poller import StatusPoller
-from crd_bridge.watcher import NODE_KIND, SYNC, Watcher, WatchEvent
+from crd_bridge.watcher import NODE_KIND, SYNC, Watcher, WatchEvent, read_as_watched
 from metrics import record_reconcile_error
 from protocol.names import DEFAULT_FLEET
 
@@ -79,7 +80,8 @@ class Bridge:
     def __init__(self, fleets: Fleets, options: BridgeOptions) -> None:
         self.options = options
         self.cache = ObjectCache()
-        self.reconciler = Reconciler(self.cache, fleets)
+        live = functools.partial(read_as_watched, label_selector=options.label_selector)
+        self.reconciler = Reconciler(self.cache, fleets, live)
         self.nodes = NodeHandler(self.reconciler)
         self.poller = StatusPoller(self.reconciler, self._mark_package)
         self.elector = LeaderElector(options.lease) if options.lease is not None else None

@@ -2,7 +2,8 @@
 
 * `reconcile_package(name)`: validates the Package against the cached Packages and policies, edits
   its finalizer, writes an invalid status (`decisions.decide_package`), and returns the fleets whose
-  desired state may have changed;
+  desired state may have changed. An invalid verdict that read a cached policy or dependency older
+  than the apiserver's (its watch event not delivered yet) waits for that event instead;
 * `reconcile_fleet(name)`: assembles the fleet's desired state (`fleets.desired_fleet`) and hands it
   over (signal-with-start `desired`) when it differs from what was last handed over, with an Event
   on each Package whose entry changed. What was handed over is remembered; after a restart it is
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,7 +52,8 @@ from crd_bridge.protection import (
     with_condition,
 )
 from crd_bridge.status_writer import StatusWrite, without_empty_strings, write_status
-from crd_bridge.validation import PackageCheck, check_package, parse_policy
+from crd_bridge.validation import PackageCheck, check_package, parse_policy, references
+from crd_bridge.watcher import read_as_watched
 from metrics import forget_package
 from planning.fleet_rollback import rollback_event
 from planning.fleet_status import FleetProgress
@@ -61,6 +64,9 @@ from protocol.names import DEFAULT_FLEET, global_workflow_id
 
 log = logging.getLogger("noderoll.bridge.reconcile")
 
+# (kind, name) -> the object as this bridge's watch delivers it, read from the apiserver now; or None.
+LiveRead = Callable[[str, str], dict[str, Any] | None]
+
 _CHANGE_EVENTS = {
     Change.ADDED: (events.ROLLOUT_STARTED, "handed to {fleet} (generation {generation})"),
     Change.SPEC: (events.SPEC_CHANGED, "generation {generation} handed to {fleet}"),
@@ -68,6 +74,10 @@ _CHANGE_EVENTS = {
     Change.RESUMED: (events.RESUMED, "back in the windows of {fleet}"),
     Change.UNINSTALL: (events.DELETING, "Package deleted: {fleet} uninstalls it first"),
 }
+
+
+def _resource_version(obj: dict[str, Any] | None) -> str | None:
+    return None if obj is None else str((obj.get("metadata") or {}).get("resourceVersion"))
 
 
 def now_rfc3339() -> str:
@@ -78,9 +88,11 @@ def now_rfc3339() -> str:
 class Reconciler:
     """Reconciles Packages, fleets and DeploymentPolicies from the cache (see the module docstring)."""
 
-    def __init__(self, cache: ObjectCache, fleets: Fleets) -> None:
+    def __init__(self, cache: ObjectCache, fleets: Fleets, live: LiveRead = read_as_watched) -> None:
         self.cache = cache
         self.fleets = fleets
+        # Reads one object from the apiserver as the watch delivers it (`_cache_behind`).
+        self.live = live
         # Desired state last handed to each fleet, and its digest.
         self.sent: dict[str, FleetSpec] = {}
         self._sent_digest: dict[str, str] = {}
@@ -121,9 +133,14 @@ class Reconciler:
             forget_package(name)
             return self.fleets_carrying(name)
         meta = obj["metadata"]
-        found = self.usage()
         check = check_package(obj, self.cache.of(keys.PACKAGE_KIND), self.cache.of(keys.POLICY_KIND))
         deleting = bool(meta.get("deletionTimestamp"))
+        if check.package is None and not deleting and (behind := await self._cache_behind(obj)):
+            # Not Invalid: the watch has yet to deliver what the verdict read, and delivering it marks
+            # this Package for another reconcile (Bridge.on_event, reconcile_policy).
+            log.info("Package %s: judged once the watch delivers the current %s", name, ", ".join(behind))
+            return set()
+        found = self.usage()
         if check.package is not None and not deleting:
             self.valid[name] = check
         else:
@@ -147,6 +164,20 @@ class Reconciler:
             await self._act(action, obj, check, facts)
         await self.protect(keys.PACKAGE_KIND, obj, found)
         return {fleet} | self.fleets_carrying(name)
+
+    async def _cache_behind(self, obj: dict[str, Any]) -> list[str]:
+        """The objects Package `obj`'s verdict read whose cached copy is not the apiserver's current one.
+
+        A policy applied just before its Packages can reach the cache after them (one watch per
+        kind): the Package would be reported Invalid ("no DeploymentPolicy") for the moment in
+        between. Only the invalid verdict is checked, so a valid Package costs no read.
+        """
+        behind = []
+        for kind, name in references(obj):
+            live = await asyncio.to_thread(self.live, kind, name)
+            if _resource_version(live) != _resource_version(self.cache.get(kind, name)):
+                behind.append(f"{kind} {name}")
+        return behind
 
     async def _act(self, action: Action, obj: dict[str, Any], check: PackageCheck, facts: PackageFacts) -> None:
         name = facts.name

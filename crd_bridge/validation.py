@@ -3,7 +3,8 @@
 Single-document checks are the models' (`Package.from_k8s`, `DeploymentPolicy.from_k8s`); here
 the cross-document checks of `api.validation` run against the bridge's cache: `dependsOn` names an
 existing Package at that version, no dependency cycle, and `deploymentPolicy` names a DeploymentPolicy
-that exists and is itself valid.
+that exists and is itself valid. `references` names the objects such a verdict read, so the bridge
+can tell a cache that lags the apiserver from an object that is really missing.
 """
 
 from __future__ import annotations
@@ -79,3 +80,18 @@ def check_package(
         return PackageCheck(None, problems)
     policy = valid_policies.get(package.spec.deployment_policy or "")
     return PackageCheck(package, [], policy)
+
+
+def references(obj: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(kind, name) of the objects the cross-document verdict on Package `obj` reads, sorted.
+
+    Its DeploymentPolicy and the Packages it depends on; none when `obj` fails its own checks (that
+    verdict reads nothing else).
+    """
+    package, _problems = parse_package(obj)
+    if package is None:
+        return []
+    named = [(keys.PACKAGE_KIND, name) for name in package.spec.depends_on]
+    if package.spec.deployment_policy:
+        named.append((keys.POLICY_KIND, package.spec.deployment_policy))
+    return sorted(named)

@@ -65,6 +65,17 @@ def list_function(kind: str, label_selector: str = "") -> Callable[..., Any]:
     return list_objects
 
 
+def read_as_watched(kind: str, name: str, label_selector: str = "") -> dict[str, Any] | None:
+    """Package or DeploymentPolicy `name` as a watch with `label_selector` delivers it; None if it does not.
+
+    A quorum read (no resourceVersion): the apiserver's current object, which a watch that lags has
+    not delivered yet; an object outside the selector is None, as the watch never delivers it.
+    """
+    result = list_function(kind, label_selector)(field_selector=f"metadata.name={name}")
+    items = result.get("items") or []
+    return items[0] if items else None
+
+
 class Watcher:
     """A restartable list+watch of `kind`; call `start()` once, `stop()` at shutdown."""
 

@@ -23,6 +23,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from api.enums import RolloutPhase
+from cli.process_exit import exit_process
 from localstack.state import resolve_connection
 from planning.fleet_status import FleetProgress
 from protocol import names
@@ -80,4 +81,5 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main(parse())))
+    # Not sys.exit: a short Temporal client process can abort in interpreter finalization (cli.process_exit).
+    exit_process(asyncio.run(main(parse())))

@@ -18,7 +18,7 @@ from crd_bridge.node_changes import (
     runtime_taint_input,
 )
 from crd_bridge.status_writer import status_patch, without_empty_strings
-from crd_bridge.validation import check_package
+from crd_bridge.validation import check_package, references
 from crd_bridge.watcher import SYNC, WatchEvent
 from planning.targets import NodeView
 
@@ -61,6 +61,14 @@ def test_cycle_is_reported_on_the_package() -> None:
     a, b = package("a", dependsOn={"b": "1.0"}), package("b", dependsOn={"a": "1.0"})
     check = check_package(a, {"a": a, "b": b}, {})
     assert check.package is None and "cycle" in check.problems[0].message
+
+
+def test_references_name_the_policy_and_the_dependencies_a_verdict_reads() -> None:
+    obj = package("a", deploymentPolicy="gpu", dependsOn={"c": "1.0", "b": "2.0"})
+    assert references(obj) == [(keys.POLICY_KIND, "gpu"), (keys.PACKAGE_KIND, "b"), (keys.PACKAGE_KIND, "c")]
+    assert references(package("a")) == []
+    # A Package that fails its own checks is judged without reading anything else.
+    assert references(package("a", deploymentPolicy="gpu", version="not a version")) == []
 
 
 def node(name: str, labels: dict[str, str], taints: list[dict[str, str]] | None = None, state: str = "") -> dict[str, Any]:
