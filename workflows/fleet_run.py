@@ -18,6 +18,9 @@ from datetime import UTC, datetime, timedelta
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
 
+# Runs recorded before a rolling fleet re-listed on `nodes_changed` while rolling replay without it.
+ROLLING_RELIST_PATCH = "rolling-relists-while-rolling"
+
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
@@ -26,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from planning import cluster_turns as turns
     from planning import fleet_state as fs
     from planning import gates as gate_rules
-    from planning import maintenance
+    from planning import maintenance, rolling
     from planning.compartments import DEFAULT_POLICY
     from planning.fleet_rerun import STAGES, rerun_from_annotation
     from planning.fleet_status import details_note, fleet_progress
@@ -185,11 +188,15 @@ class FleetRun:
         """A `nodes_changed` re-list is pending and useful now.
 
         While a batch is out, node changes (mostly our own windows' cordons and reboots) wait for
-        the re-listing before the next batch instead of costing a listing each.
+        the re-listing before the next batch instead of costing a listing each. A rolling fleet has no
+        next batch (its windows are always out), so it re-lists as it rolls, at most every
+        `RELIST_MIN_INTERVAL`: a node that joins, or whose blocking taint lifts (a new node's
+        `node.kubernetes.io/not-ready`), is not left out until the known nodes are done.
         """
         planner = self.state.planner
         if planner is not None and planner.current and not self.state.halted:
-            return False
+            if not (rolling.rolls_now(planner) and workflow.patched(ROLLING_RELIST_PATCH)):
+                return False
         return self.relist
 
     def windows_open(self) -> bool:
