@@ -53,7 +53,6 @@ from crd_bridge.protection import (
 )
 from crd_bridge.status_writer import StatusWrite, without_empty_strings, write_status
 from crd_bridge.validation import PackageCheck, check_package, parse_policy, references
-from crd_bridge.watcher import read_as_watched
 from metrics import forget_package
 from planning.fleet_rollback import rollback_event
 from planning.fleet_status import FleetProgress
@@ -88,10 +87,11 @@ def now_rfc3339() -> str:
 class Reconciler:
     """Reconciles Packages, fleets and DeploymentPolicies from the cache (see the module docstring)."""
 
-    def __init__(self, cache: ObjectCache, fleets: Fleets, live: LiveRead = read_as_watched) -> None:
+    def __init__(self, cache: ObjectCache, fleets: Fleets, live: LiveRead) -> None:
         self.cache = cache
         self.fleets = fleets
-        # Reads one object from the apiserver as the watch delivers it (`_cache_behind`).
+        # Reads one object from the apiserver as this bridge's watch delivers it, with its label
+        # selector (`crd_bridge.watcher.read_as_watched`; `_cache_behind`).
         self.live = live
         # Desired state last handed to each fleet, and its digest.
         self.sent: dict[str, FleetSpec] = {}
