@@ -38,6 +38,15 @@ def wait_slice(preferred: float) -> float:
     return max(0.2, min(preferred, timeout / 3))
 
 
+def watch_slice(preferred: float, kept_alive: float) -> float:
+    """A wait's slice: `kept_alive` seconds inside `keep_alive` (its thread heartbeats meanwhile, so a
+    watch may run longer than the heartbeat timeout: one watch request instead of several), else
+    `wait_slice(preferred)`."""
+    if _current.get() is not None:
+        return kept_alive
+    return wait_slice(preferred)
+
+
 def _heartbeat_seconds() -> float:
     try:
         timeout = activity.info().heartbeat_timeout

@@ -2,14 +2,17 @@
 
 Services (and noop) are confirmed by the interrupt Job succeeding. A reboot is confirmed by the
 node itself: a new `bootID` and `Ready=True` again within `reboot_timeout_seconds`, seen through a
-watch of that one node (a few events per reboot, not a read every 2 s). The pod of a
-reboot may be killed by the very reboot it triggers, so its exit code only matters when the node
-never rebooted.
+watch of that one node that ends only when the node is back (inside `keep_alive`, slices of up to
+`REBOOT_WATCH_SECONDS`: usually one watch request per reboot, not one per node event or a read every
+few seconds). The pod of a reboot may be killed by the very reboot it triggers, so its exit code only
+matters when the node never rebooted: it is looked at between the node's watch slices, and a
+failed pod is believed only after a fresh read of the node shows no new boot id.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
@@ -18,7 +21,7 @@ from temporalio.exceptions import ApplicationError
 
 import kube
 import metrics
-from activities.heartbeats import beat, keep_alive, wait_slice
+from activities.heartbeats import beat, keep_alive, watch_slice
 from activities.jobs import ensure_job, job_name
 from activities.nodes import snapshot
 from activities.stage_wait import wait_job
@@ -31,6 +34,10 @@ from protocol.node_activities import RunInterruptInput, RunInterruptResult
 
 # How a node that is gone during its reboot is reported (NodeNotFound).
 REBOOT_GONE = "disappeared during its reboot"
+# Seconds of one watch of the rebooting node inside `keep_alive` (the interrupt pod is looked at between slices).
+REBOOT_WATCH_SECONDS = 30
+# Seconds of the look at the interrupt pod between the node's watch slices (a watch from the last version).
+POD_LOOK_SECONDS = 1
 
 
 def _read_node(name: str) -> client.V1Node:
@@ -42,38 +49,49 @@ def _node_view(name: str) -> tuple[str, bool]:
     return view.boot_id, view.ready
 
 
-def _next_node(current: client.V1Node, seconds: int) -> client.V1Node:
-    """The node after its next change, or as it was after `seconds` (a watch of this one node from
-    its resourceVersion: a reboot costs a few watch events instead of a read every 2 s)."""
+def _rebooted_since(input: RunInterruptInput, node: client.V1Node) -> bool:
+    boot_id = snapshot(node).boot_id
+    return bool(boot_id) and bool(input.boot_id_before) and boot_id != input.boot_id_before
+
+
+def back_after_reboot(node: client.V1Node, boot_id_before: str) -> bool:
+    """The node runs a boot other than `boot_id_before` and is Ready. Pure."""
+    view = snapshot(node)
+    return bool(view.boot_id) and view.boot_id != boot_id_before and view.ready
+
+
+def _next_node(current: client.V1Node, seconds: int, back: Callable[[client.V1Node], bool]) -> client.V1Node:
+    """The node once `back(node)`, or as last seen after `seconds` (a watch of this one node from its
+    resourceVersion: one request while the node goes down and comes back, not one per event)."""
     name = current.metadata.name
+    latest = [current]
 
     def changed(event: dict[str, Any]) -> client.V1Node | None:
         if event["type"] == BOOKMARK:
             return None
         if event["type"] == "DELETED":
             raise node_not_found(name, REBOOT_GONE)
-        return event["object"]
+        latest[0] = event["object"]
+        return latest[0] if back(latest[0]) else None
 
     watched = Watched(kube.core().list_node, f"node {name}", {"field_selector": f"metadata.name={name}"})
     version, node = watch_from(watched, current.metadata.resource_version, seconds, changed)
     if not version:
         return _read_node(name)  # resourceVersion too old: read it again
-    return node or current
+    return node or latest[0]
 
 
-def _rebooted_since(input: RunInterruptInput) -> bool:
-    boot_id, _ = _node_view(input.job.node)
-    return bool(boot_id) and bool(input.boot_id_before) and boot_id != input.boot_id_before
-
-
-def confirm_reboot(input: RunInterruptInput, name: str) -> RunInterruptResult:
-    """Wait for the node's reboot (new boot id, Ready) while the interrupt Job `name` has not failed."""
+def confirm_reboot(input: RunInterruptInput, name: str, current: client.V1Node | None = None,
+                   created: str = "") -> RunInterruptResult:
+    """Wait for the node's reboot (new boot id, Ready) while the interrupt Job `name` has not failed.
+    `current`: the node as read just before (saves a read); `created`: the resourceVersion of the Job
+    just created (its pod is watched from there, no list)."""
     node = input.job.node
     deadline = time.monotonic() + input.reboot_timeout_seconds
-    current = _read_node(node)
+    current = current or _read_node(node)
     # The interrupt pod, waited for as a stage pod is (kube.pod_wait): a pod deleted or replaced
     # before it finished fails the interrupt and ends its Job.
-    wait = JobWait(name, node)
+    wait = JobWait(name, node, created)
     outcome: PodOutcome | None = None
     while True:
         view = snapshot(current)
@@ -82,12 +100,19 @@ def confirm_reboot(input: RunInterruptInput, name: str) -> RunInterruptResult:
         if rebooted and ready:
             return RunInterruptResult(name, 0, boot_id_after=boot_id, log_tail=outcome.log_tail if outcome else "")
         # Until the interrupt pod finished (once rebooted the Job no longer matters, and may not exist:
-        # see run_interrupt); its pods are listed once (again only after 410), then watched.
-        if outcome is None and not rebooted and not wait.resource_version:
-            outcome = wait.look()
-        if outcome is not None and outcome.exit_code != 0 and not rebooted:
-            # The interrupt pod failed before the node went down: nothing rebooted.
-            return RunInterruptResult(name, outcome.exit_code, boot_id_after=boot_id, log_tail=outcome.log_tail)
+        # see run_interrupt): its pods listed once (again only after 410), then a short watch from the
+        # last version between the node's slices.
+        if outcome is None and not rebooted:
+            outcome = wait.step(POD_LOOK_SECONDS) if wait.resource_version else wait.look()
+            if outcome is not None and outcome.exit_code != 0:
+                # Killed by its own reboot, or failed with the node never going down: a fresh read says which.
+                current = _read_node(node)
+                boot_id = snapshot(current).boot_id
+                if not boot_id or boot_id == input.boot_id_before:
+                    # The interrupt pod failed before the node went down: nothing rebooted.
+                    return RunInterruptResult(name, outcome.exit_code, boot_id_after=boot_id,
+                                              log_tail=outcome.log_tail)
+                continue
         if time.monotonic() > deadline:
             state = "rebooted but not Ready" if rebooted else f"boot id still {boot_id or 'unknown'}"
             raise errors.fatal(
@@ -95,12 +120,9 @@ def confirm_reboot(input: RunInterruptInput, name: str) -> RunInterruptResult:
                 errors.INTERRUPT_TIMEOUT,
             )
         beat({"job": name, "boot_id": boot_id, "ready": ready})
-        seconds = max(1, int(wait_slice(WATCH_SECONDS)))
-        if outcome is None and not rebooted:
-            outcome = wait.step(seconds)
-            current = _read_node(node)
-        else:
-            current = _next_node(current, seconds)
+        left = deadline - time.monotonic() + 1
+        seconds = max(1, int(min(watch_slice(WATCH_SECONDS, REBOOT_WATCH_SECONDS), left)))
+        current = _next_node(current, seconds, lambda n: back_after_reboot(n, input.boot_id_before))
 
 
 @activity.defn(name="run_interrupt")
@@ -110,15 +132,16 @@ def run_interrupt(input: RunInterruptInput) -> RunInterruptResult:
     kind = (input.job.interrupt or {}).get("type", "")
     if kind not in set(InterruptType):
         raise errors.fatal(f"unknown interrupt type {kind!r}", errors.INVALID_SPEC)
-    if kind == InterruptType.REBOOT and _rebooted_since(input):
+    before = _read_node(input.job.node) if kind == InterruptType.REBOOT else None
+    if before is not None and _rebooted_since(input, before):
         # A later attempt after the node already rebooted (e.g. it came back too slowly): only wait
         # for Ready; creating another interrupt Job would reboot the node a second time.
-        name = job_name(input.job)
+        name, created = job_name(input.job), ""
     else:
-        name, _, _ = ensure_job(input.job)
+        name, _, created = ensure_job(input.job)
     try:
         if kind == InterruptType.REBOOT:
-            result = confirm_reboot(input, name)
+            result = confirm_reboot(input, name, before, created)
         else:
             outcome = wait_job(name, time.monotonic() + input.job.timeout_seconds + 30, input.job.node)
             boot_id, _ = _node_view(input.job.node)

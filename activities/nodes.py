@@ -44,6 +44,7 @@ from protocol.node_activities import (
     ReadNodeResult,
     UncordonNodeResult,
     WriteNodeStateInput,
+    cordon_view,
 )
 
 CONFLICT_RETRIES = 8
@@ -54,13 +55,16 @@ def get_node(name: str) -> client.V1Node:
     return read_node_or_fail(name)
 
 
-def patch_node_with_retry(name: str, build: Callable[[client.V1Node], dict[str, Any] | None]) -> client.V1Node:
+def patch_node_with_retry(name: str, build: Callable[[client.V1Node], dict[str, Any] | None],
+                          seen: client.V1Node | None = None) -> client.V1Node:
     """Read the node, build a merge patch from it (None: nothing to do), apply it with its resourceVersion.
 
-    A 409 (someone else wrote the node in between) re-reads and rebuilds, up to CONFLICT_RETRIES.
+    `seen`: the node as the caller read it (its resourceVersion set): the first try builds from it
+    instead of reading. A 409 (someone else wrote the node in between) re-reads and rebuilds, up to
+    CONFLICT_RETRIES.
     """
-    for _ in range(CONFLICT_RETRIES):
-        node = get_node(name)
+    for attempt in range(CONFLICT_RETRIES):
+        node = seen if attempt == 0 and seen is not None else get_node(name)
         patch = build(node)
         if patch is None:
             return node
@@ -81,7 +85,22 @@ def snapshot(node: client.V1Node) -> ReadNodeResult:
     facts = node_facts(node)
     return ReadNodeResult(name=facts.name, unschedulable=facts.unschedulable, cordoned_by=facts.cordoned_by,
                           boot_id=facts.boot_id, ready=facts.ready, labels=facts.labels, taints=facts.taints,
-                          state_annotation=facts.state_annotation)
+                          state_annotation=facts.state_annotation,
+                          resource_version=node.metadata.resource_version or "")
+
+
+def seen_node(seen: ReadNodeResult | None) -> client.V1Node | None:
+    """The Node as a window's read saw it, in the fields `snapshot` reads back (None without a
+    resourceVersion: a result recorded before it was carried). Pure."""
+    if seen is None or not seen.resource_version:
+        return None
+    annotations = {k: v for k, v in ((CORDONED_BY_ANNOTATION, seen.cordoned_by),
+                                     (NODE_STATE_ANNOTATION, seen.state_annotation)) if v}
+    return client.V1Node(
+        metadata=client.V1ObjectMeta(name=seen.name, labels=dict(seen.labels), annotations=annotations,
+                                     resource_version=seen.resource_version),
+        spec=client.V1NodeSpec(unschedulable=seen.unschedulable or None,
+                               taints=[client.V1Taint(**t) for t in seen.taints] or None))
 
 
 @activity.defn(name="read_node")
@@ -108,7 +127,7 @@ def cordon_node(input: NodeInput) -> CordonNodeResult:
             "spec": {"unschedulable": True},
         }
 
-    node = patch_node_with_retry(input.node, build)
+    node = patch_node_with_retry(input.node, build, seen_node(input.seen))
     if outcome.cordoned_by_noderoll and not outcome.was_unschedulable:
         # Keyed by the activity's identity: stable across retries of this activity, new per window.
         info = activity.info()
@@ -151,12 +170,13 @@ def node_condition(kind: str, on: bool, reason: str, message: str) -> dict[str, 
 
 
 @activity.defn(name="write_node_state")
-def write_node_state(input: WriteNodeStateInput) -> None:
-    """Write one state transition (`write_state`)."""
-    write_state(input)
+def write_node_state(input: WriteNodeStateInput) -> ReadNodeResult:
+    """Write one state transition (`write_state`); the node as written, in what `cordon_node` reads
+    (`cordon_view`: its cordon and resourceVersion), so the cordon after it needs no read."""
+    return cordon_view(snapshot(write_state(input)))
 
 
-def write_state(input: WriteNodeStateInput, uncordon: bool = False) -> None:
+def write_state(input: WriteNodeStateInput, uncordon: bool = False) -> client.V1Node:
     """Write one state transition: the conditions, then annotation + status label (one patch), Events;
     with `uncordon`, the same patch lifts noderoll's own cordon (`close_window`).
 
@@ -205,6 +225,7 @@ def write_state(input: WriteNodeStateInput, uncordon: bool = False) -> None:
     # One Event per (node, reason), updated in place (activities.node_events): a node's Events do
     # not grow with the windows run on it.
     emit_events(input.node, list(input.events), written.metadata.uid or "")
+    return written
 
 
 def set_draining(node: str, draining: bool, reason: str, message: str, transition: bool) -> str:

@@ -2,9 +2,12 @@
 
 The wait itself is `kube.pod_wait.JobWait` (one pod watch resumed from the last resourceVersion, a
 list only for an adopted Job or after 410; a pod deleted or replaced before it finished fails the
-attempt and ends its Job; a deleted node is `NodeNotFound`). Here it is wrapped for activities: a
-heartbeat between watch slices carries the pod's uid and the resourceVersion it was seen at, so a
-retried attempt recognises the pod its predecessor waited for (`_previous_pod`).
+attempt and ends its Job; a deleted node is `NodeNotFound`). Here it is wrapped for activities: the
+heartbeat details carry the pod's uid and the resourceVersion it was seen at (sent as the watch
+sees them), so a retried attempt recognises the pod its predecessor waited for (`_previous_pod`).
+Inside `keep_alive` (the stage and interrupt activities) a watch slice lasts up to the node check's
+interval (`NODE_CHECK_SECONDS`), usually the whole pod: one watch request per pod instead of one per
+5 s (docs/benchmarks.md, issue #26's requests per window).
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.heartbeats import beat, wait_slice
-from kube.pod_wait import WATCH_SECONDS, JobWait, PodOutcome
+from activities.heartbeats import beat, watch_slice
+from kube.pod_wait import NODE_CHECK_SECONDS, WATCH_SECONDS, JobWait, PodOutcome
 
 
 def _previous_pod() -> tuple[str, str]:
@@ -34,12 +37,12 @@ def _previous_pod() -> tuple[str, str]:
 def wait_job(name: str, deadline: float, node: str = "", created: str = "") -> PodOutcome:
     """Wait for the Job's pod to finish, heartbeating; past `deadline` the stage counts as failed.
     `created`: the resourceVersion of the Job the caller has just created ("": adopted)."""
-    wait = JobWait(name, node, created, previous=_previous_pod())
+    wait = JobWait(name, node, created, previous=_previous_pod(), on_seen=beat)
     outcome = None if wait.resource_version else wait.look()
     while outcome is None:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return PodOutcome(-1, f"Job {name} did not finish in time")
         beat(wait.details())
-        outcome = wait.step(max(1, int(min(wait_slice(WATCH_SECONDS), remaining))))
+        outcome = wait.step(max(1, int(min(watch_slice(WATCH_SECONDS, NODE_CHECK_SECONDS), remaining))))
     return outcome

@@ -4,6 +4,9 @@ The protocol of client-go's leaderelection, reduced to what one process needs: e
 `retry_seconds` the candidate reads the Lease; it takes it when the Lease is absent, free, or not
 renewed for `lease_seconds` (expired), and renews it while it holds it. Writes are `replace` with the
 read resourceVersion, so two candidates racing for an expired Lease cannot both win (one gets 409).
+A leader renews from the Lease its last write returned, without reading it first (one request a
+round instead of two, as client-go does since 1.26); a 409 means someone else wrote it, and the
+same round reads it and decides as a candidate.
 A leader that could not renew for `lease_seconds` stops acting before anyone else may take over
 (`is_leader()` checks the time of the last successful renew). On shutdown the leader releases the
 Lease (empty holder) so a standby takes over at its next try instead of after the expiry.
@@ -49,6 +52,8 @@ class LeaderElector:
     def __init__(self, settings: LeaseSettings) -> None:
         self.settings = settings
         self._renewed_at: float | None = None
+        # The Lease as our last successful write returned it (its resourceVersion): what a leader renews.
+        self._written: client.V1Lease | None = None
 
     def is_leader(self) -> bool:
         """True while the last successful renew is younger than the lease duration."""
@@ -74,6 +79,8 @@ class LeaderElector:
     def _round(self) -> bool:
         s, now = self.settings, datetime.now(UTC)
         api = self._api()
+        if self._written is not None and self.is_leader() and self._write(api, self._written, now, taking=False):
+            return True
         try:
             lease = api.read_namespaced_lease(s.name, s.namespace or PACKAGE_POD_NAMESPACE)
         except ApiException as err:
@@ -87,11 +94,22 @@ class LeaderElector:
             if self._renewed_at is not None:
                 log.info("Lease %s/%s is held by %s; standing by", s.namespace, s.name, holder)
             self._renewed_at = None
+            self._written = None
             return False
         if holder != s.identity:
+            log.info("taking Lease %s/%s (was %s)", s.namespace, s.name, holder or "free")
+        if self._write(api, lease, now, taking=holder != s.identity):
+            return True
+        return self.is_leader()
+
+    def _write(self, api: client.CoordinationV1Api, lease: client.V1Lease, now: datetime, *, taking: bool) -> bool:
+        """Replace the Lease with us as holder, renewed `now`, at `lease`'s resourceVersion; False on
+        an API error (409: someone else wrote it since)."""
+        s = self.settings
+        spec = lease.spec or client.V1LeaseSpec()
+        if taking:
             spec.acquire_time = now
             spec.lease_transitions = (spec.lease_transitions or 0) + 1
-            log.info("taking Lease %s/%s (was %s)", s.namespace, s.name, holder or "free")
         spec.holder_identity = s.identity
         spec.lease_duration_seconds = s.lease_seconds
         spec.renew_time = now
@@ -99,11 +117,13 @@ class LeaderElector:
         # `noderoll version`: the holder's version, on the Lease it renews.
         lease.metadata.annotations = {**(lease.metadata.annotations or {}), VERSION_ANNOTATION: noderoll_version()}
         try:
-            api.replace_namespaced_lease(s.name, s.namespace or PACKAGE_POD_NAMESPACE, lease)
+            written = api.replace_namespaced_lease(s.name, s.namespace or PACKAGE_POD_NAMESPACE, lease)
         except ApiException as err:
             # 409: someone else wrote it in between (renewed or took it): not ours this round.
             log.info("Lease %s/%s not renewed: HTTP %s", s.namespace, s.name, err.status)
-            return self.is_leader()
+            self._written = None
+            return False
+        self._written = written
         self._renewed_at = time.monotonic()
         return True
 
@@ -121,7 +141,7 @@ class LeaderElector:
             ),
         )
         try:
-            api.create_namespaced_lease(s.namespace or PACKAGE_POD_NAMESPACE, lease)
+            created = api.create_namespaced_lease(s.namespace or PACKAGE_POD_NAMESPACE, lease)
         except ApiException as err:
             if kube.is_not_found(err):
                 log.warning("cannot create Lease %s/%s: namespace %s does not exist (create it, or use "
@@ -130,6 +150,7 @@ class LeaderElector:
                 log.info("create Lease %s/%s: HTTP %s", s.namespace, s.name, err.status)
             return False
         log.info("created Lease %s/%s; leading", s.namespace, s.name)
+        self._written = created
         self._renewed_at = time.monotonic()
         return True
 
@@ -139,6 +160,7 @@ class LeaderElector:
             return
         s = self.settings
         self._renewed_at = None
+        self._written = None
         api = self._api()
         try:
             lease = api.read_namespaced_lease(s.name, s.namespace or PACKAGE_POD_NAMESPACE)

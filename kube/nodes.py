@@ -45,15 +45,19 @@ def read_node(name: str, missing: str = "does not exist") -> client.V1Node:
 
 def list_node_facts(label_selector: str = "", on_page: Callable[[int], None] | None = None) -> list[NodeFacts]:
     """Every Node (narrowed by `label_selector` when given) as `NodeFacts`, sorted by name, listed in
-    pages; `on_page(count so far)` after each page (the activities heartbeat there)."""
+    pages from etcd, so every write completed before the call shows; `on_page(count so far)` after
+    each page (the activities heartbeat there)."""
     nodes: list[NodeFacts] = []
     token: str | None = None
     while True:
-        # From the apiserver's watch cache (one answer, `limit` ignored there): fresh enough, since
-        # every window reads its node again before it plans (docs/architecture.md, "Reads").
-        version = {"_continue": token} if token else {"resource_version": "0"}
+        # A quorum read (etcd; the continue token keeps every page at the first page's revision), not
+        # the watch cache: the listing must show every node state the fleet's windows have written
+        # before it (an uninstall wave listed from a lagging cache once took a node whose install it
+        # did not see yet for uninstalled). One listing per batch, not per window
+        # (docs/architecture.md, "Reads").
         try:
-            page = kube.core().list_node(label_selector=label_selector or None, limit=PAGE_SIZE, **version)
+            page = kube.core().list_node(label_selector=label_selector or None, limit=PAGE_SIZE,
+                                         _continue=token)
         except ApiException as err:
             kube.raise_for(err, "list nodes")
         nodes.extend(node_facts(n) for n in page.items)

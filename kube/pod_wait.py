@@ -35,6 +35,7 @@ import functools
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -242,9 +243,13 @@ NOT_OLDER_THAN = "NotOlderThan"
 class JobWait:
     """The wait for one Job's pod: the pod's uid once seen, and the resourceVersion to watch from."""
 
-    def __init__(self, name: str, node: str, created: str = "", previous: tuple[str, str] = ("", "")) -> None:
+    def __init__(self, name: str, node: str, created: str = "", previous: tuple[str, str] = ("", ""),
+                 on_seen: Callable[[dict[str, str]], None] | None = None) -> None:
         self.name = name
         self.node = node
+        # Called with `details()` whenever our pod is seen at a newer resourceVersion (the activity
+        # heartbeats them at once, not only between watch slices).
+        self.on_seen = on_seen
         # Created by this attempt (its resourceVersion): the pod comes later, so the wait starts with
         # a watch from the Job's resourceVersion; and a later look without pods is the Job
         # controller not having created the pod yet, not a Job that failed without one.
@@ -287,7 +292,10 @@ class JobWait:
         if uid != self.pod_uid:
             return False
         self.pod_name = name
-        self.seen = version or self.seen
+        if version and version != self.seen:
+            self.seen = version
+            if self.on_seen is not None:
+                self.on_seen(self.details())
         return True
 
     def _see(self, pod: client.V1Pod, version: str, deleted: bool = False) -> PodOutcome | None:

@@ -11,7 +11,9 @@
   status): counts over the nodes it targets, its blocked and erroring nodes, and its own phase:
   `Pending` until a wave rolls out its current spec, `Paused` while it is paused (spec, annotation
   or signal) with work left, `Halted` while the fleet is, `Canary` while the fleet's canary runs,
-  `Waiting` while the fleet waits for a maintenance window, `Progressing`, `Uninstalling`, then
+  `Waiting` while the fleet waits for a maintenance window, `Progressing`, `Uninstalling` (an
+  uninstall while any node it targets is waiting, in progress, erroring or blocked: `uninstalled`,
+  which lets the bridge drop the Package's finalizer, only when none is), then
   `Failed` (erroring nodes) or `Complete`; with the fleet's next window opening and its failed
   analysis gate, if any; a Package the rollback of a failed canary carries shows `RollingBack`, then
   `RolledBack` (or `Halted` when the rollback failed) with the rollback (restricted to it), and other
@@ -193,7 +195,11 @@ def _package_phase(
         return RolloutPhase.PENDING
     left = counts.get(State.WAITING.value, 0) + counts.get(State.IN_PROGRESS.value, 0)
     if entry.uninstall:
-        return RolloutPhase.UNINSTALLING if left or counts.get(State.ERRORING.value) else RolloutPhase.COMPLETE
+        # Uninstalled only when no targeted node still has it: a node the uninstall cannot reach yet
+        # (blocked: a taint, such as the not-ready one a node keeps for seconds after its own reboot;
+        # unreadable state) would otherwise lose its uninstall with the Package's finalizer.
+        unfinished = left or counts.get(State.ERRORING.value) or counts.get(State.BLOCKED.value)
+        return RolloutPhase.UNINSTALLING if unfinished else RolloutPhase.COMPLETE
     if state.rollback is not None and name in state.rollback.orders:
         return rollbacks.phase(state.rollback) if fleet_phase is not RolloutPhase.HALTED else fleet_phase
     if left:

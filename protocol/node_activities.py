@@ -13,13 +13,6 @@ from typing import Any
 
 
 @dataclass
-class NodeInput:
-    """Names one Node (read_node, cordon_node, uncordon_node)."""
-
-    node: str
-
-
-@dataclass
 class ReadNodeResult:
     """A Node as the node window sees it, observed once per window."""
 
@@ -34,6 +27,25 @@ class ReadNodeResult:
     taints: list[dict[str, str]] = field(default_factory=list)
     # The raw `noderoll.io/state` annotation ("" when absent); parsed by api.node_state.
     state_annotation: str = ""
+    # The Node's resourceVersion when read ("" in histories recorded before it was carried).
+    resource_version: str = ""
+
+
+def cordon_view(snapshot: ReadNodeResult) -> ReadNodeResult:
+    """What `cordon_node` reads of the window's read (the cordon and its resourceVersion; not the
+    labels, taints and state, which would only lengthen the history). Pure."""
+    return ReadNodeResult(snapshot.name, unschedulable=snapshot.unschedulable, cordoned_by=snapshot.cordoned_by,
+                          resource_version=snapshot.resource_version)
+
+
+@dataclass
+class NodeInput:
+    """Names one Node (read_node, cordon_node, uncordon_node)."""
+
+    node: str
+    # cordon_node: the window's read of the node (its resourceVersion set), to patch from without
+    # reading it again; a node changed since answers 409 and is read as usual.
+    seen: ReadNodeResult | None = None
 
 
 @dataclass

@@ -56,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
         WaitProtectedPodsInput,
         WaitProtectedPodsResult,
         WriteNodeStateInput,
+        cordon_view,
     )
     from workflows.api_retries import API_RETRY, CLOSE_RETRY, WAIT_RETRY
     from workflows.node_marks import mark_nodes
@@ -136,18 +137,23 @@ class WindowRun:
         self.ctx = ctx
         self.node = ctx.node
         self.ledger = WindowLedger(state=ctx.recorded.model_copy(deep=True))
+        # The node as the window's first state write left it (`cordon_node` patches from it).
+        self.written: ReadNodeResult | None = None
 
     # --- activities -------------------------------------------------------------------------
 
     def _heartbeat(self) -> timedelta:
         return timedelta(seconds=self.ctx.settings.heartbeat_seconds)
 
-    async def _write(self, in_window: bool, events: list[NodeEvent], retry: RetryPolicy = API_RETRY) -> None:
+    async def _write(self, in_window: bool, events: list[NodeEvent],
+                     retry: RetryPolicy = API_RETRY) -> ReadNodeResult | None:
+        """Write the state; the node as written (None in histories recorded before it was returned)."""
         state = self._state_input(in_window, events)
-        await workflow.execute_activity(
-            "write_node_state", state,
+        written: ReadNodeResult | None = await workflow.execute_activity(
+            "write_node_state", state, result_type=ReadNodeResult | None,  # type: ignore[arg-type]
             start_to_close_timeout=API_TIMEOUT, retry_policy=retry, summary=f"state {state.status}",
         )
+        return written
 
     def _state_input(self, in_window: bool, events: list[NodeEvent]) -> WriteNodeStateInput:
         ledger = self.ledger
@@ -186,7 +192,8 @@ class WindowRun:
         specs = [self.ctx.specs[n] for n in self.ctx.window.packages]
         self.ctx.set_phase("Draining")
         cordon = await workflow.execute_activity(
-            "cordon_node", NodeInput(self.node), result_type=CordonNodeResult,
+            "cordon_node", NodeInput(self.node, seen=self.written or cordon_view(self.ctx.snapshot)),
+            result_type=CordonNodeResult,
             start_to_close_timeout=API_TIMEOUT, retry_policy=API_RETRY, summary="cordon")
         self.ledger.cordoned = cordon.cordoned_by_noderoll
         selectors = protected_selectors(specs)
@@ -239,8 +246,9 @@ class WindowRun:
         self._start_entries()
         gone = False
         try:
-            await self._write(True, [ctx.event("WindowStarted", f"node window for {names}"
-                                               + (" (drain)" if window.needs_drain else ""))])
+            # The node as this write left it: the cordon patches from it (no read; a 409 if it changed since).
+            self.written = await self._write(True, [ctx.event("WindowStarted", f"node window for {names}"
+                                                              + (" (drain)" if window.needs_drain else ""))])
             await self._stages()
         except ActivityError as err:
             # A Kubernetes call failed beyond its retries (API down, node deleted): the window

@@ -107,6 +107,13 @@ def unique_name(prefix: str = "t") -> str:
     return f"{clean}-{uuid.uuid4().hex[:8]}"
 
 
+# Every task queue this test process made: the workflows on them are its own to end
+# (tests/helpers/workflows_cleanup.py), never those of another run sharing the stack.
+ISSUED_TASK_QUEUES: list[str] = []
+
+
 def new_task_queue() -> str:
     """A task queue nobody else polls (tests never use literal task-queue names)."""
-    return f"tq-{uuid.uuid4()}"
+    queue = f"tq-{uuid.uuid4()}"
+    ISSUED_TASK_QUEUES.append(queue)
+    return queue

@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from kubernetes import client
@@ -230,7 +232,9 @@ def test_drain_skips_daemonset_pods_and_respects_empty_dir_setting(
     result = ActivityEnvironment().run(drain_node, DrainNodeInput(node, timeout_seconds=20, delete_empty_dir_data=True))
     assert f"{k8s_namespace}/scratch" in result.evicted
     assert not any("agent" in name for name in result.evicted)
-    agent_pods = core.list_namespaced_pod(k8s_namespace, label_selector="app=agent").items
+    # The DaemonSet's pod on this node (on a stack shared with other tests it also runs on their nodes).
+    agent_pods = core.list_namespaced_pod(k8s_namespace, label_selector="app=agent",
+                                          field_selector=f"spec.nodeName={node}").items
     assert len(agent_pods) == 1 and agent_pods[0].metadata.deletion_timestamp is None
 
 
@@ -337,6 +341,55 @@ def test_reboot_is_confirmed_by_a_new_boot_id_and_never_repeated(node: str, kube
     with pytest.raises(ApiException) as missing:
         client.BatchV1Api(kube_api_client).read_namespaced_job(job_name(again), PACKAGE_POD_NAMESPACE)
     assert missing.value.status == 404
+
+
+def _reboot_job(node: str) -> StageJob:
+    return StageJob(package="script-config", version="1.0.0", node=node, mode="interrupt", image=SCRIPT_IMAGE,
+                    window=unique_name("w"), tolerations=[{"operator": "Exists"}],
+                    interrupt={"type": "reboot", "services": []}, timeout_seconds=60)
+
+
+def kept_alive_env() -> ActivityEnvironment:
+    """An ActivityEnvironment with the window's 15 s heartbeat timeout: `keep_alive` runs, as in the worker."""
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(env.info, heartbeat_timeout=timedelta(seconds=15))
+    return env
+
+
+def test_a_reboot_is_confirmed_with_one_watch_of_its_node(node: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inside `keep_alive` the node is watched until it is back (new boot id, Ready): the whole reboot,
+    NotReady and Ready again, costs one watch of the node and no reads of it every few seconds."""
+    boot_before = ActivityEnvironment().run(read_node, NodeInput(node)).boot_id
+    api = kube.api_client()
+    requests: list[tuple[str, str]] = []
+    real = api.call_api
+
+    def counted(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        # (verb, resource): the watch flag from the query, the resource from the path (`.../nodes/<name>`).
+        parsed = urlsplit(url)
+        parts = parsed.path.strip("/").split("/")
+        resource = next((p for p in reversed(parts) if p in ("nodes", "pods", "jobs", "events", "configmaps")), "")
+        requests.append(("WATCH" if "watch=true" in parsed.query else method, resource))
+        return real(method, url, *args, **kwargs)
+
+    monkeypatch.setattr(api, "call_api", counted)
+    result = kept_alive_env().run(run_interrupt, RunInterruptInput(_reboot_job(node), boot_before, 30))
+    assert result.exit_code == 0 and result.boot_id_after not in ("", boot_before)
+    assert requests.count(("WATCH", "nodes")) == 1, requests
+    assert requests.count(("GET", "nodes")) == 1, requests  # before the Job: has the node rebooted already?
+    # The interrupt pod: one short watch from the new Job's resourceVersion (no list, no read of the Job).
+    assert [r for r in requests if r[1] in ("pods", "jobs") and r[0] != "POST"] == [("WATCH", "pods")], requests
+
+
+def test_an_interrupt_pod_that_fails_without_rebooting_fails_the_interrupt(local_stack: StackInfo) -> None:
+    kube.configure(local_stack.kubeconfig)
+    with running_fleet(local_stack, nodes=1) as fleet:
+        node = fleet.node_names[0]
+        fleet.options.faults.add(Fault("fail-stage", nodes=node, mode="interrupt", exit_code=3))
+        boot_before = ActivityEnvironment().run(read_node, NodeInput(node)).boot_id
+        result = kept_alive_env().run(run_interrupt, RunInterruptInput(_reboot_job(node), boot_before, 60))
+    assert result.exit_code == 3 and result.boot_id_after == boot_before, result
+    assert "injected fault" in result.log_tail
 
 
 def _stage_and_check(node: str) -> StageJob:

@@ -166,6 +166,13 @@ UNINSTALLS = [
     pytest.param({"records": {"n1": NodeRecord({"a": "complete"})}}, targets(["a"]), RolloutPhase.COMPLETE, True,
                  id="complete"),
     pytest.param({}, targets(done=["a"]), RolloutPhase.COMPLETE, True, id="nothing-recorded-anywhere"),
+    # A node the uninstall cannot reach yet still has the Package: not uninstalled (the finalizer stays).
+    # Seen: a node listed right after its own reboot still carries `node.kubernetes.io/not-ready`.
+    pytest.param({}, targets(blocked={"a": "taints not tolerated: node.kubernetes.io/not-ready:NoSchedule"}),
+                 RolloutPhase.UNINSTALLING, False, id="blocked-by-a-taint"),
+    pytest.param({"records": {"n1": NodeRecord({"a": "blocked"}, {"a": "held"})}}, targets(["a"]),
+                 RolloutPhase.UNINSTALLING, False, id="answered-blocked"),
+    pytest.param({}, targets(waiting={"a": "waits"}), RolloutPhase.UNINSTALLING, False, id="waiting"),
 ]
 
 

@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 from temporalio.testing import ActivityEnvironment
 
-from activities.heartbeats import wait_slice
+from activities.heartbeats import keep_alive, wait_slice, watch_slice
 from activities.jobs import job_manifest, job_name
 from api.enums import NodeStatus, Stage, State
 from api.node_state import NodeState, PackageNodeState
@@ -184,6 +184,20 @@ def test_waits_are_sliced_below_the_heartbeat_timeout() -> None:
     none.info = dataclasses.replace(info, heartbeat_timeout=None)
     assert none.run(lambda: wait_slice(5)) == 5
     assert wait_slice(5) == 5  # outside an activity
+
+
+def test_a_watch_slice_is_long_only_while_a_keep_alive_heartbeats() -> None:
+    """Inside `keep_alive` (its thread heartbeats) a watch may outlast the heartbeat timeout: one
+    request per pod or reboot; without it the slice stays a third of the timeout."""
+    info = ActivityEnvironment().info
+    env = ActivityEnvironment()
+    env.info = dataclasses.replace(info, heartbeat_timeout=timedelta(seconds=15))
+    assert env.run(lambda: watch_slice(5, 30)) == 5
+    assert env.run(keep_alive(lambda: watch_slice(5, 30))) == 30
+    short = ActivityEnvironment()
+    short.info = dataclasses.replace(info, heartbeat_timeout=timedelta(seconds=6))
+    assert short.run(lambda: watch_slice(5, 30)) == 2.0
+    assert watch_slice(5, 30) == 5  # outside an activity
 
 
 def test_completed_modes_are_the_agent_containers_that_exited_zero_in_order() -> None:
