@@ -3,7 +3,8 @@
 Covers: one window per node for every pending Package (dependency pairs and service + reboot
 together), the budget never exceeded, a Package added mid-wave, pausing one Package, halt and
 resume, retry of one node, the watchdog for node workflows that closed without answering, waves
-on spec changes, continue-as-new, and the fleet's end when its last Package goes.
+on spec changes, an uninstall that waits for a node its listing found blocked, continue-as-new, and
+the fleet's end when its last Package goes.
 """
 
 from __future__ import annotations
@@ -273,6 +274,36 @@ async def test_version_bump_starts_a_new_wave_and_the_fleet_ends_without_package
         assert all(n.recorded["a"][0] == "1.1.0" for n in nodes.nodes.values())
         await handle.signal(names.SIGNAL_FLEET_SPEC, FleetSpec(name, None, 0, []))
         await handle.result()
+
+
+async def test_an_uninstall_waits_for_a_node_its_listing_found_blocked(temporal_test_env: WorkflowEnvironment) -> None:
+    """The deletion test's flake (2026-12-04): a node listed right after its own reboot still carries
+    `node.kubernetes.io/not-ready`; the uninstall wave found it blocked, the Package was reported
+    uninstalled with the other nodes done, its finalizer went, and the node kept it. Now the Package
+    stays Uninstalling (not `uninstalled`) until that node's window has run."""
+    nodes = FakeNodes.of(3)
+    name = unique_name("uninst")
+    async with fleet(temporal_test_env, nodes, FleetSpec(name, None, 0, [package("a")])) as handle:
+        await settled(handle)
+        rebooted = nodes.nodes["n02"]
+        rebooted.taints = [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
+        await handle.signal(names.SIGNAL_FLEET_SPEC, FleetSpec(name, None, 0, [package("a", uninstall=True)]))
+        report = await settled(handle, wave=2)
+        a = report.packages["a"]
+        assert (a.phase, a.uninstalled) == (RolloutPhase.UNINSTALLING, False), (a.phase, a.counts)
+        assert "n02" in a.blocked and "not-ready" in a.blocked["n02"], a.blocked
+        assert "a" in rebooted.recorded and not any("a" in n.recorded for n in nodes.nodes.values() if n is not rebooted)
+        # The taint lifts (a node event: the bridge signals nodes_changed): the node gets its uninstall.
+        rebooted.taints = []
+        await handle.signal(names.SIGNAL_NODES_CHANGED)
+
+        async def uninstalled() -> bool:
+            a = (await progress(handle)).packages["a"]
+            assert (a.phase, a.uninstalled) == (RolloutPhase.COMPLETE, True), (a.phase, a.counts)
+            return True
+
+        await assert_eventually_async(uninstalled, timeout=60)
+        assert not any("a" in n.recorded for n in nodes.nodes.values())
 
 
 async def test_continue_as_new_keeps_the_work_done(temporal_test_env: WorkflowEnvironment) -> None:
