@@ -49,15 +49,19 @@ def _node_view(name: str) -> tuple[str, bool]:
     return view.boot_id, view.ready
 
 
+def new_boot(boot_id: str, boot_id_before: str) -> bool:
+    """The node reports a boot id, and not the one it had before the interrupt. Pure."""
+    return bool(boot_id) and boot_id != boot_id_before
+
+
 def _rebooted_since(input: RunInterruptInput, node: client.V1Node) -> bool:
-    boot_id = snapshot(node).boot_id
-    return bool(boot_id) and bool(input.boot_id_before) and boot_id != input.boot_id_before
+    return bool(input.boot_id_before) and new_boot(snapshot(node).boot_id, input.boot_id_before)
 
 
 def back_after_reboot(node: client.V1Node, boot_id_before: str) -> bool:
     """The node runs a boot other than `boot_id_before` and is Ready. Pure."""
     view = snapshot(node)
-    return bool(view.boot_id) and view.boot_id != boot_id_before and view.ready
+    return new_boot(view.boot_id, boot_id_before) and view.ready
 
 
 def _next_node(current: client.V1Node, seconds: int, back: Callable[[client.V1Node], bool]) -> client.V1Node:
@@ -96,7 +100,7 @@ def confirm_reboot(input: RunInterruptInput, name: str, current: client.V1Node |
     while True:
         view = snapshot(current)
         boot_id, ready = view.boot_id, view.ready
-        rebooted = bool(boot_id) and boot_id != input.boot_id_before
+        rebooted = new_boot(boot_id, input.boot_id_before)
         if rebooted and ready:
             return RunInterruptResult(name, 0, boot_id_after=boot_id, log_tail=outcome.log_tail if outcome else "")
         # Until the interrupt pod finished (once rebooted the Job no longer matters, and may not exist:
@@ -108,7 +112,7 @@ def confirm_reboot(input: RunInterruptInput, name: str, current: client.V1Node |
                 # Killed by its own reboot, or failed with the node never going down: a fresh read says which.
                 current = _read_node(node)
                 boot_id = snapshot(current).boot_id
-                if not boot_id or boot_id == input.boot_id_before:
+                if not new_boot(boot_id, input.boot_id_before):
                     # The interrupt pod failed before the node went down: nothing rebooted.
                     return RunInterruptResult(name, outcome.exit_code, boot_id_after=boot_id,
                                               log_tail=outcome.log_tail)

@@ -90,17 +90,14 @@ def snapshot(node: client.V1Node) -> ReadNodeResult:
 
 
 def seen_node(seen: ReadNodeResult | None) -> client.V1Node | None:
-    """The Node as a window's read saw it, in the fields `snapshot` reads back (None without a
-    resourceVersion: a result recorded before it was carried). Pure."""
+    """The Node in what `cordon_node`'s build reads (`cordon_view`: the cordon, its owner and the
+    resourceVersion); None without a resourceVersion (a result recorded before it was carried). Pure."""
     if seen is None or not seen.resource_version:
         return None
-    annotations = {k: v for k, v in ((CORDONED_BY_ANNOTATION, seen.cordoned_by),
-                                     (NODE_STATE_ANNOTATION, seen.state_annotation)) if v}
+    annotations = {CORDONED_BY_ANNOTATION: seen.cordoned_by} if seen.cordoned_by else None
     return client.V1Node(
-        metadata=client.V1ObjectMeta(name=seen.name, labels=dict(seen.labels), annotations=annotations,
-                                     resource_version=seen.resource_version),
-        spec=client.V1NodeSpec(unschedulable=seen.unschedulable or None,
-                               taints=[client.V1Taint(**t) for t in seen.taints] or None))
+        metadata=client.V1ObjectMeta(name=seen.name, annotations=annotations, resource_version=seen.resource_version),
+        spec=client.V1NodeSpec(unschedulable=seen.unschedulable or None))
 
 
 @activity.defn(name="read_node")
