@@ -1,6 +1,6 @@
 """The merged interrupt of a node window: run it and confirm it took effect. Does I/O.
 
-Services (and noop) are confirmed by the interrupt Job succeeding. A reboot is confirmed by the
+Services (and noop) are confirmed by the interrupt pod succeeding. A reboot is confirmed by the
 node itself: a new `bootID` and `Ready=True` again within `reboot_timeout_seconds`, seen through a
 watch of that one node that ends only when the node is back (inside `keep_alive`, slices of up to
 `REBOOT_WATCH_SECONDS`: usually one watch request per reboot, not one per node event or a read every
@@ -22,12 +22,12 @@ from temporalio.exceptions import ApplicationError
 import kube
 import metrics
 from activities.heartbeats import beat, keep_alive, watch_slice
-from activities.jobs import ensure_job, job_name
 from activities.nodes import snapshot
-from activities.stage_wait import wait_job
+from activities.pod_create import ensure_pod, pod_name
+from activities.stage_wait import previous_pod, wait_job
 from api.enums import InterruptType
 from kube.nodes import node_not_found, read_node
-from kube.pod_wait import WATCH_SECONDS, JobWait, PodOutcome
+from kube.pod_wait import WATCH_SECONDS, PodOutcome, PodWait
 from kube.watching import BOOKMARK, Watched, watch_from
 from protocol import errors
 from protocol.node_activities import RunInterruptInput, RunInterruptResult
@@ -87,15 +87,15 @@ def _next_node(current: client.V1Node, seconds: int, back: Callable[[client.V1No
 
 def confirm_reboot(input: RunInterruptInput, name: str, current: client.V1Node | None = None,
                    created: str = "") -> RunInterruptResult:
-    """Wait for the node's reboot (new boot id, Ready) while the interrupt Job `name` has not failed.
-    `current`: the node as read just before (saves a read); `created`: the resourceVersion of the Job
-    just created (its pod is watched from there, no list)."""
+    """Wait for the node's reboot (new boot id, Ready) while the interrupt pod `name` has not failed.
+    `current`: the node as read just before (saves a read); `created`: the resourceVersion of the pod
+    just created (watched from there, no read)."""
     node = input.job.node
     deadline = time.monotonic() + input.reboot_timeout_seconds
     current = current or _read_node(node)
     # The interrupt pod, waited for as a stage pod is (kube.pod_wait): a pod deleted or replaced
-    # before it finished fails the interrupt and ends its Job.
-    wait = JobWait(name, node, created)
+    # before it finished fails the interrupt.
+    wait = PodWait(name, node, created)
     outcome: PodOutcome | None = None
     while True:
         view = snapshot(current)
@@ -103,7 +103,7 @@ def confirm_reboot(input: RunInterruptInput, name: str, current: client.V1Node |
         rebooted = new_boot(boot_id, input.boot_id_before)
         if rebooted and ready:
             return RunInterruptResult(name, 0, boot_id_after=boot_id, log_tail=outcome.log_tail if outcome else "")
-        # Until the interrupt pod finished (once rebooted the Job no longer matters, and may not exist:
+        # Until the interrupt pod finished (once rebooted the pod no longer matters, and may not exist:
         # see run_interrupt): its pods listed once (again only after 410), then a short watch from the
         # last version between the node's slices.
         if outcome is None and not rebooted:
@@ -132,17 +132,17 @@ def confirm_reboot(input: RunInterruptInput, name: str, current: client.V1Node |
 @activity.defn(name="run_interrupt")
 @keep_alive
 def run_interrupt(input: RunInterruptInput) -> RunInterruptResult:
-    """Run the interrupt Job; a reboot waits for a new boot id and Ready, others for Job success."""
+    """Run the interrupt pod; a reboot waits for a new boot id and Ready, others for the pod's success."""
     kind = (input.job.interrupt or {}).get("type", "")
     if kind not in set(InterruptType):
         raise errors.fatal(f"unknown interrupt type {kind!r}", errors.INVALID_SPEC)
     before = _read_node(input.job.node) if kind == InterruptType.REBOOT else None
     if before is not None and _rebooted_since(input, before):
         # A later attempt after the node already rebooted (e.g. it came back too slowly): only wait
-        # for Ready; creating another interrupt Job would reboot the node a second time.
-        name, created = job_name(input.job), ""
+        # for Ready; creating another interrupt pod would reboot the node a second time.
+        name, created = pod_name(input.job), ""
     else:
-        name, _, created = ensure_job(input.job)
+        name, _, created = ensure_pod(input.job, seen=previous_pod()[0])
     try:
         if kind == InterruptType.REBOOT:
             result = confirm_reboot(input, name, before, created)

@@ -1,4 +1,4 @@
-"""The stage pod: the Job manifest of one or several Packages' stages (and their checks) or of an interrupt, and its worker settings. Pure.
+"""The stage pod: the Pod manifest of one or several Packages' stages (and their checks) or of an interrupt, and its worker settings. Pure.
 
 Shape (as NodeWright's package pods; docs/architecture.md, "The stage pod contract"), per Package
 of the pod, in order:
@@ -20,7 +20,7 @@ of the pod, in order:
   its Packages in the annotation `noderoll.io/packages` (`api.stage_containers`);
 * volumes: the host root (`/host`), each Package's package copy (`/noderoll-package`), its config
   (`/noderoll-config`, keys `p<i>.<file>` in a pod of several) and the node's metadata
-  (`/noderoll-node-metadata`), the last two projected from the Job's ConfigMap (an interrupt pod
+  (`/noderoll-node-metadata`), the last two projected from the pod's ConfigMap (an interrupt pod
   has the host root only, and no ConfigMap; an interrupt container mounts the host root and the
   metadata only);
 * NodeWright's environment, each Package its own: `SKYHOOK_RESOURCE_ID`
@@ -70,10 +70,9 @@ METADATA_DIR = "/noderoll-node-metadata"
 PACKAGE_DIR = "/noderoll-package"
 # Where the copy container sees the emptyDir (its own /noderoll-package must stay visible).
 PACKAGE_COPY_DIR = "/noderoll-package-copy"
-# Keys of the node metadata in the Job's ConfigMap (config keys may not start with `noderoll.`).
+# Keys of the node metadata in the pod's ConfigMap (config keys may not start with `noderoll.`).
 METADATA_PREFIX = "noderoll.node-metadata."
 METADATA_FILES = ("labels.json", "annotations.json", "packages.json")
-TTL_SECONDS_AFTER_FINISHED = 7 * 24 * 3600
 # The copy: the first folder holding a config.json; its contents, dotfiles included. Exit 66 is the
 # agent's "no config.json" code, and the last line has the agent's FAILED form for the log tail.
 COPY_SCRIPT = (
@@ -98,8 +97,8 @@ class StagePodSettings:
 
 @dataclass(frozen=True)
 class StagePodIdentity:
-    """What the activity learns at Job creation: the Package's uid and generation (for
-    SKYHOOK_RESOURCE_ID) and whether the Job has a ConfigMap with the node's metadata."""
+    """What the activity learns at the pod's creation: the Package's uid and generation (for
+    SKYHOOK_RESOURCE_ID) and whether the pod has a ConfigMap with the node's metadata."""
 
     package_uid: str = ""
     generation: int = 0
@@ -164,7 +163,7 @@ INTERRUPT_MODE = "interrupt"
 
 
 def modes(job: StageJob) -> list[str]:
-    """The modes the Job's pod runs, in order: `job.modes` when given (a stage pod: its stages, each
+    """The modes the stage pod runs, in order: `job.modes` when given (a stage pod: its stages, each
     followed by its check, maybe the interrupt last), else `job.mode` alone (an interrupt pod). Pure."""
     return list(job.modes) if job.modes else [job.mode]
 
@@ -176,13 +175,13 @@ def runs_package(job: StageJob) -> bool:
 
 
 def labels(job: StageJob) -> dict[str, str]:
-    """The Job's and its pod's labels (a pod of several Packages: its first one's). Pure."""
+    """The stage pod's labels (a pod of several Packages: its first one's). Pure."""
     return {STAGE_PACKAGE_LABEL: job.package, STAGE_NODE_LABEL: job.node, STAGE_MODE_LABEL: job.mode,
             STAGE_COMPONENT_LABEL: STAGE_COMPONENT}
 
 
 def annotations(parts: list[StageJob]) -> dict[str, str]:
-    """The Job's and its pod's annotations: the first Package's version and, for a pod of several
+    """The stage pod's annotations: the first Package's version and, for a pod of several
     Packages, their names in order (`api.stage_containers`). Pure."""
     found = {STAGE_VERSION_ANNOTATION: parts[0].version}
     if len(parts) > 1:
@@ -203,7 +202,7 @@ class _Part:
         return base if self.count <= 1 else f"p{self.index}-{base}"
 
     def config_key(self, key: str) -> str:
-        """The key of one of the Package's config files in the Job's ConfigMap."""
+        """The key of one of the Package's config files in the pod's ConfigMap."""
         return key if self.count <= 1 else f"p{self.index}.{key}"
 
 
@@ -294,7 +293,7 @@ def _union(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def pod_spec(job: StageJob | list[StageJob], name: str, identity: StagePodIdentity | list[StagePodIdentity],
              settings: StagePodSettings) -> dict[str, Any]:
-    """The pod of a stage Job (pure): per Package its copy container and its agent containers per
+    """The spec of a stage pod (pure): per Package its copy container and its agent containers per
     mode, in order; a list of jobs is a pod of several Packages (one pod per window phase, ADR 0016:
     each Package its own package and config volumes and environment; tolerations and pull secrets
     are the union)."""
@@ -327,43 +326,37 @@ def pod_spec(job: StageJob | list[StageJob], name: str, identity: StagePodIdenti
     return spec
 
 
-def job_manifest(job: StageJob | list[StageJob], name: str,
+def pod_manifest(job: StageJob | list[StageJob], name: str,
                  identity: StagePodIdentity | list[StagePodIdentity] | None = None,
                  settings: StagePodSettings | None = None) -> dict[str, Any]:
-    """The Job object of a stage pod (pure): pinned with nodeName, backoffLimit 0, the pod above.
-    A list of jobs: a pod of several Packages, named and labelled after the first."""
+    """The stage pod itself (pure): a bare Pod pinned with nodeName, restartPolicy Never, its
+    deadline the sum of its Packages' stage timeouts (the kubelet enforces it). No Job around it
+    (ADR 0017): noderoll owns the retries (a new pod per attempt), so a Job's only work was to create
+    the pod, at the cost of a Job, two Events and a controller round trip per pod. A list of jobs: a
+    pod of several Packages, named and labelled after the first."""
     jobs = job if isinstance(job, list) else [job]
     if identity is None:
         identity = [StagePodIdentity() for _ in jobs]
-    pod_labels = labels(jobs[0])
-    pod_annotations = annotations(jobs)
+    spec = pod_spec(jobs, name, identity, settings or current_settings())
+    # The pod's deadline covers every stage of every Package it runs.
+    spec["activeDeadlineSeconds"] = sum(part.timeout_seconds for part in jobs)
     return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {
             "name": name,
             "namespace": PACKAGE_POD_NAMESPACE,
-            "labels": pod_labels,
-            "annotations": dict(pod_annotations),
+            "labels": labels(jobs[0]),
+            "annotations": annotations(jobs),
         },
-        "spec": {
-            # noderoll owns retries (a new Job per attempt), so the Job itself never retries.
-            "backoffLimit": 0,
-            # The pod's deadline covers every stage of every Package it runs.
-            "activeDeadlineSeconds": sum(part.timeout_seconds for part in jobs),
-            "ttlSecondsAfterFinished": TTL_SECONDS_AFTER_FINISHED,
-            "template": {
-                "metadata": {"labels": pod_labels, "annotations": dict(pod_annotations)},
-                "spec": pod_spec(jobs, name, identity, settings or current_settings()),
-            },
-        },
+        "spec": spec,
     }
 
 
 def node_metadata(node: dict[str, Any], job: StageJob | list[StageJob], settings: StagePodSettings) -> dict[str, str]:
     """The ConfigMap entries of the node's metadata (pure): NodeWright's labels.json, annotations.json
     and packages.json (`agentVersion` and, per package recorded in the node's noderoll.io/state plus
-    the ones this Job runs: name, version, image, stage, state)."""
+    the ones this pod runs: name, version, image, stage, state)."""
     jobs = job if isinstance(job, list) else [job]
     meta = node.get("metadata") or {}
     annotations = dict(meta.get("annotations") or {})
@@ -389,7 +382,7 @@ def node_metadata(node: dict[str, Any], job: StageJob | list[StageJob], settings
 
 
 def config_map_data(parts: list[StageJob]) -> dict[str, str]:
-    """Every Package's config files under its keys in the Job's ConfigMap (pure; `_Part.config_key`)."""
+    """Every Package's config files under its keys in the pod's ConfigMap (pure; `_Part.config_key`)."""
     data: dict[str, str] = {}
     for index, part in enumerate(parts):
         for key, value in part.config.items():

@@ -31,9 +31,9 @@ import metrics
 from activities import stage_pod
 from activities.heartbeats import keep_alive
 from activities.interrupts import confirm_reboot
-from activities.jobs import ensure_job
+from activities.pod_create import ensure_pod
 from activities.stage_pod import INTERRUPT_MODE
-from activities.stage_wait import wait_job
+from activities.stage_wait import previous_pod, wait_job
 from api.enums import InterruptType
 from api.stage_containers import container_name, split_container
 from kube.pod_wait import PodOutcome
@@ -88,7 +88,7 @@ def run_phase_pod(input: RunStagePodInput) -> RunStagePodResult:
     container decided it, from the container names (`api.stage_containers`)."""
     parts = [input.job, *input.following]
     names = [part.package for part in parts]
-    name, adopted, version = ensure_job(input.job, input.following)
+    name, adopted, version = ensure_pod(input.job, input.following, seen=previous_pod()[0])
     deadline = time.monotonic() + sum(part.timeout_seconds for part in parts) + 30
     outcome = wait_job(name, deadline, input.job.node, created=version)
     completed: dict[str, list[str]] = {n: [] for n in names}
@@ -127,8 +127,8 @@ def run_stage_pod(input: RunStagePodInput) -> RunStagePodResult:
     kind = str((job.interrupt or {}).get("type", ""))
     if job.interrupt is not None and kind not in set(InterruptType):
         raise errors.fatal(f"unknown interrupt type {kind!r}", errors.INVALID_SPEC)
-    name, adopted, version = ensure_job(job)
-    # A small margin over the Job's own activeDeadlineSeconds, so the Job's verdict normally wins.
+    name, adopted, version = ensure_pod(job, seen=previous_pod()[0])
+    # A small margin over the pod's own activeDeadlineSeconds, so the kubelet's verdict normally wins.
     outcome = wait_job(name, time.monotonic() + job.timeout_seconds + 30, job.node, created=version)
     stages = [m for m in stage_pod.modes(job) if m != INTERRUPT_MODE]
     completed = [m for m in outcome.completed if m != INTERRUPT_MODE]

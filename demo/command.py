@@ -251,7 +251,7 @@ def _settled(package: str, progress: RolloutProgress, snapshot: LiveSnapshot) ->
 
 
 def _evidence(stack: StackInfo, outcome: Outcome, sandbox_dir: str) -> NodeEvidence | None:
-    """Cordon Events, interrupts recorded on the hosts and failed stage Jobs kept, on the demo's nodes
+    """Cordon Events, interrupts recorded on the hosts and failed stage pods kept, on the demo's nodes
     (independent of the fleet's accounting)."""
     from kubernetes import client as k8s
     from kubernetes import config as k8s_config
@@ -261,12 +261,12 @@ def _evidence(stack: StackInfo, outcome: Outcome, sandbox_dir: str) -> NodeEvide
         return None
     api = k8s_config.new_client_from_config(config_file=stack.kubeconfig)
     try:
-        failed = procs.failed_jobs(k8s.BatchV1Api(api), nodes, set(outcome.snapshot.packages), outcome.started)
+        failed = procs.failed_pods(k8s.CoreV1Api(api), nodes, set(outcome.snapshot.packages), outcome.started)
         events = procs.count_cordon_events(k8s.CoreV1Api(api), nodes, outcome.started)
         interrupts = procs.count_interrupts(sandbox_dir, nodes, outcome.started)
         return NodeEvidence(events, interrupts, failed)
     except Exception as err:  # noqa: BLE001 - the summary must print even when the API is gone
-        print(f"demo: could not count Events and stage Jobs: {err}", file=sys.stderr)
+        print(f"demo: could not count Events and stage pods: {err}", file=sys.stderr)
         return None
     finally:
         api.close()

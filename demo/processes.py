@@ -270,20 +270,21 @@ async def terminate_workflows(temporal: Client, record: DemoRecord, nodes: list[
     return ended
 
 
-def failed_jobs(batch: k8s.BatchV1Api, nodes: set[str], packages: set[str], since: datetime) -> dict[str, int]:
-    """Failed stage Jobs of the demo's Packages on its nodes created since `since` (an earlier demo on the
-    same stack used the same names), per package. A window deletes its stage Jobs once their outcome
+def failed_pods(core: k8s.CoreV1Api, nodes: set[str], packages: set[str], since: datetime) -> dict[str, int]:
+    """Failed stage pods of the demo's Packages on its nodes created since `since` (an earlier demo on the
+    same stack used the same names), per package. A window deletes its stage pods once their outcome
     is on the node and keeps the latest failed one of an erroring package (issue #14): this counts
     those, one per erroring node."""
-    jobs = batch.list_namespaced_job(keys.PACKAGE_POD_NAMESPACE, label_selector=f"{keys.STAGE_COMPONENT_LABEL}={keys.STAGE_COMPONENT}").items
+    pods = core.list_namespaced_pod(keys.PACKAGE_POD_NAMESPACE,
+                                    label_selector=f"{keys.STAGE_COMPONENT_LABEL}={keys.STAGE_COMPONENT}").items
     failed: dict[str, int] = {}
-    for job in jobs:
-        labels: dict[str, Any] = job.metadata.labels or {}
+    for pod in pods:
+        labels: dict[str, Any] = pod.metadata.labels or {}
         node, package = labels.get(keys.STAGE_NODE_LABEL), labels.get(keys.STAGE_PACKAGE_LABEL)
-        created = job.metadata.creation_timestamp
+        created = pod.metadata.creation_timestamp
         if node not in nodes or package not in packages or created is None or created < since.replace(microsecond=0):
             continue
-        if (job.status.failed or 0) > 0:
+        if pod.status is not None and pod.status.phase == "Failed":
             failed[package] = failed.get(package, 0) + 1
     return failed
 

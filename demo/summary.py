@@ -49,8 +49,8 @@ class NodeEvidence:
     cordon_events: dict[str, int] = field(default_factory=dict)
     # node -> interrupts the agent recorded on its host
     interrupts: dict[str, int] = field(default_factory=dict)
-    # package -> failed stage Jobs kept (the latest failed attempt per erroring node)
-    failed_jobs: dict[str, int] = field(default_factory=dict)
+    # package -> failed stage pods kept (the latest failed attempt per erroring node)
+    failed_pods: dict[str, int] = field(default_factory=dict)
 
 
 def per_node(counts: Mapping[str, int], nodes: list[str]) -> str:
@@ -65,7 +65,7 @@ def per_node(counts: Mapping[str, int], nodes: list[str]) -> str:
 
 
 def packages_summary(outcome: Outcome, evidence: NodeEvidence | None) -> Table:
-    """One column per Package: phase, nodes complete, duration, erroring nodes, failed stage Jobs."""
+    """One column per Package: phase, nodes complete, duration, erroring nodes, failed stage pods."""
     # A Package is reported as it was when it settled; one still running, as last seen.
     packages = sorted({**outcome.snapshot.packages, **outcome.settled}.items())
     table = Table(title="noderoll demo summary", title_justify="left")
@@ -84,7 +84,7 @@ def packages_summary(outcome: Outcome, evidence: NodeEvidence | None) -> Table:
     row("nodes complete", lambda _, p: f"{int(p.counts.get(State.COMPLETE.value, 0))}/{p.total_nodes}")
     row("duration", duration)
     row("erroring nodes", lambda _, p: int(p.counts.get(State.ERRORING.value, 0)))
-    row("failed stage Jobs", lambda name, _: evidence.failed_jobs.get(name, 0) if evidence else "-")
+    row("failed stage pods", lambda name, _: evidence.failed_pods.get(name, 0) if evidence else "-")
     return table
 
 

@@ -1,27 +1,19 @@
-"""Waiting for a Job's pod: the one pod waiter of stage Jobs, stage pods and interrupts. Does I/O.
+"""Waiting for a stage pod: the one pod waiter of stage pods and interrupts. Does I/O.
 
-One watch of the Job's pods (label `job-name`), resumed from the last resourceVersion seen
+One watch of the pod (field selector `metadata.name`), resumed from the last resourceVersion seen
 (`kube.watching.watch_from`, a slice of a few seconds at a time so the activity wrapper can
-heartbeat between slices): a Job the caller has just created is watched from the Job's own
-resourceVersion (its pod comes later), so a 5 s stage costs one or two watches and no list. A list
-is needed only for a Job adopted from an earlier attempt, or when a watch's resourceVersion expired
-(410); it is served from the apiserver's watch cache (never a read of every pod of the namespace
-from etcd), fresh enough by construction (docs/architecture.md, "Reads"):
+heartbeat between slices): a pod the caller has just created is watched from its own
+resourceVersion, so a 5 s stage costs one watch and no list. A read is needed only for a pod
+adopted from an earlier attempt, or when a watch's resourceVersion expired (410): one GET of the
+pod (fresh from etcd: a single object, and a pod missing from it really was deleted, so a stale
+answer never makes a running stage look gone and run again).
 
-* nothing remembered: `resourceVersion=0` (the cache as it is). A pod the cache does not show yet
-  is not taken for gone: a Job without a pod is checked by a GET of the Job (fresh), and the watch
-  from the list's resourceVersion delivers the pod when it comes;
-* a pod remembered (this wait's watch, or an earlier attempt's heartbeat details: its uid and
-  the resourceVersion it was seen at, `JobWait(previous=...)`): `resourceVersionMatch=NotOlderThan`
-  that resourceVersion, so the list shows every change up to the moment the pod was seen, and a pod
-  missing from it really was deleted (a stale list never makes a running stage look gone and run again).
-
-The waited pod is remembered: when it is deleted before it finished (by a human, by the pod GC
-because its node was deleted), or replaced by the Job controller, the wait fails and the Job is
-ended (`end_job`: failed, kept; the Job controller would otherwise run the pod again under the same
-attempt, unseen by noderoll), and when the node itself is gone `check_node` raises `NodeNotFound`.
-A pod outcome carries the exit code, the mode of the container that decided it and the log tail the
-kubelet (or fleetsim) put into `state.terminated.message`.
+The waited pod is remembered by uid: when it is deleted before it finished (by a human, by the pod
+GC because its node was deleted), or a pod of its name with another uid is seen, the wait fails
+(the stage runs again as the next attempt, in a new pod), and when the node itself is gone
+`check_node` raises `NodeNotFound` (and deletes the pod). A pod outcome carries the exit code, the
+mode of the container that decided it and the log tail the kubelet (or fleetsim) put into
+`state.terminated.message`.
 
 The watch reads its events as raw JSON: most of a pod's events (created, started, running) only say
 that it has not finished, which `may_decide` reads from three fields; only an event that may decide
@@ -57,13 +49,13 @@ WATCH_SECONDS = 5
 # While a pod runs, its node is looked at this often: a deleted node's pod never finishes
 # (no kubelet) until the pod GC removes it, 40 s or more later.
 NODE_CHECK_SECONDS = 30
-# How a node deleted while its Job's pod runs is reported (NodeNotFound).
+# How a node deleted while its stage pod runs is reported (NodeNotFound).
 NODE_DELETED = "does not exist (deleted during the window)"
 
 
 @dataclass
 class PodOutcome:
-    """A finished stage pod (exit code -1 when the Job failed without a pod result).
+    """A finished stage pod (exit code -1 when the pod ended without a container's result).
 
     `mode` names the container that decided the outcome: the failing one, else the last one.
     """
@@ -148,7 +140,7 @@ def pod_outcome(pod: client.V1Pod) -> PodOutcome | None:
                       completed, container_seconds(pod), container_times(pod))
 
 
-# Waiting reasons of a stage pod that waiting does not cure: the attempt fails at once and its Job is
+# Waiting reasons of a stage pod that waiting does not cure: the attempt fails at once and its pod is
 # deleted (it must not start later, after noderoll moved on). noderoll's own attempts, with backoff,
 # are the retry; the kubelet's endless pull retries would otherwise hold the window for the whole
 # stage timeout with no message anywhere.
@@ -165,37 +157,14 @@ def unstartable(pod: client.V1Pod) -> PodOutcome | None:
     return None
 
 
-def delete_job(name: str) -> None:
+def delete_pod(name: str) -> None:
+    """Delete a stage pod (gone already is fine): an unstartable pod, a pod past its wait's deadline,
+    the pod of a deleted node. Its ConfigMap goes with the window's others (`delete_stage_jobs`)."""
     try:
-        kube.batch().delete_namespaced_job(name, PACKAGE_POD_NAMESPACE, propagation_policy="Background")
+        kube.core().delete_namespaced_pod(name, PACKAGE_POD_NAMESPACE)
     except ApiException as err:
         if not kube.is_not_found(err):
-            kube.raise_for(err, f"delete Job {name}")
-
-
-def end_job(name: str) -> None:
-    """End a Job as failed without deleting it: `activeDeadlineSeconds: 1` makes the Job controller
-    mark it Failed (DeadlineExceeded) and remove its pods, so no replacement pod runs the stage again
-    while the Job stays for inspection (and as the record of the failed attempt)."""
-    try:
-        kube.batch().patch_namespaced_job(name, PACKAGE_POD_NAMESPACE, {"spec": {"activeDeadlineSeconds": 1}})
-    except ApiException as err:
-        if not kube.is_not_found(err):
-            kube.raise_for(err, f"end Job {name}")
-
-
-def job_failure(name: str) -> PodOutcome | None:
-    """A Job that failed without a finished pod (deadline exceeded, pod deleted) as an outcome."""
-    try:
-        job = kube.batch().read_namespaced_job(name, PACKAGE_POD_NAMESPACE)
-    except ApiException as err:
-        if kube.is_not_found(err):
-            raise RuntimeError(f"Job {name} disappeared while it ran") from err
-        kube.raise_for(err, f"read Job {name}")
-    for condition in (job.status and job.status.conditions) or []:
-        if condition.type == "Failed" and condition.status == "True":
-            return PodOutcome(-1, f"Job failed: {condition.reason}: {condition.message or ''}")
-    return None
+            kube.raise_for(err, f"delete stage pod {name}")
 
 
 def finished_outcome(name: str, pod: client.V1Pod) -> PodOutcome | None:
@@ -203,7 +172,7 @@ def finished_outcome(name: str, pod: client.V1Pod) -> PodOutcome | None:
     if outcome is None:
         outcome = unstartable(pod)
         if outcome is not None:
-            delete_job(name)
+            delete_pod(name)
     return outcome
 
 
@@ -235,13 +204,8 @@ def _list_stage_pods(**kwargs: Any) -> Any:
     return kube.core().list_namespaced_pod(PACKAGE_POD_NAMESPACE, **kwargs)
 
 
-# Served from the apiserver's watch cache whatever its version (module docstring).
-ANY_VERSION = "0"
-NOT_OLDER_THAN = "NotOlderThan"
-
-
-class JobWait:
-    """The wait for one Job's pod: the pod's uid once seen, and the resourceVersion to watch from."""
+class PodWait:
+    """The wait for one stage pod: its uid once seen, and the resourceVersion to watch from."""
 
     def __init__(self, name: str, node: str, created: str = "", previous: tuple[str, str] = ("", ""),
                  on_seen: Callable[[dict[str, str]], None] | None = None) -> None:
@@ -250,13 +214,9 @@ class JobWait:
         # Called with `details()` whenever our pod is seen at a newer resourceVersion (the activity
         # heartbeats them at once, not only between watch slices).
         self.on_seen = on_seen
-        # Created by this attempt (its resourceVersion): the pod comes later, so the wait starts with
-        # a watch from the Job's resourceVersion; and a later look without pods is the Job
-        # controller not having created the pod yet, not a Job that failed without one.
-        self.created = bool(created)
         # (pod uid, resourceVersion it was seen at) an earlier attempt was waiting for (its heartbeat).
         self.pod_uid, self.seen = previous
-        self.pod_name = ""
+        # Created by this attempt (its resourceVersion): the wait starts with a watch from there.
         self.resource_version = created
         self.node_checked = time.monotonic()
 
@@ -265,15 +225,14 @@ class JobWait:
         return {"job": self.name, "pod": self.pod_uid, "seen": self.seen}
 
     def _gone(self) -> PodOutcome:
-        """Our pod vanished (or was replaced) before it finished: fail the attempt, end the Job."""
-        log.info("stage pod %s of Job %s deleted before it finished", self.pod_name or self.pod_uid, self.name)
-        end_job(self.name)
+        """Our pod vanished (or another took its name) before it finished: the attempt failed."""
+        log.info("stage pod %s (uid %s) deleted before it finished", self.name, self.pod_uid or "unseen")
         self.check_node()
-        return PodOutcome(-1, f"stage pod {self.pod_name or self.pod_uid} was deleted before it finished "
-                              f"(Job {self.name} ended; the stage runs again as the next attempt)")
+        return PodOutcome(-1, f"stage pod {self.name} was deleted before it finished "
+                              f"(the stage runs again as the next attempt)")
 
     def check_node(self) -> None:
-        """Raise NodeNotFound (non-retryable) when the Job's node no longer exists (the Job is ended)."""
+        """Raise NodeNotFound (non-retryable) when the pod's node no longer exists (the pod is deleted)."""
         self.node_checked = time.monotonic()
         if not self.node:
             return
@@ -281,17 +240,16 @@ class JobWait:
             read_node(self.node, NODE_DELETED)
         except ApplicationError as err:
             if err.type == errors.NODE_NOT_FOUND:
-                end_job(self.name)
+                delete_pod(self.name)
             raise
 
-    def _track(self, uid: str, name: str, version: str) -> bool:
+    def _track(self, uid: str, version: str) -> bool:
         """Remember the attempt's pod (the first seen) and the version it was seen at; False for
-        another pod (a replacement: ours is gone)."""
+        another pod of the same name (ours is gone)."""
         if not self.pod_uid:
-            self.pod_uid, self.pod_name = uid, name
+            self.pod_uid = uid
         if uid != self.pod_uid:
             return False
-        self.pod_name = name
         if version and version != self.seen:
             self.seen = version
             if self.on_seen is not None:
@@ -299,7 +257,7 @@ class JobWait:
         return True
 
     def _see(self, pod: client.V1Pod, version: str, deleted: bool = False) -> PodOutcome | None:
-        if not self._track(pod.metadata.uid, pod.metadata.name, version):
+        if not self._track(pod.metadata.uid, version):
             return None if deleted else self._gone()
         outcome = finished_outcome(self.name, pod)
         if outcome is None and deleted:
@@ -307,26 +265,15 @@ class JobWait:
         return outcome
 
     def look(self) -> PodOutcome | None:
-        """List the Job's pods once, from the watch cache (also the resourceVersion the next watch
-        starts from): not older than the version our pod was seen at, when one was."""
-        version = {"resource_version": self.seen, "resource_version_match": NOT_OLDER_THAN} if (
-            self.pod_uid and self.seen) else {"resource_version": ANY_VERSION}
+        """Read the pod once (fresh; its resourceVersion is where the next watch starts)."""
         try:
-            pods = kube.core().list_namespaced_pod(PACKAGE_POD_NAMESPACE, label_selector=f"job-name={self.name}",
-                                                   **version)
+            pod = kube.core().read_namespaced_pod(self.name, PACKAGE_POD_NAMESPACE)
         except ApiException as err:
-            kube.raise_for(err, f"list pods of Job {self.name}")
-        self.resource_version = pods.metadata.resource_version
-        ours = [p for p in pods.items if not self.pod_uid or p.metadata.uid == self.pod_uid]
-        if self.pod_uid and not ours:
-            return self._gone()
-        if ours:
-            # Without a remembered pod, the oldest is the attempt's (a Job of backoffLimit 0 has one).
-            return self._see(min(ours, key=lambda p: p.metadata.creation_timestamp), self.resource_version)
-        if self.created:
-            self.created = False
-            return None
-        return job_failure(self.name)
+            if kube.is_not_found(err):
+                return self._gone()
+            kube.raise_for(err, f"read stage pod {self.name}")
+        self.resource_version = pod.metadata.resource_version or ""
+        return self._see(pod, self.resource_version)
 
     def on_event(self, event: dict[str, Any]) -> PodOutcome | None:
         """One watch event: the resourceVersion to resume from, and the outcome when our pod finished."""
@@ -337,21 +284,21 @@ class JobWait:
         deleted = event["type"] == "DELETED"
         if not deleted and not may_decide(raw):
             meta = raw.get("metadata") or {}
-            if self._track(str(meta.get("uid") or ""), str(meta.get("name") or ""), self.resource_version):
+            if self._track(str(meta.get("uid") or ""), self.resource_version):
                 return None
-            return self._gone()  # a replacement pod: ours is gone
+            return self._gone()  # another pod of our name: ours is gone
         return self._see(pod_from_json(raw), self.resource_version, deleted=deleted)
 
     def watch(self, seconds: int) -> PodOutcome | None:
         """Watch from the last resourceVersion for `seconds`; an outcome, or None (resourceVersion
-        cleared when the watch has to be replaced by a fresh list)."""
-        pods = Watched(_list_stage_pods, f"pods of Job {self.name}", {"label_selector": f"job-name={self.name}"})
+        cleared when the watch has to be replaced by a fresh read)."""
+        pods = Watched(_list_stage_pods, f"stage pod {self.name}", {"field_selector": f"metadata.name={self.name}"})
         self.resource_version, outcome = watch_from(pods, self.resource_version, seconds, self.on_event)
         return outcome
 
     def step(self, seconds: int) -> PodOutcome | None:
         """One turn of the wait (the caller heartbeats between turns): the node's check when due, then
-        a list when there is no resourceVersion to watch from, else a watch of at most `seconds`."""
+        a read when there is no resourceVersion to watch from, else a watch of at most `seconds`."""
         if time.monotonic() - self.node_checked >= NODE_CHECK_SECONDS:
             self.check_node()
         if not self.resource_version:

@@ -26,6 +26,6 @@ def system(tmp_path_factory: pytest.TempPathFactory) -> Iterator[System]:
         yield sut
     finally:
         sut.procs.stop_all()
-        sut.stage_jobs.stop()
+        sut.recorder.stop()
         sut.api.close()
         sut.stack.stop()

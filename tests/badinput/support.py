@@ -1,6 +1,6 @@
 """The bad-input suite's system under test: a private stack with `noderoll worker` and `noderoll bridge`
 running as processes, an image store of broken packages, and reads of what a user sees (Package
-status, node state, stage Jobs). No sleeps: waits go through `tests.helpers.assert_eventually`.
+status, node state, stage pods). No sleeps: waits go through `tests.helpers.assert_eventually`.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from tests.helpers.chaos import ChaosStack
 from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import BENCH_PACKAGES, SLEEP_IMAGE, package_object, package_spec
 from tests.helpers.processes import NoderollProcesses
-from tests.helpers.stagejobs import StageRecorder
+from tests.helpers.stagepods import StagePodRecorder
 
 SLEEP_PACKAGE = BENCH_PACKAGES / "bench-sleep"
 # The default 3 attempts per stage, but 1 s and 2 s apart instead of 30 s and 60 s: what each case
@@ -76,8 +76,8 @@ class System:
     procs: NoderollProcesses
     images: Path
     api: client.ApiClient
-    # Every stage Job, pod and ConfigMap of the session, as seen while they existed.
-    stage_jobs: StageRecorder
+    # Every stage pod and ConfigMap of the session, as seen while they existed.
+    recorder: StagePodRecorder
 
     @property
     def kubeconfig(self) -> str:
@@ -165,10 +165,10 @@ class System:
                 return False
             raise
 
-    def jobs(self, package: str) -> list[client.V1Job]:
-        """Every stage Job that ran for `package` (recorded: a window deletes its Jobs once its outcome
+    def stage_pods(self, package: str) -> list[client.V1Pod]:
+        """Every stage pod that ran for `package` (recorded: a window deletes its pods once its outcome
         is on the node, issue #14), oldest first."""
-        return [j for j in self.stage_jobs.jobs() if (j.metadata.labels or {}).get("noderoll.io/package") == package]
+        return [j for j in self.recorder.pods() if (j.metadata.labels or {}).get("noderoll.io/package") == package]
 
     def events(self, node: str) -> list[str]:
         found = self.core.list_namespaced_event("default", field_selector=f"involvedObject.name={node}").items
@@ -196,4 +196,4 @@ def new_system(tmp: Path) -> System:
         raise
     images = build_image_store(tmp / "images")
     api = config.new_client_from_config(config_file=stack.info.kubeconfig)
-    return System(stack, procs, images, api, StageRecorder(api).start())
+    return System(stack, procs, images, api, StagePodRecorder(api).start())

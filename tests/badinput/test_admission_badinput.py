@@ -82,7 +82,7 @@ def test_refused_at_apply_with_the_message_and_nothing_stored(
     last = docs[-1]
     plural = PACKAGE_PLURAL if last["kind"] == PACKAGE_KIND else POLICY_PLURAL
     assert not stored(system, plural, last["metadata"]["name"])
-    assert system.jobs(last["metadata"]["name"]) == []
+    assert system.stage_pods(last["metadata"]["name"]) == []
     for doc in docs[:-1]:
         system.delete(PACKAGE_PLURAL, doc["metadata"]["name"])
 

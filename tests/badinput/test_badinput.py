@@ -191,12 +191,12 @@ def test_hostile_input_still_completes(system: System, completing: dict[str, App
     assert system.cordoned(fleet) == []
     if case.id == "C09-selector-matches-no-node":
         assert (status.get("nodes") or {}).get("total", 0) == 0
-        assert system.jobs(applied.package) == []
+        assert system.stage_pods(applied.package) == []
         return
     state, problem = system.node_state(node)
     assert problem is None, "noderoll left its state annotation unreadable"
     assert state.packages[applied.package].state == "complete"
-    jobs = system.jobs(applied.package)
+    jobs = system.stage_pods(applied.package)
     if case.id == "C05-state-annotation-claims-complete":
         # The recorded state is trusted: nothing runs on (or is written to) a node that says it is done.
         assert jobs == []
@@ -211,7 +211,7 @@ def test_hostile_input_still_completes(system: System, completing: dict[str, App
         system.wait_complete(applied.extra, 1)
         runs = fleet.sandbox(node) / "var" / "lib" / "bench-sleep" / "apply.runs"
         assert len(runs.read_text().splitlines()) == 2
-        _assert_never_concurrent(jobs + system.jobs(applied.extra))
+        _assert_never_concurrent(jobs + system.stage_pods(applied.extra))
     if case.id == "C10-longest-package-name":
         assert jobs and all(len(j.metadata.name) <= 63 for j in jobs)
     if case.id == "C12-step-file-without-the-executable-bit":
@@ -223,8 +223,15 @@ def test_hostile_input_still_completes(system: System, completing: dict[str, App
         assert [j for j in jobs if j.metadata.labels["noderoll.io/node"] == ignored] == []
 
 
-def _assert_never_concurrent(jobs: list[client.V1Job]) -> None:
-    spans = sorted((j.status.start_time, j.status.completion_time) for j in jobs)
+def _finished_at(pod: client.V1Pod) -> Any:
+    """When the pod's last container finished (None while one has not)."""
+    statuses = [*(pod.status.init_container_statuses or []), *(pod.status.container_statuses or [])]
+    ends = [s.state.terminated.finished_at if s.state and s.state.terminated else None for s in statuses]
+    return None if not ends or None in ends else max(ends)
+
+
+def _assert_never_concurrent(pods: list[client.V1Pod]) -> None:
+    spans = sorted((p.status.start_time, _finished_at(p)) for p in pods)
     for (_, end), (start, _) in zip(spans, spans[1:], strict=False):
         assert end is not None and end <= start, "two packages ran stages on one node at the same time"
 
@@ -306,7 +313,7 @@ def _assert_held(system: System, applied: Applied, garbage: str) -> None:
 
 
 def _node_jobs(system: System, package: str, node: str) -> list[client.V1Job]:
-    return [j for j in system.jobs(package) if j.metadata.labels["noderoll.io/node"] == node]
+    return [j for j in system.stage_pods(package) if j.metadata.labels["noderoll.io/node"] == node]
 
 
 def _wait_ready(system: System, package: str, nodes: int) -> dict[str, Any]:
@@ -363,13 +370,13 @@ def test_h04_state_garbled_on_a_complete_node_makes_the_package_not_ready(
     applied = held["H04-state-annotation-garbled-on-a-complete-node"]
     node, package = applied.node, applied.package
     _wait_ready(system, package, 1)
-    jobs = len(system.jobs(package))
+    jobs = len(system.stage_pods(package))
     garbage = GARBAGE[applied.case.id]
     _edit_node(system, node, {"annotations": {NODE_STATE_ANNOTATION: garbage}})
     status = _blocked_status(system, applied, "noderoll.io/state unreadable")
     assert (status.get("nodes") or {}).get("blocked") == 1
     _assert_held(system, applied, garbage)
-    assert len(system.jobs(package)) == jobs, "nothing ran again"
+    assert len(system.stage_pods(package)) == jobs, "nothing ran again"
 
 
 def test_h05_untolerated_taint_keeps_the_package_not_ready_until_removed(
@@ -392,7 +399,7 @@ def test_h05_untolerated_taint_keeps_the_package_not_ready_until_removed(
 
 def _first_job(system: System, package: str, node: str | None = None) -> None:
     def started() -> bool:
-        jobs = system.jobs(package)
+        jobs = system.stage_pods(package)
         assert [j for j in jobs if node is None or j.metadata.labels["noderoll.io/node"] == node]
         return True
 
@@ -429,7 +436,7 @@ def test_m02_package_deleted_mid_rollout(system: System) -> None:
 
         assert_eventually(gone, timeout=120, interval=0.5)
         assert_eventually(lambda: system.cordoned(fleet) == [], timeout=120, interval=0.5)
-        started = {j.metadata.labels["noderoll.io/node"] for j in system.jobs(package)}
+        started = {j.metadata.labels["noderoll.io/node"] for j in system.stage_pods(package)}
         assert len(started) < 3, "the deleted Package's rollout went on to new nodes"
 
 
@@ -469,7 +476,7 @@ def test_m09_reset_of_a_package_the_node_never_recorded(system: System) -> None:
     with system.fleet(1) as fleet:
         package = system.package(fleet)
         system.wait_complete(package, 1)
-        node, jobs = fleet.node_names[0], len(system.jobs(package))
+        node, jobs = fleet.node_names[0], len(system.stage_pods(package))
         before = system.node_state(node)[0].packages[package]
         system.core.patch_node(node, {"metadata": {"annotations": {RESET_ANNOTATION: "m09:ghost-package"}}})
 
@@ -481,7 +488,7 @@ def test_m09_reset_of_a_package_the_node_never_recorded(system: System) -> None:
         assert_eventually(applied, timeout=120, interval=0.5)
         assert system.node_state(node)[0].packages[package] == before
         system.wait_complete(package, 1)
-        assert len(system.jobs(package)) == jobs
+        assert len(system.stage_pods(package)) == jobs
 
 
 def test_m04_node_relabelled_out_of_the_selector(system: System) -> None:
@@ -491,7 +498,7 @@ def test_m04_node_relabelled_out_of_the_selector(system: System) -> None:
         package = system.package(fleet, stage_seconds=3, interrupt=REBOOT, deploymentPolicy=policy,
                                  nodeSelector={"matchLabels": {TARGET_LABEL: target}})
         _first_job(system, package)
-        running = {j.metadata.labels["noderoll.io/node"] for j in system.jobs(package)}
+        running = {j.metadata.labels["noderoll.io/node"] for j in system.stage_pods(package)}
         untouched = next(n for n in fleet.node_names if n not in running)
         for node in [*running, untouched]:
             system.core.patch_node(node, {"metadata": {"labels": {TARGET_LABEL: None}}})
@@ -500,7 +507,7 @@ def test_m04_node_relabelled_out_of_the_selector(system: System) -> None:
             (_entry(system, n, package) or {}) and _entry(system, n, package).state == "complete" for n in running),
             timeout=120, interval=0.5)
         status = system.wait_status(package, lambda s: s.get("phase") == "Complete")
-        assert untouched not in {j.metadata.labels["noderoll.io/node"] for j in system.jobs(package)}
+        assert untouched not in {j.metadata.labels["noderoll.io/node"] for j in system.stage_pods(package)}
         assert (status.get("nodes") or {}).get("total", 0) <= 2
 
 
@@ -519,7 +526,7 @@ def test_m05_stage_pod_deleted_by_a_human(system: System) -> None:
         system.wait_complete(package, 1, timeout=FAIL_TIMEOUT)
         entry = _entry(system, node, package)
         assert entry.state == "complete"
-        applies = [j for j in system.jobs(package) if j.metadata.labels["noderoll.io/mode"] == "apply"]
+        applies = [j for j in system.stage_pods(package) if j.metadata.labels["noderoll.io/mode"] == "apply"]
         assert len(applies) == 2, "the interrupted stage ran again as attempt 2"
 
 

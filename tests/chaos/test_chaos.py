@@ -1,6 +1,6 @@
 """Reliability: a rollout survives SIGKILLed workers, a restarted Temporal server, a restarted
 kube-apiserver and a killed bridge, with nothing lost: it completes, no node stays cordoned, no
-(node, package, version, stage) Job is created twice, no stage runs twice on a host, no
+(node, package, version, stage) pod is created twice, no stage runs twice on a host, no
 PodDisruptionBudget goes under its minimum, and the Package status is right. Two workers on one
 task queue share the work, and the rollout survives one of them killed for good.
 
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client, config
 
-from activities.jobs import jobs_per_window
+from activities.pod_create import pods_per_window
 from api.keys import GROUP, PACKAGE_PLURAL, POLICY_PLURAL, VERSION
 from bench.scenario import (
     RUN_LABEL,
@@ -36,14 +36,14 @@ from fleetsim.workloads import WorkloadSpec, create_workloads
 from protocol import names
 from service.temporal_client import connect
 from tests.helpers import unique_name
-from tests.helpers.chaos import ChaosStack, JobAudit, PdbWatcher, package_status, wait_for
+from tests.helpers.chaos import ChaosStack, PdbWatcher, StagePodAudit, package_status, wait_for
 from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import BENCH_PACKAGES
 from tests.helpers.processes import NoderollProcesses, noderoll_processes
 
 # A fresh install of bench-sleep with a reboot: one pod for apply and config (each followed by its
 # check), the interrupt in a pod of its own, one for post-interrupt (ADR 0016).
-JOBS_PER_NODE = jobs_per_window(interrupt=True)
+PODS_PER_NODE = pods_per_window(interrupt=True)
 SMALL = int(os.environ.get("NODEROLL_CHAOS_SMALL_NODES", "6"))
 ROLLOUT_TIMEOUT = 900.0
 APISERVER_DOWN_SECONDS = 40.0
@@ -58,17 +58,17 @@ class Rollout:
     stack: ChaosStack
     fleet: Fleet
     procs: NoderollProcesses
-    audit: JobAudit
+    audit: StagePodAudit
     scenario: Scenario
 
     @property
-    def total_jobs(self) -> int:
-        return self.scenario.nodes * JOBS_PER_NODE
+    def total_pods(self) -> int:
+        return self.scenario.nodes * PODS_PER_NODE
 
-    def wait_jobs(self, count: int) -> None:
-        """Wait until `count` stage Jobs exist (a point inside the rollout)."""
+    def wait_pods(self, count: int) -> None:
+        """Wait until `count` stage pods exist (a point inside the rollout)."""
         package = self.scenario.name
-        wait_for(lambda: self.audit.count(package) >= count, ROLLOUT_TIMEOUT, f"{count} stage Jobs of {package}")
+        wait_for(lambda: self.audit.count(package) >= count, ROLLOUT_TIMEOUT, f"{count} stage pods of {package}")
 
 
 def _api(kubeconfig: str) -> client.ApiClient:
@@ -96,7 +96,7 @@ def chaos_rollout(stack: ChaosStack, tmp_path: Path, nodes: int, workers: int = 
                                  deployments=2, replicas=3)
         create_workloads(fleet.ctx.kube, workloads)
         wait_for(lambda: _workload_pods_running(core, name, 6), 120, "workload pods Running")
-        audit = JobAudit(kubeconfig).start()
+        audit = StagePodAudit(kubeconfig).start()
         pdbs = PdbWatcher(kubeconfig, name).start()
         try:
             with noderoll_processes(stack.info, tmp_path / "procs", workers=workers, private_stack=True) as procs:
@@ -140,7 +140,7 @@ def _assert_nothing_lost(rollout: Rollout, pdbs: PdbWatcher) -> None:
     nodes = core.list_node(label_selector=f"{RUN_LABEL}={sc.name}").items
     assert len(nodes) == sc.nodes
     assert [n.metadata.name for n in nodes if n.spec.unschedulable] == [], "nodes left cordoned"
-    assert rollout.audit.duplicates(sc.name) == {}, "a (node, package, version, stage) Job was created twice"
+    assert rollout.audit.duplicates(sc.name) == {}, "a (node, package, version, stage) pod was created twice"
     for node in rollout.fleet.node_names:
         runs = rollout.fleet.sandbox(node) / "var" / "lib" / "bench-sleep"
         counts = {f.name: len(f.read_text().splitlines()) for f in runs.glob("*.runs")}
@@ -149,8 +149,8 @@ def _assert_nothing_lost(rollout: Rollout, pdbs: PdbWatcher) -> None:
     assert pdbs.violations() == {}, f"PodDisruptionBudget under its minimum: {pdbs.violations()}"
 
 
-def _kill_points(total_jobs: int, kills: int, seed: int) -> list[int]:
-    return sorted(random.Random(seed).sample(range(1, total_jobs), kills))
+def _kill_points(total_pods: int, kills: int, seed: int) -> list[int]:
+    return sorted(random.Random(seed).sample(range(1, total_pods), kills))
 
 
 def test_worker_sigkilled_at_random_points(chaos_stack: ChaosStack, tmp_path: Path) -> None:
@@ -159,15 +159,15 @@ def test_worker_sigkilled_at_random_points(chaos_stack: ChaosStack, tmp_path: Pa
     seed = int(os.environ.get("NODEROLL_CHAOS_SEED", str(random.randrange(1_000_000))))
     print(f"chaos (a): {nodes} nodes, {kills} worker kills, NODEROLL_CHAOS_SEED={seed}")
     with chaos_rollout(chaos_stack, tmp_path, nodes) as rollout:
-        for point in _kill_points(rollout.total_jobs, kills, seed):
-            rollout.wait_jobs(point)
+        for point in _kill_points(rollout.total_pods, kills, seed):
+            rollout.wait_pods(point)
             rollout.procs.kill("worker", restart=True)
         assert rollout.procs.kills == kills
 
 
 def _restart_midway(component: str, down_seconds: float = 0.0) -> Callable[[Rollout], None]:
     def chaos(rollout: Rollout) -> None:
-        rollout.wait_jobs(rollout.total_jobs // 2)
+        rollout.wait_pods(rollout.total_pods // 2)
         rollout.stack.restart(component, down_seconds)
 
     return chaos
@@ -187,14 +187,14 @@ def test_apiserver_restarted_mid_rollout(chaos_stack: ChaosStack, tmp_path: Path
 
 def test_bridge_killed_mid_rollout(chaos_stack: ChaosStack, tmp_path: Path) -> None:
     with chaos_rollout(chaos_stack, tmp_path, SMALL) as rollout:
-        rollout.wait_jobs(rollout.total_jobs // 3)
+        rollout.wait_pods(rollout.total_pods // 3)
         rollout.procs.kill("bridge", restart=True)
-        rollout.wait_jobs(2 * rollout.total_jobs // 3)
+        rollout.wait_pods(2 * rollout.total_pods // 3)
         rollout.procs.kill("bridge", restart=True)
 
 
 def test_critical_path_of_the_chaos_package() -> None:
-    # The Job count the kill points are drawn from assumes this stage sequence.
+    # The pod count the kill points are drawn from assumes this stage sequence.
     assert node_critical_path(Scenario("x", 1, stage_seconds=1.0, reboot_seconds=0.0)) == 3.0
 
 
@@ -215,7 +215,7 @@ def test_two_workers_share_the_work_and_the_rollout_survives_one_killed(
 ) -> None:
     # Issue #14 item 5: `noderoll worker` scales out on one task queue; a SIGKILLed one is not replaced.
     with chaos_rollout(chaos_stack, tmp_path, SMALL, workers=2) as rollout:
-        rollout.wait_jobs(rollout.total_jobs // 2)
+        rollout.wait_pods(rollout.total_pods // 2)
         # A worker's identity is `noderoll-worker/<version>@<host>:<pid>[;cluster=..][;kube=..]`.
         pids = {str(pid) for pid in rollout.procs.pids("worker-")}
         rollout.procs.kill("worker-1")

@@ -1,11 +1,11 @@
 """Machinery of the reliability suite: a private stack whose components can be restarted, and
-watchers that record what must never happen (a stage Job created twice, a PodDisruptionBudget under
+watchers that record what must never happen (a stage pod created twice, a PodDisruptionBudget under
 its minimum); the noderoll processes it kills are tests/helpers/processes.py's. Sleeps and polls
 (allowed here, not in tests).
 
     stack = ChaosStack.start(tmp_dir)          # its own Temporal + control plane
     stack.restart("temporal")                   # stop the component, `up` starts it again
-    audit = JobAudit(kube_api).start()          # every stage Job uid by (node, package, version, mode)
+    audit = StagePodAudit(kube_api).start()     # every stage pod uid by (node, package, version, mode)
     pdbs = PdbWatcher(kube_api, namespace).start()
 """
 
@@ -25,6 +25,8 @@ from api.keys import (
     GROUP,
     PACKAGE_PLURAL,
     PACKAGE_POD_NAMESPACE,
+    STAGE_COMPONENT,
+    STAGE_COMPONENT_LABEL,
     STAGE_MODE_LABEL,
     STAGE_NODE_LABEL,
     STAGE_PACKAGE_LABEL,
@@ -73,49 +75,51 @@ def _key(obj: Any) -> tuple[str, str, str, str]:
 
 
 @dataclass
-class JobAudit:
-    """Every stage Job ever created (by uid) per (node, package, version, mode); survives apiserver restarts."""
+class StagePodAudit:
+    """Every stage pod ever created (by uid) per (node, package, version, mode); survives apiserver restarts."""
 
     kubeconfig: str
-    jobs: dict[tuple[str, str, str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
+    pods: dict[tuple[str, str, str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
     _stop: threading.Event = field(default_factory=threading.Event)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def start(self) -> JobAudit:
-        threading.Thread(target=self._run, daemon=True, name="job-audit").start()
+    def start(self) -> StagePodAudit:
+        threading.Thread(target=self._run, daemon=True, name="stage-pod-audit").start()
         return self
 
-    def _record(self, job: Any) -> None:
+    def _record(self, pod: Any) -> None:
         with self._lock:
-            self.jobs[_key(job)].add(job.metadata.uid)
+            self.pods[_key(pod)].add(pod.metadata.uid)
 
     def _run(self) -> None:
         api = config.new_client_from_config(config_file=self.kubeconfig)
-        batch = client.BatchV1Api(api)
+        core = client.CoreV1Api(api)
+        selector = f"{STAGE_COMPONENT_LABEL}={STAGE_COMPONENT}"
         while not self._stop.is_set():
             try:
-                listing = batch.list_namespaced_job(PACKAGE_POD_NAMESPACE)
-                for job in listing.items:
-                    self._record(job)
-                for event in watch.Watch().stream(batch.list_namespaced_job, PACKAGE_POD_NAMESPACE,
+                listing = core.list_namespaced_pod(PACKAGE_POD_NAMESPACE, label_selector=selector)
+                for pod in listing.items:
+                    self._record(pod)
+                for event in watch.Watch().stream(core.list_namespaced_pod, PACKAGE_POD_NAMESPACE,
+                                                  label_selector=selector,
                                                   resource_version=listing.metadata.resource_version,
                                                   timeout_seconds=30):
                     if event["type"] in ("ADDED", "MODIFIED"):
                         self._record(event["object"])
                     if self._stop.is_set():
                         break
-            except Exception:  # noqa: BLE001 - apiserver restarting: list again (Jobs are never lost)
+            except Exception:  # noqa: BLE001 - apiserver restarting: list again (a pod is kept until its window ends)
                 time.sleep(0.5)
 
     def count(self, package: str) -> int:
-        """Stage Jobs of `package` seen so far (the stack may hold earlier tests' Jobs too)."""
+        """Stage pods of `package` seen so far (the stack may hold earlier tests' pods too)."""
         with self._lock:
-            return sum(len(uids) for key, uids in self.jobs.items() if key[1] == package)
+            return sum(len(uids) for key, uids in self.pods.items() if key[1] == package)
 
     def duplicates(self, package: str) -> dict[tuple[str, str, str, str], int]:
-        """Keys of `package` with more than one Job."""
+        """Keys of `package` with more than one pod."""
         with self._lock:
-            return {k: len(v) for k, v in self.jobs.items() if k[1] == package and len(v) > 1}
+            return {k: len(v) for k, v in self.pods.items() if k[1] == package and len(v) > 1}
 
     def stop(self) -> None:
         self._stop.set()

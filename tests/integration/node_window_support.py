@@ -32,7 +32,7 @@ from protocol.fleet import PackageOrder, WindowRequest
 from protocol.names import SIGNAL_WINDOW, node_workflow_id
 from protocol.node import NodeWorkflowInput
 from tests.helpers import assert_eventually, new_task_queue
-from tests.helpers.stagejobs import StageRecorder
+from tests.helpers.stagepods import StagePodRecorder
 from tests.workflows.node_collector import ResultCollector
 from tests.workflows.node_harness import Answer
 from worker.registry import ACTIVITIES, WORKFLOWS
@@ -60,10 +60,10 @@ class Window:
     task_queue: str = field(default_factory=new_task_queue)
     collector: WorkflowHandle[Any, Any] | None = None
     # Every stage Job and pod of the node, recorded as they come (a window deletes them at its end).
-    recorder: StageRecorder | None = None
+    recorder: StagePodRecorder | None = None
 
     def __post_init__(self) -> None:
-        self.recorder = StageRecorder(self.api, self.node).start()
+        self.recorder = StagePodRecorder(self.api, self.node).start()
 
     def close(self) -> None:
         """Stop recording (the fixtures call it)."""
@@ -108,38 +108,38 @@ class Window:
         assert problem is None, problem
         return state
 
-    def stage_jobs(self) -> list[client.V1Job]:
-        """Every stage Job noderoll created for this node (recorded: a window deletes them at its end)."""
+    def stage_pods(self) -> list[client.V1Pod]:
+        """Every stage pod noderoll created for this node (recorded: a window deletes them at its end)."""
         assert self.recorder is not None
-        return self.recorder.jobs()
+        return self.recorder.pods()
 
-    def live_jobs(self) -> list[str]:
-        """Names of the node's stage Jobs the apiserver holds now."""
-        return [j.metadata.name for j in client.BatchV1Api(self.api).list_namespaced_job(
+    def live_pods(self) -> list[str]:
+        """Names of the node's stage pods the apiserver holds now."""
+        return [p.metadata.name for p in self.core.list_namespaced_pod(
             PACKAGE_POD_NAMESPACE, label_selector=f"noderoll.io/node={self.node}").items]
 
-    def config_map(self, job: str) -> client.V1ConfigMap | None:
-        """The ConfigMap of Job `job` (recorded)."""
+    def config_map(self, pod: str) -> client.V1ConfigMap | None:
+        """The ConfigMap of stage pod `pod` (recorded)."""
         assert self.recorder is not None
-        return self.recorder.config_map(job)
+        return self.recorder.config_map(pod)
 
-    def pods_of(self, job: str) -> list[str]:
-        """Uids of every pod the Job had (recorded)."""
+    def pods_of(self, name: str) -> list[str]:
+        """Uids of every pod of that name (recorded: one, unless created again)."""
         assert self.recorder is not None
-        return self.recorder.pods_of(job)
+        return self.recorder.pods_of(name)
 
     def modes_run(self) -> list[str]:
-        """Modes of this node's stage Jobs (a pod runs its stages and their checks: agent containers
+        """Modes of this node's stage pods (a pod runs its stages and their checks: agent containers
         named after their modes, after the `package` copy container), sorted (creation timestamps
         have 1 s resolution)."""
         return sorted(split_container(c.name, pod_packages(j.metadata.labels, j.metadata.annotations))[1]
-                      for j in self.stage_jobs()
-                      for c in [*(j.spec.template.spec.init_containers or []), *j.spec.template.spec.containers]
+                      for j in self.stage_pods()
+                      for c in [*(j.spec.init_containers or []), *j.spec.containers]
                       if not is_copy(c.name))
 
-    def job_modes(self) -> list[str]:
-        """The stage (`noderoll.io/mode` label) of each of this node's Jobs, sorted."""
-        return sorted(j.metadata.labels["noderoll.io/mode"] for j in self.stage_jobs())
+    def pod_modes(self) -> list[str]:
+        """The stage (`noderoll.io/mode` label) of each of this node's stage pods, sorted."""
+        return sorted(j.metadata.labels["noderoll.io/mode"] for j in self.stage_pods())
 
     def condition(self, kind: str) -> str | None:
         for condition in self.node_object().status.conditions or []:

@@ -31,7 +31,7 @@ from tests.helpers import assert_eventually, assert_eventually_async, unique_nam
 from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import KMOD_IMAGE, package_spec
 from tests.helpers.processes import NoderollProcesses, noderoll_fixture
-from tests.helpers.stagejobs import StageRecorder
+from tests.helpers.stagepods import StagePodRecorder
 from tests.integration.bridge_support import (
     create_package,
     create_policy,
@@ -54,17 +54,17 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 run = noderoll_fixture(retry_backoff_seconds=1)
 
 
-def jobs_on(recorder: StageRecorder, node: str) -> list[tuple[str, str, str, bool]]:
+def jobs_on(recorder: StagePodRecorder, node: str) -> list[tuple[str, str, str, bool]]:
     """(package, mode, version, succeeded) of every stage that ran on `node` in a stage Job, oldest
     first: a Job runs several stages, one container each (the package copy container left out); recorded, as a
     window deletes its Jobs once its outcome is on the node (issue #14)."""
-    jobs = [j for j in recorder.jobs() if j.metadata.labels["noderoll.io/node"] == node]
+    jobs = [j for j in recorder.pods() if j.metadata.labels["noderoll.io/node"] == node]
     # A pod of several Packages (ADR 0016) names its containers by index: api.stage_containers maps them back.
     return [(*split_container(container.name, pod_packages(j.metadata.labels, j.metadata.annotations)),
              {e.name: e.value for e in container.env or []}.get("NODEROLL_VERSION", ""),
-             bool(j.status and j.status.succeeded))
+             bool(j.status and j.status.phase == "Succeeded"))
             for j in jobs
-            for container in [*(j.spec.template.spec.init_containers or []), *j.spec.template.spec.containers]
+            for container in [*(j.spec.init_containers or []), *j.spec.containers]
             if not is_copy(container.name)]
 
 
@@ -79,7 +79,7 @@ async def test_failed_canary_is_rolled_back_and_the_rest_is_untouched(
 ) -> None:
     labels = {"fleet-test": unique_name("rb")}
     policy, tune, mods = unique_name("pol"), unique_name("tune"), unique_name("mods")
-    recorder = StageRecorder(kube_api_client).start()
+    recorder = StagePodRecorder(kube_api_client).start()
     with running_fleet(local_stack, nodes=4, labels=labels) as fleet:
         try:
             create_policy(kube_api_client, run, policy, {

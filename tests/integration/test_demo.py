@@ -71,7 +71,7 @@ def test_demo_rolls_both_packages_with_one_drain_and_one_reboot_per_node(
     # One column per package, sorted: kmod-blocklist (reboot), then sysctl-tuning (no interrupt).
     assert rows["phase"] == ["Complete", "Complete"], rows
     assert rows["nodes complete"] == [f"{NODES}/{NODES}"] * 2, rows
-    assert rows["erroring nodes"] == ["0", "0"] and rows["failed stage Jobs"] == ["0", "0"], rows
+    assert rows["erroring nodes"] == ["0", "0"] and rows["failed stage pods"] == ["0", "0"], rows
 
     # The fleet's own accounting: one drain and one reboot per node.
     each = f"{NODES} in all, 1 on each of {NODES} nodes"

@@ -1,4 +1,4 @@
-"""fleetsim on the real control plane: pods run, deletions honour grace, stage Jobs run the agent, reboots."""
+"""fleetsim on the real control plane: pods run, deletions honour grace, stage pods run the agent, reboots."""
 
 from __future__ import annotations
 
@@ -20,27 +20,26 @@ from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import SERVICE_IMAGE, SYSCTL_IMAGE, WORKLOAD_IMAGE, example_image
 
 pytestmark = pytest.mark.integration
-# Jobs (and their ConfigMaps) created by the running test, deleted after it.
+# Stage pods (and their ConfigMaps) created by the running test, deleted after it.
 _created: list[str] = []
 
 
 @pytest.fixture(autouse=True)
-def _delete_stage_jobs(kube_api_client: ApiClient) -> Iterator[None]:
+def _delete_stage_pods(kube_api_client: ApiClient) -> Iterator[None]:
     yield
-    core, batch = client.CoreV1Api(kube_api_client), client.BatchV1Api(kube_api_client)
+    core = client.CoreV1Api(kube_api_client)
     while _created:
         name = _created.pop()
-        calls = ((batch.delete_namespaced_job, {"propagation_policy": "Background"}), (core.delete_namespaced_config_map, {}))
-        for delete, options in calls:
+        for delete in (core.delete_namespaced_pod, core.delete_namespaced_config_map):
             try:
-                delete(name, PACKAGE_POD_NAMESPACE, **options)
+                delete(name, PACKAGE_POD_NAMESPACE)
             except ApiException as err:
                 if err.status != 404:
                     raise
 
 
-def stage_job(name: str, node: str, image: str, mode: str, env: dict[str, str] | None = None) -> dict[str, Any]:
-    """A stage Job exactly as "The stage pod contract" (docs/architecture.md) describes it."""
+def stage_pod(name: str, node: str, image: str, mode: str, env: dict[str, str] | None = None) -> dict[str, Any]:
+    """A stage pod exactly as "The stage pod contract" (docs/architecture.md) describes it."""
     package, version = image.rsplit("/", 1)[-1].split(":")
     labels = {"noderoll.io/package": package, "noderoll.io/node": node, "noderoll.io/mode": mode,
               "noderoll.io/component": "stage"}
@@ -48,44 +47,39 @@ def stage_job(name: str, node: str, image: str, mode: str, env: dict[str, str] |
                     "NODEROLL_MODE": mode, "NODEROLL_ROOT": "/host", "NODEROLL_CONFIG_DIR": "/noderoll-config",
                     **(env or {})}
     return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": name, "namespace": PACKAGE_POD_NAMESPACE, "labels": labels},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": PACKAGE_POD_NAMESPACE, "labels": labels,
+                     "annotations": {"noderoll.io/package-version": version}},
         "spec": {
-            "backoffLimit": 0,
-            "template": {
-                "metadata": {"labels": labels, "annotations": {"noderoll.io/package-version": version}},
-                "spec": {
-                    "nodeName": node,
-                    "restartPolicy": "Never",
-                    "tolerations": [{"operator": "Exists"}],
-                    "containers": [{
-                        "name": "agent", "image": image, "args": [mode],
-                        "terminationMessagePolicy": "FallbackToLogsOnError",
-                        "env": [{"name": k, "value": v} for k, v in contract_env.items()],
-                        "volumeMounts": [{"name": "host", "mountPath": "/host"},
-                                         {"name": "config", "mountPath": "/noderoll-config"}],
-                    }],
-                    "volumes": [{"name": "host", "hostPath": {"path": "/"}},
-                                {"name": "config", "configMap": {"name": name}}],
-                },
-            },
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "tolerations": [{"operator": "Exists"}],
+            "containers": [{
+                "name": "agent", "image": image, "args": [mode],
+                "terminationMessagePolicy": "FallbackToLogsOnError",
+                "env": [{"name": k, "value": v} for k, v in contract_env.items()],
+                "volumeMounts": [{"name": "host", "mountPath": "/host"},
+                                 {"name": "config", "mountPath": "/noderoll-config"}],
+            }],
+            "volumes": [{"name": "host", "hostPath": {"path": "/"}},
+                        {"name": "config", "configMap": {"name": name}}],
         },
     }
 
 
-def run_stage(api: ApiClient, job: dict[str, Any], config: dict[str, str] | None = None) -> client.V1Pod:
-    """Create the ConfigMap and Job, wait for the Job's pod to finish, return that pod."""
-    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
-    name = job["metadata"]["name"]
+def run_stage(api: ApiClient, pod: dict[str, Any], config: dict[str, str] | None = None) -> client.V1Pod:
+    """Create the ConfigMap and the stage pod, wait for the pod to finish, return it."""
+    core = client.CoreV1Api(api)
+    name = pod["metadata"]["name"]
     _created.append(name)
     core.create_namespaced_config_map(PACKAGE_POD_NAMESPACE, {"metadata": {"name": name}, "data": config or {}})
-    batch.create_namespaced_job(PACKAGE_POD_NAMESPACE, job)
+    core.create_namespaced_pod(PACKAGE_POD_NAMESPACE, pod)
 
     def finished() -> client.V1Pod:
-        pods = core.list_namespaced_pod(PACKAGE_POD_NAMESPACE, label_selector=f"job-name={name}").items
-        assert pods and pods[0].status.phase in ("Succeeded", "Failed"), [p.status.phase for p in pods]
-        return pods[0]
+        found = core.read_namespaced_pod(name, PACKAGE_POD_NAMESPACE)
+        assert found.status.phase in ("Succeeded", "Failed"), found.status.phase
+        return found
 
     return assert_eventually(finished, timeout=60)
 
@@ -138,20 +132,20 @@ def test_deletion_honours_grace_period(local_stack: Any, kube_api_client: ApiCli
         assert 1.8 <= elapsed < 5.0
 
 
-def test_stage_job_runs_sysctl_apply_and_check(local_stack: Any, kube_api_client: ApiClient) -> None:
+def test_stage_pod_runs_sysctl_apply_and_check(local_stack: Any, kube_api_client: ApiClient) -> None:
     config = {"sysctl.conf": "vm.max_map_count = 524288\n"}
     with running_fleet(local_stack, nodes=1) as fleet:
         node = fleet.node_names[0]
-        applied = run_stage(kube_api_client, stage_job(unique_name("apply"), node, SYSCTL_IMAGE, "apply"), config)
+        applied = run_stage(kube_api_client, stage_pod(unique_name("apply"), node, SYSCTL_IMAGE, "apply"), config)
         assert applied.status.phase == "Succeeded", terminated(applied).message
         assert (fleet.sandbox(node) / "etc/sysctl.d/90-noderoll.conf").read_text() == config["sysctl.conf"]
-        checked = run_stage(kube_api_client, stage_job(unique_name("check"), node, SYSCTL_IMAGE, "apply-check"), config)
+        checked = run_stage(kube_api_client, stage_pod(unique_name("check"), node, SYSCTL_IMAGE, "apply-check"), config)
         assert checked.status.phase == "Succeeded"
         assert terminated(checked).exit_code == 0
         assert "checked" in terminated(checked).message
         assert (fleet.sandbox(node) / f"var/log/noderoll/pods/{checked.metadata.name}.log").is_file()
         # The agent keeps its flags on the host: the same version's apply is not run again.
-        again = run_stage(kube_api_client, stage_job(unique_name("apply"), node, SYSCTL_IMAGE, "apply"), config)
+        again = run_stage(kube_api_client, stage_pod(unique_name("apply"), node, SYSCTL_IMAGE, "apply"), config)
         assert again.status.phase == "Succeeded"
         assert "skipping step apply" in terminated(again).message
 
@@ -160,13 +154,10 @@ def test_injected_failure_gives_failed_pod_with_exit_code(local_stack: Any, kube
     with running_fleet(local_stack, nodes=2) as fleet:
         node = fleet.node_names[1]
         fleet.options.faults.add(Fault("fail-stage", nodes=node, mode="apply", exit_code=7, times=1))
-        pod = run_stage(kube_api_client, stage_job(unique_name("apply"), node, SYSCTL_IMAGE, "apply"))
+        pod = run_stage(kube_api_client, stage_pod(unique_name("apply"), node, SYSCTL_IMAGE, "apply"))
         assert pod.status.phase == "Failed"
         assert terminated(pod).exit_code == 7
         assert "injected fault" in terminated(pod).message
-        batch = client.BatchV1Api(kube_api_client)
-        job = pod.metadata.labels["job-name"]
-        assert_eventually(lambda: batch.read_namespaced_job(job, PACKAGE_POD_NAMESPACE).status.failed == 1)
 
 
 def test_failing_step_exit_code_reaches_the_pod(local_stack: Any, kube_api_client: ApiClient, tmp_path: Path) -> None:
@@ -181,7 +172,7 @@ def test_failing_step_exit_code_reaches_the_pod(local_stack: Any, kube_api_clien
     (package / "boom.sh").write_text("#!/bin/sh\necho about to fail\nexit 3\n")
     (package / "boom.sh").chmod(0o755)
     with running_fleet(local_stack, nodes=1, image_stores=[tmp_path]) as fleet:
-        job = stage_job(unique_name("apply"), fleet.node_names[0], example_image("broken", "0.1.0"), "apply")
+        job = stage_pod(unique_name("apply"), fleet.node_names[0], example_image("broken", "0.1.0"), "apply")
         pod = run_stage(kube_api_client, job)
         assert pod.status.phase == "Failed"
         assert terminated(pod).exit_code == 3
@@ -198,7 +189,7 @@ def test_reboot_changes_boot_id_and_passes_through_not_ready(local_stack: Any, k
         core.create_namespaced_pod(k8s_namespace, {"metadata": {"name": "survivor"}, "spec": spec})
         assert_eventually(lambda: core.read_namespaced_pod("survivor", k8s_namespace).status.phase == "Running")
         interrupt = json.dumps({"type": "reboot", "services": []})
-        job = stage_job(unique_name("reboot"), node, SYSCTL_IMAGE, "interrupt", {"NODEROLL_INTERRUPT": interrupt})
+        job = stage_pod(unique_name("reboot"), node, SYSCTL_IMAGE, "interrupt", {"NODEROLL_INTERRUPT": interrupt})
         pod = run_stage(kube_api_client, job)
         assert pod.status.phase == "Succeeded"
         # The node is already down when the interrupt pod is seen to succeed.
@@ -216,7 +207,7 @@ def test_service_interrupt_records_restarted_services(local_stack: Any, kube_api
         node = fleet.node_names[0]
         boot_id = fleet.boot_id(node)
         interrupt = json.dumps({"type": "service", "services": ["containerd", "kubelet"]})
-        job = stage_job(unique_name("svc"), node, SERVICE_IMAGE, "interrupt",
+        job = stage_pod(unique_name("svc"), node, SERVICE_IMAGE, "interrupt",
                         {"NODEROLL_INTERRUPT": interrupt})
         assert run_stage(kube_api_client, job).status.phase == "Succeeded"
         log = fleet.sandbox(node) / "var/lib/noderoll/restarted-services.log"
@@ -254,20 +245,20 @@ def test_workloads_spread_with_pdbs_and_training_pods_finish(local_stack: Any, k
 
 
 def test_hanging_stage_pod_runs_until_deleted(local_stack: Any, kube_api_client: ApiClient) -> None:
-    core, batch = client.CoreV1Api(kube_api_client), client.BatchV1Api(kube_api_client)
+    core = client.CoreV1Api(kube_api_client)
     with running_fleet(local_stack, nodes=1) as fleet:
         node = fleet.node_names[0]
         fleet.options.faults.add(Fault("hang", nodes=node, mode="apply"))
-        job = stage_job(unique_name("hang"), node, SYSCTL_IMAGE, "apply")
-        name = job["metadata"]["name"]
+        manifest = stage_pod(unique_name("hang"), node, SYSCTL_IMAGE, "apply")
+        name = manifest["metadata"]["name"]
         _created.append(name)
         core.create_namespaced_config_map(PACKAGE_POD_NAMESPACE, {"metadata": {"name": name}})
-        batch.create_namespaced_job(PACKAGE_POD_NAMESPACE, job)
+        core.create_namespaced_pod(PACKAGE_POD_NAMESPACE, manifest)
 
         def running() -> client.V1Pod:
-            pods = core.list_namespaced_pod(PACKAGE_POD_NAMESPACE, label_selector=f"job-name={name}").items
-            assert pods and pods[0].status.phase == "Running"
-            return pods[0]
+            found = core.read_namespaced_pod(name, PACKAGE_POD_NAMESPACE)
+            assert found.status.phase == "Running"
+            return found
 
         pod = assert_eventually(running)
         assert not (fleet.sandbox(node) / "etc/sysctl.d/90-noderoll.conf").exists()
@@ -310,7 +301,7 @@ def test_pods_follow_their_node_through_a_reboot(local_stack: Any, kube_api_clie
         assert_eventually(lambda: all(read(n).status.phase == "Running" for n in ("web", "batch", "doomed")))
         web_ip = read("web").status.pod_ip
         interrupt = json.dumps({"type": "reboot", "services": []})
-        job = stage_job(unique_name("reboot"), node, SYSCTL_IMAGE, "interrupt", {"NODEROLL_INTERRUPT": interrupt})
+        job = stage_pod(unique_name("reboot"), node, SYSCTL_IMAGE, "interrupt", {"NODEROLL_INTERRUPT": interrupt})
         assert run_stage(kube_api_client, job).status.phase == "Succeeded"
         core.create_namespaced_pod(k8s_namespace, pod("newcomer"))
         core.delete_namespaced_pod("doomed", k8s_namespace)

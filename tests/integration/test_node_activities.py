@@ -25,7 +25,6 @@ import kube
 from activities import node_marks as node_marks_activity
 from activities.drain import drain_node, policy_version, wait_protected_pods
 from activities.interrupts import run_interrupt
-from activities.jobs import job_name
 from activities.node_marks import mark_blocked_nodes
 from activities.nodes import (
     cordon_node,
@@ -35,6 +34,7 @@ from activities.nodes import (
     uncordon_node,
     write_node_state,
 )
+from activities.pod_create import pod_name
 from activities.stage_run import run_stage_pod
 from api.enums import NodeMarkKind
 from api.keys import (
@@ -293,7 +293,7 @@ def test_missing_node_is_non_retryable(node: str) -> None:
     assert failure.value.type == errors.NODE_NOT_FOUND and failure.value.non_retryable
 
 
-def test_stage_job_is_adopted_when_the_activity_runs_again(node: str, kube_api_client: ApiClient) -> None:
+def test_stage_pod_is_adopted_when_the_activity_runs_again(node: str, kube_api_client: ApiClient) -> None:
     job = StageJob(package="sysctl-tuning", version="1.0.0", node=node, mode="apply", image=SYSCTL_IMAGE,
                    window=unique_name("w"), tolerations=[{"operator": "Exists"}], timeout_seconds=60,
                    modes=["apply", "apply-check"])
@@ -303,8 +303,30 @@ def test_stage_job_is_adopted_when_the_activity_runs_again(node: str, kube_api_c
     assert (first.adopted, second.adopted) == (False, True)
     assert first.job_name == second.job_name and first.exit_code == second.exit_code
     pods = client.CoreV1Api(kube_api_client).list_namespaced_pod(
-        PACKAGE_POD_NAMESPACE, label_selector=f"job-name={first.job_name}").items
+        PACKAGE_POD_NAMESPACE, field_selector=f"metadata.name={first.job_name}").items
     assert len(pods) == 1
+
+
+def test_a_retry_whose_predecessor_saw_its_pod_never_creates_it_again(node: str, kube_api_client: ApiClient) -> None:
+    """A bare pod has no Job to hold the attempt's record: a retried activity whose predecessor had
+    seen the pod (its heartbeat: uid, version) adopts it, and a pod deleted since fails the attempt
+    instead of being created again to run the stages a second time under the same attempt."""
+    core = client.CoreV1Api(kube_api_client)
+    job = StageJob(package="sysctl-tuning", version="1.0.0", node=node, mode="apply", image=SYSCTL_IMAGE,
+                   window=unique_name("w"), tolerations=[{"operator": "Exists"}], timeout_seconds=60,
+                   modes=["apply", "apply-check"])
+    beats = Beats()
+    first = beats.env.run(run_stage_pod, RunStagePodInput(job))
+    assert first.exit_code == 0 and beats.details and beats.details[-1][0]["pod"], beats.details
+    core.delete_namespaced_pod(first.job_name, PACKAGE_POD_NAMESPACE, grace_period_seconds=0)
+    assert_eventually(lambda: not core.list_namespaced_pod(
+        PACKAGE_POD_NAMESPACE, field_selector=f"metadata.name={first.job_name}").items, timeout=30)
+    retried = ActivityEnvironment()
+    retried.info = dataclasses.replace(retried.info, attempt=2, heartbeat_details=list(beats.details[-1]))
+    second = retried.run(run_stage_pod, RunStagePodInput(job))
+    assert (second.adopted, second.exit_code) == (True, -1) and "deleted before it finished" in second.log_tail
+    assert not core.list_namespaced_pod(
+        PACKAGE_POD_NAMESPACE, field_selector=f"metadata.name={first.job_name}").items, "created again"
 
 
 def test_metadata_patch_retries_a_resource_version_conflict(node: str, kube_api_client: ApiClient) -> None:
@@ -334,12 +356,12 @@ def test_reboot_is_confirmed_by_a_new_boot_id_and_never_repeated(node: str, kube
     result = beats.env.run(run_interrupt, RunInterruptInput(job, boot_before, reboot_timeout_seconds=30))
     assert result.exit_code == 0 and result.boot_id_after and result.boot_id_after != boot_before
     assert beats.details, "run_interrupt did not heartbeat while the node rebooted"
-    # A later attempt (new Job name) for the same window sees the reboot happened: no second reboot.
+    # A later attempt (new pod name) for the same window sees the reboot happened: no second reboot.
     again = dataclasses.replace(job, attempt=2)
     second = ActivityEnvironment().run(run_interrupt, RunInterruptInput(again, boot_before, 30))
     assert second.exit_code == 0 and second.boot_id_after == result.boot_id_after
     with pytest.raises(ApiException) as missing:
-        client.BatchV1Api(kube_api_client).read_namespaced_job(job_name(again), PACKAGE_POD_NAMESPACE)
+        client.CoreV1Api(kube_api_client).read_namespaced_pod(pod_name(again), PACKAGE_POD_NAMESPACE)
     assert missing.value.status == 404
 
 
@@ -376,8 +398,8 @@ def test_a_reboot_is_confirmed_with_one_watch_of_its_node(node: str, monkeypatch
     result = kept_alive_env().run(run_interrupt, RunInterruptInput(_reboot_job(node), boot_before, 30))
     assert result.exit_code == 0 and result.boot_id_after not in ("", boot_before)
     assert requests.count(("WATCH", "nodes")) == 1, requests
-    assert requests.count(("GET", "nodes")) == 1, requests  # before the Job: has the node rebooted already?
-    # The interrupt pod: one short watch from the new Job's resourceVersion (no list, no read of the Job).
+    assert requests.count(("GET", "nodes")) == 1, requests  # before the pod: has the node rebooted already?
+    # The interrupt pod: one short watch from its resourceVersion at creation (no list, no read of it).
     assert [r for r in requests if r[1] in ("pods", "jobs") and r[0] != "POST"] == [("WATCH", "pods")], requests
 
 
@@ -406,25 +428,24 @@ def test_a_failing_check_in_the_stage_pod_is_reported_as_the_check(
         fleet.options.faults.add(Fault("fail-stage", nodes=node, mode="apply-check", exit_code=4))
         result = ActivityEnvironment().run(run_stage_pod, RunStagePodInput(_stage_and_check(node)))
     assert (result.exit_code, result.mode) == (4, "apply-check") and "injected fault" in result.log_tail
-    [pod] = client.CoreV1Api(kube_api_client).list_namespaced_pod(
-        PACKAGE_POD_NAMESPACE, label_selector=f"job-name={result.job_name}").items
+    pod = client.CoreV1Api(kube_api_client).read_namespaced_pod(result.job_name, PACKAGE_POD_NAMESPACE)
     [copy, stage] = pod.status.init_container_statuses
     assert copy.name == "package" and copy.state.terminated.exit_code == 0
     assert stage.name == "apply" and stage.state.terminated.exit_code == 0
 
 
-def test_a_stage_pod_deleted_before_it_finished_fails_the_attempt_and_ends_its_job(
+def test_a_stage_pod_deleted_before_it_finished_fails_the_attempt_and_nothing_runs_it_again(
         local_stack: StackInfo, kube_api_client: ApiClient) -> None:
     kube.configure(local_stack.kubeconfig)
-    core, batch = client.CoreV1Api(kube_api_client), client.BatchV1Api(kube_api_client)
+    core = client.CoreV1Api(kube_api_client)
     with running_fleet(local_stack, nodes=1) as fleet:
         node = fleet.node_names[0]
         fleet.options.faults.add(Fault("hang", nodes=node, mode="apply"))
         job = _stage_and_check(node)
-        name = job_name(job)
+        name = pod_name(job)
 
         def running_pod() -> str:
-            pods = core.list_namespaced_pod(PACKAGE_POD_NAMESPACE, label_selector=f"job-name={name}").items
+            pods = core.list_namespaced_pod(PACKAGE_POD_NAMESPACE, field_selector=f"metadata.name={name}").items
             assert pods and pods[0].status.phase == "Running"
             return str(pods[0].metadata.name)
 
@@ -434,14 +455,9 @@ def test_a_stage_pod_deleted_before_it_finished_fails_the_attempt_and_ends_its_j
             result = ActivityEnvironment().run(run_stage_pod, RunStagePodInput(job))
             deleting.result()
     assert result.exit_code == -1 and "deleted before it finished" in result.log_tail
-
-    def job_failed() -> bool:
-        conditions = batch.read_namespaced_job(name, PACKAGE_POD_NAMESPACE).status.conditions or []
-        assert any(c.type == "Failed" and c.status == "True" for c in conditions), conditions
-        return True
-
-    # The Job stays (the record of the failed attempt) but runs nothing more.
-    assert_eventually(job_failed, timeout=30)
+    # No controller puts a pod back under the same attempt: the next attempt is a new pod.
+    assert_eventually(lambda: not core.list_namespaced_pod(
+        PACKAGE_POD_NAMESPACE, field_selector=f"metadata.name={name}").items, timeout=30)
 
 
 def _conditions(core: client.CoreV1Api, node: str) -> dict[str, client.V1NodeCondition]:

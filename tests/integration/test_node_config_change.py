@@ -56,9 +56,9 @@ def config_job_data(w: Window) -> list[dict[str, str]]:
     """The config handed to each stage Job of the node that ran `config` (its ConfigMap, recorded: the
     window deletes it at its end; the node's metadata left out), in a stable order (creation timestamps
     have a 1 s resolution, too coarse to order windows that follow quickly)."""
-    jobs = [j for j in w.stage_jobs()
-            if any(c.name == "config" for c in [*(j.spec.template.spec.init_containers or []),
-                                                 *j.spec.template.spec.containers])]
+    jobs = [j for j in w.stage_pods()
+            if any(c.name == "config" for c in [*(j.spec.init_containers or []),
+                                                 *j.spec.containers])]
     maps = [w.config_map(j.metadata.name) for j in jobs]
     data = [{k: v for k, v in (m.data or {}).items() if not k.startswith(METADATA_PREFIX)} for m in maps if m]
     return sorted(data, key=lambda d: sorted(d.items()))
@@ -77,14 +77,14 @@ async def test_config_change_after_a_finished_config_change_runs_the_config_stag
         assert after_a.state == "complete", after_a
         # a.conf matches no configInterrupt: config (+ its check) only. One pod per window for the
         # stages before the interrupt (issue #14): the install's pod runs apply, then config.
-        assert window.job_modes() == ["apply", "config"]
+        assert window.pod_modes() == ["apply", "config"]
         entry = window.state().packages["script-config"]
         assert (entry.action, entry.stage, entry.state) == ("config", "config", "complete")
         after_b = await run_request(window, b_changed, 3)
         assert after_b.state == "complete", after_b
     # The b.conf change ran its config stage (with b.conf's new content), then the interrupt of b.conf.
     # One pod per window phase (ADR 0016): config, then the interrupt in its own pod, then post-interrupt.
-    assert window.job_modes() == ["apply", "config", "config", "interrupt", "post-interrupt"]
+    assert window.pod_modes() == ["apply", "config", "config", "interrupt", "post-interrupt"]
     assert window.modes_run().count("interrupt") == 1
     assert config_job_data(window) == sorted([first, a_changed, b_changed], key=lambda d: sorted(d.items()))
     entry = window.state().packages["script-config"]

@@ -16,7 +16,7 @@ from kubernetes.client import ApiClient
 from temporalio.client import Client
 
 import kube
-from activities.jobs import jobs_per_window
+from activities.pod_create import pods_per_window
 from api.keys import (
     CONDITION_ERRORING,
     CONDITION_UPDATING,
@@ -160,7 +160,7 @@ async def test_protected_pods_delay_the_drain_until_they_finish(
             assert window.node_object().spec.unschedulable
             pod = window.core.read_namespaced_pod("training-step", k8s_namespace)
             assert pod.status.phase == "Running"
-            assert window.stage_jobs() == []
+            assert window.stage_pods() == []
             return True
 
         await assert_eventually_async(cordoned_and_waiting, timeout=20)
@@ -170,7 +170,7 @@ async def test_protected_pods_delay_the_drain_until_they_finish(
     # It finished on its own (Succeeded), was never evicted, and every stage started after it ended.
     assert finished.status.phase == "Succeeded"
     ended = finished.status.container_statuses[0].state.terminated.finished_at
-    first_job = min(j.metadata.creation_timestamp for j in window.stage_jobs())
+    first_job = min(j.metadata.creation_timestamp for j in window.stage_pods())
     assert first_job >= ended.replace(microsecond=0)
     events = window.core.list_namespaced_event("default", field_selector=f"involvedObject.name={window.node}")
     assert any(e.reason == "WaitingForProtectedPods" for e in events.items)
@@ -194,7 +194,7 @@ async def test_failing_stage_is_retried_then_erroring_then_the_next_request_comp
         assert window.condition(CONDITION_ERRORING) == "True"
         # No interrupt: never cordoned, so nothing to leave cordoned.
         assert not node.spec.unschedulable
-        assert window.job_modes() == ["apply", "apply"]  # one Job per attempt (its check never ran)
+        assert window.pod_modes() == ["apply", "apply"]  # one Job per attempt (its check never ran)
         # The fleet's `retry` asks again: a new request, a new window that resumes at the failed stage.
         await window.request("sysctl-tuning", package_spec(SYSCTL_IMAGE))
         results = await wait_results(window, 2)
@@ -229,11 +229,11 @@ async def test_reboot_package_reboots_checks_and_uncordons(
     assert not node.spec.unschedulable
     assert window.modes_run() == sorted(["apply", "apply-check", "config", "config-check", "interrupt",
                                          "post-interrupt", "post-interrupt-check"])
-    assert len(window.stage_jobs()) == jobs_per_window(interrupt=True)  # ADR 0016: stages, interrupt, post
+    assert len(window.stage_pods()) == pods_per_window(interrupt=True)  # ADR 0016: stages, interrupt, post
     # Each pod's activity ended on its first attempt (a retry would adopt the Job and hide a failure).
     assert await activity_attempts(window.temporal, window.node, "run_stage_pod") == [1, 1]
     # Once the outcome was written, the window deleted its Jobs (and with them their pods).
-    assert_eventually(lambda: window.live_jobs() == [], timeout=30)
+    assert_eventually(lambda: window.live_pods() == [], timeout=30)
     entry = window.state().packages["script-config"]
     assert (entry.stage, entry.state) == ("post-interrupt", "complete")
     await record_history(window.temporal, window.node, "window-reboot-one-pod-per-phase")
@@ -251,13 +251,13 @@ async def test_two_pending_packages_share_one_merged_interrupt(
                                                             ("sysctl-tuning", "complete")]
     # One pod per phase (ADR 0016): both Packages' stages in one pod (each its copy container and its
     # agent containers, named by index), the merged interrupt in a pod of its own, then the checks after it.
-    before, interrupt, after = window.stage_jobs()
+    before, interrupt, after = window.stage_pods()
     packages = json.loads(before.metadata.annotations["noderoll.io/packages"])
     assert sorted(packages) == ["kmod-blocklist", "sysctl-tuning"]
-    names = [c.name for c in [*before.spec.template.spec.init_containers, *before.spec.template.spec.containers]]
+    names = [c.name for c in [*before.spec.init_containers, *before.spec.containers]]
     assert names[0] == "p0-package" and "p1-package" in names and names[-1].startswith("p1-")
-    [container] = interrupt.spec.template.spec.containers
-    assert container.name == "interrupt" and not interrupt.spec.template.spec.init_containers
+    [container] = interrupt.spec.containers
+    assert container.name == "interrupt" and not interrupt.spec.init_containers
     env = {e.name: e.value for e in container.env}
     assert json.loads(env["NODEROLL_INTERRUPT"]) == {"type": "service", "services": ["kmod", "systemd-sysctl"]}
     assert json.loads(after.metadata.annotations["noderoll.io/packages"]) == packages
@@ -284,7 +284,7 @@ async def test_one_package_without_interrupt_needs_no_cordon_and_few_events(
         [result] = await wait_results(window, 1)
     assert (result.state, result.disrupted) == ("complete", False)
     assert window.modes_run() == sorted(["apply", "apply-check", "config", "config-check"])
-    assert len(window.stage_jobs()) == jobs_per_window(interrupt=False)
+    assert len(window.stage_pods()) == pods_per_window(interrupt=False)
     events = await history_events(window.temporal, window.node)
     print(f"history events of one package without interrupt: {events}")
     assert events < 100
@@ -318,7 +318,7 @@ async def test_unreadable_state_holds_the_request_and_runs_nothing(window: Windo
             await window.request("sysctl-tuning", package_spec(SYSCTL_IMAGE))
             [result] = await wait_results(window, 1)
         assert result.state == "blocked" and "noderoll.io/state unreadable" in result.message, result
-        assert window.stage_jobs() == []
+        assert window.stage_pods() == []
         assert (window.node_object().metadata.annotations or {})[NODE_STATE_ANNOTATION] == "{garbage"
         await record_history(window.temporal, window.node, "window-unreadable-state-held")
     finally:

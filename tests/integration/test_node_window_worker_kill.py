@@ -54,7 +54,7 @@ async def test_sigkill_mid_window_then_restart_completes_without_rerunning_jobs(
 
             # Kill as soon as the first stage Job exists: the node is cordoned and drained, the
             # run_stage_job activity is running in the worker that dies.
-            assert_eventually(lambda: len(window.stage_jobs()) >= 1, timeout=30, interval=0.05)
+            assert_eventually(lambda: len(window.stage_pods()) >= 1, timeout=30, interval=0.05)
             procs.kill("worker")
             assert window.node_object().spec.unschedulable
             procs.start_worker()
@@ -76,7 +76,7 @@ async def test_sigkill_mid_window_then_restart_completes_without_rerunning_jobs(
     modes = collections.Counter(window.modes_run())
     assert modes == collections.Counter(["apply", "apply-check", "config", "config-check", "interrupt",
                                          "post-interrupt", "post-interrupt-check"]), modes
-    for job in window.stage_jobs():
+    for job in window.stage_pods():
         # One pod per Job, ever (recorded: the window deleted them at its end).
         assert len(window.pods_of(job.metadata.name)) == 1, job.metadata.name
     node = window.node_object()

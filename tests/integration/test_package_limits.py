@@ -22,7 +22,7 @@ from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import WORKLOAD_IMAGE, package_spec
 from tests.helpers.processes import NoderollProcesses, noderoll_fixture
-from tests.helpers.stagejobs import StageRecorder
+from tests.helpers.stagepods import StagePodRecorder
 from tests.integration.bridge_support import create_package, delete_package, read_package
 
 pytestmark = pytest.mark.integration
@@ -56,7 +56,7 @@ def test_a_raised_limit_outlasts_a_protected_pod_the_default_would_not(
     with running_fleet(run.stack, nodes=2, labels={"limits-fleet": run.run_id}) as fleet:
         raised_node, default_node = fleet.node_names
         # The window deletes its stage Jobs once its outcome is on the node (issue #14): record them.
-        recorder = StageRecorder(kube_api_client, node=raised_node).start()
+        recorder = StagePodRecorder(kube_api_client, node=raised_node).start()
         pods = {node: protected_pod(core, k8s_namespace, node, label, seconds)
                 for node, seconds in ((raised_node, POD_SECONDS), (default_node, 10 * POD_SECONDS))}
         names = {raised_node: unique_name("raised"), default_node: unique_name("default")}
@@ -90,7 +90,7 @@ def test_a_raised_limit_outlasts_a_protected_pod_the_default_would_not(
             # The pod outlived the shortened default after the Package existed ...
             assert (stamp(finished) - created).total_seconds() > SHORT_DEFAULT
             # ... and the window's stages ran only after it finished.
-            jobs = [j for j in recorder.jobs() if j.metadata.labels["noderoll.io/package"] == names[raised_node]]
+            jobs = [j for j in recorder.pods() if j.metadata.labels["noderoll.io/package"] == names[raised_node]]
             assert jobs and min(stamp(j.metadata.creation_timestamp) for j in jobs) >= stamp(finished)
         finally:
             recorder.stop()

@@ -76,7 +76,7 @@ def test_a_nodewright_image_runs_unchanged(fleet: Any, package: dict[str, Any], 
     labels = json.loads((sandbox / f"etc/nodewright-tuning/{name}.labels.json").read_text())
     assert labels["example.com/rack"] == "r7" and labels["kubernetes.io/hostname"] == node
     assert (sandbox / f"etc/nodewright-tuning/{name}.order").read_text() == "3\n"
-    pod = core.list_namespaced_pod(PACKAGE_POD_NAMESPACE, label_selector=f"job-name={result.job_name}").items[0]
+    pod = core.read_namespaced_pod(result.job_name, PACKAGE_POD_NAMESPACE)
     copy = pod.spec.init_containers[0]
     assert (copy.name, copy.image) == ("package", NODEWRIGHT_IMAGE)
     assert {c.image for c in [*pod.spec.init_containers[1:], *pod.spec.containers]} == {"ghcr.io/noderoll/agent:0.1.0"}
@@ -147,8 +147,7 @@ def test_a_pod_of_two_packages_runs_each_with_its_own_files_and_names_the_one_th
     assert (sandbox / f"etc/{first}.conf").read_text().startswith(f"first=1\n{first} {first}--0_{first}_1.0.0")
     # The second's uid and generation came with its order (no such Package exists to read them from).
     assert (sandbox / f"etc/{second}.conf").read_text().startswith(f"second=2\n{second} {second}-uid-of-2-7_{second}_1.0.0")
-    pod = client.CoreV1Api(kube_api_client).list_namespaced_pod(
-        PACKAGE_POD_NAMESPACE, label_selector=f"job-name={result.job_name}").items[0]
+    pod = client.CoreV1Api(kube_api_client).read_namespaced_pod(result.job_name, PACKAGE_POD_NAMESPACE)
     assert json.loads(pod.metadata.annotations["noderoll.io/packages"]) == [first, second]
     statuses = {s.name: s.state.terminated.exit_code for s in pod.status.init_container_statuses + pod.status.container_statuses
                 if s.state.terminated}

@@ -25,7 +25,7 @@ from localstack import node_images
 from localstack.processes import pick_port
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.helm import CHART, INSTALL_HINT, find_binary
-from tests.helpers.stagejobs import StageRecorder
+from tests.helpers.stagepods import StagePodRecorder
 from tests.realnode.support import REPO, RealCluster, start_real_cluster
 
 HELM = find_binary("helm")
@@ -91,7 +91,7 @@ def test_the_chart_installed_for_real_rolls_out_a_package(helm_cluster: RealClus
         name = unique_name("nwt-helm")
         scratch = Path(tempfile.mkdtemp(prefix="noderoll-realnode-", dir="/var/tmp"))
         # The window deletes its stage Jobs once its outcome is on the node (issue #14): record them.
-        recorder = StageRecorder(cluster.api, node=cluster.node.name).start()
+        recorder = StagePodRecorder(cluster.api, node=cluster.node.name).start()
         try:
             # No interrupt: draining the only node would evict the worker that runs the rollout.
             cluster.package(name, config={"sysctl.conf": SYSCTL, "root": str(scratch)}, interrupt=None)

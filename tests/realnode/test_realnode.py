@@ -21,7 +21,7 @@ from api.keys import NODE_STATE_ANNOTATION
 from api.node_state import parse_node_state
 from tests.helpers import unique_name
 from tests.helpers.packages import NODEWRIGHT_IMAGE
-from tests.helpers.stagejobs import StageRecorder
+from tests.helpers.stagepods import StagePodRecorder
 from tests.realnode.support import RealCluster
 
 pytestmark = pytest.mark.timeout(900)
@@ -40,7 +40,7 @@ def test_a_nodewright_package_rolls_out_on_the_real_node(real_cluster: RealClust
     name, node = unique_name("nwt"), real_cluster.node.name
     boot_before = real_cluster.core.read_node(node).status.node_info.boot_id
     # The window deletes its stage Jobs (and pods) once its outcome is on the node (issue #14): record them.
-    recorder = StageRecorder(real_cluster.api, node=node).start()
+    recorder = StagePodRecorder(real_cluster.api, node=node).start()
     real_cluster.package(name, config={"sysctl.conf": SYSCTL, "root": str(scratch)})
     try:
         status = real_cluster.wait_status(name, lambda s: s.get("phase") == "Complete")

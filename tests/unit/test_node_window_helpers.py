@@ -12,7 +12,8 @@ from kubernetes import client
 from temporalio.testing import ActivityEnvironment
 
 from activities.heartbeats import keep_alive, wait_slice, watch_slice
-from activities.jobs import job_manifest, job_name
+from activities.pod_create import pod_name
+from activities.stage_pod import pod_manifest
 from api.enums import NodeStatus, Stage, State
 from api.node_state import NodeState, PackageNodeState
 from api.package import PackageSpec
@@ -98,26 +99,28 @@ def test_updated_entry_is_a_copy() -> None:
     assert entry.state is State.IN_PROGRESS
 
 
-def test_job_name_is_deterministic_bounded_and_distinct_per_attempt_and_window() -> None:
+def test_pod_name_is_deterministic_bounded_and_distinct_per_attempt_and_window() -> None:
     long = a_job(package="a" * 43, mode="post-interrupt-check", node="n" * 63)
-    assert len(job_name(long)) <= 63
-    assert job_name(a_job()) == job_name(a_job())
-    names = {job_name(a_job()), job_name(a_job(attempt=2)), job_name(a_job(window="other-1")),
-             job_name(a_job(mode="apply-check")), job_name(a_job(version="550.2.0")),
-             job_name(a_job(modes=["apply", "apply-check"]))}
+    assert len(pod_name(long)) <= 63
+    assert pod_name(a_job()) == pod_name(a_job())
+    names = {pod_name(a_job()), pod_name(a_job(attempt=2)), pod_name(a_job(window="other-1")),
+             pod_name(a_job(mode="apply-check")), pod_name(a_job(version="550.2.0")),
+             pod_name(a_job(modes=["apply", "apply-check"]))}
     assert len(names) == 6
-    assert job_name(a_job()).startswith("nr-nvidia-driver-apply-")
+    assert pod_name(a_job()).startswith("nr-nvidia-driver-apply-")
 
 
-def test_job_manifest_follows_the_stage_pod_contract() -> None:
+def test_pod_manifest_follows_the_stage_pod_contract() -> None:
     job = a_job(mode="interrupt", interrupt={"type": "reboot", "services": []}, config={"a.conf": "x"},
                 env=[{"name": "EXTRA", "value": "1"}], tolerations=[{"operator": "Exists"}])
-    manifest = job_manifest(job, "nr-x")
-    spec = manifest["spec"]
-    pod = spec["template"]["spec"]
+    manifest = pod_manifest(job, "nr-x")
+    pod = manifest["spec"]
     [container] = pod["containers"]
     env = {e["name"]: e["value"] for e in container["env"]}
-    assert spec["backoffLimit"] == 0 and pod["nodeName"] == "gpu-node-0001" and pod["restartPolicy"] == "Never"
+    # A bare pod (ADR 0017): no Job, pinned, never restarted, its deadline the stage timeout.
+    assert (manifest["apiVersion"], manifest["kind"], manifest["metadata"]["name"]) == ("v1", "Pod", "nr-x")
+    assert pod["nodeName"] == "gpu-node-0001" and pod["restartPolicy"] == "Never"
+    assert pod["activeDeadlineSeconds"] == job.timeout_seconds
     assert container["name"] == "interrupt" and container["args"] == ["interrupt"] and "initContainers" not in pod
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
     assert env["NODEROLL_INTERRUPT"] == '{"services": [], "type": "reboot"}'
@@ -125,18 +128,18 @@ def test_job_manifest_follows_the_stage_pod_contract() -> None:
     assert env["EXTRA"] == "1" and env["NODEROLL_MODE"] == "interrupt"
     # An interrupt needs no package files: no copy container, no ConfigMap, only the host root.
     assert [v["name"] for v in pod["volumes"]] == ["host"]
-    assert spec["template"]["metadata"]["labels"]["noderoll.io/component"] == "stage"
+    assert manifest["metadata"]["labels"]["noderoll.io/component"] == "stage"
 
 
 def test_a_stage_and_its_check_run_in_one_pod() -> None:
-    manifest = job_manifest(a_job(modes=["apply", "apply-check"]), "nr-x")
-    pod = manifest["spec"]["template"]["spec"]
+    manifest = pod_manifest(a_job(modes=["apply", "apply-check"]), "nr-x")
+    pod = manifest["spec"]
     [copy, stage], [check] = pod["initContainers"], pod["containers"]
     assert copy["name"] == "package" and copy["image"] == "registry.local/driver:550"
     assert (stage["name"], stage["args"], check["name"], check["args"]) == (
         "apply", ["apply"], "apply-check", ["apply-check"])
     assert {e["name"]: e["value"] for e in check["env"]}["NODEROLL_MODE"] == "apply-check"
-    # No config: no config volume; the node metadata comes only when ensure_job made its ConfigMap.
+    # No config: no config volume; the node metadata comes only when ensure_pod made its ConfigMap.
     assert [v["name"] for v in pod["volumes"]] == ["host", "package"]
     assert manifest["metadata"]["labels"]["noderoll.io/mode"] == "apply"
 
@@ -236,15 +239,15 @@ def _event(kind: str, raw: dict[str, Any]) -> dict[str, Any]:
 
 def test_a_bookmark_moves_the_pod_watch_on_and_a_finished_pod_ends_it() -> None:
     # Issue #14: the stage pod watch asks for bookmarks, and reads every event as raw JSON.
-    from kube.pod_wait import JobWait
+    from kube.pod_wait import PodWait
 
-    wait = JobWait("nr-job", "", created="100")
+    wait = PodWait("nr-job", "", created="100")
     assert wait.on_event(_event("BOOKMARK", {"kind": "Pod", "metadata": {"resourceVersion": "150"}})) is None
     assert wait.resource_version == "150"
     running = _raw_pod("u1", "Running", "155", containerStatuses=[
         _container({"running": {"startedAt": "2026-12-02T00:00:00Z"}})])
     assert wait.on_event(_event("MODIFIED", running)) is None
-    assert (wait.resource_version, wait.pod_uid, wait.pod_name, wait.seen) == ("155", "u1", "nr-job-u1", "155")
+    assert (wait.resource_version, wait.pod_uid, wait.seen) == ("155", "u1", "155")
     done = _raw_pod("u1", "Succeeded", "160", containerStatuses=[
         _container({"terminated": {"exitCode": 0, "startedAt": "2026-12-02T00:00:00Z",
                                    "finishedAt": "2026-12-02T00:00:05Z"}})])
@@ -254,16 +257,13 @@ def test_a_bookmark_moves_the_pod_watch_on_and_a_finished_pod_ends_it() -> None:
     assert (wait.resource_version, wait.pod_uid, wait.seen) == ("160", "u1", "160")
 
 
-def test_an_undecided_event_of_another_pod_means_ours_was_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_undecided_event_of_another_pod_of_our_name_means_ours_is_gone() -> None:
     from kube import pod_wait
 
-    ended: list[str] = []
-    monkeypatch.setattr(pod_wait, "end_job", ended.append)
-    wait = pod_wait.JobWait("nr-job", "", created="100")
+    wait = pod_wait.PodWait("nr-job", "", created="100")
     assert wait.on_event(_event("ADDED", _raw_pod("u1", "Pending", "110"))) is None
     outcome = wait.on_event(_event("ADDED", _raw_pod("u2", "Pending", "120")))
     assert outcome is not None and outcome.exit_code == -1 and "was deleted before it finished" in outcome.log_tail
-    assert ended == ["nr-job"]
 
 
 @pytest.mark.parametrize(("status", "decides"), [
@@ -334,6 +334,6 @@ def test_windows_of_runs_started_a_second_apart_name_different_jobs() -> None:
     assert first[:8] == retry[:8]
     assert window_key(first, 1) != window_key(retry, 1)
     job = StageJob(package="p", version="1.0.0", node="n", mode="apply", image="i")
-    names = {job_name(dataclasses.replace(job, window=window_key(run, 1))) for run in (first, retry)}
+    names = {pod_name(dataclasses.replace(job, window=window_key(run, 1))) for run in (first, retry)}
     assert len(names) == 2
     assert window_key(first, 1) != window_key(first, 2)

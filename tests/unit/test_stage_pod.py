@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from activities import stage_pod
-from activities.stage_pod import StagePodIdentity, StagePodSettings, job_manifest
+from activities.stage_pod import StagePodIdentity, StagePodSettings, pod_manifest
 from protocol.node_activities import StageJob
 from tests.helpers.hostroot import a_host_root, add_binary, can_chroot
 
@@ -28,7 +28,7 @@ def a_job(**fields: Any) -> StageJob:
 
 def pod_of(job: StageJob, settings: StagePodSettings | None = None,
            identity: StagePodIdentity = IDENTITY) -> dict[str, Any]:
-    return job_manifest(job, "nr-x", identity, settings or StagePodSettings(agent_image="reg/agent:1.4.0"))["spec"]["template"]["spec"]
+    return pod_manifest(job, "nr-x", identity, settings or StagePodSettings(agent_image="reg/agent:1.4.0"))["spec"]
 
 
 def env_of(container: dict[str, Any]) -> dict[str, str]:
@@ -197,13 +197,12 @@ def test_a_pod_of_several_packages_gives_each_its_containers_volumes_config_and_
                    tolerations=[{"key": "gpu", "operator": "Exists"}, {"key": "b", "operator": "Exists"}],
                    image_pull_secrets=["two", "one"])
     ids = [IDENTITY, StagePodIdentity(package_uid="77-uid", generation=9, metadata=True)]
-    manifest = job_manifest([first, second], "nr-x", ids, StagePodSettings(agent_image="reg/agent:1.4.0"))
-    pod = manifest["spec"]["template"]["spec"]
+    manifest = pod_manifest([first, second], "nr-x", ids, StagePodSettings(agent_image="reg/agent:1.4.0"))
+    pod = manifest["spec"]
     containers = [*pod["initContainers"], *pod["containers"]]
     assert [c["name"] for c in containers] == ["p0-package", "p0-apply", "p0-apply-check",
                                                "p1-package", "p1-apply", "p1-apply-check"]
     assert manifest["metadata"]["annotations"]["noderoll.io/packages"] == '["gpu-tuning", "driver"]'
-    assert manifest["spec"]["template"]["metadata"]["annotations"]["noderoll.io/packages"] == '["gpu-tuning", "driver"]'
     assert manifest["metadata"]["labels"]["noderoll.io/package"] == "gpu-tuning"
     # Each Package its own package volume and config projection (keys prefixed by its index).
     by_name = {c["name"]: c for c in containers}

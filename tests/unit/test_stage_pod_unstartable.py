@@ -1,4 +1,4 @@
-"""A stage pod whose image cannot be pulled fails its attempt at once (activities.jobs.unstartable)."""
+"""A stage pod whose image cannot be pulled fails its attempt at once (kube.pod_wait.unstartable)."""
 
 from __future__ import annotations
 

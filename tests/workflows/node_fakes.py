@@ -14,7 +14,7 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.jobs import job_name
+from activities.pod_create import pod_name
 from protocol import errors
 from protocol.activities import MarkBlockedNodesInput, MarkBlockedNodesResult
 from protocol.node_activities import (
@@ -165,13 +165,13 @@ class FakeNode:
         code = self._exit("interrupt")
         if code == 0 and input.job.interrupt and input.job.interrupt["type"] == "reboot":
             self.boot_id = f"boot-{uuid.uuid4().hex[:6]}"
-        return RunInterruptResult(job_name(input.job), code, boot_id_after=self.boot_id)
+        return RunInterruptResult(pod_name(input.job), code, boot_id_after=self.boot_id)
 
     @activity.defn(name="run_stage_pod")
     def run_stage_pod(self, input: RunStagePodInput) -> RunStagePodResult:
         self.calls.append(("run_stage_pod", input))
         job = input.job
-        name = job_name(job, input.following)
+        name = pod_name(job, input.following)
         self.jobs.append(name)
         parts = [job, *input.following]
         by_package: dict[str, list[str]] = {part.package: [] for part in parts}

@@ -1,18 +1,21 @@
-"""Stage Jobs: create (or adopt) the Job of a stage pod (one Package's stages, or several Packages'
-in one pod per window phase) and its ConfigMap. Does I/O.
+"""Stage pods: create (or adopt) a stage pod (one Package's stages, or several Packages' in one pod
+per window phase, or the merged interrupt) and its ConfigMap. Does I/O.
 
 The stage pod contract is in docs/architecture.md and its manifest in `activities.stage_pod`: per
 Package the package image's folder copied by an init container, then noderoll's agent running each
-stage and its check as containers named after their modes (NodeWright does the same). Creating a
-Job reads each Package (uid and generation for SKYHOOK_RESOURCE_ID) and, for a stage pod, the node
-(its metadata for the packages). Job and ConfigMap names derive from (package, version, node, mode,
-attempt, window, the pod's modes, and every further Package with its version and modes), so an
-activity retried after a worker crash finds and adopts the Job its first attempt created instead of
-running the stages twice.
+stage and its check as containers named after their modes (NodeWright does the same). The pod is
+a bare Pod pinned with nodeName, no Job around it (ADR 0017). Creating it reads, when the fleet's
+order does not carry them, each Package (uid and generation for SKYHOOK_RESOURCE_ID) and, for a
+stage pod, the node (its metadata for the packages). Pod and ConfigMap names derive from (package,
+version, node, mode, attempt, window, the pod's modes, and every further Package with its version
+and modes), so an activity retried after a worker crash finds and adopts the pod its first attempt
+created instead of running the stages twice; and a retried activity whose predecessor had already
+seen its pod (heartbeat details) never creates it again: a pod deleted since is a failed attempt,
+not a reason to run the stages a second time under the same attempt.
 
-Waiting for the Job's pod (a pod watch resumed from its last resourceVersion, which notices a pod
-deleted or replaced before it finished and ends its Job) is `kube.pod_wait`; the activities'
-heartbeating loop around it is `activities.stage_wait.wait_job`.
+Waiting for the pod (a watch of that one pod resumed from its last resourceVersion, which notices
+a pod deleted before it finished) is `kube.pod_wait`; the activities' heartbeating loop around it
+is `activities.stage_wait.wait_job`.
 """
 
 from __future__ import annotations
@@ -24,14 +27,14 @@ from kubernetes.client.exceptions import ApiException
 
 import kube
 from activities import stage_pod
-from activities.stage_pod import StagePodIdentity, StagePodSettings
+from activities.stage_pod import StagePodIdentity
 from api.keys import GROUP, PACKAGE_PLURAL, PACKAGE_POD_NAMESPACE, VERSION
 from kube.nodes import read_node
 from protocol.node_activities import StageJob
 
 
-def job_name(job: StageJob, following: list[StageJob] | None = None) -> str:
-    """Deterministic, readable Job name of at most 63 characters (prefix + hash of the identity);
+def pod_name(job: StageJob, following: list[StageJob] | None = None) -> str:
+    """Deterministic, readable pod (and ConfigMap) name of at most 63 characters (prefix + hash of the identity);
     `following`: the further Packages of a pod of several (their packages, versions and modes)."""
     parts = [job.package, job.version, job.node, job.mode, str(job.attempt), job.window]
     if job.modes:
@@ -43,24 +46,12 @@ def job_name(job: StageJob, following: list[StageJob] | None = None) -> str:
     return f"{prefix}-{digest}"
 
 
-def job_modes(job: StageJob) -> list[str]:
-    """The modes the Job's pod runs, in order (pure; `activities.stage_pod.modes`)."""
-    return stage_pod.modes(job)
-
-
-def jobs_per_window(interrupt: bool) -> int:
-    """Stage Jobs one node window creates, whatever its number of Packages (fresh installs, every
+def pods_per_window(interrupt: bool) -> int:
+    """Stage pods one node window creates, whatever its number of Packages (fresh installs, every
     attempt succeeds; pure): one pod for every Package's stages before the interrupt (each with its
     check), the merged interrupt in a pod of its own, and one pod for the post-interrupt stages
-    (ADR 0016; a two-Package reboot window ran 4 before, one Package's 2). Tests count Jobs with it."""
+    (ADR 0016; a two-Package reboot window ran 4 before, one Package's 2). Tests count pods with it."""
     return 3 if interrupt else 1
-
-
-def job_manifest(job: StageJob | list[StageJob], name: str,
-                 identity: StagePodIdentity | list[StagePodIdentity] | None = None,
-                 settings: StagePodSettings | None = None) -> dict[str, Any]:
-    """The Job object of a stage pod (pure; `activities.stage_pod` builds it)."""
-    return stage_pod.job_manifest(job, name, identity, settings)
 
 
 def _package_identity(package: str) -> tuple[str, int]:
@@ -79,12 +70,16 @@ def _read_node(node: str) -> dict[str, Any]:
     return kube.api_client().sanitize_for_serialization(read_node(node))
 
 
-def ensure_job(job: StageJob, following: list[StageJob] | None = None) -> tuple[str, bool, str]:
+def ensure_pod(job: StageJob, following: list[StageJob] | None = None, seen: str = "") -> tuple[str, bool, str]:
     """Create the ConfigMap (every Package's config and the node's metadata; none for an interrupt)
-    and the Job, or adopt them; return (name, adopted, the created Job's resourceVersion or "").
-    `following`: the further Packages of a pod of several (one pod per window phase, ADR 0016)."""
+    and the pod, or adopt them; return (name, adopted, the created pod's resourceVersion or "").
+    `following`: the further Packages of a pod of several (one pod per window phase, ADR 0016).
+    `seen`: the uid of the pod an earlier attempt of the activity was waiting for: adopted as it is,
+    never created again (module docstring)."""
     parts = [job, *(following or [])]
-    name = job_name(job, following)
+    name = pod_name(job, following)
+    if seen:
+        return name, True, ""
     settings = stage_pod.current_settings()
     metadata = any(stage_pod.runs_package(part) for part in parts)
     identities = []
@@ -105,11 +100,12 @@ def ensure_job(job: StageJob, following: list[StageJob] | None = None) -> tuple[
         except ApiException as err:
             if not kube.is_conflict(err):
                 kube.raise_for(err, f"create ConfigMap {name}")
-    manifest = job_manifest(parts if following else job, name, identities if following else identities[0], settings)
+    manifest = stage_pod.pod_manifest(parts if following else job, name, identities if following else identities[0],
+                                      settings)
     try:
-        created = kube.batch().create_namespaced_job(PACKAGE_POD_NAMESPACE, manifest)
+        created = kube.core().create_namespaced_pod(PACKAGE_POD_NAMESPACE, manifest)
         return name, False, str(created.metadata.resource_version or "")
     except ApiException as err:
         if kube.is_conflict(err):
             return name, True, ""  # created by an earlier attempt of this activity: adopt it
-        kube.raise_for(err, f"create Job {name}")
+        kube.raise_for(err, f"create stage pod {name}")

@@ -1,14 +1,14 @@
-"""Every stage Job, stage pod and stage ConfigMap noderoll creates for a node, as seen while they exist. Threads.
+"""Every stage pod and stage ConfigMap noderoll creates for a node, as seen while they exist. Threads.
 
-A window deletes its stage Jobs (and so their pods) once its outcome is written on the node
-(issue #14), so a test that asserts on what ran reads this record instead of the apiserver's
-current objects: three watches (Jobs, pods and ConfigMaps by `noderoll.io/node`) started before the
-window and kept until `stop()`, recording every object by uid (its latest version seen).
+A window deletes its stage pods once its outcome is written on the node (issue #14), so a test
+that asserts on what ran reads this record instead of the apiserver's current objects: two watches
+(pods and ConfigMaps by `noderoll.io/node`) started before the window and kept until `stop()`,
+recording every object by uid (its latest version seen).
 
-    recorder = StageRecorder(api, node).start()
+    recorder = StagePodRecorder(api, node).start()
     ...
-    recorder.jobs()          # every Job, oldest first
-    recorder.pods_of(name)   # uids of the pods of Job `name`
+    recorder.pods()          # every stage pod, oldest first
+    recorder.pods_of(name)   # uids of the pods named `name` (one, unless it was created again)
 """
 
 from __future__ import annotations
@@ -24,23 +24,21 @@ from api.keys import PACKAGE_POD_NAMESPACE, STAGE_COMPONENT, STAGE_COMPONENT_LAB
 WATCH_SECONDS = 10
 
 
-class StageRecorder:
-    """Records the stage Jobs and pods of one node, or of every node when `node` is "" (module docstring)."""
+class StagePodRecorder:
+    """Records the stage pods and ConfigMaps of one node, or of every node when `node` is "" (module docstring)."""
 
     def __init__(self, api: ApiClient, node: str = "") -> None:
         self.api = api
         self.selector = f"{STAGE_NODE_LABEL}={node}" if node else f"{STAGE_COMPONENT_LABEL}={STAGE_COMPONENT}"
-        self._jobs: dict[str, client.V1Job] = {}
         self._pods: dict[str, client.V1Pod] = {}
         self._config_maps: dict[str, client.V1ConfigMap] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._ready = threading.Barrier(4)
+        self._ready = threading.Barrier(3)
 
-    def start(self) -> StageRecorder:
+    def start(self) -> StagePodRecorder:
         """Start the watches; returns once each listed (nothing created afterwards is missed)."""
-        batch, core = client.BatchV1Api(self.api), client.CoreV1Api(self.api)
-        threading.Thread(target=self._run, args=(batch.list_namespaced_job, self._jobs), daemon=True).start()
+        core = client.CoreV1Api(self.api)
         threading.Thread(target=self._run, args=(core.list_namespaced_pod, self._pods), daemon=True).start()
         threading.Thread(target=self._run, args=(core.list_namespaced_config_map, self._config_maps),
                          daemon=True).start()
@@ -75,23 +73,18 @@ class StageRecorder:
             for obj in objects:
                 into[obj.metadata.uid] = obj
 
-    def jobs(self) -> list[client.V1Job]:
-        """Every stage Job seen, oldest first."""
-        with self._lock:
-            return sorted(self._jobs.values(), key=lambda j: (j.metadata.creation_timestamp, j.metadata.name))
-
     def pods(self) -> list[client.V1Pod]:
         """Every stage pod seen (as last seen), oldest first."""
         with self._lock:
             return sorted(self._pods.values(), key=lambda p: (p.metadata.creation_timestamp, p.metadata.name))
 
-    def pods_of(self, job: str) -> list[str]:
-        """Uids of the pods seen of Job `job`."""
+    def pods_of(self, name: str) -> list[str]:
+        """Uids of the pods seen named `name`."""
         with self._lock:
-            return [uid for uid, pod in self._pods.items() if (pod.metadata.labels or {}).get("job-name") == job]
+            return [uid for uid, pod in self._pods.items() if pod.metadata.name == name]
 
     def config_map(self, name: str) -> client.V1ConfigMap | None:
-        """The ConfigMap named `name` (a stage Job's: the same name), as last seen."""
+        """The ConfigMap named `name` (a stage pod's: the same name), as last seen."""
         with self._lock:
             return next((c for c in self._config_maps.values() if c.metadata.name == name), None)
 
