@@ -4,7 +4,7 @@ per window phase, or the merged interrupt) and its ConfigMap. Does I/O.
 The stage pod contract is in docs/architecture.md and its manifest in `activities.stage_pod`: per
 Package the package image's folder copied by an init container, then noderoll's agent running each
 stage and its check as containers named after their modes (NodeWright does the same). The pod is
-a bare Pod pinned with nodeName, no Job around it (ADR 0017). Creating it reads, when the fleet's
+a bare Pod pinned with nodeName, no Job around it (ADR 0018). Creating it reads, when the fleet's
 order does not carry them, each Package (uid and generation for SKYHOOK_RESOURCE_ID) and, for a
 stage pod, the node (its metadata for the packages). Pod and ConfigMap names derive from (package,
 version, node, mode, attempt, window, the pod's modes, and every further Package with its version

@@ -1,6 +1,6 @@
 """`delete_stage_jobs`: delete a window's stage pods (and their ConfigMaps) once the window's
 outcome is recorded on the node. Does I/O. (The activity keeps its name from the time the stages
-ran in Jobs: recorded histories call it so; ADR 0017.)
+ran in Jobs: recorded histories call it so; ADR 0018.)
 
 Why (issue #14): stage Jobs used to stay for their 7-day TTL, and with them their pods; a
 1,000-node rollout left thousands of each, and the apiserver and etcd grew until the machine ran

@@ -331,7 +331,7 @@ def pod_manifest(job: StageJob | list[StageJob], name: str,
                  settings: StagePodSettings | None = None) -> dict[str, Any]:
     """The stage pod itself (pure): a bare Pod pinned with nodeName, restartPolicy Never, its
     deadline the sum of its Packages' stage timeouts (the kubelet enforces it). No Job around it
-    (ADR 0017): noderoll owns the retries (a new pod per attempt), so a Job's only work was to create
+    (ADR 0018): noderoll owns the retries (a new pod per attempt), so a Job's only work was to create
     the pod, at the cost of a Job, two Events and a controller round trip per pod. A list of jobs: a
     pod of several Packages, named and labelled after the first."""
     jobs = job if isinstance(job, list) else [job]

@@ -58,7 +58,7 @@ UPCOMING_VALUE = "true"
 UPCOMING_TAINT_EFFECT = "PreferNoSchedule"
 UPCOMING_FOR_ANNOTATION = "noderoll.io/upcoming-for"
 
-# The stage pod contract (docs/architecture.md, "The stage pod contract"): labels of every stage Job and its pod, and their annotation.
+# The stage pod contract (docs/architecture.md, "The stage pod contract"): labels of every stage pod, and its annotations.
 # Read by the worker's cleanup and drain, the CLI's `logs`, fleetsim's kubelet and the chaos tests.
 STAGE_PACKAGE_LABEL = "noderoll.io/package"
 STAGE_NODE_LABEL = "noderoll.io/node"
@@ -119,5 +119,5 @@ NODE_KEYS: tuple[tuple[str, str, str], ...] = (
      "taint of `runtimeRequired` Packages (see `spec.runtimeRequired`)."),
 )
 
-# Namespace where stage Jobs and interrupt pods run.
+# Namespace where stage pods and interrupt pods run.
 PACKAGE_POD_NAMESPACE = "noderoll-system"

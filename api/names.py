@@ -1,8 +1,8 @@
 """Name rules for noderoll objects. Pure (no I/O).
 
 Package and DeploymentPolicy names must be lowercase DNS labels of at most 43 characters: they
-become parts of Job names, label values and Temporal workflow ids, which have their own limits
-(Job names derived from them stay under 63 characters). A CRD cannot put a schema rule on
+become parts of pod names, label values and Temporal workflow ids, which have their own limits
+(pod names derived from them stay under 63 characters). A CRD cannot put a schema rule on
 `metadata.name`, so the models enforce this (the bridge reports it as an invalid object and
 `noderoll validate` refuses it).
 """

@@ -35,7 +35,7 @@ _SERVICE_RE = re.compile(r"^[A-Za-z0-9:_.@\\-]+$")
 _ENV_NAME_RE = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 _IMAGE_RE = re.compile(r"^[a-z0-9][a-z0-9._\-/:@]*[A-Za-z0-9_\-.]$", re.IGNORECASE)
 _SECRET_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-# Keys of the stage Job's ConfigMap starting with this hold the node's metadata (activities.stage_pod).
+# Keys of the stage pod's ConfigMap starting with this hold the node's metadata (activities.stage_pod).
 _RESERVED_CONFIG_PREFIX = "noderoll."
 
 

@@ -33,7 +33,7 @@ def copy_container_name(index: int, count: int) -> str:
 
 
 def pod_packages(labels: Mapping[str, str] | None, annotations: Mapping[str, str] | None) -> list[str]:
-    """The Packages a stage pod (or Job) runs, in order: its annotation, else its package label."""
+    """The Packages a stage pod (or its Job, before ADR 0018) runs, in order: its annotation, else its package label."""
     raw = (annotations or {}).get(STAGE_PACKAGES_ANNOTATION, "")
     if raw:
         try:

@@ -367,7 +367,7 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
             "stack_peak_rss": dict(procs.external_peak_rss),
             "objects_before": objects_before,
         }
-        # The window's Jobs go once their outcome is written (issue #14): give the garbage collector
+        # The window's stage pods go once their outcome is written (issue #14): give the garbage collector
         # a moment to remove the pods of the last batch before counting what is left.
         await asyncio.sleep(OBJECTS_SETTLE_SECONDS)
         measured["objects_after"] = resources.count_objects(target.kubeconfig)

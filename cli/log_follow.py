@@ -49,7 +49,7 @@ def _wait_for_pod(ops: Ops, package: str, node: str, mode: str | None, wait_seco
 
 
 def _read(ops: Ops, pod: k8s.V1Pod) -> k8s.V1Pod:
-    """The pod now; once deleted (its window recorded the outcome and deleted its Job), the pod as last
+    """The pod now; once deleted (its window recorded the outcome and deleted its pod), the pod as last
     seen, taken as ended."""
     try:
         return ops.core.read_namespaced_pod(pod.metadata.name, keys.PACKAGE_POD_NAMESPACE)

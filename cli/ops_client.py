@@ -3,7 +3,7 @@
 The commands talk to the cluster the way the bridge does: the `progress` query and the contract
 signals (`pause`, `resume`, `halt`, `retry`, each with an optional `protocol.fleet.Filter`) on the
 fleet rollouts `fleet/<policy>` (`fleet/default` for Packages naming no policy), the Package
-objects, the `noderoll.io/state` annotation of every Node, and the stage Jobs' pods in
+objects, the `noderoll.io/state` annotation of every Node, and the stage pods in
 `noderoll-system`. How Packages map to fleets, and the views built from both: `cli.ops_fleets`.
 
 Where a value comes from is always reported (`source` fields), because there are fallbacks:

@@ -220,7 +220,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    """`logs PACKAGE --node N [--mode M] [--all]`: the stage Job's log (latest pod unless --all)."""
+    """`logs PACKAGE --node N [--mode M] [--all]`: the stage pod's log (latest pod unless --all)."""
 
     async def body(ops: Ops) -> int:
         if args.follow:
@@ -287,7 +287,7 @@ def register(subparsers: Any) -> None:
     nodes.add_argument("--fleet", metavar="POLICY", help="only nodes of this fleet")
     _add_output(nodes)
     nodes.set_defaults(func=cmd_nodes)
-    logs = add("logs", "the log of a package's stage Job on a node (latest stage unless --all)")
+    logs = add("logs", "the log of a package's stage pod on a node (latest stage unless --all)")
     logs.add_argument("package")
     logs.add_argument("--node", required=True)
     logs.add_argument("--mode", help="only stage pods of this mode (apply, apply-check, interrupt, ...)")

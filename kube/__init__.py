@@ -100,11 +100,6 @@ def core() -> client.CoreV1Api:
     return client.CoreV1Api(api_client())
 
 
-def batch() -> client.BatchV1Api:
-    """Batch/v1 API on the shared client."""
-    return client.BatchV1Api(api_client())
-
-
 def custom() -> client.CustomObjectsApi:
     """Custom objects (noderoll.io Packages) on the shared client."""
     return client.CustomObjectsApi(api_client())

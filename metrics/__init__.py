@@ -25,7 +25,7 @@ from http.server import ThreadingHTTPServer
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.metrics import MetricWrapperBase
 
-# Buckets in seconds. Stage Jobs range from a second (a check) to an hour (a driver build); drains from
+# Buckets in seconds. Stages range from a second (a check) to an hour (a driver build); drains from
 # nothing to evict up to the drain timeout (default 10 minutes) and beyond when PDBs keep blocking.
 STAGE_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
 DRAIN_BUCKETS = (0.5, 1, 5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600)
@@ -52,13 +52,13 @@ ROLLOUT_BATCH_SIZE = Gauge(
 )
 STAGE_DURATION = Histogram(
     "noderoll_stage_duration_seconds",
-    "Duration of one stage window on one node: the stage Job from its creation to its pod's end.",
+    "Duration of one stage on one node: its container's and its check's run in the stage pod.",
     ["package", "stage"],
     buckets=STAGE_BUCKETS,
 )
 STAGE_FAILURES = Counter(
     "noderoll_stage_failures_total",
-    "Stage Jobs that ended with a non-zero exit code (step failure, pod failure or deadline).",
+    "Stages that ended with a non-zero exit code (step failure, pod failure or deadline).",
     ["package", "stage"],
 )
 DRAIN_DURATION = Histogram(
@@ -167,12 +167,12 @@ def metric_names() -> list[str]:
 
 
 def record_stage_duration(package: str, stage: str, seconds: float) -> None:
-    """Observe how long a stage (or check, or interrupt) Job ran on a node."""
+    """Observe how long a stage (or check, or interrupt) ran on a node."""
     STAGE_DURATION.labels(package=package, stage=stage).observe(max(0.0, seconds))
 
 
 def record_stage_failure(package: str, stage: str) -> None:
-    """Count a stage Job that ended Failed."""
+    """Count a stage pod that ended Failed."""
     STAGE_FAILURES.labels(package=package, stage=stage).inc()
 
 

@@ -103,10 +103,10 @@ def protected_selectors(specs: Iterable[PackageSpec]) -> list[dict[str, Any]]:
 
 
 def window_key(run_id: str, number: int) -> str:
-    """The key of a node run's `number`th window (1-based): it names the window's stage Jobs, so no two
+    """The key of a node run's `number`th window (1-based): it names the window's stage pods, so no two
     windows may share it. The whole run id, because a prefix is not unique: Temporal's run ids are
     UUIDv7, whose first 8 hex digits are the start time in units of 65.5 s, so a window retried within
-    a minute of the failed one got the failed Job's name and adopted its failure."""
+    a minute of the failed one got the failed pod's name and adopted its failure."""
     return f"{run_id}-{number}"
 
 

@@ -131,15 +131,15 @@ class DrainNodeResult:
 
 @dataclass
 class StageJob:
-    """What a stage Job needs (the stage pod contract in docs/architecture.md)."""
+    """What a stage pod needs (the stage pod contract in docs/architecture.md)."""
 
     package: str
     version: str
     node: str
-    # The first stage of the pod (`apply`; its name and Job name start with it) or `interrupt`.
+    # The first stage of the pod (`apply`; its name and pod name start with it) or `interrupt`.
     mode: str
     image: str
-    # Stage attempt (1-based) and the window's key: both go into the deterministic Job name.
+    # Stage attempt (1-based) and the window's key: both go into the deterministic pod name.
     attempt: int = 1
     window: str = ""
     env: list[dict[str, Any]] = field(default_factory=list)
@@ -215,7 +215,7 @@ class RunInterruptInput:
 
 @dataclass
 class RunInterruptResult:
-    """The interrupt's outcome: Job exit code and log tail, and the boot id after it."""
+    """The interrupt's outcome: pod exit code and log tail, and the boot id after it."""
 
     job_name: str
     exit_code: int
@@ -225,20 +225,20 @@ class RunInterruptResult:
 
 @dataclass
 class DeleteStageJobsInput:
-    """Delete the stage Jobs (pods, ConfigMaps) of `packages` on `node`, all but the Jobs in `keep`."""
+    """Delete the stage pods (and ConfigMaps) of `packages` on `node`, all but the pods in `keep`."""
 
     node: str
     packages: list[str] = field(default_factory=list)
-    # Job names kept: the latest failed attempt of each package that ended erroring (`noderoll logs`).
+    # Pod names kept: the latest failed attempt of each package that ended erroring (`noderoll logs`).
     keep: list[str] = field(default_factory=list)
-    # A kept Job of several Packages (ADR 0016) -> the Package it is kept for, when that is not the
+    # A kept pod of several Packages (ADR 0016) -> the Package it is kept for, when that is not the
     # one it is labelled with: it is labelled with it, so that Package's next window deletes it.
     owners: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
 class DeleteStageJobsResult:
-    """Jobs deleted one by one (empty when one collection delete did it) and the Jobs kept."""
+    """Pods deleted one by one (empty when one collection delete did it) and the pods kept."""
 
     deleted: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
@@ -248,7 +248,7 @@ class DeleteStageJobsResult:
 class CloseWindowInput:
     """The end of a window in one call (issue #26 item 2): the final state write (`state`), in the
     same node patch the removal of noderoll's own cordon when `uncordon`, then the deletion of the
-    window's stage Jobs (`delete`, None: none to delete)."""
+    window's stage pods (`delete`, None: none to delete)."""
 
     state: WriteNodeStateInput
     uncordon: bool = False
@@ -257,7 +257,7 @@ class CloseWindowInput:
 
 @dataclass
 class CloseWindowResult:
-    """What the deletion of the stage Jobs did, or why it failed ("" when it did not: the Jobs are
+    """What the deletion of the stage pods did, or why it failed ("" when it did not: the pods are
     then left for the package's next window and their TTL, as a failed `delete_stage_jobs` left them)."""
 
     deleted: DeleteStageJobsResult = field(default_factory=DeleteStageJobsResult)

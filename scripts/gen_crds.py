@@ -282,7 +282,7 @@ def package_spec() -> Schema:
                         minimum=LIMIT_MIN_SECONDS, maximum=PROTECTED_PODS_MAX_SECONDS,
                     ),
                     "stageTimeoutSeconds": integer(
-                        "Bound of one stage with its check (one Job; also the Job's activeDeadlineSeconds) "
+                        "Bound of one stage with its check (a stage pod's activeDeadlineSeconds is this bound times the stages it runs, summed over its Packages) "
                         f"(default {DEFAULT_STAGE_TIMEOUT_SECONDS}).",
                         minimum=LIMIT_MIN_SECONDS, maximum=STAGE_MAX_SECONDS,
                     ),

@@ -53,7 +53,7 @@ def _interval(policy: RetryPolicy, retry: int) -> timedelta:
     return timedelta(seconds=min(initial * policy.backoff_coefficient ** min(retry - 1, 64), maximum))
 
 
-# Short Kubernetes calls (cordon, node state, leases, Job deletion): 1 s doubling to 30 s.
+# Short Kubernetes calls (cordon, node state, leases, stage pod deletion): 1 s doubling to 30 s.
 API_RETRY = outlasting(timedelta(seconds=1), timedelta(seconds=30))
 # Long waits (protected pods, drain, stage pods, reboot): 2 s doubling to 60 s; their own bounds end
 # in non-retryable errors, and the drain's bound counts the time of failed attempts too.

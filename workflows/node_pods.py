@@ -186,7 +186,7 @@ class PodStages:
             steps = pending[name]
             job = ctx.stage_job(name, steps[0].mode, attempts[name])
             job.modes = pod_modes(steps)
-            # The Job's deadline covers every stage of the pod (each within its package's stage limit).
+            # The pod's deadline covers every stage of the pod (each within its package's stage limit).
             job.timeout_seconds = package_limits(ctx.specs[name], ctx.default_limits()).stage * len(steps)
             jobs.append(job)
         ctx.set_phase("Running")
@@ -245,7 +245,7 @@ class PodStages:
         ctx = self.ctx
         job = ctx.stage_job(name, steps[0].mode, attempt)
         job.modes = pod_modes(steps, merged is not None)
-        # The Job's deadline covers every stage of the pod (each within the package's stage limit).
+        # The pod's deadline covers every stage of the pod (each within the package's stage limit).
         job.timeout_seconds = package_limits(ctx.specs[name], ctx.default_limits()).stage * len(steps)
         reboot_timeout = 0
         if merged is not None:

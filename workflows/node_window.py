@@ -10,7 +10,7 @@ nothing to do or that cannot run, and runs the window with `WindowRun`:
    nodes are in a window at once by its budgets, ADR 0007);
 3. the stages and the merged interrupt in pods pinned to the node (`workflows/node_pods.py`);
 4. uncordon (only our cordon, and not when a package failed after the node was drained), write the
-   final state, delete the window's stage Jobs but the latest failed one of an erroring package
+   final state, delete the window's stage pods but the latest failed one of an erroring package
    (`delete_stage_jobs`), and answer one `PackageOutcome` per Package.
 
 A node whose `noderoll.io/state` cannot be read is held: every Package is answered `blocked` with
@@ -73,7 +73,7 @@ WINDOW_STAGE = "window"
 CONFIG_STAGE_ON_CONFIG_CHANGE = "config-stage-on-config-change"
 STAGES_IN_ONE_POD = "stages-in-one-pod"
 DELETE_STAGE_JOBS = "delete-stage-jobs"
-# Issue #26 item 2: uncordon, the final state and the stage Jobs' deletion in one activity
+# Issue #26 item 2: uncordon, the final state and the stage pods' deletion in one activity
 # (`close_window`); windows recorded before it replay their three activities.
 CLOSE_IN_ONE_CALL = "close-in-one-call"
 
@@ -87,7 +87,7 @@ async def run_window(settings: NodeWorkflowInput, request: WindowRequest, snapsh
                      set_phase: Callable[[str], None]) -> WindowResult:
     """Plan and run one window for every Package of `request` on the node of `snapshot` (module docstring).
 
-    `key` is unique per window within the node workflow (Job names, Event keys)."""
+    `key` is unique per window within the node workflow (pod names, Event keys)."""
     node = settings.node
     recorded, problem = parse_node_state(snapshot.state_annotation)
     if problem:
@@ -277,22 +277,22 @@ class WindowRun:
         await PodStages(self.ctx, self.ledger).run_window()
 
     def _deletion(self) -> DeleteStageJobsInput | None:
-        """The window's stage Jobs to delete (older ones of its packages too), keeping the latest
+        """The window's stage pods to delete (older ones of its packages too), keeping the latest
         failed one of each package that ended erroring (issue #14); None when it ran none."""
         ledger = self.ledger
-        # A package that failed without a Job of its own this window (drain, dependency, API) keeps
-        # what it had: its last failed Job is still the one worth reading.
+        # A package that failed without a pod of its own this window (drain, dependency, API) keeps
+        # what it had: its last failed pod is still the one worth reading.
         packages = sorted(n for n in ledger.job_packages if n not in ledger.failures or n in ledger.failed_jobs)
         if not packages:
             return None
         keep = sorted({ledger.failed_jobs[n] for n in packages if n in ledger.failures and n in ledger.failed_jobs})
-        # A kept Job of several Packages is labelled with its first: name the Package it is kept for.
+        # A kept pod of several Packages is labelled with its first: name the Package it is kept for.
         owners = {ledger.failed_jobs[n]: n for n in packages if n in ledger.failures and n in ledger.failed_jobs
                   and ledger.job_labels.get(ledger.failed_jobs[n], n) != n}
         return DeleteStageJobsInput(self.node, packages, keep, owners)
 
     async def _close_window(self, left_cordoned: bool) -> None:
-        """Uncordon (in the state write's patch), the final state and the stage Jobs' deletion in ONE
+        """Uncordon (in the state write's patch), the final state and the stage pods' deletion in ONE
         activity (`close_window`, issue #26 item 2), retried until the API answers; errors no retry
         mends (the node gone, a 4xx) are only logged, and so is a failed deletion."""
         deletion = self._deletion()
@@ -308,10 +308,10 @@ class WindowRun:
             workflow.logger.warning("closing window %s on %s failed: %s", self.ctx.key, self.node, cause(err))
             return
         if result.delete_error:
-            workflow.logger.warning("deleting stage Jobs on %s failed: %s", self.node, result.delete_error)
+            workflow.logger.warning("deleting stage pods on %s failed: %s", self.node, result.delete_error)
 
     async def _delete_jobs(self) -> None:
-        """Once the outcome is on the node: delete the window's stage Jobs (`_deletion`)."""
+        """Once the outcome is on the node: delete the window's stage pods (`_deletion`)."""
         deletion = self._deletion()
         if deletion is None:
             return
@@ -323,8 +323,8 @@ class WindowRun:
                 result_type=DeleteStageJobsResult, start_to_close_timeout=API_TIMEOUT, retry_policy=API_RETRY,
                 summary="delete stage Jobs")
         except ActivityError as err:
-            # Left for the next window of these packages on this node (and the Jobs' TTL).
-            workflow.logger.warning("deleting stage Jobs of %s on %s failed: %s", packages, self.node, cause(err))
+            # Left for the next window of these packages on this node (bare pods have no TTL).
+            workflow.logger.warning("deleting stage pods of %s on %s failed: %s", packages, self.node, cause(err))
 
     async def _close(self, left_cordoned: bool) -> None:
         """Uncordon (unless left cordoned) and write the final state, retried until the API answers;

@@ -35,7 +35,7 @@ class WindowContext:
     """Everything one window was given and planned; read only once the window runs."""
 
     settings: NodeWorkflowInput
-    # Unique per window within the node workflow (Job names, Event keys).
+    # Unique per window within the node workflow (pod names, Event keys).
     key: str
     snapshot: ReadNodeResult
     recorded: NodeState
@@ -63,7 +63,7 @@ class WindowContext:
         return window_limits([self.specs[n] for n in names], self.default_limits())
 
     def stage_job(self, name: str, mode: str, attempt: int) -> StageJob:
-        """The Job of package `name` whose pod starts with `mode` (its caller sets the pod's modes)."""
+        """The stage pod of package `name` whose pod starts with `mode` (its caller sets the pod's modes)."""
         spec = self.specs[name]
         return StageJob(
             package=name, version=spec.version, node=self.node, mode=mode, image=spec.image,
@@ -111,11 +111,11 @@ class WindowLedger:
     # Events gathered during the window, written with the final state (one write per window).
     notes: list[NodeEvent] = field(default_factory=list)
     # Stage Jobs (issue #14): packages that ran one in this window, the latest failed one per
-    # package, and the package and Job of the last interrupt attempt (deleted or kept at the end).
+    # package, and the package and pod of the last interrupt attempt (deleted or kept at the end).
     job_packages: set[str] = field(default_factory=set)
     failed_jobs: dict[str, str] = field(default_factory=dict)
     last_interrupt_job: tuple[str, str] = ("", "")
-    # Job -> the Package it is labelled with, for Jobs of several Packages (their first; ADR 0016).
+    # pod -> the Package it is labelled with, for pods of several Packages (their first; ADR 0016).
     job_labels: dict[str, str] = field(default_factory=dict)
 
     def set_entry(self, name: str, update: EntryUpdate) -> None:
@@ -128,7 +128,7 @@ class WindowLedger:
         self.set_entry(name, update)
 
     def note_job(self, package: str, job_name: str, failed: bool) -> None:
-        """A stage Job ran for `package` (and failed): deleted, or kept as its latest failure, at the end."""
+        """A stage pod ran for `package` (and failed): deleted, or kept as its latest failure, at the end."""
         if job_name:
             self.job_packages.add(package)
             if failed:

@@ -1,4 +1,4 @@
-"""Helpers of the node window integration tests: a worker, requests, node and Job reads, a PDB watch.
+"""Helpers of the node window integration tests: a worker, requests, node and stage pod reads, a PDB watch.
 
 The worker runs the real node workflow and the real activities against the session stack; the
 fleet is replaced by `ResultCollector` (it only collects `window_result` signals): `Window.request`
@@ -59,7 +59,7 @@ class Window:
     node: str
     task_queue: str = field(default_factory=new_task_queue)
     collector: WorkflowHandle[Any, Any] | None = None
-    # Every stage Job and pod of the node, recorded as they come (a window deletes them at its end).
+    # Every stage pod and pod of the node, recorded as they come (a window deletes them at its end).
     recorder: StagePodRecorder | None = None
 
     def __post_init__(self) -> None:

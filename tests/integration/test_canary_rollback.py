@@ -5,9 +5,9 @@ one-node canary that rolls back; Package `tune` 1.0.0 rolls out everywhere. Then
 goes to 2.0.0, which a fleetsim fault makes fail on every node (a `fail-stage` fault matching version
 2.0.0 only), and a new Package `mods` (a reboot) is added (the fleet paused meanwhile, so both are one
 wave). The canary node fails; the fleet rolls it
-back: its record ends with `tune` 1.0.0 complete and no `mods`, the stage Jobs of its rollback window
+back: its record ends with `tune` 1.0.0 complete and no `mods`, the stage pods of its rollback window
 ran (`apply` and `config` of `tune` 1.0.0, `uninstall` of `mods`, one reboot), it is schedulable again;
-the other nodes never got a window or a Job of the new change set; the DeploymentPolicy and both
+the other nodes never got a window or a stage pod of the new change set; the DeploymentPolicy and both
 Packages show phase `RolledBack` with `status.rollback`, and a Warning Event `CanaryRolledBack` is on the
 policy. A fixed spec (`tune` 2.0.1, the fault gone) then starts a new wave that updates every node.
 """
@@ -55,9 +55,9 @@ run = noderoll_fixture(retry_backoff_seconds=1)
 
 
 def jobs_on(recorder: StagePodRecorder, node: str) -> list[tuple[str, str, str, bool]]:
-    """(package, mode, version, succeeded) of every stage that ran on `node` in a stage Job, oldest
-    first: a Job runs several stages, one container each (the package copy container left out); recorded, as a
-    window deletes its Jobs once its outcome is on the node (issue #14)."""
+    """(package, mode, version, succeeded) of every stage that ran on `node` in a stage pod, oldest
+    first: a pod runs several stages, one container each (the package copy container left out); recorded, as a
+    window deletes its pods once its outcome is on the node (issue #14)."""
     jobs = [j for j in recorder.pods() if j.metadata.labels["noderoll.io/node"] == node]
     # A pod of several Packages (ADR 0016) names its containers by index: api.stage_containers maps them back.
     return [(*split_container(container.name, pod_packages(j.metadata.labels, j.metadata.annotations)),
@@ -121,7 +121,7 @@ async def test_failed_canary_is_rolled_back_and_the_rest_is_untouched(
             assert rollback["canaryFailures"][0]["reason"] == f"{tune}: upgrade failed after 3 attempts (exit code 7)"
             assert status["message"].startswith(f"wave {rollback['wave']} rolled back: canary failed on {canary}")
 
-            # The canary node: back at tune 1.0.0, mods uninstalled, by its rollback window's Jobs.
+            # The canary node: back at tune 1.0.0, mods uninstalled, by its rollback window's stage pods.
             record = record_of(kube_api_client, canary)
             assert record[tune]["version"] == "1.0.0" and record[tune]["state"] == "complete", record
             assert mods not in record, record
@@ -143,7 +143,7 @@ async def test_failed_canary_is_rolled_back_and_the_rest_is_untouched(
             assert sum(1 for j in rollback if j[1] == "interrupt") == 1, listing  # one merged reboot
             assert not client.CoreV1Api(kube_api_client).read_node(canary).spec.unschedulable
 
-            # Nodes outside the canary: no window and no Job of the change set.
+            # Nodes outside the canary: no window and no stage pod of the change set.
             for node in fleet.node_names:
                 if node != canary:
                     assert windows_of(kube_api_client, node).count == 1, (node, windows_of(kube_api_client, node))

@@ -1,9 +1,9 @@
 """Nothing grows without bound in the cluster (issue #14 item 1), on the real stack with fleetsim nodes.
 
-A rollout counts, in the apiserver, the stage Jobs, their Pods and ConfigMaps and the Events of
+A rollout counts, in the apiserver, the stage pods, their Pods and ConfigMaps and the Events of
 its nodes before and after:
 
-* a window deletes its stage Jobs (and their pods and ConfigMaps) once its outcome is written on the
+* a window deletes its stage pods (and their pods and ConfigMaps) once its outcome is written on the
   node; the latest failed attempt of a package that ended erroring stays (`noderoll logs`) until
   that package's next window on the node (here: a retry) deletes it;
 * Events are one per (node, reason), raised in place (`count`): a node's second window adds none.
@@ -54,7 +54,7 @@ run = noderoll_fixture(stage_attempts=2, retry_backoff_seconds=1)
 
 def footprint(api: ApiClient, nodes: list[str]) -> dict[str, int]:
     """The objects the apiserver holds for these nodes: stage pods and ConfigMaps, and noderoll's Events
-    (and Jobs: noderoll makes none, ADR 0017; counted so that one showing up fails)."""
+    (and Jobs: noderoll makes none, ADR 0018; counted so that one showing up fails)."""
     core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
     selector = f"noderoll.io/node in ({','.join(nodes)})"
     # noderoll's Events (the node controllers record their own, e.g. RegisteredNode, once per node).

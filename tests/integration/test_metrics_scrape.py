@@ -2,7 +2,7 @@
 
 `noderoll worker`, `noderoll bridge` and `noderoll sim` run as processes (the demo's launcher, each
 with `--metrics-port`) on the session stack; one Package (the service-restart example: drain, stage
-Jobs, a `service` interrupt, so budget leases are taken too) rolls over 3 simulated nodes. The test
+pods, a `service` interrupt, so budget leases are taken too) rolls over 3 simulated nodes. The test
 scrapes `/metrics` of both processes over HTTP, as Prometheus would.
 """
 

@@ -1,7 +1,7 @@
 """Node window activities one by one (ActivityEnvironment) against the real apiserver and fleetsim.
 
 Bounded waits end in non-retryable errors naming what blocks them; waiting activities heartbeat;
-a stage Job is adopted, not re-created; cordon ownership is respected; a blocked node's mark is
+a stage pod is adopted, not re-created; cordon ownership is respected; a blocked node's mark is
 written once and never over a window that starts meanwhile.
 """
 
@@ -529,7 +529,7 @@ def test_close_window_lifts_its_cordon_in_the_state_write_and_deletes_the_jobs(
     node: str, kube_api_client: ApiClient,
 ) -> None:
     """`close_window` (issue 26 item 2): the final state, noderoll's own cordon lifted in the same
-    patch, then the stage Jobs' deletion (none here: nothing to find is no failure)."""
+    patch, then the stage pods' deletion (none here: nothing to find is no failure)."""
     from activities.window_close import close_window
     from protocol.node_activities import CloseWindowInput, DeleteStageJobsInput
 

@@ -53,7 +53,7 @@ async def run_request(w: Window, config: dict[str, str], answered: int) -> Answe
 
 
 def config_job_data(w: Window) -> list[dict[str, str]]:
-    """The config handed to each stage Job of the node that ran `config` (its ConfigMap, recorded: the
+    """The config handed to each stage pod of the node that ran `config` (its ConfigMap, recorded: the
     window deletes it at its end; the node's metadata left out), in a stable order (creation timestamps
     have a 1 s resolution, too coarse to order windows that follow quickly)."""
     jobs = [j for j in w.stage_pods()

@@ -194,7 +194,7 @@ async def test_failing_stage_is_retried_then_erroring_then_the_next_request_comp
         assert window.condition(CONDITION_ERRORING) == "True"
         # No interrupt: never cordoned, so nothing to leave cordoned.
         assert not node.spec.unschedulable
-        assert window.pod_modes() == ["apply", "apply"]  # one Job per attempt (its check never ran)
+        assert window.pod_modes() == ["apply", "apply"]  # one pod per attempt (its check never ran)
         # The fleet's `retry` asks again: a new request, a new window that resumes at the failed stage.
         await window.request("sysctl-tuning", package_spec(SYSCTL_IMAGE))
         results = await wait_results(window, 2)
@@ -230,9 +230,9 @@ async def test_reboot_package_reboots_checks_and_uncordons(
     assert window.modes_run() == sorted(["apply", "apply-check", "config", "config-check", "interrupt",
                                          "post-interrupt", "post-interrupt-check"])
     assert len(window.stage_pods()) == pods_per_window(interrupt=True)  # ADR 0016: stages, interrupt, post
-    # Each pod's activity ended on its first attempt (a retry would adopt the Job and hide a failure).
+    # Each pod's activity ended on its first attempt (a retry would adopt the pod and hide a failure).
     assert await activity_attempts(window.temporal, window.node, "run_stage_pod") == [1, 1]
-    # Once the outcome was written, the window deleted its Jobs (and with them their pods).
+    # Once the outcome was written, the window deleted its stage pods.
     assert_eventually(lambda: window.live_pods() == [], timeout=30)
     entry = window.state().packages["script-config"]
     assert (entry.stage, entry.state) == ("post-interrupt", "complete")

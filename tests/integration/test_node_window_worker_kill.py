@@ -1,6 +1,6 @@
 """`noderoll worker` killed with SIGKILL in the middle of a node window, then restarted.
 
-The window must complete, no stage Job may run twice (each mode has one Job, each Job one pod),
+The window must complete, no stage pod may run twice (each mode has one pod),
 and the node must not stay cordoned.
 """
 
@@ -31,8 +31,8 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 @pytest.fixture
 def fleet(local_stack: StackInfo) -> Iterator[Any]:
-    # bench-sleep's stages take BENCH_STAGE_SECONDS: the kill lands while a stage Job runs (the
-    # examples' stages are instant, and a stage with its check in one Job can end before the kill).
+    # bench-sleep's stages take BENCH_STAGE_SECONDS: the kill lands while a stage pod runs (the
+    # examples' stages are instant, and a stage with its check in one pod can end before the kill).
     with running_fleet(local_stack, nodes=1, image_stores=[BENCH_PACKAGES]) as running:
         yield running
 
@@ -52,7 +52,7 @@ async def test_sigkill_mid_window_then_restart_completes_without_rerunning_jobs(
             await window.request("bench-sleep", package_spec(
                 SLEEP_IMAGE, interrupt={"type": "service", "services": ["systemd-sysctl"]}, stage_seconds=2))
 
-            # Kill as soon as the first stage Job exists: the node is cordoned and drained, the
+            # Kill as soon as the first stage pod exists: the node is cordoned and drained, the
             # run_stage_job activity is running in the worker that dies.
             assert_eventually(lambda: len(window.stage_pods()) >= 1, timeout=30, interval=0.05)
             procs.kill("worker")
@@ -67,7 +67,7 @@ async def test_sigkill_mid_window_then_restart_completes_without_rerunning_jobs(
             [result] = await window.results()
             assert result.state == "complete", (result, procs.log("worker")[-3000:])
             jobs = await activity_results(temporal_client, window.node, "run_stage_pod", RunStagePodResult)
-            # The activity that was running when the worker died ran again and adopted its Job.
+            # The activity that was running when the worker died ran again and adopted its pod.
             assert [j.adopted for j in jobs].count(True) == 1, jobs
     finally:
         procs.stop_all()
@@ -77,7 +77,7 @@ async def test_sigkill_mid_window_then_restart_completes_without_rerunning_jobs(
     assert modes == collections.Counter(["apply", "apply-check", "config", "config-check", "interrupt",
                                          "post-interrupt", "post-interrupt-check"]), modes
     for job in window.stage_pods():
-        # One pod per Job, ever (recorded: the window deleted them at its end).
+        # One pod per name, ever (recorded: the window deleted them at its end).
         assert len(window.pods_of(job.metadata.name)) == 1, job.metadata.name
     node = window.node_object()
     assert not node.spec.unschedulable

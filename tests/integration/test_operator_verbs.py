@@ -1,8 +1,8 @@
 """Operator verbs on the real stack (issue 16 item 3): `noderoll rerun`, `node reset`, `node ignore`,
 `logs --follow`, `version`, each as the CLI runs them and the non-CLI way (annotations).
 
-Every Package uses the bench-sleep image, whose stage Jobs are counted per node and mode: a rerun or
-a reset must run exactly the Jobs it says (and none on the other nodes).
+Every Package uses the bench-sleep image, whose stage pods are counted per node and mode: a rerun or
+a reset must run exactly the stage pods it says (and none on the other nodes).
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ def test_a_raised_limit_outlasts_a_protected_pod_the_default_would_not(
     label = unique_name("protect")
     with running_fleet(run.stack, nodes=2, labels={"limits-fleet": run.run_id}) as fleet:
         raised_node, default_node = fleet.node_names
-        # The window deletes its stage Jobs once its outcome is on the node (issue #14): record them.
+        # The window deletes its stage pods once its outcome is on the node (issue #14): record them.
         recorder = StagePodRecorder(kube_api_client, node=raised_node).start()
         pods = {node: protected_pod(core, k8s_namespace, node, label, seconds)
                 for node, seconds in ((raised_node, POD_SECONDS), (default_node, 10 * POD_SECONDS))}

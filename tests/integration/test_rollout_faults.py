@@ -5,7 +5,7 @@
   threshold in its message); the fault is removed and `retry` (the contract signal) completes it.
 * The bridge is killed (SIGKILL, no Lease release) while a rollout runs and a new one takes over:
   the rollout completes, `fleet/<policy>` was started once, every node was asked once, and no stage
-  Job was created twice.
+  stage pod was created twice.
 
 Small on purpose (6 nodes, 1 s stages, one attempt per stage through the worker's
 `NODEROLL_NODE_STAGE_ATTEMPTS`): the default test tier runs them.
@@ -26,7 +26,7 @@ from fleetsim.faults import Fault, Faults
 from localstack.state import StackInfo
 from protocol import names
 from tests.helpers import assert_eventually, unique_name
-from tests.helpers.chaos import JobAudit
+from tests.helpers.chaos import StagePodAudit
 from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import BENCH_PACKAGES, SLEEP_IMAGE, package_spec
 from tests.helpers.processes import NoderollProcesses, noderoll_fixture
@@ -109,7 +109,7 @@ async def test_bridge_killed_mid_rollout_starts_nothing_twice(
     run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
 ) -> None:
     fleet_label, policy, name = unique_name("faults"), unique_name("pol"), unique_name("killed")
-    audit = JobAudit(str(local_stack.kubeconfig)).start()
+    audit = StagePodAudit(str(local_stack.kubeconfig)).start()
     with running_fleet(local_stack, nodes=NODES, labels={"faults-fleet": fleet_label},
                        image_stores=[BENCH_PACKAGES]):
         try:

@@ -1,6 +1,6 @@
 """The real stage pod (activities.stage_pod) on the real apiserver, played by fleetsim (issue 15).
 
-The `run_stage_pod` activity creates the Job exactly as the worker does: the package image's folder
+The `run_stage_pod` activity creates the stage pod exactly as the worker does: the package image's folder
 copied by the `package` init container, noderoll's agent image running the stage and its check
 (`run_interrupt`: the agent alone).
 The package is written in NodeWright's image layout (deploy/examples/packages/nodewright-tuning).

@@ -90,7 +90,7 @@ def test_the_chart_installed_for_real_rolls_out_a_package(helm_cluster: RealClus
         assert all(p.status.phase == "Running" and p.spec.node_name == cluster.node.name for p in pods)
         name = unique_name("nwt-helm")
         scratch = Path(tempfile.mkdtemp(prefix="noderoll-realnode-", dir="/var/tmp"))
-        # The window deletes its stage Jobs once its outcome is on the node (issue #14): record them.
+        # The window deletes its stage pods once its outcome is on the node (issue #14): record them.
         recorder = StagePodRecorder(cluster.api, node=cluster.node.name).start()
         try:
             # No interrupt: draining the only node would evict the worker that runs the rollout.

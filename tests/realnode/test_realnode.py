@@ -39,7 +39,7 @@ def scratch() -> Iterator[Path]:
 def test_a_nodewright_package_rolls_out_on_the_real_node(real_cluster: RealCluster, scratch: Path) -> None:
     name, node = unique_name("nwt"), real_cluster.node.name
     boot_before = real_cluster.core.read_node(node).status.node_info.boot_id
-    # The window deletes its stage Jobs (and pods) once its outcome is on the node (issue #14): record them.
+    # The window deletes its stage pods (and pods) once its outcome is on the node (issue #14): record them.
     recorder = StagePodRecorder(real_cluster.api, node=node).start()
     real_cluster.package(name, config={"sysctl.conf": SYSCTL, "root": str(scratch)})
     try:

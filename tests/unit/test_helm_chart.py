@@ -289,7 +289,7 @@ def required_rules(process: str) -> set[tuple[str, str, str, bool]]:
 
 
 def granted(objects: list[dict[str, Any]], process: str, namespace_role: bool) -> set[tuple[str, str, str]]:
-    """The process's ClusterRole grants or (namespace_role) its Roles: the stage Jobs' namespace and
+    """The process's ClusterRole grants or (namespace_role) its Roles: the stage pods' namespace and
     the bridge's Lease namespace (the release namespace, passed as NODEROLL_LEASE_NAMESPACE)."""
     kind = "Role" if namespace_role else "ClusterRole"
     out: set[tuple[str, str, str]] = set()

@@ -1,4 +1,4 @@
-"""Pure helpers of the node window: tolerations, drain settings, backoff, status label, Job names/manifests."""
+"""Pure helpers of the node window: tolerations, drain settings, backoff, status label, pod names/manifests."""
 
 from __future__ import annotations
 
@@ -117,7 +117,7 @@ def test_pod_manifest_follows_the_stage_pod_contract() -> None:
     pod = manifest["spec"]
     [container] = pod["containers"]
     env = {e["name"]: e["value"] for e in container["env"]}
-    # A bare pod (ADR 0017): no Job, pinned, never restarted, its deadline the stage timeout.
+    # A bare pod (ADR 0018): no Job, pinned, never restarted, its deadline the stage timeout.
     assert (manifest["apiVersion"], manifest["kind"], manifest["metadata"]["name"]) == ("v1", "Pod", "nr-x")
     assert pod["nodeName"] == "gpu-node-0001" and pod["restartPolicy"] == "Never"
     assert pod["activeDeadlineSeconds"] == job.timeout_seconds
@@ -329,7 +329,7 @@ def _uuid7(unix_ms: int) -> str:
 
 def test_windows_of_runs_started_a_second_apart_name_different_jobs() -> None:
     # A retried window's run starts seconds after the failed one; with the key a run id prefix the two
-    # shared the first window's Job name and the retry adopted the failed Job (issue 26's merge).
+    # shared the first window's pod name and the retry adopted the failed pod (issue 26's merge).
     first, retry = _uuid7(1_796_350_785_000), _uuid7(1_796_350_786_000)
     assert first[:8] == retry[:8]
     assert window_key(first, 1) != window_key(retry, 1)

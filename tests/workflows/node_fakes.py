@@ -41,7 +41,7 @@ from protocol.node_activities import (
 
 @dataclass
 class FakeNode:
-    """In-memory stand-in for one Node and the stage Jobs run on it."""
+    """In-memory stand-in for one Node and the stage pods run on it."""
 
     name: str
     unschedulable: bool = False
@@ -55,10 +55,10 @@ class FakeNode:
     writes: list[WriteNodeStateInput] = field(default_factory=list)
     # When set, drain_node fails with this non-retryable error type (e.g. errors.DRAIN_TIMEOUT).
     drain_error: str = ""
-    # When set, the stage Job of this mode finds the node deleted (NodeNotFound).
+    # When set, the stage pod of this mode finds the node deleted (NodeNotFound).
     deleted_at: str = ""
     ran: list[str] = field(default_factory=list)
-    # `delete_stage_jobs` calls: (packages, kept Job names).
+    # `delete_stage_jobs` calls: (packages, kept pod names).
     cleanups: list[tuple[list[str], list[str]]] = field(default_factory=list)
     # Activity name -> how many of its next calls find the API unreachable (a retryable error).
     outage: dict[str, int] = field(default_factory=dict)
@@ -68,7 +68,7 @@ class FakeNode:
         return [name for name, _ in self.calls]
 
     def stage_jobs(self) -> list[StageJob]:
-        """Every stage Job the window asked for (stage pods and interrupt pods), in order."""
+        """Every stage pod the window asked for (stage pods and interrupt pods), in order."""
         jobs = [arg for name, arg in self.calls if name in ("run_stage_pod", "run_interrupt")]
         return [getattr(job, "job", job) for job in jobs]
 
@@ -78,7 +78,7 @@ class FakeNode:
         return [[job.job, *getattr(job, "following", [])] for job in jobs]
 
     def interrupts(self) -> list[StageJob]:
-        """The Jobs that ran an interrupt: interrupt pods and stage pods carrying it."""
+        """The stage pods that ran an interrupt: interrupt pods and stage pods carrying it."""
         return [job for job in self.stage_jobs() if job.interrupt is not None]
 
     def modes(self) -> list[str]:

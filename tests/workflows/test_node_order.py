@@ -1,4 +1,4 @@
-"""SKYHOOK_NODE_ORDER's source: the node's position in its fleet's order reaches every stage Job of the
+"""SKYHOOK_NODE_ORDER's source: the node's position in its fleet's order reaches every stage pod of the
 window (the fleet numbers its nodes: tests/workflows/test_fleet.py::test_one_window_per_node_for_three_packages)."""
 
 from __future__ import annotations

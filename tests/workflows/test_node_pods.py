@@ -3,7 +3,7 @@ activities: a window runs every Package's stages before the interrupt in ONE pod
 interrupt in a pod of its own and every Package's stages after it in one pod; a failed stage or
 check is retried from that stage in a new pod with the Packages after it (the Packages before it
 are done, its attempts counted on their own); a Package whose dependency ran out of attempts is
-skipped, an independent one still runs; the window's stage Jobs are deleted once its outcome is
+skipped, an independent one still runs; the window's stage pods are deleted once its outcome is
 written, but the latest failed one of an erroring package. (The pods of the releases before, a pod
 per Package and phase with the interrupt carried by the last, replay from tests/histories/node.)"""
 
@@ -44,7 +44,7 @@ async def test_a_failed_check_is_retried_from_its_stage_in_a_new_pod(temporal_te
         assert shape(h) == [[("kernel", BEFORE, "apply", 1)], [("kernel", ["config", "config-check"], "config", 2)],
                             [("kernel", [], "interrupt", 1)], [("kernel", AFTER, "post-interrupt", 1)]]
         assert h.node.modes() == [*BEFORE, "config", "config-check", "interrupt:reboot", *AFTER]
-        assert h.node.cleanups == [(["kernel"], [])]  # every Job deleted: the package completed
+        assert h.node.cleanups == [(["kernel"], [])]  # every pod deleted: the package completed
 
 
 async def test_a_stage_out_of_attempts_names_the_mode_and_keeps_its_last_job(

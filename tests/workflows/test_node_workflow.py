@@ -50,7 +50,7 @@ async def test_a_stage_and_its_check_are_one_job_and_a_failing_check_is_reported
         assert (result.state, result.stage) == ("erroring", "apply")
         assert result.message.startswith("apply-check failed after 3 attempts (exit code 4)")
         assert "apply-check exited 4" in result.log_tail
-        # One Job per attempt, each running the stage then its check.
+        # One pod per attempt, each running the stage then its check.
         assert h.node.modes() == ["apply", "apply-check"] * 3
         assert len(set(h.node.jobs)) == 3
         state, _ = parse_node_state(h.node.state_annotation)
@@ -86,8 +86,8 @@ async def test_reboot_package_cordons_drains_interrupts_and_uncordons(
         assert [job.modes for job in h.node.stage_jobs()] == [
             ["apply", "apply-check", "config", "config-check"], [], ["post-interrupt", "post-interrupt-check"]]
         assert h.node.names().count("run_interrupt") == 1
-        # Once the outcome is written, the window's stage Jobs go.
-        # Uncordon, final state and the Jobs' deletion: one activity (issue #26 item 2).
+        # Once the outcome is written, the window's stage pods go.
+        # Uncordon, final state and the pods' deletion: one activity (issue #26 item 2).
         assert h.node.names()[-1] == "close_window" and h.node.uncordons() == 1
         assert "uncordon_node" not in h.node.names() and "delete_stage_jobs" not in h.node.names()
         assert h.node.cleanups == [(["kernel"], [])]
@@ -138,7 +138,7 @@ async def test_failed_stage_is_retried_with_backoff_then_erroring_until_asked_ag
         # Backoff 10 s then 20 s between the three attempts (virtual time).
         assert await h.env.get_current_time() - started >= timedelta(seconds=30)
         assert h.node.modes() == ["apply", "apply", "apply"]
-        assert len(set(h.node.jobs)) == 3  # a new Job per attempt
+        assert len(set(h.node.jobs)) == 3  # a new pod per attempt
         # Drained before the failure: the node stays cordoned and the state says why.
         assert h.node.unschedulable and not h.node.uncordons()
         state, _ = parse_node_state(h.node.state_annotation)
