@@ -6,8 +6,7 @@ where. This splits one window's history (`node/<node>`, one run) into:
 * `queued_s`: activities scheduled but not yet picked up by a worker (task queue and poller latency:
   a worker short of slots, or a busy server);
 * `activity_s[<type>]`: activities running on the worker, per activity type (a stage pod's includes
-  its Job, the pod's scheduling and start-up, the stages themselves and, for the pod that carries it,
-  the reboot);
+  its creation, its start-up and the stages themselves; the interrupt's, the reboot);
 * `task_queued_s` / `task_running_s`: workflow tasks waiting for a worker (the first one of a run
   included: how long a new window waits to start) and being run by it (the workflow code deciding
   the next step, in the sandbox);
