@@ -8,6 +8,7 @@ written once and never over a window that starts meanwhile.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -34,8 +35,9 @@ from activities.nodes import (
     uncordon_node,
     write_node_state,
 )
-from activities.pod_create import pod_name
+from activities.pod_create import ensure_pod, pod_name
 from activities.stage_run import run_stage_pod
+from activities.stage_wait import wait_job
 from api.enums import NodeMarkKind
 from api.keys import (
     CONDITION_DRAINING,
@@ -458,6 +460,25 @@ def test_a_stage_pod_deleted_before_it_finished_fails_the_attempt_and_nothing_ru
     # No controller puts a pod back under the same attempt: the next attempt is a new pod.
     assert_eventually(lambda: not core.list_namespaced_pod(
         PACKAGE_POD_NAMESPACE, field_selector=f"metadata.name={name}").items, timeout=30)
+
+
+def test_a_stage_pod_still_running_at_its_waits_deadline_is_deleted(
+        local_stack: StackInfo, kube_api_client: ApiClient) -> None:
+    """A bare pod has no Job deadline behind it: when noderoll's wait gives up (the kubelet enforces
+    the pod's own `activeDeadlineSeconds`; fleetsim does not), the wait deletes the pod, so nothing
+    runs on after the attempt was counted as failed."""
+    kube.configure(local_stack.kubeconfig)
+    core = client.CoreV1Api(kube_api_client)
+    with running_fleet(local_stack, nodes=1) as fleet:
+        node = fleet.node_names[0]
+        fleet.options.faults.add(Fault("hang", nodes=node, mode="apply"))
+        job = _stage_and_check(node)
+        name, adopted, created = ensure_pod(job)
+        assert not adopted
+        outcome = ActivityEnvironment().run(wait_job, name, time.monotonic() + 5, node, created)
+        assert outcome.exit_code == -1 and "did not finish in time" in outcome.log_tail, outcome
+        assert_eventually(lambda: not core.list_namespaced_pod(
+            PACKAGE_POD_NAMESPACE, field_selector=f"metadata.name={name}").items, timeout=30)
 
 
 def _conditions(core: client.CoreV1Api, node: str) -> dict[str, client.V1NodeCondition]:
