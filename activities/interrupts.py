@@ -142,7 +142,8 @@ def run_interrupt(input: RunInterruptInput) -> RunInterruptResult:
         # for Ready; creating another interrupt pod would reboot the node a second time.
         name, created = pod_name(input.job), ""
     else:
-        name, _, created = ensure_pod(input.job, seen=previous_pod()[0])
+        pod = ensure_pod(input.job, seen=previous_pod()[0])
+        name, created = pod.name, pod.resource_version
     try:
         if kind == InterruptType.REBOOT:
             result = confirm_reboot(input, name, before, created)

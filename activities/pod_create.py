@@ -21,6 +21,7 @@ is `activities.stage_wait.wait_job`.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -70,16 +71,27 @@ def _read_node(node: str) -> dict[str, Any]:
     return kube.api_client().sanitize_for_serialization(read_node(node))
 
 
-def ensure_pod(job: StageJob, following: list[StageJob] | None = None, seen: str = "") -> tuple[str, bool, str]:
+@dataclass(frozen=True)
+class EnsuredPod:
+    """A stage pod created or adopted: its name, and when this call created it, its resourceVersion
+    and uid (the wait watches from the one and heartbeats the other at once)."""
+
+    name: str
+    adopted: bool
+    resource_version: str = ""
+    uid: str = ""
+
+
+def ensure_pod(job: StageJob, following: list[StageJob] | None = None, seen: str = "") -> EnsuredPod:
     """Create the ConfigMap (every Package's config and the node's metadata; none for an interrupt)
-    and the pod, or adopt them; return (name, adopted, the created pod's resourceVersion or "").
+    and the pod, or adopt them.
     `following`: the further Packages of a pod of several (one pod per window phase, ADR 0016).
     `seen`: the uid of the pod an earlier attempt of the activity was waiting for: adopted as it is,
     never created again (module docstring)."""
     parts = [job, *(following or [])]
     name = pod_name(job, following)
     if seen:
-        return name, True, ""
+        return EnsuredPod(name, adopted=True)
     settings = stage_pod.current_settings()
     metadata = any(stage_pod.runs_package(part) for part in parts)
     identities = []
@@ -104,8 +116,8 @@ def ensure_pod(job: StageJob, following: list[StageJob] | None = None, seen: str
                                       settings)
     try:
         created = kube.core().create_namespaced_pod(PACKAGE_POD_NAMESPACE, manifest)
-        return name, False, str(created.metadata.resource_version or "")
+        return EnsuredPod(name, False, str(created.metadata.resource_version or ""), str(created.metadata.uid or ""))
     except ApiException as err:
         if kube.is_conflict(err):
-            return name, True, ""  # created by an earlier attempt of this activity: adopt it
+            return EnsuredPod(name, adopted=True)  # created by an earlier attempt of this activity: adopt it
         kube.raise_for(err, f"create stage pod {name}")

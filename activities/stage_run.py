@@ -88,9 +88,10 @@ def run_phase_pod(input: RunStagePodInput) -> RunStagePodResult:
     container decided it, from the container names (`api.stage_containers`)."""
     parts = [input.job, *input.following]
     names = [part.package for part in parts]
-    name, adopted, version = ensure_pod(input.job, input.following, seen=previous_pod()[0])
+    pod = ensure_pod(input.job, input.following, seen=previous_pod()[0])
+    name, adopted = pod.name, pod.adopted
     deadline = time.monotonic() + sum(part.timeout_seconds for part in parts) + 30
-    outcome = wait_job(name, deadline, input.job.node, created=version)
+    outcome = wait_job(name, deadline, input.job.node, created=pod.resource_version, uid=pod.uid)
     completed: dict[str, list[str]] = {n: [] for n in names}
     for container in outcome.completed:
         package, mode = split_container(container, names)
@@ -127,9 +128,11 @@ def run_stage_pod(input: RunStagePodInput) -> RunStagePodResult:
     kind = str((job.interrupt or {}).get("type", ""))
     if job.interrupt is not None and kind not in set(InterruptType):
         raise errors.fatal(f"unknown interrupt type {kind!r}", errors.INVALID_SPEC)
-    name, adopted, version = ensure_pod(job, seen=previous_pod()[0])
+    pod = ensure_pod(job, seen=previous_pod()[0])
+    name, adopted = pod.name, pod.adopted
     # A small margin over the pod's own activeDeadlineSeconds, so the kubelet's verdict normally wins.
-    outcome = wait_job(name, time.monotonic() + job.timeout_seconds + 30, job.node, created=version)
+    outcome = wait_job(name, time.monotonic() + job.timeout_seconds + 30, job.node,
+                       created=pod.resource_version, uid=pod.uid)
     stages = [m for m in stage_pod.modes(job) if m != INTERRUPT_MODE]
     completed = [m for m in outcome.completed if m != INTERRUPT_MODE]
     if not adopted:

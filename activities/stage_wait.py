@@ -36,11 +36,15 @@ def previous_pod() -> tuple[str, str]:
     return str(first.get("pod", "")), str(first.get("seen", ""))
 
 
-def wait_job(name: str, deadline: float, node: str = "", created: str = "") -> PodOutcome:
+def wait_job(name: str, deadline: float, node: str = "", created: str = "", uid: str = "") -> PodOutcome:
     """Wait for the stage pod to finish, heartbeating; past `deadline` the stage counts as failed
-    and the pod is deleted. `created`: the resourceVersion of the pod the caller has just created
-    ("": adopted)."""
-    wait = PodWait(name, node, created, previous=previous_pod(), on_seen=beat)
+    and the pod is deleted. `created`, `uid`: the resourceVersion and uid of the pod the caller has
+    just created ("": adopted); the first heartbeat carries the uid, so a retry after a crash at any
+    point after the creation knows the pod was made (`previous_pod`)."""
+    previous = previous_pod()
+    if uid and not previous[0]:
+        previous = (uid, created)
+    wait = PodWait(name, node, created, previous=previous, on_seen=beat)
     outcome = None if wait.resource_version else wait.look()
     while outcome is None:
         remaining = deadline - time.monotonic()

@@ -319,7 +319,8 @@ def test_a_retry_whose_predecessor_saw_its_pod_never_creates_it_again(node: str,
                    modes=["apply", "apply-check"])
     beats = Beats()
     first = beats.env.run(run_stage_pod, RunStagePodInput(job))
-    assert first.exit_code == 0 and beats.details and beats.details[-1][0]["pod"], beats.details
+    # Its very first heartbeat, before any watch event, names the pod it created (its uid).
+    assert first.exit_code == 0 and beats.details and beats.details[0][0]["pod"], beats.details
     core.delete_namespaced_pod(first.job_name, PACKAGE_POD_NAMESPACE, grace_period_seconds=0)
     assert_eventually(lambda: not core.list_namespaced_pod(
         PACKAGE_POD_NAMESPACE, field_selector=f"metadata.name={first.job_name}").items, timeout=30)
@@ -473,9 +474,10 @@ def test_a_stage_pod_still_running_at_its_waits_deadline_is_deleted(
         node = fleet.node_names[0]
         fleet.options.faults.add(Fault("hang", nodes=node, mode="apply"))
         job = _stage_and_check(node)
-        name, adopted, created = ensure_pod(job)
-        assert not adopted
-        outcome = ActivityEnvironment().run(wait_job, name, time.monotonic() + 5, node, created)
+        pod = ensure_pod(job)
+        assert not pod.adopted and pod.uid
+        outcome = ActivityEnvironment().run(wait_job, pod.name, time.monotonic() + 5, node, pod.resource_version)
+        name = pod.name
         assert outcome.exit_code == -1 and "did not finish in time" in outcome.log_tail, outcome
         assert_eventually(lambda: not core.list_namespaced_pod(
             PACKAGE_POD_NAMESPACE, field_selector=f"metadata.name={name}").items, timeout=30)
