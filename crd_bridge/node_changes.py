@@ -30,7 +30,7 @@ from kube.node_snapshot import node_facts
 from kube.node_snapshot import node_view as as_view
 from planning.runtime_taint import RuntimePackage, RuntimeTaintInput
 from planning.targets import UNSCHEDULABLE_TAINT_KEY, NodeView, is_candidate
-from protocol.fleet import NodeReset
+from protocol.fleet import FleetSpec, NodeReset
 
 
 def node_view(obj: Mapping[str, Any]) -> NodeView:
@@ -87,6 +87,27 @@ def forgotten_records(old: NodeView | None, new: NodeView) -> set[str]:
     if problem is not None or unreadable is not None:
         return set()  # readability changes are a targeting change of their own
     return set(before.packages) - set(after.packages)
+
+
+def fleets_uninstalling_on(old: NodeView | None, new: NodeView, sent: Mapping[str, FleetSpec]) -> list[str]:
+    """Fleets carrying a deleted Package's uninstall whose selector matches the node before or after a
+    change that may change targets (sorted).
+
+    A deleted Package is no longer among the valid ones `packages_to_notify` is given, but its fleet
+    still has nodes to uninstall it from: one its uninstall wave found blocked (a node's own reboot
+    leaves the not-ready taint for seconds) must be heard of when the taint lifts, not at the fleet's
+    periodic re-list minutes later.
+    """
+    if not targeting_change(old, new):
+        return []
+    views: Iterable[NodeView] = (new,) if old is None else (old, new)
+    return sorted(
+        fleet
+        for fleet, spec in sent.items()
+        if any(entry.uninstall and any(is_candidate(PackageSpec.model_validate(entry.spec), view.labels)
+                                       for view in views)
+               for entry in spec.packages)
+    )
 
 
 def packages_to_notify(

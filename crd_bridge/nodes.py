@@ -18,6 +18,7 @@ from typing import Any
 
 from api.package import PackageSpec
 from crd_bridge.node_changes import (
+    fleets_uninstalling_on,
     node_view,
     packages_to_notify,
     reset_from_annotation,
@@ -51,8 +52,10 @@ class NodeHandler:
         """Remember which fleets must hear about this Node change (DELETED: `current` is the old object)."""
         old = node_view(previous) if previous is not None else None
         specs = self.specs()
-        for package in packages_to_notify(old, node_view(current), specs):
+        view = node_view(current)
+        for package in packages_to_notify(old, view, specs):
             self.to_notify.add(fleet_name(specs[package].deployment_policy))
+        self.to_notify.update(fleets_uninstalling_on(old, view, self.reconciler.sent))
         self.note_reset(current)
 
     def note_reset(self, obj: Mapping[str, Any]) -> None:

@@ -11,6 +11,7 @@ from api import keys
 from crd_bridge.cache import ObjectCache
 from crd_bridge.leader import lease_expired
 from crd_bridge.node_changes import (
+    fleets_uninstalling_on,
     node_view,
     packages_to_notify,
     parse_time,
@@ -118,6 +119,25 @@ def specs(**selectors: dict[str, str]) -> dict[str, Any]:
 def test_packages_to_notify(old: dict[str, Any] | None, new: dict[str, Any], expected: list[str]) -> None:
     selected = specs(a100={"gpu": "a100"}, h100={"gpu": "h100"})
     assert packages_to_notify(node_view(old) if old else None, node_view(new), selected) == expected
+
+
+def test_a_fleet_uninstalling_a_deleted_package_hears_of_its_nodes_changes() -> None:
+    # The deletion test's lost wake-up: every Package of the set was deleted, so none was among the
+    # valid specs; the node its uninstall wave found tainted lifted the taint, and nobody told the fleet.
+    from protocol.fleet import FleetSpec, PackageEntry
+
+    selector = {"version": "1.0", "image": "x:1", "nodeSelector": {"matchLabels": {"gpu": "a100"}}}
+    sent = {
+        "gpu": FleetSpec("gpu", packages=[PackageEntry("kmod", selector, 1, uninstall=True)]),
+        "installing": FleetSpec("installing", packages=[PackageEntry("tune", selector, 1)]),
+        "elsewhere": FleetSpec("elsewhere", packages=[PackageEntry("h100", {**selector, "nodeSelector": {
+            "matchLabels": {"gpu": "h100"}}}, 1, uninstall=True)]),
+    }
+    tainted = node("n", {"gpu": "a100"}, [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}])
+    lifted = node("n", {"gpu": "a100"})
+    assert fleets_uninstalling_on(node_view(tainted), node_view(lifted), sent) == ["gpu"]
+    # Only a change that may change targets: a cordon or a status label is none.
+    assert fleets_uninstalling_on(node_view(lifted), node_view(lifted), sent) == []
 
 
 @pytest.mark.parametrize(
