@@ -138,6 +138,14 @@ def test_a_fleet_uninstalling_a_deleted_package_hears_of_its_nodes_changes() -> 
     assert fleets_uninstalling_on(node_view(tainted), node_view(lifted), sent) == ["gpu"]
     # Only a change that may change targets: a cordon or a status label is none.
     assert fleets_uninstalling_on(node_view(lifted), node_view(lifted), sent) == []
+    # The bridge's node handler routes it so, with no valid Package left to route it by.
+    from types import SimpleNamespace
+
+    from crd_bridge.nodes import NodeHandler
+
+    handler = NodeHandler(SimpleNamespace(valid={}, sent=sent))  # type: ignore[arg-type]
+    handler.note_change(tainted, lifted)
+    assert handler.to_notify == {"gpu"}
 
 
 @pytest.mark.parametrize(
