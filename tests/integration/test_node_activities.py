@@ -296,17 +296,13 @@ def test_missing_node_is_non_retryable(node: str) -> None:
 
 
 def test_stage_pod_is_adopted_when_the_activity_runs_again(node: str, kube_api_client: ApiClient) -> None:
-    job = StageJob(package="sysctl-tuning", version="1.0.0", node=node, mode="apply", image=SYSCTL_IMAGE,
-                   window=unique_name("w"), tolerations=[{"operator": "Exists"}], timeout_seconds=60,
-                   modes=["apply", "apply-check"])
+    job = _stage_and_check(node)
     beats = Beats()
     first = beats.env.run(run_stage_pod, RunStagePodInput(job))
     second = ActivityEnvironment().run(run_stage_pod, RunStagePodInput(job))
     assert (first.adopted, second.adopted) == (False, True)
     assert first.job_name == second.job_name and first.exit_code == second.exit_code
-    pods = client.CoreV1Api(kube_api_client).list_namespaced_pod(
-        PACKAGE_POD_NAMESPACE, field_selector=f"metadata.name={first.job_name}").items
-    assert len(pods) == 1
+    assert len(_pods_named(client.CoreV1Api(kube_api_client), first.job_name)) == 1
 
 
 def test_a_retry_whose_predecessor_saw_its_pod_never_creates_it_again(node: str, kube_api_client: ApiClient) -> None:
@@ -314,22 +310,18 @@ def test_a_retry_whose_predecessor_saw_its_pod_never_creates_it_again(node: str,
     seen the pod (its heartbeat: uid, version) adopts it, and a pod deleted since fails the attempt
     instead of being created again to run the stages a second time under the same attempt."""
     core = client.CoreV1Api(kube_api_client)
-    job = StageJob(package="sysctl-tuning", version="1.0.0", node=node, mode="apply", image=SYSCTL_IMAGE,
-                   window=unique_name("w"), tolerations=[{"operator": "Exists"}], timeout_seconds=60,
-                   modes=["apply", "apply-check"])
+    job = _stage_and_check(node)
     beats = Beats()
     first = beats.env.run(run_stage_pod, RunStagePodInput(job))
     # Its very first heartbeat, before any watch event, names the pod it created (its uid).
     assert first.exit_code == 0 and beats.details and beats.details[0][0]["pod"], beats.details
     core.delete_namespaced_pod(first.job_name, PACKAGE_POD_NAMESPACE, grace_period_seconds=0)
-    assert_eventually(lambda: not core.list_namespaced_pod(
-        PACKAGE_POD_NAMESPACE, field_selector=f"metadata.name={first.job_name}").items, timeout=30)
+    _assert_pod_gone(core, first.job_name)
     retried = ActivityEnvironment()
     retried.info = dataclasses.replace(retried.info, attempt=2, heartbeat_details=list(beats.details[-1]))
     second = retried.run(run_stage_pod, RunStagePodInput(job))
     assert (second.adopted, second.exit_code) == (True, -1) and "deleted before it finished" in second.log_tail
-    assert not core.list_namespaced_pod(
-        PACKAGE_POD_NAMESPACE, field_selector=f"metadata.name={first.job_name}").items, "created again"
+    assert not _pods_named(core, first.job_name), "created again"
 
 
 def test_metadata_patch_retries_a_resource_version_conflict(node: str, kube_api_client: ApiClient) -> None:
@@ -417,6 +409,15 @@ def test_an_interrupt_pod_that_fails_without_rebooting_fails_the_interrupt(local
     assert "injected fault" in result.log_tail
 
 
+def _pods_named(core: client.CoreV1Api, name: str) -> list[client.V1Pod]:
+    """The stage pods of that name the apiserver holds now (none, or one)."""
+    return list(core.list_namespaced_pod(PACKAGE_POD_NAMESPACE, field_selector=f"metadata.name={name}").items)
+
+
+def _assert_pod_gone(core: client.CoreV1Api, name: str) -> None:
+    assert_eventually(lambda: not _pods_named(core, name), timeout=30)
+
+
 def _stage_and_check(node: str) -> StageJob:
     return StageJob(package="sysctl-tuning", version="1.0.0", node=node, mode="apply", modes=["apply", "apply-check"],
                     image=SYSCTL_IMAGE, window=unique_name("w"), tolerations=[{"operator": "Exists"}],
@@ -448,7 +449,7 @@ def test_a_stage_pod_deleted_before_it_finished_fails_the_attempt_and_nothing_ru
         name = pod_name(job)
 
         def running_pod() -> str:
-            pods = core.list_namespaced_pod(PACKAGE_POD_NAMESPACE, field_selector=f"metadata.name={name}").items
+            pods = _pods_named(core, name)
             assert pods and pods[0].status.phase == "Running"
             return str(pods[0].metadata.name)
 
@@ -459,8 +460,7 @@ def test_a_stage_pod_deleted_before_it_finished_fails_the_attempt_and_nothing_ru
             deleting.result()
     assert result.exit_code == -1 and "deleted before it finished" in result.log_tail
     # No controller puts a pod back under the same attempt: the next attempt is a new pod.
-    assert_eventually(lambda: not core.list_namespaced_pod(
-        PACKAGE_POD_NAMESPACE, field_selector=f"metadata.name={name}").items, timeout=30)
+    _assert_pod_gone(core, name)
 
 
 def test_a_stage_pod_still_running_at_its_waits_deadline_is_deleted(
@@ -479,8 +479,7 @@ def test_a_stage_pod_still_running_at_its_waits_deadline_is_deleted(
         outcome = ActivityEnvironment().run(wait_job, pod.name, time.monotonic() + 5, node, pod.resource_version)
         name = pod.name
         assert outcome.exit_code == -1 and "did not finish in time" in outcome.log_tail, outcome
-        assert_eventually(lambda: not core.list_namespaced_pod(
-            PACKAGE_POD_NAMESPACE, field_selector=f"metadata.name={name}").items, timeout=30)
+        _assert_pod_gone(core, name)
 
 
 def _conditions(core: client.CoreV1Api, node: str) -> dict[str, client.V1NodeCondition]:
