@@ -191,7 +191,8 @@ def write_state(input: WriteNodeStateInput, uncordon: bool = False) -> client.V1
         conditions.append(node_condition(CONDITION_STATE_MALFORMED, False, REASON_READABLE, READABLE_MESSAGE))
     try:
         # Strategic merge: NodeStatus.conditions merge by `type`, so the kubelet's conditions stay.
-        kube.core().patch_node_status(
+        kube.untyped(
+            kube.core().patch_node_status,
             input.node,
             {"status": {"conditions": conditions}},
             _content_type="application/strategic-merge-patch+json",
@@ -232,10 +233,10 @@ def set_draining(node: str, draining: bool, reason: str, message: str, transitio
     if not transition:
         del condition["lastTransitionTime"]  # strategic merge keeps the stored one
     try:
-        written = kube.core().patch_node_status(node, {"status": {"conditions": [condition]}},
-                                                _content_type="application/strategic-merge-patch+json")
+        written = kube.untyped(kube.core().patch_node_status, node, {"status": {"conditions": [condition]}},
+                               _content_type="application/strategic-merge-patch+json")
     except ApiException as err:
         if kube.is_not_found(err):
             raise node_not_found(node) from err
         kube.raise_for(err, f"patch condition {CONDITION_DRAINING} of node {node}")
-    return str(written.metadata.uid or "")
+    return str((written.get("metadata") or {}).get("uid") or "")

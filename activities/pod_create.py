@@ -108,15 +108,15 @@ def ensure_pod(job: StageJob, following: list[StageJob] | None = None, seen: str
             "data": data,
         }
         try:
-            kube.core().create_namespaced_config_map(PACKAGE_POD_NAMESPACE, config_map)
+            kube.untyped(kube.core().create_namespaced_config_map, PACKAGE_POD_NAMESPACE, config_map)
         except ApiException as err:
             if not kube.is_conflict(err):
                 kube.raise_for(err, f"create ConfigMap {name}")
     manifest = stage_pod.pod_manifest(parts if following else job, name, identities if following else identities[0],
                                       settings)
     try:
-        created = kube.core().create_namespaced_pod(PACKAGE_POD_NAMESPACE, manifest)
-        return EnsuredPod(name, False, str(created.metadata.resource_version or ""), str(created.metadata.uid or ""))
+        created = kube.untyped(kube.core().create_namespaced_pod, PACKAGE_POD_NAMESPACE, manifest).get("metadata") or {}
+        return EnsuredPod(name, False, str(created.get("resourceVersion") or ""), str(created.get("uid") or ""))
     except ApiException as err:
         if kube.is_conflict(err):
             return EnsuredPod(name, adopted=True)  # created by an earlier attempt of this activity: adopt it

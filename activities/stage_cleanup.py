@@ -62,7 +62,7 @@ def _delete_pods(selector: str, keep: set[str]) -> list[str]:
     core = kube.core()
     if not keep:
         # One request: the apiserver lists and deletes each (no resourceVersion: module docstring).
-        core.delete_collection_namespaced_pod(PACKAGE_POD_NAMESPACE, label_selector=selector)
+        kube.untyped(core.delete_collection_namespaced_pod, PACKAGE_POD_NAMESPACE, label_selector=selector)
         return []
     listing = core.list_namespaced_pod(PACKAGE_POD_NAMESPACE, label_selector=selector, resource_version=CACHED)
     deleted = []
@@ -88,7 +88,8 @@ def delete_stage_jobs(input: DeleteStageJobsInput) -> DeleteStageJobsResult:
     try:
         deleted = _delete_pods(selector, set(input.keep))
         _relabel({job: package for job, package in input.owners.items() if job in input.keep})
-        kube.core().delete_collection_namespaced_config_map(PACKAGE_POD_NAMESPACE, label_selector=selector)
+        kube.untyped(kube.core().delete_collection_namespaced_config_map, PACKAGE_POD_NAMESPACE,
+                     label_selector=selector)
     except ApiException as err:
         kube.raise_for(err, f"delete stage pods of {', '.join(input.packages)} on {input.node}")
     return DeleteStageJobsResult(deleted=deleted, kept=sorted(input.keep))

@@ -193,9 +193,17 @@ def _decoder() -> client.ApiClient:
     return client.ApiClient()
 
 
+# What of a pod's metadata the wait reads (`_see`); the outcome reads only its status.
+_IDENTITY = ("name", "namespace", "uid", "resourceVersion")
+
+
 def pod_from_json(raw: dict[str, Any]) -> client.V1Pod:
-    """A pod's raw JSON (a watch event's object) as the typed client's `V1Pod`."""
-    pod: client.V1Pod = _decoder().deserialize(json.dumps(raw), "V1Pod", "application/json")
+    """A pod's raw JSON (a watch event's object) as the typed client's `V1Pod`, with only what the
+    wait reads: the pod's identity and its status. Its spec and the rest of its metadata (managed
+    fields) were most of the decoding's cost and nothing reads them."""
+    meta = raw.get("metadata") or {}
+    read = {"metadata": {key: meta[key] for key in _IDENTITY if key in meta}, "status": raw.get("status")}
+    pod: client.V1Pod = _decoder().deserialize(json.dumps(read), "V1Pod", "application/json")
     return pod
 
 

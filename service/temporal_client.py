@@ -1,7 +1,9 @@
 """One way to connect to Temporal for every noderoll process (worker, bridge, CLI, tests). Does I/O.
 
-The pydantic data converter lets workflow and activity boundaries use pydantic models as well as
-dataclasses; every client must use the same converter or payloads do not round-trip.
+noderoll's data converter (`service.data_converter`: temporalio's pydantic converter, its TypeAdapters
+cached per process) lets workflow and activity boundaries use pydantic models as well as dataclasses;
+every client must use the same converter (or temporalio's `pydantic_data_converter`, whose payloads
+are the same) or payloads do not round-trip.
 
 Authentication comes from the environment so that every process (and the Helm chart, which mounts the
 client certificate Secret and sets these variables) configures it the same way:
@@ -19,7 +21,8 @@ import time
 from pathlib import Path
 
 from temporalio.client import Client, TLSConfig
-from temporalio.contrib.pydantic import pydantic_data_converter
+
+from service.data_converter import data_converter
 
 API_KEY_ENV = "NODEROLL_TEMPORAL_API_KEY"
 TLS_CERT_ENV = "NODEROLL_TEMPORAL_TLS_CERT"
@@ -66,7 +69,7 @@ async def connect(
             return await Client.connect(
                 address,
                 namespace=namespace,
-                data_converter=pydantic_data_converter,
+                data_converter=data_converter,
                 api_key=api_key,
                 tls=tls,
             )

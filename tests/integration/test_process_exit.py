@@ -32,11 +32,11 @@ AT_ONCE = 4
 SCRIPT = """
 import asyncio, sys
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
+from service.data_converter import data_converter
 from cli.process_exit import exit_process
 
 async def main(address: str, workflow_id: str) -> int:
-    client = await Client.connect(address, data_converter=pydantic_data_converter)
+    client = await Client.connect(address, data_converter=data_converter)
     handle = client.get_workflow_handle(workflow_id)
     for _ in range(3):
         await handle.signal("pause", {"packages": ["example"]})

@@ -63,6 +63,11 @@ CALL = re.compile(
     r"\.(create|read|get|list|patch|replace|delete_collection|delete)_"
     r"(namespaced_)?([a-z_]+?)(_for_all_namespaces)?\("
 )
+# `kube.untyped(core.create_namespaced_pod, ns, body)`: the typed method passed with its arguments.
+UNTYPED_CALL = re.compile(
+    r"\buntyped\(\s*[\w.()]*?\.(create|read|get|list|patch|replace|delete_collection|delete)_"
+    r"(namespaced_)?([a-z_]+?)(_for_all_namespaces)?,"
+)
 # In a module that watches (`watch.Watch().stream(...)`, or the adapter's `kube.watching.watch_from`),
 # every list function it names, called or passed around (`CoreV1Api(...).list_node`), is watched too.
 WATCHES = re.compile(r"\.stream\(|\bwatch_from\(")
@@ -264,9 +269,10 @@ def required_rules(process: str) -> set[tuple[str, str, str, bool]]:
         if rel != RAW_HELPER and RAW.search(text):
             assert rel in RAW_CALLS, f"{rel} makes raw API requests: list what they need in RAW_CALLS"
             needed |= {(g, r, v, False) for g, r, v in RAW_CALLS[rel]}
-        for match in CALL.finditer(text):
+        calls = [(m, call_args(text, m.end())) for m in CALL.finditer(text)]
+        calls += [(m, call_args(text, text.index("(", m.start()) + 1)) for m in UNTYPED_CALL.finditer(text)]
+        for match, args in calls:
             verb, namespaced, noun, _all = match.groups()
-            args = call_args(text, match.end())
             in_pkg_ns = bool(namespaced) and "PACKAGE_POD_NAMESPACE" in args
             if noun.startswith("cluster_custom_object"):
                 sub = "/status" if noun.endswith("_status") else ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -287,6 +288,27 @@ def test_only_a_finished_or_unstartable_pod_may_decide(status: dict[str, Any], d
     if not decides:
         # What the raw check skips, the typed one would have found undecided too.
         assert finished_outcome("nr-job", pod_from_json(raw)) is None
+
+
+def test_a_decoded_watch_event_keeps_what_the_wait_reads_and_decides_as_the_whole_pod() -> None:
+    from kube.pod_wait import _decoder, pod_from_json, pod_outcome
+
+    finished = {"terminated": {"exitCode": 3, "message": "sysctl failed", "startedAt": "2026-12-05T01:00:00Z",
+                               "finishedAt": "2026-12-05T01:00:05Z"}}
+    raw = {
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "noderoll-system", "uid": "u1", "resourceVersion": "42",
+                     "labels": {"noderoll.io/node": "n"}, "managedFields": [{"manager": "noderoll"}]},
+        "spec": {"nodeName": "n", "containers": [{"name": "apply", "image": "i"}],
+                 "volumes": [{"name": "root", "hostPath": {"path": "/"}}]},
+        "status": {"phase": "Failed", "containerStatuses": [_container(finished)]},
+    }
+    whole = _decoder().deserialize(json.dumps(raw), "V1Pod", "application/json")
+    pod = pod_from_json(raw)
+    assert (pod.metadata.name, pod.metadata.uid, pod.metadata.resource_version) == ("p", "u1", "42")
+    assert pod.spec is None and pod.metadata.managed_fields is None  # not decoded: nothing reads them
+    assert pod_outcome(pod) == pod_outcome(whole)
+    assert pod_outcome(pod) is not None and pod_outcome(pod).exit_code == 3
 
 
 @pytest.mark.parametrize(("version", "floor", "expected"), [

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from service.data_converter import data_converter
 from workflows.fleet import FleetWorkflow
 
 ROOT = Path(__file__).parent.parent / "histories" / "fleet"
@@ -30,6 +30,6 @@ def test_histories_are_recorded() -> None:
 @pytest.mark.parametrize("path", CASES)
 async def test_history_replays(path: Path) -> None:
     history = WorkflowHistory.from_json(path.stem, path.read_text())
-    replayer = Replayer(workflows=[FleetWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[FleetWorkflow], data_converter=data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure

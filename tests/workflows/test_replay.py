@@ -40,9 +40,9 @@ from pathlib import Path
 import pytest
 from temporalio import workflow
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from service.data_converter import data_converter
 from worker.registry import GLOBAL_WORKFLOWS, WORKFLOWS
 
 REGISTERED = [*WORKFLOWS, *GLOBAL_WORKFLOWS]
@@ -127,6 +127,6 @@ def test_every_recorded_history_is_of_a_registered_workflow_type() -> None:
 @pytest.mark.parametrize("path", HISTORIES, ids=lambda p: f"{p.parent.name}-{p.stem}")
 async def test_history_replays(path: Path) -> None:
     history = WorkflowHistory.from_json(f"{path.parent.name}/{path.stem}", path.read_text())
-    replayer = Replayer(workflows=REGISTERED, data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=REGISTERED, data_converter=data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, result.replay_failure
