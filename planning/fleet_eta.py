@@ -84,15 +84,26 @@ def _rest(planner: BatchPlannerState, left: set[str], cover: list[list[str]]) ->
     return out
 
 
-def fleet_eta(state: FleetState, now: str) -> Eta | None:
-    """The ETA of the wave `state` runs (None: no wave, or the fleet is halted)."""
+def fleet_eta(state: FleetState, now: str, left: set[str] | None = None) -> Eta | None:
+    """The ETA of the wave `state` runs (None: no wave, or the fleet is halted); `left`: the caller's
+    `remaining(state)`, when it has it (a listing of every node's wanted Packages)."""
     planner = state.planner
     if planner is None or planner.halted or state.halted:
         return None
     specs = _specs(state)
-    left = remaining(state)
+    left = remaining(state) if left is None else left
     out = set(planner.current_batch)
-    shapes = {n: window_shape(state.in_flight[n].packages if n in state.in_flight else wanted(state, n), specs)
+    # One shape per set of Packages (most nodes of a fleet carry the same set), not one per node: the
+    # `progress` query computes this on every poll, a thousand nodes at a time.
+    by_packages: dict[tuple[str, ...], WindowShape] = {}
+
+    def shape(packages: list[str]) -> WindowShape:
+        key = tuple(packages)
+        if key not in by_packages:
+            by_packages[key] = window_shape(packages, specs)
+        return by_packages[key]
+
+    shapes = {n: shape(state.in_flight[n].packages if n in state.in_flight else wanted(state, n))
               for n in left | out}
     running = [Running(shapes[n], _elapsed(state.in_flight[n].sent_at, now)) for n in sorted(out)
                if n in state.in_flight]

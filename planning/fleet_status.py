@@ -238,6 +238,13 @@ def _package_message(name: str, phase: RolloutPhase, fleet: str, state: FleetSta
     return ""
 
 
+def _eta(state: FleetState, fleet_phase: RolloutPhase, now: str) -> Eta | None:
+    if not now or fleet_phase not in _ETA_PHASES:
+        return None
+    left = remaining(state)
+    return fleet_eta(state, now, left) if left else None
+
+
 def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str, fleet_id: str = "") -> FleetProgress:
     """The `progress` query's answer for `state` (module rules); `fleet_id` names the fleet in messages
     (default `fleet/<policy>`; `fleet/<cluster>/<policy>` in a named cluster)."""
@@ -255,7 +262,7 @@ def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str, fleet
         next_window=state.next_window if fleet_phase is RolloutPhase.WAITING else "",
         gate_failure=state.gates.failure, gates={**state.gates.continuous, **state.gates.tracks},
         rollback=rollbacks.report(state.rollback, fleet_phase is RolloutPhase.HALTED) if state.rollback else None,
-        eta=fleet_eta(state, now) if now and fleet_phase in _ETA_PHASES and remaining(state) else None,
+        eta=_eta(state, fleet_phase, now),
         timings=state.timings,
         global_rollout=state.turns.view,
         capacity=list(planner.capacity) if planner else [], waits=list(planner.waits) if planner else [],

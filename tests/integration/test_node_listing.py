@@ -16,6 +16,7 @@ from kubernetes import client
 from kubernetes.client import ApiClient
 
 import kube
+import kube.nodes as kube_nodes
 from api.keys import NODE_STATE_ANNOTATION
 from kube.nodes import list_node_facts
 from localstack.state import StackInfo
@@ -51,3 +52,24 @@ def test_a_listing_shows_the_node_state_written_just_before_it(
         if facts.state_annotation != state:
             missed.append(round_)
     assert not missed, f"{len(missed)} of {ROUNDS} listings did not show the write before them: rounds {missed[:10]}"
+
+
+def test_a_listing_of_several_pages_returns_every_node_once(
+    local_stack: StackInfo, kube_api_client: ApiClient, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kube.configure(local_stack.kubeconfig)
+    core = client.CoreV1Api(kube_api_client)
+    group = unique_name("paged")
+    names = [f"{group}-{i}" for i in range(5)]
+    for name in names:
+        core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name, labels={"paged-test": group})))
+    monkeypatch.setattr(kube_nodes, "PAGE_SIZE", 2)  # 5 nodes: pages of 2, 2 and 1 (two continue tokens)
+    pages: list[int] = []
+    try:
+        listed = list_node_facts(f"paged-test={group}", pages.append)
+    finally:
+        for name in names:
+            core.delete_node(name)
+    assert [facts.name for facts in listed] == sorted(names)
+    assert pages == [2, 4, 5]
+    assert all(facts.labels == {"paged-test": group} for facts in listed)
