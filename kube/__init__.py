@@ -172,10 +172,10 @@ def request_json(method: str, path: str, body: Any = None) -> Any:
 def untyped(call: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
     """A typed client method's answer as raw JSON, not built into the client's model objects.
 
-    For the worker's hot writes whose answer it reads little or nothing of (a created stage pod's
-    uid, a patched node's conditions, the pods a delete-collection removed): building the typed
-    answer was most of those calls' CPU in a 200-node profile (docs/benchmarks.md). Non-2xx answers
-    raise ApiException, as the typed call does.
+    For the worker's hot calls whose answer it reads little of (a created stage pod's uid, a patched
+    node's conditions, the pods a delete-collection removed, the fleet's node listing, which
+    `node_facts` reads as JSON anyway): building the typed answer was most of those calls' CPU in a
+    200-node profile (ADR 0019). Non-2xx answers raise ApiException, as the typed call does.
     """
     response = call(*args, _preload_content=False, **kwargs)
     try:
