@@ -99,6 +99,11 @@ def window_events(api: ApiClient, node: str) -> list[client.CoreV1Event]:
     return list(client.CoreV1Api(api).list_namespaced_event("default", field_selector=selector).items)
 
 
+def _completed(status: dict[str, Any]) -> dict[str, Any]:
+    assert status.get("phase") == "Complete", status
+    return status
+
+
 def prometheus_value(server: PrometheusServer, query: str) -> list[str]:
     """What Prometheus answers for `query` now (the values of the vector)."""
     url = f"{server.address}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
@@ -156,8 +161,14 @@ async def test_gate_halts_on_a_bad_value_and_passes_after_it_recovers_and_resume
             report: FleetProgress = await fleet_progress(temporal_client, policy)
             track = report.gates["gpu-errors"]
             assert track.passed and track.last_value == "0", track  # a later evaluation passed on its own
-            status = read_policy(kube_api_client, policy)["status"]
-            assert status["phase"] == "Complete" and "gateFailure" not in status, status
+            # Waited for: a Package is Complete once its nodes are (`planning.fleet_status._package_phase`),
+            # the policy once its fleet has ended the wave (the fleet's own phase, set in a later
+            # workflow task and shown from the bridge's next poll), and the bridge writes the two objects
+            # one after the other: a read right after the Package turned Ready saw the policy still
+            # Progressing once (clean-clone run of b96abcc).
+            status = assert_eventually(lambda: _completed(read_policy(kube_api_client, policy)["status"]),
+                                       timeout=30)
+            assert "gateFailure" not in status, status
             assert len(policy_events(kube_api_client, policy, "GateFailed")) == 1
         finally:
             delete_package(kube_api_client, name)
