@@ -11,6 +11,7 @@ import dataclasses
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit
@@ -424,6 +425,16 @@ def _stage_and_check(node: str) -> StageJob:
                     timeout_seconds=60)
 
 
+@contextmanager
+def _hanging_apply(local_stack: StackInfo) -> Iterator[StageJob]:
+    """A one-node fleet whose `apply` stage hangs, and the stage-and-check job for its node."""
+    kube.configure(local_stack.kubeconfig)
+    with running_fleet(local_stack, nodes=1) as fleet:
+        node = fleet.node_names[0]
+        fleet.options.faults.add(Fault("hang", nodes=node, mode="apply"))
+        yield _stage_and_check(node)
+
+
 def test_a_failing_check_in_the_stage_pod_is_reported_as_the_check(
         local_stack: StackInfo, kube_api_client: ApiClient) -> None:
     kube.configure(local_stack.kubeconfig)
@@ -440,12 +451,8 @@ def test_a_failing_check_in_the_stage_pod_is_reported_as_the_check(
 
 def test_a_stage_pod_deleted_before_it_finished_fails_the_attempt_and_nothing_runs_it_again(
         local_stack: StackInfo, kube_api_client: ApiClient) -> None:
-    kube.configure(local_stack.kubeconfig)
     core = client.CoreV1Api(kube_api_client)
-    with running_fleet(local_stack, nodes=1) as fleet:
-        node = fleet.node_names[0]
-        fleet.options.faults.add(Fault("hang", nodes=node, mode="apply"))
-        job = _stage_and_check(node)
+    with _hanging_apply(local_stack) as job:
         name = pod_name(job)
 
         def running_pod() -> str:
@@ -468,15 +475,12 @@ def test_a_stage_pod_still_running_at_its_waits_deadline_is_deleted(
     """A bare pod has no Job deadline behind it: when noderoll's wait gives up (the kubelet enforces
     the pod's own `activeDeadlineSeconds`; fleetsim does not), the wait deletes the pod, so nothing
     runs on after the attempt was counted as failed."""
-    kube.configure(local_stack.kubeconfig)
     core = client.CoreV1Api(kube_api_client)
-    with running_fleet(local_stack, nodes=1) as fleet:
-        node = fleet.node_names[0]
-        fleet.options.faults.add(Fault("hang", nodes=node, mode="apply"))
-        job = _stage_and_check(node)
+    with _hanging_apply(local_stack) as job:
         pod = ensure_pod(job)
         assert not pod.adopted and pod.uid
-        outcome = ActivityEnvironment().run(wait_job, pod.name, time.monotonic() + 5, node, pod.resource_version)
+        outcome = ActivityEnvironment().run(wait_job, pod.name, time.monotonic() + 5, job.node,
+                                            pod.resource_version)
         name = pod.name
         assert outcome.exit_code == -1 and "did not finish in time" in outcome.log_tail, outcome
         _assert_pod_gone(core, name)

@@ -59,15 +59,11 @@ GRANTED_WITHOUT_CALL = {
     (NODEROLL, "packages/finalizers", "update"),
     (NODEROLL, "deploymentpolicies/finalizers", "update"),
 }
-CALL = re.compile(
-    r"\.(create|read|get|list|patch|replace|delete_collection|delete)_"
-    r"(namespaced_)?([a-z_]+?)(_for_all_namespaces)?\("
-)
+# A typed client method's name: verb, namespaced or not, resource, all namespaces or not.
+METHOD = r"\.(create|read|get|list|patch|replace|delete_collection|delete)_(namespaced_)?([a-z_]+?)(_for_all_namespaces)?"
+CALL = re.compile(METHOD + r"\(")
 # `kube.untyped(core.create_namespaced_pod, ns, body)`: the typed method passed with its arguments.
-UNTYPED_CALL = re.compile(
-    r"\buntyped\(\s*[\w.()]*?\.(create|read|get|list|patch|replace|delete_collection|delete)_"
-    r"(namespaced_)?([a-z_]+?)(_for_all_namespaces)?,"
-)
+UNTYPED_CALL = re.compile(r"\buntyped\(\s*[\w.()]*?" + METHOD + ",")
 # In a module that watches (`watch.Watch().stream(...)`, or the adapter's `kube.watching.watch_from`),
 # every list function it names, called or passed around (`CoreV1Api(...).list_node`), is watched too.
 WATCHES = re.compile(r"\.stream\(|\bwatch_from\(")
