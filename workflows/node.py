@@ -39,9 +39,9 @@ with workflow.unsafe.imports_passed_through():
     from protocol.fleet import NodeReset, PackageOutcome, WindowCancel, WindowRequest, WindowResult
     from protocol.node import NodeWorkflowInput
     from protocol.node_activities import NodeInput, ReadNodeResult
-    from workflows.api_retries import API_RETRY
     from workflows.node_reset import apply_reset
-    from workflows.node_window import API_TIMEOUT, run_window
+    from workflows.node_window import run_window
+    from workflows.short_calls import short_call
 
 NODE_KEY = SearchAttributeKey.for_keyword(names.SEARCH_ATTR_NODE)
 PHASE_KEY = SearchAttributeKey.for_keyword(names.SEARCH_ATTR_PHASE)
@@ -185,9 +185,7 @@ class NodeWorkflow:
             self._carried = carried
             workflow.upsert_search_attributes([PACKAGE_KEY.value_set(carried)])
         try:
-            snapshot = await workflow.execute_activity(
-                "read_node", NodeInput(input.node), result_type=ReadNodeResult,
-                start_to_close_timeout=API_TIMEOUT, retry_policy=API_RETRY, summary="read node")
+            snapshot = await short_call("read_node", NodeInput(input.node), ReadNodeResult, "read node")
         except ActivityError as err:
             cause = err.cause
             if not (isinstance(cause, ApplicationError) and cause.type == errors.NODE_NOT_FOUND):

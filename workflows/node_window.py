@@ -62,9 +62,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.node_marks import mark_nodes
     from workflows.node_pods import PodStages
     from workflows.node_window_types import Failure, WindowContext, WindowLedger, cause, node_gone
+    from workflows.short_calls import API_TIMEOUT, short_call
 
-# Short Kubernetes calls; their retries and the waits' are `workflows.api_retries`.
-API_TIMEOUT = timedelta(seconds=60)
 DRAIN_STAGE = "drain"
 WINDOW_STAGE = "window"
 # Patches whose patched path is the only one since the one-engine release (ADR 0013), deprecated where
@@ -147,12 +146,11 @@ class WindowRun:
 
     async def _write(self, in_window: bool, events: list[NodeEvent],
                      retry: RetryPolicy = API_RETRY) -> ReadNodeResult | None:
-        """Write the state; the node as written (None in histories recorded before it was returned)."""
+        """Write the state (a short call: `workflows.short_calls`); the node as written (None in histories
+        recorded before it was returned)."""
         state = self._state_input(in_window, events)
-        written: ReadNodeResult | None = await workflow.execute_activity(
-            "write_node_state", state, result_type=ReadNodeResult | None,  # type: ignore[arg-type]
-            start_to_close_timeout=API_TIMEOUT, retry_policy=retry, summary=f"state {state.status}",
-        )
+        written: ReadNodeResult | None = await short_call(
+            "write_node_state", state, ReadNodeResult | None, f"state {state.status}", retry)  # type: ignore[arg-type]
         return written
 
     def _state_input(self, in_window: bool, events: list[NodeEvent]) -> WriteNodeStateInput:
@@ -191,10 +189,8 @@ class WindowRun:
         """Cordon, wait for protected pods, drain (raises ActivityError when bounded waits expire)."""
         specs = [self.ctx.specs[n] for n in self.ctx.window.packages]
         self.ctx.set_phase("Draining")
-        cordon = await workflow.execute_activity(
-            "cordon_node", NodeInput(self.node, seen=self.written or cordon_view(self.ctx.snapshot)),
-            result_type=CordonNodeResult,
-            start_to_close_timeout=API_TIMEOUT, retry_policy=API_RETRY, summary="cordon")
+        cordon = await short_call("cordon_node", NodeInput(self.node, seen=self.written or cordon_view(self.ctx.snapshot)),
+                                  CordonNodeResult, "cordon")
         self.ledger.cordoned = cordon.cordoned_by_noderoll
         selectors = protected_selectors(specs)
         if selectors:

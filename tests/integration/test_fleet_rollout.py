@@ -267,8 +267,8 @@ async def test_node_workflow_terminated_mid_window_is_noticed_and_asked_again(
 RECORD_FLEET_HISTORIES_ENV = "NODEROLL_RECORD_FLEET_HISTORIES"
 RECORDED_AS = {
     "fleet": "fleet-canary-then-batch-window-cost",
-    "node": "window-reboot-dependency-window-cost",
-    "skip": "window-dependent-of-failed-skipped-window-cost",
+    "node": "window-reboot-dependency-short-calls-local",
+    "skip": "window-dependent-of-failed-skipped-short-calls-local",
 }
 
 

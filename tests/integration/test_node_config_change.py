@@ -90,4 +90,4 @@ async def test_config_change_after_a_finished_config_change_runs_the_config_stag
     entry = window.state().packages["script-config"]
     assert entry.config == config_hashes(b_changed)
     assert (entry.action, entry.stage, entry.state) == ("config", "post-interrupt", "complete")
-    await record_history(window.temporal, window.node, "window-config-change-runs-config-one-pod-per-phase")
+    await record_history(window.temporal, window.node, "window-config-change-runs-config-short-calls-local")

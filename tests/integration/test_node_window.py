@@ -136,7 +136,7 @@ async def test_sysctl_window_drains_through_a_pdb_without_violating_it(
         assert len([p for p in drain.evicted if p.startswith(f"{k8s_namespace}/trainer-")]) == 2, drain
         assert drain.refused >= 1, drain
         print(f"drain: {drain}")
-        await record_history(window.temporal, window.node, "window-drain-service-interrupt-one-pod-per-phase")
+        await record_history(window.temporal, window.node, "window-drain-service-interrupt-short-calls-local")
         print(f"history events of a sysctl window with drain and service interrupt: "
               f"{await history_events(window.temporal, window.node)}")
 
@@ -201,7 +201,7 @@ async def test_failing_stage_is_retried_then_erroring_then_the_next_request_comp
     assert results[1].state == "complete"
     assert window.state().packages["sysctl-tuning"].state == "complete"
     assert window.condition(CONDITION_ERRORING) == "False"
-    await record_history(window.temporal, window.node, "window-resumes-at-the-failed-stage-one-pod-per-phase")
+    await record_history(window.temporal, window.node, "window-resumes-at-the-failed-stage-short-calls-local")
 
 
 async def test_reboot_package_reboots_checks_and_uncordons(
@@ -236,7 +236,7 @@ async def test_reboot_package_reboots_checks_and_uncordons(
     assert_eventually(lambda: window.live_pods() == [], timeout=30)
     entry = window.state().packages["script-config"]
     assert (entry.stage, entry.state) == ("post-interrupt", "complete")
-    await record_history(window.temporal, window.node, "window-reboot-one-pod-per-phase")
+    await record_history(window.temporal, window.node, "window-reboot-short-calls-local")
 
 
 async def test_two_pending_packages_share_one_merged_interrupt(
@@ -261,7 +261,7 @@ async def test_two_pending_packages_share_one_merged_interrupt(
     env = {e.name: e.value for e in container.env}
     assert json.loads(env["NODEROLL_INTERRUPT"]) == {"type": "service", "services": ["kmod", "systemd-sysctl"]}
     assert json.loads(after.metadata.annotations["noderoll.io/packages"]) == packages
-    await record_history(window.temporal, window.node, "window-two-packages-one-pod-per-phase")
+    await record_history(window.temporal, window.node, "window-two-packages-short-calls-local")
 
 
 async def test_node_cordoned_by_someone_else_stays_cordoned(window: Window, local_stack: Any) -> None:
@@ -320,6 +320,6 @@ async def test_unreadable_state_holds_the_request_and_runs_nothing(window: Windo
         assert result.state == "blocked" and "noderoll.io/state unreadable" in result.message, result
         assert window.stage_pods() == []
         assert (window.node_object().metadata.annotations or {})[NODE_STATE_ANNOTATION] == "{garbage"
-        await record_history(window.temporal, window.node, "window-unreadable-state-held")
+        await record_history(window.temporal, window.node, "window-unreadable-state-held-short-calls-local")
     finally:
         window.core.patch_node(window.node, {"metadata": {"annotations": {NODE_STATE_ANNOTATION: None}}})

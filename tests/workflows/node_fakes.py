@@ -97,12 +97,14 @@ class FakeNode:
     @activity.defn(name="read_node")
     def read_node(self, input: NodeInput) -> ReadNodeResult:
         self.calls.append(("read_node", input))
+        self._api_down("read_node")
         return ReadNodeResult(name=self.name, unschedulable=self.unschedulable, cordoned_by=self.cordoned_by,
                               boot_id=self.boot_id, ready=True, state_annotation=self.state_annotation)
 
     @activity.defn(name="cordon_node")
     def cordon_node(self, input: NodeInput) -> CordonNodeResult:
         self.calls.append(("cordon_node", input))
+        self._api_down("cordon_node")
         if self.unschedulable:
             return CordonNodeResult(self.cordoned_by == "noderoll", True)
         self.unschedulable, self.cordoned_by = True, "noderoll"

@@ -97,6 +97,42 @@ async def test_reboot_package_cordons_drains_interrupts_and_uncordons(
         print(f"history events for one reboot package: {await h.history_events()}")
 
 
+async def test_the_read_the_first_write_and_the_cordon_are_local_activities_of_the_first_workflow_task(
+    temporal_test_env: WorkflowEnvironment,
+) -> None:
+    """ADR 0020: the window's short calls before the drain run as local activities in the run's first
+    workflow task (a marker each, no activity scheduled for them); the waits and the close stay activities."""
+    async with harness(temporal_test_env) as h:
+        await h.request("kernel", a_spec(interrupt={"type": "reboot"}))
+        [result] = await h.results(1)
+        assert result.state == "complete"
+        assert h.node.names()[:4] == ["read_node", "write_node_state", "cordon_node", "drain_node"]
+        history = await h.client.get_workflow_handle(h.workflow_id).fetch_history()
+        scheduled = [e.activity_task_scheduled_event_attributes.activity_type.name for e in history.events
+                     if e.HasField("activity_task_scheduled_event_attributes")]
+        assert scheduled == ["drain_node", "run_stage_pod", "run_interrupt", "run_stage_pod", "close_window"]
+        local = [e.event_id for e in history.events if e.HasField("marker_recorded_event_attributes")
+                 and e.marker_recorded_event_attributes.marker_name == "core_local_activity"]
+        completed = [e.event_id for e in history.events if e.HasField("workflow_task_completed_event_attributes")]
+        drain = next(e.event_id for e in history.events if e.HasField("activity_task_scheduled_event_attributes"))
+        # Three markers, recorded with the drain's scheduling by the run's first workflow task.
+        assert len(local) == 3 and completed[0] < min(local) and max(local) < drain
+        assert sum(1 for e in history.events if e.HasField("workflow_task_scheduled_event_attributes")) == 7
+
+
+async def test_an_unreachable_api_during_the_cordon_is_retried_by_the_local_activity(
+    temporal_test_env: WorkflowEnvironment,
+) -> None:
+    node = FakeNode(name=f"node-{uuid.uuid4().hex[:8]}", outage={"cordon_node": 2, "read_node": 1})
+    async with harness(temporal_test_env, node) as h:
+        await h.request("kernel", a_spec(interrupt={"type": "reboot"}))
+        [result] = await h.results(1)
+        assert (result.state, result.disrupted) == ("complete", True)
+        assert h.node.names()[:6] == ["read_node", "read_node", "write_node_state", "cordon_node", "cordon_node",
+                                      "cordon_node"]
+        assert h.node.names().count("drain_node") == 1 and not h.node.unschedulable
+
+
 async def test_an_api_outage_of_minutes_stalls_the_window_but_fails_nothing_and_leaves_nothing_cordoned(
     temporal_test_env: WorkflowEnvironment,
 ) -> None:

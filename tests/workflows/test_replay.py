@@ -24,6 +24,11 @@ and were recorded on the real stack (dev server, apiserver, fleetsim):
   tests/integration/test_gpu_budgets.py (drain-ahead's marks with the taint, a GPU floor, issue #28);
 * fleet/fleet-canary-then-batch-window-cost, node/*-window-cost: the fleet's names for issue #26 in
   tests/integration/test_fleet_rollout.py (`RECORDED_AS`): node runs started with their first request.
+* node/*-short-calls-local: `NODEROLL_RECORD_HISTORIES=<dir>` with tests/integration/test_node_window.py
+  and test_node_config_change.py, `NODEROLL_RECORD_FLEET_HISTORIES=<dir>` with test_fleet_rollout.py
+  (scratch folders, the node histories copied): the read, the first state write and the cordon as local
+  activities (patch `short-calls-local`, ADR 0020); the histories of the same names with the suffixes
+  `-one-pod-per-phase` and `-window-cost` replay their activities.
 Every `workflow.patched(...)` id in workflows/ must be recorded (its marker) in some history, so its
 patched path replays; its unpatched path replays from the histories recorded before the patch (the
 ones without its marker). A workflow change that fails here needs `workflow.patched` (or is a
