@@ -120,8 +120,8 @@ async def test_the_read_the_first_write_and_the_cordon_are_local_activities_of_t
         assert sum(1 for e in history.events if e.HasField("workflow_task_scheduled_event_attributes")) == 7
 
 
-async def test_an_unreachable_api_during_the_cordon_is_retried_by_the_local_activity(
-    temporal_test_env: WorkflowEnvironment,
+async def test_an_unreachable_api_during_the_cordon_is_retried_by_the_local_activity_and_logged(
+    temporal_test_env: WorkflowEnvironment, caplog: pytest.LogCaptureFixture,
 ) -> None:
     node = FakeNode(name=f"node-{uuid.uuid4().hex[:8]}", outage={"cordon_node": 2, "read_node": 1})
     async with harness(temporal_test_env, node) as h:
@@ -131,6 +131,9 @@ async def test_an_unreachable_api_during_the_cordon_is_retried_by_the_local_acti
         assert h.node.names()[:6] == ["read_node", "read_node", "write_node_state", "cordon_node", "cordon_node",
                                       "cordon_node"]
         assert h.node.names().count("drain_node") == 1 and not h.node.unschedulable
+    # A local activity is no pending activity in the Temporal UI: the worker's log names each failed attempt.
+    failed = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Completing activity as failed")]
+    assert sum("'activity_type': 'cordon_node'" in m for m in failed) == 2, failed
 
 
 async def test_an_api_outage_of_minutes_stalls_the_window_but_fails_nothing_and_leaves_nothing_cordoned(
