@@ -135,6 +135,18 @@ def polling(pollers: int | None) -> dict[str, Any]:
             "nonsticky_to_sticky_poll_ratio": NONSTICKY_POLL_SHARE}
 
 
+# The window's short calls (ADR 0020) are local activities, run by the same executor as the activities.
+# With a thread per activity slot only, a 250-window batch's long waits took every thread and each new
+# window's first workflow task waited for one to end (24-32 s at 1,000 nodes, docs/benchmarks.md): the
+# local activities get threads of their own.
+LOCAL_ACTIVITY_SLOTS = 100
+
+
+def activity_threads(activity_slots: int) -> int:
+    """The executor's threads: one per activity slot and one per local-activity slot."""
+    return activity_slots + LOCAL_ACTIVITY_SLOTS
+
+
 async def serve(settings: ServiceSettings, stop: asyncio.Event) -> None:
     """Run the worker until `stop` is set."""
     started = await start_service(settings, "worker")
@@ -143,7 +155,7 @@ async def serve(settings: ServiceSettings, stop: asyncio.Event) -> None:
     # of other clusters' workers their cluster name and Kubernetes cluster (service/cluster_guard.py).
     identity = worker_identity(started.identity.cluster, started.identity.kube)
     slots = settings.max_concurrent_activities
-    with ThreadPoolExecutor(max_workers=slots, thread_name_prefix="activity") as pool:
+    with ThreadPoolExecutor(max_workers=activity_threads(slots), thread_name_prefix="activity") as pool:
         worker = Worker(
             client,
             task_queue=settings.task_queue,
@@ -151,6 +163,7 @@ async def serve(settings: ServiceSettings, stop: asyncio.Event) -> None:
             activities=ACTIVITIES,
             activity_executor=pool,
             max_concurrent_activities=slots,
+            max_concurrent_local_activities=LOCAL_ACTIVITY_SLOTS,
             **polling(settings.workflow_task_pollers),
             graceful_shutdown_timeout=timedelta(seconds=10),
             identity=identity,
