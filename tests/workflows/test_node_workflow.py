@@ -117,6 +117,9 @@ async def test_the_read_the_first_write_and_the_cordon_are_local_activities_of_t
         drain = next(e.event_id for e in history.events if e.HasField("activity_task_scheduled_event_attributes"))
         # Three markers, recorded with the drain's scheduling by the run's first workflow task.
         assert len(local) == 3 and completed[0] < min(local) and max(local) < drain
+        # Each with its summary, as the Temporal UI shows it (docs/operations.md).
+        summaries = [e.user_metadata.summary.data for e in history.events if e.event_id in local]
+        assert summaries == [b'"read node"', b'"state in-progress"', b'"cordon"']
         assert sum(1 for e in history.events if e.HasField("workflow_task_scheduled_event_attributes")) == 7
 
 
