@@ -136,9 +136,9 @@ def polling(pollers: int | None) -> dict[str, Any]:
 
 
 # The window's short calls (ADR 0020) are local activities, run by the same executor as the activities.
-# With a thread per activity slot only, a 250-window batch's long waits took every thread and each new
-# window's first workflow task waited for one to end (24-32 s at 1,000 nodes, docs/benchmarks.md): the
-# local activities get threads of their own.
+# With a thread per activity slot only, a 250-window batch's long waits held nearly every thread and a
+# new window's first workflow task waited for one to end (the likely part of 24-32 s waits at 1,000
+# nodes, docs/benchmarks.md): the local activities get threads of their own.
 LOCAL_ACTIVITY_SLOTS = 100
 
 
