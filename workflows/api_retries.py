@@ -21,6 +21,9 @@ from datetime import timedelta
 from temporalio.common import RetryPolicy
 
 API_OUTAGE = timedelta(minutes=5)
+# A short Kubernetes call's bound per attempt (cordon, node state, stage pod deletion; activities and
+# the window's local activities alike, `workflows.short_calls`).
+API_TIMEOUT = timedelta(seconds=60)
 
 
 def retry_span(policy: RetryPolicy) -> timedelta:

@@ -21,8 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from protocol import errors
     from protocol.fleet import NodeReset
     from protocol.node_activities import NodeEvent, NodeInput, ReadNodeResult, WriteNodeStateInput
-    from workflows.api_retries import API_RETRY
-    from workflows.short_calls import API_TIMEOUT
+    from workflows.api_retries import API_RETRY, API_TIMEOUT
 
 # Reset ids the bridge derives from the Node annotation start with this (the annotation is then removed).
 ANNOTATION_RESET_PREFIX = "annotation:"

@@ -58,11 +58,11 @@ with workflow.unsafe.imports_passed_through():
         WriteNodeStateInput,
         cordon_view,
     )
-    from workflows.api_retries import API_RETRY, CLOSE_RETRY, WAIT_RETRY
+    from workflows.api_retries import API_RETRY, API_TIMEOUT, CLOSE_RETRY, WAIT_RETRY
     from workflows.node_marks import mark_nodes
     from workflows.node_pods import PodStages
     from workflows.node_window_types import Failure, WindowContext, WindowLedger, cause, node_gone
-    from workflows.short_calls import API_TIMEOUT, short_call
+    from workflows.short_calls import short_call
 
 DRAIN_STAGE = "drain"
 WINDOW_STAGE = "window"

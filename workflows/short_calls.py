@@ -18,28 +18,21 @@ Histories recorded before the patch `short-calls-local` replay their activities.
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.api_retries import API_RETRY
+    from workflows.api_retries import API_RETRY, API_TIMEOUT
 
 SHORT_CALLS_LOCAL = "short-calls-local"
-# A short Kubernetes call's bound per attempt (the activities' and the local activities').
-API_TIMEOUT = timedelta(seconds=60)
 
 
 async def short_call(activity: str, arg: Any, result_type: type, summary: str,
                      retry_policy: RetryPolicy = API_RETRY) -> Any:
     """Run `activity` (a short call registered by the worker) as a local activity; as an activity in
     runs recorded before the patch."""
-    if workflow.patched(SHORT_CALLS_LOCAL):
-        return await workflow.execute_local_activity(
-            activity, arg, result_type=result_type, start_to_close_timeout=API_TIMEOUT, retry_policy=retry_policy,
-            summary=summary)
-    return await workflow.execute_activity(
-        activity, arg, result_type=result_type, start_to_close_timeout=API_TIMEOUT, retry_policy=retry_policy,
-        summary=summary)
+    execute = workflow.execute_local_activity if workflow.patched(SHORT_CALLS_LOCAL) else workflow.execute_activity
+    return await execute(activity, arg, result_type=result_type, start_to_close_timeout=API_TIMEOUT,
+                         retry_policy=retry_policy, summary=summary)
