@@ -6,8 +6,8 @@ growthFactor 2, budget 25%) on simulated nodes, measured against its ideal makes
 windows, drains and interrupts per node (from the node workflows' histories and from the fleet);
 a throughput rollout of the same size (one Package without interrupt, 0 s stages, one batch of
 every node) for noderoll's windows per second and the per-window targets (history events, API
-requests); and the bare Temporal floor (a workflow per node running as many no-op activities as a
-window runs). Once per run: the drain of one node with 10 pods, noderoll vs `kubectl drain`. Runs
+requests); and the bare Temporal floor (a workflow per node running as many no-op local activities
+and activities as a window runs). Once per run: the drain of one node with 10 pods, noderoll vs `kubectl drain`. Runs
 on the dev stack (`--state-dir`, `$NODEROLL_STATE_DIR`, `.noderoll/`) when one runs, else on a
 private stack started in a temporary directory and stopped afterwards. See docs/benchmarks.md.
 """
@@ -199,6 +199,16 @@ def _save(args: argparse.Namespace, report: dict[str, Any]) -> None:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 
 
+def floor_shape(row: dict[str, Any]) -> tuple[int, int]:
+    """The floor workflow's activities and local activities: the throughput window's medians (a window
+    of one Package without interrupt), else the measured rollout's. Local activities count as local
+    activities: run as activities they would cost the floor more than they cost the window (ADR 0020)."""
+    measured = "no_interrupt_" if row.get("no_interrupt_activities_per_window_median") else ""
+    activities = int(row.get(f"{measured}activities_per_window_median") or 1)
+    local_activities = int(row.get(f"{measured}local_activities_per_window_median") or 0)
+    return activities, local_activities
+
+
 async def _measure_size(args: argparse.Namespace, target: Target, temporal: Client, size: int) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:4]
     sc = Scenario(f"bench{size}-{tag}", size, args.stage_seconds, args.reboot_seconds, packages=args.packages,
@@ -225,11 +235,14 @@ async def _measure_size(args: argparse.Namespace, target: Target, temporal: Clie
         row["no_interrupt_requests_by_verb_resource"] = tput["noderoll_requests_per_window_by_verb_resource"]
         row["no_interrupt_history_events_per_window_median"] = tput["history_events_per_window_median"]
         row["no_interrupt_activities_per_window_median"] = tput["activities_per_window_median"]
+        row["no_interrupt_local_activities_per_window_median"] = tput["local_activities_per_window_median"]
     if not args.skip_floor:
-        activities = int(row.get("no_interrupt_activities_per_window_median")
-                         or row["activities_per_window_median"] or 1)
+        activities, local_activities = floor_shape(row)
         # Polling like the rollout's `noderoll worker`s (they inherit NODEROLL_WORKFLOW_TASK_POLLERS).
-        floor = await measure_floor(temporal, size, activities, pollers=pollers_from_env())
+        floor = await measure_floor(temporal, size, activities, pollers=pollers_from_env(),
+                                    local_activities=local_activities)
+        row["floor_activities_per_workflow"] = activities
+        row["floor_local_activities_per_workflow"] = local_activities
         row["floor_windows_per_s"] = round(floor.workflows_per_s, 3)
         row["floor_activities_per_s"] = round(floor.activities_per_s, 1)
         if row.get("throughput_windows_per_s"):

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from bench import apimetrics
-from bench.command import WIDTH, render, render_summary, repeat_summary
+from bench.command import WIDTH, floor_shape, render, render_summary, repeat_summary
 from bench.histories import (
     LOCAL_ACTIVITY_MARKER,
     WindowStats,
@@ -238,3 +238,15 @@ def test_the_ideal_of_rolling_and_of_jittered_batches() -> None:
     expected = sum(max(paths[n] for n in batch) for batch in planned_batches(batched, names))
     assert ideal_makespan(batched, names) == pytest.approx(expected)
     assert ideal_makespan(jittered, names) < expected  # the batches wait for their slowest node
+
+
+def test_the_floor_has_the_throughput_windows_shape_with_its_local_activities() -> None:
+    # The 0-second window of one Package (2 activities, 3 local activities) sets the floor's shape;
+    # without the throughput rollout, the measured window's. Local activities were left out before
+    # 226e1d5's fix: the floor then ran 2 activities for a window of 5 calls.
+    row = {"activities_per_window_median": 5.0, "local_activities_per_window_median": 3.0,
+           "no_interrupt_activities_per_window_median": 2.0, "no_interrupt_local_activities_per_window_median": 3.0}
+    assert floor_shape(row) == (2, 3)
+    assert floor_shape({"activities_per_window_median": 5.0, "local_activities_per_window_median": 3.0}) == (5, 3)
+    # Runs recorded before local activities existed: activities only.
+    assert floor_shape({"activities_per_window_median": 8.0}) == (8, 0)
