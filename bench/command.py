@@ -95,6 +95,8 @@ FIGURES: tuple[tuple[str, str, Any], ...] = (
      lambda r: _join(r, ("activities_per_window_median", "local_activities_per_window_median"))),
     ("workflow tasks per window (median)", "workflow_tasks_per_window_median",
      lambda r: r["workflow_tasks_per_window_median"]),
+    ("workflow tasks timed out per window: sticky queue / running", "workflow_task_sticky_timeouts_per_window",
+     lambda r: _join(r, ("workflow_task_sticky_timeouts_per_window", "workflow_task_running_timeouts_per_window"))),
     ("window median", "window_time_median_s", lambda r: _median(r, "window")),
     ("  workflow tasks queued / running", "window_time_median_s",
      lambda r: f"{_median(r, 'workflow_tasks_queued')} / {_median(r, 'workflow_tasks_running')}"),

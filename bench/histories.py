@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
@@ -46,6 +46,10 @@ class WindowStats:
     # Workflow tasks the run took (scheduled), and local activities (their markers in the history).
     workflow_tasks: int = 0
     local_activities: int = 0
+    # Workflow tasks that timed out: on the worker's sticky queue (not picked up in time, handed out
+    # again from the task queue) or while running (the worker did not answer in time).
+    sticky_timeouts: int = 0
+    running_timeouts: int = 0
     # Where its time went: queued, per activity type, between activities (bench/window_time.py).
     time: WindowTime | None = None
     # When it answered its fleet (the signal to the fleet initiated; 0: not found, use `closed`): the
@@ -84,11 +88,15 @@ def window_stats(node: str, events: Sequence[HistoryEvent]) -> WindowStats:
                if e.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED]
     local = sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
                 and e.marker_recorded_event_attributes.marker_name == LOCAL_ACTIVITY_MARKER)
+    timeouts = [e.workflow_task_timed_out_event_attributes.timeout_type for e in events
+                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT]
     return WindowStats(node, last - first, len(events), len(types), first, last,
                        cordons=types.count("cordon_node"), drains=types.count("drain_node"),
                        interrupts=types.count("run_interrupt") + carried,
                        stage_pods=sum(types.count(t) for t in STAGE_ACTIVITIES), workflow_tasks=tasks,
-                       local_activities=local, time=window_time(events), answered=max(answers, default=0.0))
+                       local_activities=local, time=window_time(events), answered=max(answers, default=0.0),
+                       sticky_timeouts=timeouts.count(TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START),
+                       running_timeouts=timeouts.count(TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE))
 
 
 async def node_windows(client: Client, nodes: Sequence[str], since: float) -> list[WindowStats]:

@@ -288,6 +288,9 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
         "local_activities_per_window_median": (statistics.median([w.local_activities for w in windows])
                                                if windows else None),
         "workflow_tasks_per_window_median": statistics.median([w.workflow_tasks for w in windows]) if windows else None,
+        # Workflow tasks timed out, per window (mean): a saturated worker's sign (docs/benchmarks.md).
+        "workflow_task_sticky_timeouts_per_window": round(sum(w.sticky_timeouts for w in windows) / n, 3),
+        "workflow_task_running_timeouts_per_window": round(sum(w.running_timeouts for w in windows) / n, 3),
         # Objects every client created per window (the apiserver's POSTs of a resource, no subresource).
         "objects_created_per_window": round(sum(created.values()) / n, 1),
         "objects_created_per_window_by_resource": apimetrics.per_window(created, n),

@@ -189,7 +189,7 @@ def test_the_summary_is_one_figure_per_line_within_120_columns() -> None:
 
 
 def test_a_window_history_counts_its_workflow_tasks_and_local_activities() -> None:
-    from temporalio.api.enums.v1 import EventType
+    from temporalio.api.enums.v1 import EventType, TimeoutType
     from temporalio.api.history.v1 import HistoryEvent
 
     def event(kind: EventType.ValueType, at: int, marker: str = "") -> HistoryEvent:
@@ -207,6 +207,16 @@ def test_a_window_history_counts_its_workflow_tasks_and_local_activities() -> No
               event(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, 3)]
     stats = window_stats("n", events)
     assert (stats.workflow_tasks, stats.local_activities, stats.seconds) == (2, 1, 3.0)
+    assert (stats.sticky_timeouts, stats.running_timeouts) == (0, 0)
+    # A task not picked up from the worker's sticky queue in time, and one the worker did not answer.
+    timed_out = []
+    for kind in (TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START, TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE,
+                 TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START):
+        e = event(EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT, 2)
+        e.workflow_task_timed_out_event_attributes.timeout_type = kind
+        timed_out.append(e)
+    stats = window_stats("n", [*events[:-1], *timed_out, events[-1]])
+    assert (stats.sticky_timeouts, stats.running_timeouts) == (2, 1)
 
 
 def test_peak_overlap_counts_windows_running_at_once() -> None:
