@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.table import Table
 from temporalio.client import Client
 
+from bench.calibrate import cpu_seconds_of_fixed_work
 from bench.drain import compare_drains
 from bench.floor import measure_floor
 from bench.rollout import Target, run_rollout
@@ -113,6 +114,8 @@ FIGURES: tuple[tuple[str, str, Any], ...] = (
     ("objects left", "objects_left", lambda r: r["objects_left"]),
     ("ETA error after batch 1", "eta_first_batch_error", lambda r: r["eta_first_batch_error"]),
     ("load average after", "load_average_after", lambda r: " ".join(str(x) for x in r["load_average_after"])),
+    ("fixed work's CPU seconds after", "calibration_cpu_seconds_after",
+     lambda r: r["calibration_cpu_seconds_after"]),
 )
 
 
@@ -193,6 +196,8 @@ def _environment(args: argparse.Namespace) -> dict[str, Any]:
         # The workers' (and the floor's) workflow task polling: None is the SDK's.
         "workflow_task_pollers": pollers_from_env(),
         "load_average_at_start": [round(x, 2) for x in psutil.getloadavg()],
+        # The machine's speed now (bench/calibrate.py): compare CPU figures across sittings by it.
+        "calibration_cpu_seconds_at_start": cpu_seconds_of_fixed_work(),
     }
 
 
@@ -265,6 +270,7 @@ async def _measure(args: argparse.Namespace, stack: StackInfo, workdir: Path) ->
     for size in args.nodes:
         row = await _measure_size(args, target, temporal, size)
         row["load_average_after"] = [round(x, 2) for x in psutil.getloadavg()]
+        row["calibration_cpu_seconds_after"] = cpu_seconds_of_fixed_work()
         report["results"].append(row)
         report["repeats"] = repeat_summary(report["results"])
         _save(args, report)  # partial results survive an interrupted run

@@ -260,3 +260,11 @@ def test_the_floor_has_the_throughput_windows_shape_with_its_local_activities() 
     assert floor_shape({"activities_per_window_median": 5.0, "local_activities_per_window_median": 3.0}) == (5, 3)
     # Runs recorded before local activities existed: activities only.
     assert floor_shape({"activities_per_window_median": 8.0}) == (8, 0)
+
+
+def test_the_calibration_is_a_fixed_amount_of_work_timed_in_cpu_seconds() -> None:
+    from bench.calibrate import cpu_seconds_of_fixed_work, fixed_work
+
+    # The same work every time (a checksum, so it cannot be skipped), and a positive CPU time.
+    assert fixed_work(10) == fixed_work(10) == 10 * fixed_work(1) > 0
+    assert 0 < cpu_seconds_of_fixed_work(repeats=1)
