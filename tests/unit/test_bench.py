@@ -251,12 +251,13 @@ def test_the_ideal_of_rolling_and_of_jittered_batches() -> None:
 
 
 def test_the_floor_has_the_throughput_windows_shape_with_its_local_activities() -> None:
-    # The 0-second window of one Package (2 activities, 3 local activities) sets the floor's shape;
-    # without the throughput rollout, the measured window's. Local activities were left out before
-    # bd614ef's fix: the floor then ran 2 activities for a window of 5 calls.
+    # The 0-second window of one Package without interrupt (2 activities, 2 local activities: no
+    # drain, so no cordon) sets the floor's shape; without the throughput rollout, the measured
+    # window's. Local activities were left out before bd614ef's fix: the floor then ran 2 activities
+    # for a window of 4 calls.
     row = {"activities_per_window_median": 5.0, "local_activities_per_window_median": 3.0,
-           "no_interrupt_activities_per_window_median": 2.0, "no_interrupt_local_activities_per_window_median": 3.0}
-    assert floor_shape(row) == (2, 3)
+           "no_interrupt_activities_per_window_median": 2.0, "no_interrupt_local_activities_per_window_median": 2.0}
+    assert floor_shape(row) == (2, 2)
     assert floor_shape({"activities_per_window_median": 5.0, "local_activities_per_window_median": 3.0}) == (5, 3)
     # Runs recorded before local activities existed: activities only.
     assert floor_shape({"activities_per_window_median": 8.0}) == (8, 0)
