@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
@@ -30,7 +29,7 @@ import kube
 from activities import stage_pod
 from activities.stage_pod import StagePodIdentity
 from api.keys import GROUP, PACKAGE_PLURAL, PACKAGE_POD_NAMESPACE, VERSION
-from kube.nodes import read_node
+from kube.nodes import read_node_json
 from protocol.node_activities import StageJob
 
 
@@ -67,10 +66,6 @@ def _package_identity(package: str) -> tuple[str, int]:
     return str(meta.get("uid", "")), int(meta.get("generation") or 0)
 
 
-def _read_node(node: str) -> dict[str, Any]:
-    return kube.api_client().sanitize_for_serialization(read_node(node))
-
-
 @dataclass(frozen=True)
 class EnsuredPod:
     """A stage pod created or adopted: its name, and when this call created it, its resourceVersion
@@ -100,7 +95,7 @@ def ensure_pod(job: StageJob, following: list[StageJob] | None = None, seen: str
         uid, generation = (part.package_uid, part.generation) if part.package_uid else _package_identity(part.package)
         identities.append(StagePodIdentity(package_uid=uid, generation=generation, metadata=metadata))
     if metadata:
-        data = {**stage_pod.node_metadata(_read_node(job.node), parts, settings), **stage_pod.config_map_data(parts)}
+        data = {**stage_pod.node_metadata(read_node_json(job.node), parts, settings), **stage_pod.config_map_data(parts)}
         config_map = {
             "apiVersion": "v1",
             "kind": "ConfigMap",

@@ -7,6 +7,7 @@ Every activity that reads or writes a Node answers a 404 the same way: the non-r
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -41,6 +42,17 @@ def read_node(name: str, missing: str = "does not exist") -> client.V1Node:
     if node is None:
         raise node_not_found(name, missing)
     return node
+
+
+def read_node_json(name: str, missing: str = "does not exist") -> dict[str, Any]:
+    """`read_node` as raw JSON, for a caller that reads a few fields (the stage pod's node metadata):
+    not built into the client's model objects (`kube.untyped`, ADR 0019)."""
+    try:
+        return kube.untyped(kube.core().read_node, name)
+    except ApiException as err:
+        if kube.is_not_found(err):
+            raise node_not_found(name, missing) from err
+        kube.raise_for(err, f"read node {name}")
 
 
 def list_node_facts(label_selector: str = "", on_page: Callable[[int], None] | None = None) -> list[NodeFacts]:

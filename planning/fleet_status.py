@@ -30,8 +30,10 @@
 * for a policy with capacity floors or topology limits (ADR 0015), as of the latest batch plan: each
   floor with that batch out (`capacity`: units available, floor, total, nodes down for other
   reasons) and the nodes each rule held back with the first reason (`waits`);
-`details_note` is what the Temporal UI's details line adds for a waiting (a maintenance window, or GPU
-budgets holding every node), gate-halted or rolled-back fleet.
+`details_line` is the Temporal UI's details line (phase, wave, batch, nodes complete, versions) and
+`details_note` what it adds for a waiting (a maintenance window, or GPU budgets holding every node),
+gate-halted or rolled-back fleet; the line counts complete nodes as `fleet_progress` does, without
+building the report (the fleet sets it on every turn of its loop).
 * the fleet's message, also on each Package while it works, names the nodes that left the targets
   (relabelled out of the selector, ignored, deleted) before they were updated (`departed`: they
   are no longer in the listing, so in no count).
@@ -56,6 +58,7 @@ from protocol.clusters import GlobalView
 DEPARTED_SHOWN = 5
 # A node's state from its Packages' states: the first that any Package has, in this order.
 _NODE_STATE_ORDER = (State.ERRORING, State.IN_PROGRESS, State.WAITING, State.BLOCKED, State.COMPLETE)
+_NOT_COMPLETE = frozenset(s.value for s in _NODE_STATE_ORDER if s is not State.COMPLETE)
 
 
 @dataclass
@@ -140,6 +143,22 @@ def details_note(state: FleetState, phase: RolloutPhase) -> str:
     if state.rollback is not None and (phase in _ROLLBACK_PHASES or phase is RolloutPhase.HALTED):
         return f"; {state.rollback.reason}"
     return ""
+
+
+def details_line(state: FleetState, phase: RolloutPhase, fleet_id: str) -> str:
+    """The Temporal UI's current-details line of the fleet (module docstring)."""
+    planner = state.planner
+    complete = sum(1 for node in state.targets if _node_complete(state, node))
+    shown = ", ".join(f"{name} {entry.spec.get('version', '')}" for name, entry in sorted(entries(state).items()))
+    return (
+        f"**{phase.value}** {fleet_id} wave {state.wave}, batch {planner.batch_number if planner else 0}: "
+        f"{complete}/{len(state.targets)} nodes complete; packages: {shown or 'none'}"
+    ) + details_note(state, phase)
+
+
+def _node_complete(state: FleetState, node: str) -> bool:
+    """`_node_progress(state, node).state == complete`, stopping at the first Package that is not."""
+    return not any(_package_state(state, node, package)[0] in _NOT_COMPLETE for package in state.targets[node].packages())
 
 
 def _package_state(state: FleetState, node: str, package: str) -> tuple[str, str]:

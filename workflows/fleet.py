@@ -87,6 +87,8 @@ class FleetWorkflow:
         self._rollbacks = FleetRollbacks(self._run, self._acts)
         self._turns = FleetTurns(self._run, self._acts)
         self._ahead = FleetAhead(self._run)
+        # The last `progress` answer and the workflow task it was computed after (`_progress_key`).
+        self._progress: tuple[tuple[int, datetime, RolloutPhase], FleetProgress] | None = None
 
     # --- messages ---------------------------------------------------------------------------
 
@@ -139,8 +141,18 @@ class FleetWorkflow:
 
     @workflow.query(name=names.QUERY_PROGRESS)
     def progress(self) -> FleetProgress:
-        """Per Package, per node and for the fleet (planning.fleet_status)."""
-        return fleet_progress(self._run.state, self._run.phase, workflow.now().isoformat(), self._run.fleet_id)
+        """Per Package, per node and for the fleet (planning.fleet_status).
+
+        Computed once per workflow task: the state changes only in one, and a query sees the last task's
+        history length and time (so the key changes with every task). The bridge asks every few
+        seconds, and at a thousand nodes an answer costs about 10 ms of the worker's CPU; while a
+        batch's windows run, no task comes for a minute or more.
+        """
+        key = (workflow.info().get_current_history_length(), workflow.now(), self._run.phase)
+        if self._progress is None or self._progress[0] != key:
+            report = fleet_progress(self._run.state, self._run.phase, workflow.now().isoformat(), self._run.fleet_id)
+            self._progress = (key, report)
+        return self._progress[1]
 
     @workflow.query(name=names.QUERY_FLEET_SPEC)
     def desired_state(self) -> FleetSpec | None:

@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from planning import maintenance, rolling
     from planning.compartments import DEFAULT_POLICY
     from planning.fleet_rerun import STAGES, rerun_from_annotation
-    from planning.fleet_status import details_note, fleet_progress
+    from planning.fleet_status import details_line
     from protocol import names
     from protocol.clusters import GlobalTurn
     from protocol.fleet import Filter, FleetInput, FleetSpec, Rerun, WindowResult
@@ -136,13 +136,7 @@ class FleetRun:
 
     def set_phase(self, phase: RolloutPhase) -> None:
         """The phase (`NoderollPhase`) and the current-details line of the Temporal UI."""
-        state = self.state
-        report = fleet_progress(state, phase, "")
-        shown = ", ".join(f"{p} {r.version}" for p, r in sorted(report.packages.items())) or "none"
-        details = (
-            f"**{phase.value}** {self.fleet_id} wave {state.wave}, batch {report.batch_number}: "
-            f"{report.counts.get('complete', 0)}/{report.total_nodes} nodes complete; packages: {shown}"
-        ) + details_note(state, phase)
+        details = details_line(self.state, phase, self.fleet_id)
         if details != workflow.get_current_details():
             workflow.set_current_details(details)
         if phase is self.phase:

@@ -1,4 +1,5 @@
-"""The fleet's node listing shows every node write completed before it (`kube.nodes.list_node_facts`).
+"""The fleet's node listing shows every node write completed before it (`kube.nodes.list_node_facts`);
+the raw read of one node (`kube.nodes.read_node_json`) shows its metadata, and a missing node fails for good.
 
 An uninstall wave once reported a Package uninstalled everywhere while one node still had it: the
 listing, served from the apiserver's watch cache, did not show that node's install yet, recorded a
@@ -14,12 +15,14 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 from kubernetes.client import ApiClient
+from temporalio.exceptions import ApplicationError
 
 import kube
 import kube.nodes as kube_nodes
 from api.keys import NODE_STATE_ANNOTATION
-from kube.nodes import list_node_facts
+from kube.nodes import list_node_facts, read_node_json
 from localstack.state import StackInfo
+from protocol import errors
 from tests.helpers import unique_name
 
 pytestmark = pytest.mark.integration
@@ -73,3 +76,19 @@ def test_a_listing_of_several_pages_returns_every_node_once(
     assert [facts.name for facts in listed] == sorted(names)
     assert pages == [2, 4, 5]
     assert all(facts.labels == {"paged-test": group} for facts in listed)
+
+
+def test_a_node_read_as_raw_json_shows_its_metadata_and_a_missing_one_fails_for_good(
+    listed_node: tuple[str, str], kube_api_client: ApiClient,
+) -> None:
+    core = client.CoreV1Api(kube_api_client)
+    name, _selector = listed_node
+    core.patch_node(name, {"metadata": {"annotations": {NODE_STATE_ANNOTATION: '{"packages":{}}'}}})
+    node = read_node_json(name)
+    assert node["metadata"]["labels"]["listing-test"] == name
+    assert node["metadata"]["annotations"][NODE_STATE_ANNOTATION] == '{"packages":{}}'
+    gone = unique_name("gone")
+    with pytest.raises(ApplicationError) as failure:
+        read_node_json(gone)
+    assert failure.value.type == errors.NODE_NOT_FOUND and failure.value.non_retryable
+    assert str(failure.value).endswith(f"node {gone} does not exist")

@@ -12,7 +12,7 @@ from api.enums import RolloutPhase, State
 from planning import batches
 from planning import fleet_state as fs
 from planning.fleet_state import Disruptions, FleetState, InFlight, NodeRecord
-from planning.fleet_status import fleet_progress
+from planning.fleet_status import details_line, fleet_progress
 from protocol.fleet import FleetSpec, PackageEntry
 from tests.unit.fleet_builders import a_fleet_spec, a_policy, a_result, a_selection, an_entry, targets
 
@@ -262,3 +262,35 @@ def test_budget_in_use_never_above_its_limit_when_requests_follow_batches(
             if planner.halted:
                 batches.resume_after_halt(planner)
     assert state.sequence > 0, "no request was handed out"
+
+
+# --- the Temporal UI's details line -----------------------------------------------------------------------
+
+LISTED = st.sampled_from(["pending", "done", "blocked", "waiting"])
+OUTCOME = st.sampled_from([None, "complete", "erroring", "blocked"])
+
+
+@settings(max_examples=200)
+@given(st.lists(st.tuples(LISTED, LISTED, OUTCOME, OUTCOME, st.booleans()), min_size=1, max_size=8),
+       st.sampled_from([RolloutPhase.PROGRESSING, RolloutPhase.CANARY, RolloutPhase.COMPLETE]))
+def test_the_details_line_counts_complete_nodes_as_the_progress_report_does(
+    nodes: list[tuple[str, str, str | None, str | None, bool]], phase: RolloutPhase
+) -> None:
+    """`details_line` counts nodes without building the report; its count is the report's `complete`."""
+    listed, records, in_flight = {}, {}, {}
+    for i, (a, b, outcome_a, outcome_b, flying) in enumerate(nodes):
+        kinds = {"a": a, "b": b}
+        listed[f"n{i}"] = targets(pending=[p for p, k in kinds.items() if k == "pending"],
+                                  done=[p for p, k in kinds.items() if k == "done"],
+                                  blocked={p: "why" for p, k in kinds.items() if k == "blocked"},
+                                  waiting={p: "dep" for p, k in kinds.items() if k == "waiting"})
+        outcomes = {p: o for p, o in (("a", outcome_a), ("b", outcome_b)) if o is not None}
+        if outcomes:
+            records[f"n{i}"] = NodeRecord(outcomes)
+        if flying:
+            in_flight[f"n{i}"] = InFlight("r", ["a"])
+    state = a_state(A, an_entry("b", "2.0.0"), nodes=listed, records=records, in_flight=in_flight)
+    report = fleet_progress(state, phase, "")
+    expected = (f"**{phase.value}** {FLEET} wave 1, batch 0: {report.counts.get('complete', 0)}/{len(nodes)} "
+                f"nodes complete; packages: a 1.0.0, b 2.0.0")
+    assert details_line(state, phase, FLEET) == expected
