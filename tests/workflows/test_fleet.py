@@ -26,6 +26,7 @@ from tests.helpers import assert_eventually_async, new_task_queue, unique_name
 from tests.helpers.histories import replay_and_record
 from tests.workflows.fleet_fakes import FakeNodes
 from tests.workflows.node_harness import register_search_attributes
+from tests.workflows.skipping import quiesce, skip
 from workflows.fleet import FleetWorkflow
 from workflows.fleet_codec import progress_from_json
 
@@ -71,6 +72,7 @@ async def fleet(
             yield handle
         finally:
             if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+                await quiesce(handle)
                 await handle.terminate("test over")
 
 
@@ -104,7 +106,7 @@ async def drive(env: WorkflowEnvironment, handle: WorkflowHandle[Any, Any], node
         most = max(most, len(nodes.outstanding))
         assert len(nodes.outstanding) <= budget, f"{len(nodes.outstanding)} windows out, budget {budget}"
         await nodes.finish(env.client)
-        await env.sleep(1)
+        await skip(env, 1, handle)
     raise AssertionError("fleet did not complete")
 
 
@@ -243,7 +245,7 @@ async def test_watchdog_asks_again_when_a_node_workflow_closed(temporal_test_env
         # The watchdog looks every 60 s (virtual): the first round after the request asks again; the
         # next one, 60 s after that, may already ask a third time (when no virtual time passed during
         # the round), so look before it.
-        await temporal_test_env.sleep(90)
+        await skip(temporal_test_env, 90, handle)
         assert len(nodes.requests) == 2  # asked again within the watchdog's minute
         nodes.closed.clear()
         await nodes.finish(temporal_test_env.client)
@@ -255,7 +257,7 @@ async def test_watchdog_reports_a_node_that_keeps_closing(temporal_test_env: Wor
     spec = FleetSpec(unique_name("lost2"), None, 0, [package("a")])
     async with fleet(temporal_test_env, nodes, spec) as handle:
         nodes.closed.add("n00")
-        await temporal_test_env.sleep(600)
+        await skip(temporal_test_env, 600, handle)
         report = await settled(handle, RolloutPhase.FAILED)
         assert "closed (TERMINATED) without answering" in report.packages["a"].erroring["n00"]
         assert len(nodes.requests) == 3
@@ -353,7 +355,7 @@ async def test_rolling_takes_a_node_whose_blocking_taint_lifts_while_it_rolls(
         listed = nodes.listings
         late.taints = []
         await handle.signal(names.SIGNAL_NODES_CHANGED)
-        await temporal_test_env.sleep(31)  # the re-list's rate limit since the first listing
+        await skip(temporal_test_env, 31, handle)  # the re-list's rate limit since the first listing
         await nodes.finish_one(temporal_test_env.client, sorted(nodes.outstanding)[0])
         await assert_eventually_async(lambda: _outstanding(nodes, 2))
 
@@ -389,5 +391,5 @@ async def test_rolling_halts_on_failures_over_the_last_windows(temporal_test_env
         report = await settled(handle, RolloutPhase.HALTED)
         assert "2 of its last 2 window(s) failed" in report.message
         assert len(nodes.requests) == 3
-        await temporal_test_env.sleep(60)
+        await skip(temporal_test_env, 60, handle)
         assert len(nodes.requests) == 3

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from api.enums import RolloutPhase
@@ -14,6 +15,7 @@ from protocol import names
 from protocol.fleet import FleetSpec
 from tests.helpers import assert_eventually_async, unique_name
 from tests.workflows.fleet_fakes import FakeNodes
+from tests.workflows.skipping import skip
 from tests.workflows.test_fleet import fleet, package, progress, settled
 
 GPU = "nvidia.com/gpu"
@@ -33,7 +35,8 @@ def gpu_policy(budget: dict[str, Any], initial: int = 8) -> dict[str, Any]:
     return {"default": {"budget": {"percent": 100, **budget}, "strategy": {"type": "fixed", "initialBatch": initial}}}
 
 
-async def drive_checking(env: WorkflowEnvironment, nodes: FakeNodes, check: Any) -> list[list[str]]:
+async def drive_checking(env: WorkflowEnvironment, handle: WorkflowHandle[Any, Any], nodes: FakeNodes,
+                         check: Any) -> list[list[str]]:
     """Answer batch by batch (checking each batch while it is out) until every node was asked."""
     batches = []
     for _ in range(60):
@@ -44,7 +47,7 @@ async def drive_checking(env: WorkflowEnvironment, nodes: FakeNodes, check: Any)
             await nodes.finish(env.client)
         if sorted(set(nodes.requested())) == sorted(nodes.nodes) and not nodes.outstanding:
             return batches
-        await env.sleep(1)
+        await skip(env, 1, handle)
     raise AssertionError(f"not every node was asked: {sorted(set(nodes.requested()))}")
 
 
@@ -59,7 +62,7 @@ async def test_a_gpu_floor_caps_every_batch_of_mixed_nodes(temporal_test_env: Wo
         assert 48 - sum(gpus[n] for n in batch) >= 36, batch
 
     async with fleet(temporal_test_env, nodes, spec) as handle:
-        batches = await drive_checking(temporal_test_env, nodes, within_floor)
+        batches = await drive_checking(temporal_test_env, handle, nodes, within_floor)
         assert max(sum(gpus[n] for n in b) for b in batches) == 12  # the floor, not the batch size, capped
         report = await settled(handle)
         assert report.capacity and report.capacity[0].floor == 36 and report.capacity[0].total == 48
@@ -75,7 +78,7 @@ async def test_at_most_one_node_per_rack_in_windows(temporal_test_env: WorkflowE
         assert len({racks[n] for n in batch}) == len(batch), batch
 
     async with fleet(temporal_test_env, nodes, spec) as handle:
-        batches = await drive_checking(temporal_test_env, nodes, one_per_rack)
+        batches = await drive_checking(temporal_test_env, handle, nodes, one_per_rack)
         assert [len(b) for b in batches] == [3, 3, 3]
         await settled(handle)
 
@@ -100,7 +103,7 @@ async def test_a_node_down_on_its_own_makes_the_fleet_wait_and_say_why(temporal_
         # n02 itself takes nothing away from the floor: it may enter a window while the others wait.
         assert nodes.requested() == ["n02"]
         listings = nodes.listings
-        await temporal_test_env.sleep(45)
+        await skip(temporal_test_env, 45, handle)
         assert nodes.listings > listings, "a waiting fleet lists its nodes again soon"
         nodes.nodes["n02"].ready = True
         await handle.signal(names.SIGNAL_NODES_CHANGED)
@@ -134,11 +137,11 @@ async def test_drain_ahead_marks_each_node_before_its_window_and_removes_it_afte
         first = nodes.marked()
         assert not nodes.requests, "no window before its node was marked"
         assert all(any(t["key"] == "noderoll.io/upcoming" for t in nodes.nodes[n].taints) for n in first)
-        await env.sleep(AHEAD / 2)
+        await skip(env, AHEAD / 2, handle)
         assert not nodes.requests, f"no window within {AHEAD} s of its mark"
         report = await progress(handle)
         assert report.message.startswith("drain-ahead: 2 node(s) of batch 1 marked noderoll.io/upcoming"), report.message
-        await env.sleep(AHEAD)
+        await skip(env, AHEAD, handle)
 
         async def first_requested() -> bool:
             assert sorted(nodes.outstanding) == first
@@ -157,7 +160,7 @@ async def test_drain_ahead_marks_each_node_before_its_window_and_removes_it_afte
                 await nodes.finish(env.client)
             if len(set(nodes.requested())) == 6 and not nodes.outstanding:
                 break
-            await env.sleep(30)
+            await skip(env, 30, handle)
         report = await settled(handle)
         assert sorted(nodes.requested()) == sorted(nodes.nodes), "every node once"
 

@@ -35,6 +35,7 @@ from tests.helpers import assert_eventually_async, new_task_queue, unique_name
 from tests.workflows.cancel_log import WindowCancelLog
 from tests.workflows.fleet_fakes import FakeNodes
 from tests.workflows.node_harness import register_search_attributes
+from tests.workflows.skipping import quiesce, skip
 from tests.workflows.test_fleet import package, policy, progress, settled
 from workflows.fleet import FleetWorkflow
 
@@ -83,6 +84,7 @@ async def fleet(env: WorkflowEnvironment, nodes: FakeNodes, spec: FleetSpec,
             yield handle
         finally:
             if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+                await quiesce(handle)
                 await handle.terminate("test over")
 
 
@@ -143,10 +145,10 @@ async def test_nothing_starts_before_the_opening_and_the_wait_is_one_timer(
         # One timer up to the opening (seconds of virtual time, no polling in between).
         waited = (opening - await env.get_current_time()).total_seconds()
         assert any(abs(t - waited) < 120 for t in await timers(handle)), (await timers(handle), waited)
-        await env.sleep(opening - await env.get_current_time() - timedelta(minutes=1))
+        await skip(env, opening - await env.get_current_time() - timedelta(minutes=1), handle)
         assert nodes.requests == [] and (await progress(handle)).phase is RolloutPhase.WAITING
         listed = nodes.listings
-        await env.sleep(timedelta(minutes=2))
+        await skip(env, timedelta(minutes=2), handle)
         report = await settled(handle)
         assert nodes.listings > listed  # listed again at the opening, before the first batch
         assert sorted(nodes.requested()) == sorted(nodes.nodes)
@@ -172,7 +174,7 @@ async def test_a_window_in_flight_finishes_after_the_close_and_nothing_new_start
 
         await assert_eventually_async(two_out)
         first = sorted(nodes.outstanding)
-        await env.sleep(timedelta(minutes=45))  # the maintenance window closed while both windows run
+        await skip(env, timedelta(minutes=45), handle)  # the maintenance window closed while both windows run
         assert len(nodes.requests) == 2
         assert (await progress(handle)).phase is RolloutPhase.PROGRESSING
         # At the close the fleet withdrew both requests (a node workflow drops one that has not started).
@@ -183,7 +185,7 @@ async def test_a_window_in_flight_finishes_after_the_close_and_nothing_new_start
         assert sorted(n for n, p in report.nodes.items() if p.state == State.COMPLETE.value) == first
         assert len(nodes.requests) == 2
         assert datetime.fromisoformat(report.next_window) == start + timedelta(days=1)
-        await env.sleep(start + timedelta(days=1, minutes=1) - await env.get_current_time())
+        await skip(env, start + timedelta(days=1, minutes=1) - await env.get_current_time(), handle)
         await assert_eventually_async(two_out)
         assert len(nodes.requests) == 4
         for log in logs.values():
@@ -208,7 +210,7 @@ async def test_failed_gate_halts_with_query_value_and_time_and_resume_overrides_
     spec = FleetSpec(unique_name("gate"), rules, 1, [package("a")])
     async with fleet(env, nodes, spec, prom) as handle:
         await assert_eventually_async(lambda: _requests(nodes, 1))  # the canary
-        await env.sleep(61)  # its soak
+        await skip(env, 61, handle)  # its soak
         report = await phase_is(handle, RolloutPhase.HALTED)
         failure = report.gate_failure
         assert failure is not None and (failure.gate, failure.query, failure.value) == (
@@ -238,7 +240,7 @@ async def test_failed_gate_halts_with_query_value_and_time_and_resume_overrides_
         prom.answer = 0.0
         await handle.signal(names.SIGNAL_RETRY)  # retry evaluates the gate again: two good samples pass it
         await assert_eventually_async(lambda: _sampled(prom, 3))
-        await env.sleep(11)
+        await skip(env, 11, handle)
         report = await settled(handle)
         assert report.gate_failure is None
         assert sorted(nodes.requested()) == sorted(nodes.nodes)
@@ -263,7 +265,7 @@ async def test_count_successes_in_a_row_and_failure_limit(temporal_test_env: Wor
                 message = (await phase_is(handle, RolloutPhase.PROGRESSING)).message
                 assert message.startswith('gates between batches: errors 1/3 (value {job="gpu"} 0); next sample at ')
             prom.answer = answer
-            await env.sleep(300)
+            await skip(env, 300, handle)
         report = await settled(handle)
         track = report.gates["errors"]
         assert track.passed and (track.samples, track.failures, track.successes) == (5, 1, 3)
@@ -294,7 +296,7 @@ async def test_continuous_gate_stops_new_windows_while_those_in_flight_finish(
     async with fleet(env, nodes, spec, prom) as handle:
         await assert_eventually_async(lambda: _first_batch(nodes))
         prom.answer = [{"alertname": "GPUXid", "instance": "n00"}]  # the alert fires during the batch
-        await env.sleep(20)
+        await skip(env, 20, handle)
         report = await phase_is(handle, RolloutPhase.HALTED)
         assert report.gate_failure is not None and report.gate_failure.gate == "alerts"
         assert report.gate_failure.value == '1 series: {alertname="GPUXid",instance="n00"} 1'
@@ -351,7 +353,7 @@ async def test_continuous_gate_holds_the_next_batch_until_a_good_sample(temporal
         report = await assert_eventually_async(held)
         assert report.phase is RolloutPhase.PROGRESSING and nodes.requests == []
         prom.answer = None  # the alert stops firing
-        await env.sleep(301)
+        await skip(env, 301, handle)
         report = await settled(handle)
         assert len(prom.calls) >= 2 and report.gate_failure is None
         assert sorted(nodes.requested()) == sorted(nodes.nodes)

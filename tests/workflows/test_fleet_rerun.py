@@ -8,6 +8,7 @@ from protocol import names
 from protocol.fleet import FleetSpec, Rerun
 from tests.helpers import unique_name
 from tests.workflows.fleet_fakes import FakeNodes
+from tests.workflows.skipping import skip
 from tests.workflows.test_fleet import EXPONENTIAL, fleet, package, policy, settled
 
 
@@ -25,7 +26,7 @@ async def test_rerun_asks_only_the_named_nodes_once_per_id(temporal_test_env: Wo
         target = sorted(nodes.nodes)[1]
         await handle.signal(names.SIGNAL_RERUN, Rerun("r1", "a", [target], "config"))
         await handle.signal(names.SIGNAL_RERUN, Rerun("r1", "a", [target], "config"))
-        await temporal_test_env.sleep(60)
+        await skip(temporal_test_env, 60, handle)
         await settled(handle)
         assert reruns(nodes, first) == [(target, "a", "r1", "config")]
         # The annotation's rerun (in the desired state): every node, the whole sequence; repeated: once.
@@ -33,7 +34,7 @@ async def test_rerun_asks_only_the_named_nodes_once_per_id(temporal_test_env: Wo
         again = FleetSpec(spec.policy_name, spec.policy, 1, [package("a", rerun="k1"), package("b")])
         await handle.signal(names.SIGNAL_FLEET_SPEC, again)
         await handle.signal(names.SIGNAL_FLEET_SPEC, again)
-        await temporal_test_env.sleep(60)
+        await skip(temporal_test_env, 60, handle)
         await settled(handle)
         asked = reruns(nodes, second)
         assert sorted(asked) == [(n, "a", "annotation:a:k1", "") for n in sorted(nodes.nodes)], asked

@@ -24,6 +24,7 @@ from protocol import names
 from protocol.fleet import FleetSpec
 from tests.helpers import assert_eventually_async, unique_name
 from tests.workflows.fleet_fakes import FakeNodes
+from tests.workflows.skipping import skip
 from tests.workflows.test_fleet import fleet, package, policy, progress, settled
 from tests.workflows.test_fleet_holds import details, whole_minute, window
 from workflows.fleet_codec import state_to_json
@@ -64,7 +65,7 @@ async def test_failed_canary_goes_back_and_the_rest_is_untouched(temporal_test_e
         sent = len(nodes.requests)
 
         await handle.signal(names.SIGNAL_FLEET_SPEC, bad)  # the bridge resends: nothing happens
-        await temporal_test_env.sleep(60)
+        await skip(temporal_test_env, 60, handle)
         assert len(nodes.requests) == sent and (await progress(handle)).phase is RolloutPhase.ROLLED_BACK
 
         nodes.fail_versions.clear()
@@ -128,7 +129,7 @@ async def test_resume_reattempts_the_wave(temporal_test_env: WorkflowEnvironment
         await handle.signal(names.SIGNAL_FLEET_SPEC, FleetSpec(name, pol, 1, [package("a", "2.0.0", generation=2)]))
         await settled(handle, RolloutPhase.ROLLED_BACK, wave=2)
         await handle.signal(names.SIGNAL_RETRY)  # nothing failed in the rollback: nothing to retry
-        await temporal_test_env.sleep(30)
+        await skip(temporal_test_env, 30, handle)
         assert (await progress(handle)).phase is RolloutPhase.ROLLED_BACK
         nodes.fail_versions.clear()  # e.g. the host problem was fixed
         await handle.signal(names.SIGNAL_RESUME)
@@ -175,7 +176,7 @@ async def test_the_rollback_goes_out_while_paused_and_outside_the_maintenance_wi
 
         canary = await assert_eventually_async(canary_out)
         await handle.signal(names.SIGNAL_PAUSE)
-        await env.sleep(timedelta(minutes=45))  # the maintenance window closed
+        await skip(env, timedelta(minutes=45), handle)  # the maintenance window closed
         await nodes.finish(env.client)  # the canary's window ran anyway and failed
 
         async def rolling_back() -> bool:

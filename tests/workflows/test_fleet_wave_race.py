@@ -25,6 +25,7 @@ from protocol.fleet import FleetInput, FleetSpec
 from tests.helpers import assert_eventually_async, new_task_queue, unique_name
 from tests.workflows.fleet_fakes import FakeNodes
 from tests.workflows.node_harness import register_search_attributes
+from tests.workflows.skipping import quiesce
 from tests.workflows.test_fleet import EXPONENTIAL, package, policy, progress
 from workflows.fleet import FleetWorkflow
 
@@ -71,4 +72,5 @@ async def test_a_package_arriving_during_the_first_listing_shares_the_window(
             assert report.wave == 1
         finally:
             if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+                await quiesce(handle)
                 await handle.terminate("test over")

@@ -27,6 +27,7 @@ from protocol.fleet import FleetInput, FleetSpec
 from tests.helpers import assert_eventually_async, new_task_queue, unique_name
 from tests.workflows.fleet_fakes import FakeNodes
 from tests.workflows.node_harness import register_search_attributes
+from tests.workflows.skipping import quiesce, skip
 from tests.workflows.test_fleet import EXPONENTIAL, RELIST_NEVER, package, policy, progress
 from workflows.fleet import FleetWorkflow
 from workflows.global_codec import global_view_from_json
@@ -83,6 +84,7 @@ async def end(env: WorkflowEnvironment, *ids: str) -> None:
     for workflow_id in ids:
         handle = env.client.get_workflow_handle(workflow_id)
         if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+            await quiesce(handle)
             await handle.terminate("test over")
 
 
@@ -103,7 +105,7 @@ async def test_stage_b_waits_for_a_complete_and_soaked(temporal_test_env: Workfl
             assert fakes["b"].requests == []
             report_b = await progress(fleet_b)
             assert report_b.phase is RolloutPhase.WAITING and "global/" in report_b.message
-            await env.sleep(601)
+            await skip(env, 601, fleet_a, fleet_b, env.client.get_workflow_handle(names.global_workflow_id(name)))
             await phase_is(fleet_b, RolloutPhase.COMPLETE)
             assert sorted(fakes["b"].requested()) == sorted(fakes["b"].nodes)
             assert {r.fleet_workflow_id for _, r in fakes["b"].requests} == {f"fleet/b/{name}"}
@@ -138,7 +140,7 @@ async def test_failure_in_a_halts_every_cluster(temporal_test_env: WorkflowEnvir
             view = await assert_eventually_async(halted, timeout=60)
             assert {c.cluster: c.state for c in view.clusters} == {"a": "failed", "b": "waiting"}
             await phase_is(fleet_b, RolloutPhase.HALTED)
-            await env.sleep(3600)
+            await skip(env, 3600, fleet_b, env.client.get_workflow_handle(names.global_workflow_id(name)))
             assert fakes["b"].requests == []
         finally:
             await end(env, f"fleet/a/{name}", f"fleet/b/{name}", f"global/{name}")
@@ -190,7 +192,7 @@ async def test_pause_and_resume_on_global_reach_every_fleet(temporal_test_env: W
                 await fakes["a"].finish(env.client)
                 if (await progress(fleet_a)).phase is RolloutPhase.COMPLETE:
                     break
-                await env.sleep(1)
+                await skip(env, 1, fleet_a, fleet_b, handle)
             await phase_is(fleet_b, RolloutPhase.COMPLETE)
         finally:
             await end(env, f"fleet/a/{name}", f"fleet/b/{name}", f"global/{name}")

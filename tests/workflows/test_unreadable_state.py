@@ -11,8 +11,10 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
+from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 
 from api.enums import NodeMarkKind
@@ -21,6 +23,7 @@ from protocol.fleet import FleetSpec
 from tests.workflows.fleet_fakes import FakeNodes
 from tests.workflows.node_fakes import FakeNode
 from tests.workflows.node_harness import a_spec, harness
+from tests.workflows.skipping import skip
 from tests.workflows.test_fleet import fleet, package, policy, progress, settled
 
 pytestmark = pytest.mark.workflows
@@ -32,10 +35,10 @@ def spec(nodes: FakeNodes) -> FleetSpec:
     return FleetSpec("held", ONE_AT_A_TIME, 1, [package("sysctl")])
 
 
-async def relist(env: WorkflowEnvironment, handle: object) -> None:
+async def relist(env: WorkflowEnvironment, handle: WorkflowHandle[Any, Any]) -> None:
     """`nodes_changed`, then past the fleet's re-list interval (30 s) so that it lists again."""
-    await handle.signal(names.SIGNAL_NODES_CHANGED)  # type: ignore[attr-defined]
-    await env.sleep(timedelta(seconds=40))
+    await handle.signal(names.SIGNAL_NODES_CHANGED)
+    await skip(env, timedelta(seconds=40), handle)
 
 
 async def test_node_workflow_holds_a_node_whose_state_is_unreadable(temporal_test_env: WorkflowEnvironment) -> None:
