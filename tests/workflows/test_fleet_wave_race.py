@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -25,7 +24,7 @@ from protocol.fleet import FleetInput, FleetSpec
 from tests.helpers import assert_eventually_async, new_task_queue, unique_name
 from tests.workflows.fleet_fakes import FakeNodes
 from tests.workflows.node_harness import register_search_attributes
-from tests.workflows.skipping import quiesce
+from tests.workflows.skipping import end
 from tests.workflows.test_fleet import EXPONENTIAL, package, policy, progress
 from workflows.fleet import FleetWorkflow
 
@@ -71,6 +70,4 @@ async def test_a_package_arriving_during_the_first_listing_shares_the_window(
             assert all(p.drains == 1 and p.interrupts == 1 for p in report.nodes.values()), report.nodes
             assert report.wave == 1
         finally:
-            if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
-                await quiesce(handle)
-                await handle.terminate("test over")
+            await end(handle)

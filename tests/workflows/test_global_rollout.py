@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
-from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -27,7 +27,7 @@ from protocol.fleet import FleetInput, FleetSpec
 from tests.helpers import assert_eventually_async, new_task_queue, unique_name
 from tests.workflows.fleet_fakes import FakeNodes
 from tests.workflows.node_harness import register_search_attributes
-from tests.workflows.skipping import quiesce, skip
+from tests.workflows.skipping import end, skip
 from tests.workflows.test_fleet import EXPONENTIAL, RELIST_NEVER, package, policy, progress
 from workflows.fleet import FleetWorkflow
 from workflows.global_codec import global_view_from_json
@@ -80,12 +80,9 @@ async def phase_is(handle: WorkflowHandle[Any, Any], phase: RolloutPhase) -> Non
     await assert_eventually_async(check, timeout=60)
 
 
-async def end(env: WorkflowEnvironment, *ids: str) -> None:
+async def end_all(env: WorkflowEnvironment, *ids: str) -> None:
     for workflow_id in ids:
-        handle = env.client.get_workflow_handle(workflow_id)
-        if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
-            await quiesce(handle)
-            await handle.terminate("test over")
+        await end(env.client.get_workflow_handle(workflow_id))
 
 
 async def test_stage_b_waits_for_a_complete_and_soaked(temporal_test_env: WorkflowEnvironment) -> None:
@@ -119,7 +116,7 @@ async def test_stage_b_waits_for_a_complete_and_soaked(temporal_test_env: Workfl
             # Every cluster's fleet shows the global view in its progress (and so in its statuses).
             assert (await progress(fleet_b)).global_rollout.phase == "Complete"
         finally:
-            await end(env, f"fleet/a/{name}", f"fleet/b/{name}", f"global/{name}")
+            await end_all(env, f"fleet/a/{name}", f"fleet/b/{name}", f"global/{name}")
 
 
 async def test_failure_in_a_halts_every_cluster(temporal_test_env: WorkflowEnvironment) -> None:
@@ -143,7 +140,7 @@ async def test_failure_in_a_halts_every_cluster(temporal_test_env: WorkflowEnvir
             await skip(env, 3600, fleet_b, env.client.get_workflow_handle(names.global_workflow_id(name)))
             assert fakes["b"].requests == []
         finally:
-            await end(env, f"fleet/a/{name}", f"fleet/b/{name}", f"global/{name}")
+            await end_all(env, f"fleet/a/{name}", f"fleet/b/{name}", f"global/{name}")
 
 
 async def test_disagreeing_spec_clusters_hold_the_other_cluster(temporal_test_env: WorkflowEnvironment) -> None:
@@ -168,7 +165,7 @@ async def test_disagreeing_spec_clusters_hold_the_other_cluster(temporal_test_en
             await assert_eventually_async(held, timeout=60)
             assert fakes["b"].requests == []
         finally:
-            await end(env, f"fleet/a/{name}", f"fleet/b/{name}", f"global/{name}")
+            await end_all(env, f"fleet/a/{name}", f"fleet/b/{name}", f"global/{name}")
 
 
 async def test_pause_and_resume_on_global_reach_every_fleet(temporal_test_env: WorkflowEnvironment) -> None:
@@ -195,7 +192,7 @@ async def test_pause_and_resume_on_global_reach_every_fleet(temporal_test_env: W
                 await skip(env, 1, fleet_a, fleet_b, handle)
             await phase_is(fleet_b, RolloutPhase.COMPLETE)
         finally:
-            await end(env, f"fleet/a/{name}", f"fleet/b/{name}", f"global/{name}")
+            await end_all(env, f"fleet/a/{name}", f"fleet/b/{name}", f"global/{name}")
 
 
 async def _requested(nodes: FakeNodes) -> bool:
@@ -218,7 +215,7 @@ async def test_a_fleet_without_spec_clusters_reports_nothing(temporal_test_env: 
             assert "report_to_global" not in scheduled and "request_windows" in scheduled
             assert (await progress(fleet_a)).global_rollout is None
         finally:
-            await end(env, f"fleet/a/{name}")
+            await end_all(env, f"fleet/a/{name}")
 
 
 async def test_a_global_workflow_that_lost_its_state_hears_the_clusters_again(
@@ -239,4 +236,4 @@ async def test_a_global_workflow_that_lost_its_state_hears_the_clusters_again(
             view = await global_view(env, name)
             assert {c.cluster: c.state for c in view.clusters} == {"a": "complete", "b": "complete"}, view
         finally:
-            await end(env, f"fleet/a/{name}", f"fleet/b/{name}", f"global/{name}")
+            await end_all(env, f"fleet/a/{name}", f"fleet/b/{name}", f"global/{name}")

@@ -9,21 +9,20 @@ runs, and the server refuses it (the run never answers: seen when this test used
 
 from __future__ import annotations
 
-import sys
 from datetime import timedelta
-from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio import workflow
+from temporalio.client import WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from tests.helpers import new_task_queue
-from tests.workflows.skipping import TIMER_GUARD, next_timer, settle, skip
+from tests.workflows.skipping import TIMER_GUARD, next_timer, settle, skip, start_server
 
 pytestmark = pytest.mark.workflows
 
-TEST_SERVER = Path(sys.executable).parent / "temporal-test-server"
 ROUND = timedelta(seconds=60)
 
 
@@ -60,18 +59,22 @@ class PeriodicWaiter:
         self.stopped = True
 
 
+async def just_before_the_round(env: WorkflowEnvironment, handle: WorkflowHandle[Any, Any]) -> timedelta:
+    """The skip that ends 20 ms before the waiter's next round."""
+    await settle(handle)
+    due = await next_timer(handle)
+    assert due is not None
+    return due - (await env.get_current_time()).replace(tzinfo=None) - timedelta(milliseconds=20)
+
+
 async def test_a_signal_after_a_skip_that_ends_just_before_a_timer_is_answered() -> None:
-    env = await WorkflowEnvironment.start_time_skipping(test_server_existing_path=str(TEST_SERVER))
+    env = await start_server()
     try:
         task_queue = new_task_queue()
         async with Worker(env.client, task_queue=task_queue, workflows=[PeriodicWaiter]):
             handle = await env.client.start_workflow(PeriodicWaiter.run, id=f"waiter-{task_queue}",
                                                      task_queue=task_queue)
-            await settle(handle)
-            due = await next_timer(handle)
-            assert due is not None
-            now = (await env.get_current_time()).replace(tzinfo=None)
-            await skip(env, due - now - timedelta(milliseconds=20), handle)
+            await skip(env, await just_before_the_round(env, handle), handle)
             after = await next_timer(handle)
             assert after is not None
             assert after - (await env.get_current_time()).replace(tzinfo=None) > TIMER_GUARD

@@ -16,14 +16,11 @@ pytestmark = pytest.mark.workflows
 ROOT = Path(__file__).parents[2]
 
 INNER_TESTS = '''
-from datetime import timedelta
-
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from tests.helpers import new_task_queue
-from tests.workflows.skipping import next_timer, settle
-from tests.workflows.test_skipping import PeriodicWaiter
+from tests.workflows.test_skipping import PeriodicWaiter, just_before_the_round
 
 
 async def test_strands_the_server(temporal_test_env: WorkflowEnvironment) -> None:
@@ -31,10 +28,7 @@ async def test_strands_the_server(temporal_test_env: WorkflowEnvironment) -> Non
     task_queue = new_task_queue()
     async with Worker(env.client, task_queue=task_queue, workflows=[PeriodicWaiter]):
         handle = await env.client.start_workflow(PeriodicWaiter.run, id=f"strand-{task_queue}", task_queue=task_queue)
-        await settle(handle)
-        due = await next_timer(handle)
-        now = (await env.get_current_time()).replace(tzinfo=None)
-        await env.sleep(due - now - timedelta(milliseconds=20))  # not `skip`: the poke's task is refused
+        await env.sleep(await just_before_the_round(env, handle))  # not `skip`: the poke's task is refused
         await handle.signal(PeriodicWaiter.poke)
         await handle.terminate("test over")
 
