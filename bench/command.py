@@ -39,7 +39,7 @@ from bench.rollout import Target, run_rollout
 from bench.scenario import Scenario
 from localstack.state import StackInfo, load_stack_info
 from service.temporal_client import connect
-from worker.run_worker import pollers_from_env
+from worker.run_worker import pollers_from_env, sticky_schedule_to_start_from_env
 
 DEFAULT_SIZES = (50, 200, 1000)
 console = Console(stderr=True)
@@ -195,6 +195,7 @@ def _environment(args: argparse.Namespace) -> dict[str, Any]:
         "workers": args.workers, "pod_startup_seconds": args.pod_startup_seconds,
         # The workers' (and the floor's) workflow task polling: None is the SDK's.
         "workflow_task_pollers": pollers_from_env(),
+        "sticky_schedule_to_start_seconds": sticky_schedule_to_start_from_env(),
         "load_average_at_start": [round(x, 2) for x in psutil.getloadavg()],
         # The machine's speed now (bench/calibrate.py): compare CPU figures across sittings by it.
         "calibration_cpu_seconds_at_start": cpu_seconds_of_fixed_work(),

@@ -42,6 +42,13 @@ ACTIVITY_THREADS = 256
 # tasks of a small rollout all went to the worker that polled first (docs/benchmarks.md). Hence
 # opt-in, for large fleets.
 NONSTICKY_POLL_SHARE = 0.5
+# How long a workflow task waits on `noderoll worker`'s sticky queue before the server hands it out
+# again from the task queue, to any worker, with the run's whole history to replay
+# (`--sticky-schedule-to-start` / NODEROLL_STICKY_SCHEDULE_TO_START). The SDK's default, 10 s, is what
+# 0.53-0.66 workflow tasks per window at 1,000 nodes missed on 2 cores (docs/benchmarks.md). A worker
+# that is gone costs at most this wait for the tasks already on its queue: the server sends later
+# ones to the task queue once no poll has come from the sticky queue for 10 s.
+STICKY_SCHEDULE_TO_START_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,8 @@ class ServiceSettings:
     max_concurrent_activities: int = ACTIVITY_THREADS
     # Workflow task pollers of `noderoll worker` (half of them on the task queue; None: the SDK's, see above).
     workflow_task_pollers: int | None = None
+    # Seconds a workflow task waits on the worker's sticky queue before it goes to the task queue (above).
+    sticky_schedule_to_start_seconds: float = STICKY_SCHEDULE_TO_START_SECONDS
     # The cluster's name ("" = none: the single-cluster ids `fleet/<policy>`, `node/<node>`).
     cluster: str = ""
 
@@ -122,6 +131,8 @@ def settings_from_args(args: argparse.Namespace, command: str = "worker") -> Ser
         metrics_port=args.metrics_port,
         max_concurrent_activities=max(1, getattr(args, "max_concurrent_activities", ACTIVITY_THREADS)),
         workflow_task_pollers=getattr(args, "workflow_task_pollers", None),
+        sticky_schedule_to_start_seconds=getattr(args, "sticky_schedule_to_start",
+                                                 STICKY_SCHEDULE_TO_START_SECONDS),
     )
 
 

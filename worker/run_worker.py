@@ -33,6 +33,7 @@ from protocol.version import worker_identity
 from service.connection import (
     ACTIVITY_THREADS,
     NONSTICKY_POLL_SHARE,
+    STICKY_SCHEDULE_TO_START_SECONDS,
     ServiceSettings,
     add_connection_arguments,
     env_int,
@@ -57,6 +58,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         help="concurrent workflow task polls, half of them for new node windows: for "
                              "large fleets, e.g. 20 (env NODEROLL_WORKFLOW_TASK_POLLERS; at least 2; "
                              "default: the Temporal SDK's, 5 with one for new windows)")
+    parser.add_argument("--sticky-schedule-to-start", type=sticky_schedule_to_start, metavar="SECONDS",
+                        # A string default goes through `type` only when the flag is not given: a bad
+                        # variable fails `noderoll worker` alone, as the flag would.
+                        default=os.environ.get(ENV_STICKY_SCHEDULE_TO_START) or STICKY_SCHEDULE_TO_START_SECONDS,
+                        help="seconds a workflow task waits on this worker's sticky queue (where the run is "
+                             "cached) before any worker gets it with the whole history to replay (env "
+                             f"{ENV_STICKY_SCHEDULE_TO_START}; default {STICKY_SCHEDULE_TO_START_SECONDS:g})")
     parser.add_argument("--prometheus-address", default=os.environ.get(prometheus.ENV_ADDRESS) or None,
                         type=_http_url, metavar="URL",
                         help="Prometheus the analysis gates of DeploymentPolicies query, e.g. http://prometheus:9090 "
@@ -67,6 +75,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 ENV_WORKFLOW_TASK_POLLERS = "NODEROLL_WORKFLOW_TASK_POLLERS"
+ENV_STICKY_SCHEDULE_TO_START = "NODEROLL_STICKY_SCHEDULE_TO_START"
+
+
+def sticky_schedule_to_start(value: str) -> float:
+    """`--sticky-schedule-to-start`: a number of seconds, more than 0 and at most an hour."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not 0 < seconds <= 3600:
+        raise argparse.ArgumentTypeError(f"{value} seconds is out of range: more than 0 and at most 3600")
+    return seconds
+
+
+def sticky_schedule_to_start_from_env() -> float:
+    """NODEROLL_STICKY_SCHEDULE_TO_START checked as the flag checks it (the default when unset): what
+    the bench records, since its `noderoll worker`s inherit the variable."""
+    value = os.environ.get(ENV_STICKY_SCHEDULE_TO_START)
+    if not value:
+        return STICKY_SCHEDULE_TO_START_SECONDS
+    try:
+        return sticky_schedule_to_start(value)
+    except argparse.ArgumentTypeError as err:
+        raise SystemExit(f"{ENV_STICKY_SCHEDULE_TO_START}: {err}") from None
 
 
 def pollers_from_env() -> int | None:
@@ -165,13 +197,14 @@ async def serve(settings: ServiceSettings, stop: asyncio.Event) -> None:
             max_concurrent_activities=slots,
             max_concurrent_local_activities=LOCAL_ACTIVITY_SLOTS,
             **polling(settings.workflow_task_pollers),
+            sticky_queue_schedule_to_start_timeout=timedelta(seconds=settings.sticky_schedule_to_start_seconds),
             graceful_shutdown_timeout=timedelta(seconds=10),
             identity=identity,
         )
         log.info("worker on %s namespace=%s task_queue=%s cluster=%s kubeconfig=%s activity slots=%d "
-                 "workflow task pollers=%s", settings.temporal_address, settings.namespace, settings.task_queue,
+                 "workflow task pollers=%s sticky schedule-to-start=%gs", settings.temporal_address, settings.namespace, settings.task_queue,
                  settings.cluster or "none", settings.kubeconfig or "in-cluster", slots,
-                 settings.workflow_task_pollers or "the SDK's")
+                 settings.workflow_task_pollers or "the SDK's", settings.sticky_schedule_to_start_seconds)
         if not settings.cluster:
             async with worker:
                 await stop.wait()

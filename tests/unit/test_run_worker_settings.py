@@ -8,8 +8,8 @@ import pytest
 
 import kube
 from cli.main import build_parser
-from service.connection import ACTIVITY_THREADS, settings_from_args
-from worker.run_worker import polling
+from service.connection import ACTIVITY_THREADS, STICKY_SCHEDULE_TO_START_SECONDS, settings_from_args
+from worker.run_worker import polling, sticky_schedule_to_start_from_env
 
 
 def test_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -72,6 +72,31 @@ def test_workflow_task_pollers_default_flag_environment_and_bad_values(
     with pytest.raises(SystemExit):
         build_parser().parse_args(["worker"])
     assert "0 is too few" in capsys.readouterr().err
+
+
+def test_sticky_schedule_to_start_default_flag_environment_and_bad_values(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("NODEROLL_TEMPORAL_ADDRESS", "env:7233")
+    monkeypatch.delenv("NODEROLL_STICKY_SCHEDULE_TO_START", raising=False)
+    default = settings_from_args(build_parser().parse_args(["worker"]))
+    assert default.sticky_schedule_to_start_seconds == STICKY_SCHEDULE_TO_START_SECONDS
+    flagged = build_parser().parse_args(["worker", "--sticky-schedule-to-start", "45"])
+    assert settings_from_args(flagged).sticky_schedule_to_start_seconds == 45.0
+    monkeypatch.setenv("NODEROLL_STICKY_SCHEDULE_TO_START", "2.5")
+    assert settings_from_args(build_parser().parse_args(["worker"])).sticky_schedule_to_start_seconds == 2.5
+    assert sticky_schedule_to_start_from_env() == 2.5  # what the bench records
+    for bad, message in (("0", "0 seconds is out of range"), ("3601", "3601 seconds is out of range"),
+                         ("soon", "'soon' is not a number of seconds")):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["worker", "--sticky-schedule-to-start", bad])
+        assert message in capsys.readouterr().err
+    monkeypatch.setenv("NODEROLL_STICKY_SCHEDULE_TO_START", "-1")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["worker"])
+    assert "-1 seconds is out of range" in capsys.readouterr().err
+    assert build_parser().parse_args(["bridge"]).func  # only the worker reads it
+    with pytest.raises(SystemExit, match="NODEROLL_STICKY_SCHEDULE_TO_START: -1 seconds is out of range"):
+        sticky_schedule_to_start_from_env()
 
 
 def test_the_kubernetes_pool_is_sized_to_the_activity_slots(tmp_path: Path) -> None:
