@@ -149,14 +149,38 @@ def histogram_text(counts: dict[str, int]) -> str:
     return " ".join(f"{value}×{nodes}" for value, nodes in histogram(counts).items()) or "-"
 
 
-async def fleet_events(client: Client, policy: str) -> int:
-    """History events of the fleet workflow, summed over its runs (continue-as-new included)."""
+@dataclass(frozen=True)
+class FleetHistory:
+    """The fleet workflow's history, summed over its runs (continue-as-new included)."""
+
+    events: int
+    workflow_tasks: int
+    # Its workflow tasks that timed out on the worker's sticky queue (each then handed out again
+    # with the run's whole history to replay: the fleet's is the longest) or while running.
+    sticky_timeouts: int
+    running_timeouts: int
+
+
+def fleet_history(events: Sequence[HistoryEvent]) -> FleetHistory:
+    """Counts of one run's history. Pure."""
+    timeouts = [e.workflow_task_timed_out_event_attributes.timeout_type for e in events
+                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT]
+    return FleetHistory(
+        events=len(events),
+        workflow_tasks=sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED),
+        sticky_timeouts=timeouts.count(TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START),
+        running_timeouts=timeouts.count(TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE))
+
+
+async def fleet_events(client: Client, policy: str) -> FleetHistory:
+    """The fleet workflow's history counts, summed over its runs (continue-as-new included)."""
     workflow_id = fleet_workflow_id(policy)
-    total = 0
+    runs: list[FleetHistory] = []
     async for execution in client.list_workflows(f'WorkflowId = "{workflow_id}"'):
         history = await client.get_workflow_handle(workflow_id, run_id=execution.run_id).fetch_history()
-        total += len(history.events)
-    return total
+        runs.append(fleet_history(history.events))
+    return FleetHistory(*(sum(getattr(run, field) for run in runs) for field in
+                          ("events", "workflow_tasks", "sticky_timeouts", "running_timeouts")))
 
 
 BATCH_GAP_SECONDS = 5.0

@@ -294,7 +294,10 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
         # Objects every client created per window (the apiserver's POSTs of a resource, no subresource).
         "objects_created_per_window": round(sum(created.values()) / n, 1),
         "objects_created_per_window_by_resource": apimetrics.per_window(created, n),
-        "fleet_history_events": measured["rollout_events"],
+        "fleet_history_events": measured["rollout_events"].events,
+        "fleet_workflow_tasks": measured["rollout_events"].workflow_tasks,
+        "fleet_workflow_task_sticky_timeouts": measured["rollout_events"].sticky_timeouts,
+        "fleet_workflow_task_running_timeouts": measured["rollout_events"].running_timeouts,
         **measured.get("disruptions", {}),
         "worker_peak_rss_mib": round(measured["worker_rss"] / MIB, 1),
         "workers": measured.get("workers", 1),

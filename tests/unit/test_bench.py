@@ -10,8 +10,10 @@ from bench import apimetrics
 from bench.command import WIDTH, floor_shape, render, render_summary, repeat_summary
 from bench.histories import (
     LOCAL_ACTIVITY_MARKER,
+    FleetHistory,
     WindowStats,
     batches_from_sends,
+    fleet_history,
     histogram,
     histogram_text,
     per_node,
@@ -217,6 +219,9 @@ def test_a_window_history_counts_its_workflow_tasks_and_local_activities() -> No
         timed_out.append(e)
     stats = window_stats("n", [*events[:-1], *timed_out, events[-1]])
     assert (stats.sticky_timeouts, stats.running_timeouts) == (2, 1)
+    # The fleet's history is counted the same way (its replays are the longest).
+    assert fleet_history([*events[:-1], *timed_out, events[-1]]) == FleetHistory(
+        events=9, workflow_tasks=2, sticky_timeouts=2, running_timeouts=1)
 
 
 def test_peak_overlap_counts_windows_running_at_once() -> None:
