@@ -46,9 +46,10 @@ NONSTICKY_POLL_SHARE = 0.5
 # again from the task queue, to any worker, with the run's whole history to replay
 # (`--sticky-schedule-to-start` / NODEROLL_STICKY_SCHEDULE_TO_START; ADR 0021). With the SDK's 10 s,
 # 0.54-0.66 workflow tasks per window timed out so at 1,000 nodes on 2 cores, each one a task more
-# for the server and a replay for the worker; with 30 s, none (docs/benchmarks.md). A worker that is
-# gone costs at most this wait for the tasks already on its queue: the server sends later ones to
-# the task queue once no poll has come from the sticky queue for 10 s (tests/integration/test_sticky_queue.py).
+# for the server and a replay for the worker; with 30 s, none (docs/benchmarks.md). A worker shut
+# down gracefully tells the server, which sends its runs' next tasks to the task queue at once; one
+# that crashed costs at most this wait for the tasks sent to its queue in the 10 s before the server
+# takes a sticky queue without polls for gone (tests/integration/test_sticky_queue.py).
 STICKY_SCHEDULE_TO_START_SECONDS = 30.0
 
 

@@ -1,10 +1,12 @@
 """A workflow task bound for the sticky queue of a worker that has gone, with a sticky schedule-to-start
 far longer than noderoll's (`noderoll worker --sticky-schedule-to-start`, service/connection.py).
 
-What a longer wait costs when a worker goes away rests on the server, not on the timeout: once no
-poll has come from a sticky queue for 10 s, the server puts the run's next workflow task on the task
-queue for any worker (temporalio/temporal#2811). If it did not, these tasks would wait the whole
-600 s and the tests would time out.
+What a longer wait costs when a worker goes away rests on the SDK and the server, not on the
+timeout: a worker shut down gracefully (`noderoll worker` on SIGTERM) tells the server, whose next
+task for the run goes to the task queue at once; and once no poll has come from a sticky queue for
+10 s (a worker that crashed), the server puts the run's next workflow task on the task queue for any
+worker (temporalio/temporal#2811). If neither held, these tasks would wait the whole 600 s and the
+tests would time out.
 """
 
 from __future__ import annotations
@@ -54,8 +56,8 @@ async def started_and_cached(client: Client, queue: str) -> WorkflowHandle[WaitF
     worker's cache and its next task goes to that worker's sticky queue)."""
     handle = await client.start_workflow(WaitForGo.run, id=f"sticky-{uuid.uuid4().hex[:8]}", task_queue=queue)
     for _ in range(100):
-        if any(event.HasField("workflow_task_completed_event_attributes")
-               async for event in handle.fetch_history_events()):
+        events = [event async for event in handle.fetch_history_events()]
+        if any(event.HasField("workflow_task_completed_event_attributes") for event in events):
             return handle
         await asyncio.sleep(0.1)
     raise AssertionError("the first workflow task was not completed within 10 s")
@@ -70,3 +72,13 @@ async def test_a_worker_gone_for_10_seconds_holds_no_task_on_its_sticky_queue(te
         await handle.signal(WaitForGo.go)
         # Far below the 600 s the task would wait on the gone worker's sticky queue.
         assert await asyncio.wait_for(handle.result(), timeout=60) == "went"
+
+
+async def test_a_worker_shut_down_gracefully_holds_no_task_on_its_sticky_queue(temporal_client: Client) -> None:
+    queue = new_task_queue()
+    async with sticky_worker(temporal_client, queue):
+        handle = await started_and_cached(temporal_client, queue)
+    async with sticky_worker(temporal_client, queue):  # at once: no 10 s without a poll
+        await handle.signal(WaitForGo.go)
+        # 0.1 s measured; far below the 600 s the task would wait on the gone worker's sticky queue.
+        assert await asyncio.wait_for(handle.result(), timeout=NO_POLL_WINDOW_SECONDS) == "went"
