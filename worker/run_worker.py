@@ -21,9 +21,10 @@ import asyncio
 import logging
 import os
 import signal
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
 
@@ -43,6 +44,7 @@ from service.connection import (
 from worker.registry import ACTIVITIES, GLOBAL_WORKFLOWS, WORKFLOWS
 
 log = logging.getLogger("noderoll.worker")
+T = TypeVar("T")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -89,28 +91,26 @@ def sticky_schedule_to_start(value: str) -> float:
     return seconds
 
 
-def sticky_schedule_to_start_from_env() -> float:
-    """NODEROLL_STICKY_SCHEDULE_TO_START checked as the flag checks it (the default when unset): what
-    the bench records, since its `noderoll worker`s inherit the variable."""
-    value = os.environ.get(ENV_STICKY_SCHEDULE_TO_START)
+def _from_env(name: str, check: Callable[[str], T], unset: T) -> T:
+    """Variable `name` checked as its flag checks it (`unset` when it is not set): what the bench
+    records, since its `noderoll worker`s inherit the variable."""
+    value = os.environ.get(name)
     if not value:
-        return STICKY_SCHEDULE_TO_START_SECONDS
+        return unset
     try:
-        return sticky_schedule_to_start(value)
+        return check(value)
     except argparse.ArgumentTypeError as err:
-        raise SystemExit(f"{ENV_STICKY_SCHEDULE_TO_START}: {err}") from None
+        raise SystemExit(f"{name}: {err}") from None
+
+
+def sticky_schedule_to_start_from_env() -> float:
+    """NODEROLL_STICKY_SCHEDULE_TO_START, or the default."""
+    return _from_env(ENV_STICKY_SCHEDULE_TO_START, sticky_schedule_to_start, STICKY_SCHEDULE_TO_START_SECONDS)
 
 
 def pollers_from_env() -> int | None:
-    """NODEROLL_WORKFLOW_TASK_POLLERS checked as the flag checks it (None when unset): what the
-    bench's floor polls like, since its `noderoll worker`s inherit the variable."""
-    value = os.environ.get(ENV_WORKFLOW_TASK_POLLERS)
-    if not value:
-        return None
-    try:
-        return workflow_task_pollers(value)
-    except argparse.ArgumentTypeError as err:
-        raise SystemExit(f"{ENV_WORKFLOW_TASK_POLLERS}: {err}") from None
+    """NODEROLL_WORKFLOW_TASK_POLLERS, or None (the SDK's polling; the bench's floor polls like it)."""
+    return _from_env(ENV_WORKFLOW_TASK_POLLERS, workflow_task_pollers, None)
 
 
 def workflow_task_pollers(value: str) -> int:
