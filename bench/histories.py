@@ -76,6 +76,15 @@ def _carries_interrupt(event: HistoryEvent) -> bool:
     return bool(isinstance(data, dict) and (data.get("job") or {}).get("interrupt"))
 
 
+def _workflow_tasks(events: Sequence[HistoryEvent]) -> tuple[int, int, int]:
+    """Workflow tasks scheduled, and those timed out on the sticky queue and while running. Pure."""
+    timeouts = [e.workflow_task_timed_out_event_attributes.timeout_type for e in events
+                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT]
+    scheduled = sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED)
+    return (scheduled, timeouts.count(TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START),
+            timeouts.count(TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE))
+
+
 def window_stats(node: str, events: Sequence[HistoryEvent]) -> WindowStats:
     """Duration, event count, activity count and disruptive activities of one node workflow history. Pure."""
     first, last = _epoch(events[0]), _epoch(events[-1])
@@ -83,20 +92,17 @@ def window_stats(node: str, events: Sequence[HistoryEvent]) -> WindowStats:
     types = [e.activity_task_scheduled_event_attributes.activity_type.name for e in scheduled]
     carried = sum(1 for e in scheduled if e.activity_task_scheduled_event_attributes.activity_type.name
                   == "run_stage_pod" and _carries_interrupt(e))
-    tasks = sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED)
+    tasks, sticky_timeouts, running_timeouts = _workflow_tasks(events)
     answers = [_epoch(e) for e in events
                if e.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED]
     local = sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
                 and e.marker_recorded_event_attributes.marker_name == LOCAL_ACTIVITY_MARKER)
-    timeouts = [e.workflow_task_timed_out_event_attributes.timeout_type for e in events
-                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT]
     return WindowStats(node, last - first, len(events), len(types), first, last,
                        cordons=types.count("cordon_node"), drains=types.count("drain_node"),
                        interrupts=types.count("run_interrupt") + carried,
                        stage_pods=sum(types.count(t) for t in STAGE_ACTIVITIES), workflow_tasks=tasks,
                        local_activities=local, time=window_time(events), answered=max(answers, default=0.0),
-                       sticky_timeouts=timeouts.count(TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START),
-                       running_timeouts=timeouts.count(TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE))
+                       sticky_timeouts=sticky_timeouts, running_timeouts=running_timeouts)
 
 
 async def node_windows(client: Client, nodes: Sequence[str], since: float) -> list[WindowStats]:
@@ -162,25 +168,18 @@ class FleetHistory:
 
 
 def fleet_history(events: Sequence[HistoryEvent]) -> FleetHistory:
-    """Counts of one run's history. Pure."""
-    timeouts = [e.workflow_task_timed_out_event_attributes.timeout_type for e in events
-                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT]
-    return FleetHistory(
-        events=len(events),
-        workflow_tasks=sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED),
-        sticky_timeouts=timeouts.count(TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START),
-        running_timeouts=timeouts.count(TimeoutType.TIMEOUT_TYPE_START_TO_CLOSE))
+    """Counts of the fleet's history (its runs' events, one after the other). Pure."""
+    return FleetHistory(len(events), *_workflow_tasks(events))
 
 
 async def fleet_events(client: Client, policy: str) -> FleetHistory:
     """The fleet workflow's history counts, summed over its runs (continue-as-new included)."""
     workflow_id = fleet_workflow_id(policy)
-    runs: list[FleetHistory] = []
+    events: list[HistoryEvent] = []
     async for execution in client.list_workflows(f'WorkflowId = "{workflow_id}"'):
         history = await client.get_workflow_handle(workflow_id, run_id=execution.run_id).fetch_history()
-        runs.append(fleet_history(history.events))
-    return FleetHistory(*(sum(getattr(run, field) for run in runs) for field in
-                          ("events", "workflow_tasks", "sticky_timeouts", "running_timeouts")))
+        events.extend(history.events)
+    return fleet_history(events)
 
 
 BATCH_GAP_SECONDS = 5.0
