@@ -32,6 +32,7 @@ import metrics
 from activities.heartbeats import beat, keep_alive, wait_slice
 from activities.node_events import record_event
 from activities.nodes import set_draining
+from activities.pod_create import prestart
 from api.enums import DrainReason
 from api.keys import PACKAGE_POD_NAMESPACE, STAGE_COMPONENT, STAGE_COMPONENT_LABEL
 from api.selectors import LabelSelector
@@ -297,14 +298,17 @@ def blocking_pdbs(pods: list[client.V1Pod]) -> list[str]:
 @activity.defn(name="drain_node")
 @keep_alive
 def drain_node(input: DrainNodeInput) -> DrainNodeResult:
-    """Evict every evictable pod of the node and wait until they are gone; bounded by timeout_seconds."""
+    """Evict every evictable pod of the node and wait until they are gone; bounded by timeout_seconds.
+    Once drained, create the window's first stage pod (`input.then`, ADR 0022)."""
     report = _Report(input.node)
     try:
-        return _drain(input, report)
+        result = _drain(input, report)
     except ApplicationError as err:
         if err.non_retryable and err.type != errors.NODE_NOT_FOUND:
             report.failed(err.message)
         raise
+    result.next_pod = prestart(input.then)
+    return result
 
 
 def _drain(input: DrainNodeInput, report: _Report) -> DrainNodeResult:

@@ -23,7 +23,7 @@ import kube
 import metrics
 from activities.heartbeats import beat, keep_alive, watch_slice
 from activities.nodes import snapshot
-from activities.pod_create import ensure_pod, pod_name
+from activities.pod_create import ensure_pod, pod_name, prestart
 from activities.stage_wait import previous_pod, wait_job
 from api.enums import InterruptType
 from kube.nodes import node_not_found, read_node
@@ -132,7 +132,9 @@ def confirm_reboot(input: RunInterruptInput, name: str, current: client.V1Node |
 @activity.defn(name="run_interrupt")
 @keep_alive
 def run_interrupt(input: RunInterruptInput) -> RunInterruptResult:
-    """Run the interrupt pod; a reboot waits for a new boot id and Ready, others for the pod's success."""
+    """Run the interrupt pod (or adopt the one the stage pod before created: `input.prestarted`); a
+    reboot waits for a new boot id and Ready, others for the pod's success; then create the window's
+    first post-interrupt pod (`input.then`, ADR 0022)."""
     kind = (input.job.interrupt or {}).get("type", "")
     if kind not in set(InterruptType):
         raise errors.fatal(f"unknown interrupt type {kind!r}", errors.INVALID_SPEC)
@@ -142,7 +144,7 @@ def run_interrupt(input: RunInterruptInput) -> RunInterruptResult:
         # for Ready; creating another interrupt pod would reboot the node a second time.
         name, created = pod_name(input.job), ""
     else:
-        pod = ensure_pod(input.job, seen=previous_pod()[0])
+        pod = ensure_pod(input.job, seen=previous_pod()[0], prestarted=input.prestarted)
         name, created = pod.name, pod.resource_version
     try:
         if kind == InterruptType.REBOOT:
@@ -156,4 +158,7 @@ def run_interrupt(input: RunInterruptInput) -> RunInterruptResult:
         metrics.record_interrupt(kind, "failed")
         raise
     metrics.record_interrupt(kind, "succeeded" if result.exit_code == 0 else "failed")
+    if result.exit_code == 0:
+        # The node is back (a reboot: new boot id, Ready): the first post-interrupt pod (ADR 0022).
+        result.next_pod = prestart(input.then)
     return result

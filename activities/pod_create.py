@@ -13,6 +13,11 @@ created instead of running the stages twice; and a retried activity whose predec
 seen its pod (heartbeat details) never creates it again: a pod deleted since is a failed attempt,
 not a reason to run the stages a second time under the same attempt.
 
+The pod a window runs next can be created by the activity before it, once that one succeeded
+(`prestart`, ADR 0022: the drain creates the first stage pod, a stage pod whose every stage succeeded
+the interrupt's, the interrupt the first post-interrupt pod), so the pod starts while the workflow
+takes its next step; the activity that runs it is handed the `PrestartedPod` and adopts it.
+
 Waiting for the pod (a watch of that one pod resumed from its last resourceVersion, which notices
 a pod deleted before it finished) is `kube.pod_wait`; the activities' heartbeating loop around it
 is `activities.stage_wait.wait_job`.
@@ -21,6 +26,7 @@ is `activities.stage_wait.wait_job`.
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass
 
 from kubernetes.client.exceptions import ApiException
@@ -30,7 +36,9 @@ from activities import stage_pod
 from activities.stage_pod import StagePodIdentity
 from api.keys import GROUP, PACKAGE_PLURAL, PACKAGE_POD_NAMESPACE, VERSION
 from kube.nodes import read_node_json
-from protocol.node_activities import StageJob
+from protocol.node_activities import NextPod, PrestartedPod, StageJob
+
+log = logging.getLogger(__name__)
 
 
 def pod_name(job: StageJob, following: list[StageJob] | None = None) -> str:
@@ -77,16 +85,21 @@ class EnsuredPod:
     uid: str = ""
 
 
-def ensure_pod(job: StageJob, following: list[StageJob] | None = None, seen: str = "") -> EnsuredPod:
+def ensure_pod(job: StageJob, following: list[StageJob] | None = None, seen: str = "",
+               prestarted: PrestartedPod | None = None) -> EnsuredPod:
     """Create the ConfigMap (every Package's config and the node's metadata; none for an interrupt)
     and the pod, or adopt them.
     `following`: the further Packages of a pod of several (one pod per window phase, ADR 0016).
     `seen`: the uid of the pod an earlier attempt of the activity was waiting for: adopted as it is,
-    never created again (module docstring)."""
+    never created again (module docstring).
+    `prestarted`: this pod, created by the activity before (`prestart`): taken as this call's own
+    creation (watched from its resourceVersion), not created again."""
     parts = [job, *(following or [])]
     name = pod_name(job, following)
     if seen:
         return EnsuredPod(name, adopted=True)
+    if prestarted is not None and prestarted.name == name:
+        return EnsuredPod(name, not prestarted.uid, prestarted.resource_version, prestarted.uid)
     settings = stage_pod.current_settings()
     metadata = any(stage_pod.runs_package(part) for part in parts)
     identities = []
@@ -116,3 +129,18 @@ def ensure_pod(job: StageJob, following: list[StageJob] | None = None, seen: str
         if kube.is_conflict(err):
             return EnsuredPod(name, adopted=True)  # created by an earlier attempt of this activity: adopt it
         kube.raise_for(err, f"create stage pod {name}")
+
+
+def prestart(then: NextPod | None) -> PrestartedPod | None:
+    """Create the window's next pod `then` (module docstring, ADR 0022) for the activity that will run
+    it; None when there is none or its creation failed: that activity then creates it itself, so a
+    failure here never fails the activity that succeeded."""
+    if then is None:
+        return None
+    try:
+        pod = ensure_pod(then.job, then.following or None)
+    except Exception as err:  # noqa: BLE001 - best effort: the pod's own activity creates it
+        log.warning("creating the next pod of %s on %s failed (left to its activity): %s",
+                    then.job.package, then.job.node, err)
+        return None
+    return PrestartedPod(pod.name, pod.uid, pod.resource_version)

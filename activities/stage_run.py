@@ -31,7 +31,7 @@ import metrics
 from activities import stage_pod
 from activities.heartbeats import keep_alive
 from activities.interrupts import confirm_reboot
-from activities.pod_create import ensure_pod
+from activities.pod_create import ensure_pod, prestart
 from activities.stage_pod import INTERRUPT_MODE
 from activities.stage_wait import previous_pod, wait_job
 from api.enums import InterruptType
@@ -88,7 +88,7 @@ def run_phase_pod(input: RunStagePodInput) -> RunStagePodResult:
     container decided it, from the container names (`api.stage_containers`)."""
     parts = [input.job, *input.following]
     names = [part.package for part in parts]
-    pod = ensure_pod(input.job, input.following, seen=previous_pod()[0])
+    pod = ensure_pod(input.job, input.following, seen=previous_pod()[0], prestarted=input.prestarted)
     name, adopted = pod.name, pod.adopted
     deadline = time.monotonic() + sum(part.timeout_seconds for part in parts) + 30
     outcome = wait_job(name, deadline, input.job.node, created=pod.resource_version, uid=pod.uid)
@@ -115,11 +115,29 @@ def run_phase_pod(input: RunStagePodInput) -> RunStagePodResult:
                              package=undone.package, completed_by_package=completed)
 
 
+def succeeded(input: RunStagePodInput, result: RunStagePodResult) -> bool:
+    """Every stage and check of every Package of the pod exited 0 (the interrupt aside). Pure."""
+    parts = [input.job, *input.following]
+    if result.exit_code != 0:
+        return False
+    if input.following:
+        return all(result.completed_by_package.get(p.package) == stage_pod.modes(p) for p in parts)
+    return result.completed == [m for m in stage_pod.modes(input.job) if m != INTERRUPT_MODE]
+
+
 @activity.defn(name="run_stage_pod")
 @keep_alive
 def run_stage_pod(input: RunStagePodInput) -> RunStagePodResult:
     """Run the stages of `input.job.modes` in one pod pinned to the node (the interrupt last when set;
-    with `input.following`, the stages of several Packages: `run_phase_pod`)."""
+    with `input.following`, the stages of several Packages: `run_phase_pod`); once they all
+    succeeded, create the window's next pod (`input.then`, ADR 0022)."""
+    result = _run(input)
+    if input.then is not None and input.job.interrupt is None and succeeded(input, result):
+        result.next_pod = prestart(input.then)
+    return result
+
+
+def _run(input: RunStagePodInput) -> RunStagePodResult:
     job = input.job
     if input.following:
         if job.interrupt is not None or any(part.interrupt is not None for part in input.following):
@@ -128,7 +146,7 @@ def run_stage_pod(input: RunStagePodInput) -> RunStagePodResult:
     kind = str((job.interrupt or {}).get("type", ""))
     if job.interrupt is not None and kind not in set(InterruptType):
         raise errors.fatal(f"unknown interrupt type {kind!r}", errors.INVALID_SPEC)
-    pod = ensure_pod(job, seen=previous_pod()[0])
+    pod = ensure_pod(job, seen=previous_pod()[0], prestarted=input.prestarted)
     name, adopted = pod.name, pod.adopted
     # A small margin over the pod's own activeDeadlineSeconds, so the kubelet's verdict normally wins.
     outcome = wait_job(name, time.monotonic() + job.timeout_seconds + 30, job.node,

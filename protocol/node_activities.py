@@ -118,6 +118,8 @@ class DrainNodeInput:
     grace_period_seconds: int | None = None
     delete_empty_dir_data: bool = False
     poll_seconds: float = 1.0
+    # The window's first stage pod, created once the node is drained (ADR 0022); None: none.
+    then: NextPod | None = None
 
 
 @dataclass
@@ -127,6 +129,8 @@ class DrainNodeResult:
     evicted: list[str] = field(default_factory=list)
     refused: int = 0
     seconds: float = 0.0
+    # `DrainNodeInput.then`, created (None: not asked, or its creation failed and is left to its own activity).
+    next_pod: PrestartedPod | None = None
 
 
 @dataclass
@@ -164,6 +168,25 @@ class StageJob:
 
 
 @dataclass
+class NextPod:
+    """The pod a window runs next, to be created by the activity before it once that one succeeded
+    (ADR 0022): `job` and the further Packages of a pod of several, as `RunStagePodInput` takes them."""
+
+    job: StageJob
+    following: list[StageJob] = field(default_factory=list)
+
+
+@dataclass
+class PrestartedPod:
+    """A `NextPod` created: its name, and its uid and resourceVersion (both "" when an earlier
+    attempt had created it: adopted)."""
+
+    name: str
+    uid: str = ""
+    resource_version: str = ""
+
+
+@dataclass
 class RunStagePodInput:
     """One stage pod of several stages (`job.modes`), the window's merged interrupt last when
     `job.interrupt` is set (a reboot is then confirmed by a new boot id, as `run_interrupt` does)."""
@@ -174,6 +197,10 @@ class RunStagePodInput:
     # One pod per window phase (ADR 0016): the further Packages of the pod, each with its own modes,
     # run after `job`'s in order (never with an interrupt: the merged interrupt has a pod of its own).
     following: list[StageJob] = field(default_factory=list)
+    # This pod, created by the activity before (ADR 0022): adopted, not created again.
+    prestarted: PrestartedPod | None = None
+    # The window's next pod (the merged interrupt's), created once every stage of this pod succeeded.
+    then: NextPod | None = None
 
 
 @dataclass
@@ -201,6 +228,8 @@ class RunStagePodResult:
     # (`mode` is then that Package's mode) and, per Package, its modes that exited 0, in order.
     package: str = ""
     completed_by_package: dict[str, list[str]] = field(default_factory=dict)
+    # `RunStagePodInput.then`, created (None: not asked, a stage failed, or its creation failed).
+    next_pod: PrestartedPod | None = None
 
 
 @dataclass
@@ -211,6 +240,10 @@ class RunInterruptInput:
     # Boot id observed before the interrupt (read_node); a reboot must change it.
     boot_id_before: str = ""
     reboot_timeout_seconds: int = 900
+    # This pod, created by the activity before (ADR 0022): adopted, not created again.
+    prestarted: PrestartedPod | None = None
+    # The window's first post-interrupt stage pod, created once the interrupt succeeded.
+    then: NextPod | None = None
 
 
 @dataclass
@@ -221,6 +254,8 @@ class RunInterruptResult:
     exit_code: int
     boot_id_after: str = ""
     log_tail: str = ""
+    # `RunInterruptInput.then`, created (None: not asked, the interrupt failed, or its creation failed).
+    next_pod: PrestartedPod | None = None
 
 
 @dataclass

@@ -185,8 +185,9 @@ class WindowRun:
                 update={"action": package_plan.action, "target_config": config_hashes(spec.config)})
             self.ledger.set_entry(name, EntryUpdate(package_plan.stages[0], State.IN_PROGRESS))
 
-    async def _prepare_node(self) -> None:
-        """Cordon, wait for protected pods, drain (raises ActivityError when bounded waits expire)."""
+    async def _prepare_node(self, pods: PodStages) -> None:
+        """Cordon, wait for protected pods, drain (raises ActivityError when bounded waits expire);
+        the drain creates `pods`' first pod once it succeeded."""
         specs = [self.ctx.specs[n] for n in self.ctx.window.packages]
         self.ctx.set_phase("Draining")
         cordon = await short_call("cordon_node", NodeInput(self.node, seen=self.written or cordon_view(self.ctx.snapshot)),
@@ -201,12 +202,16 @@ class WindowRun:
                 start_to_close_timeout=timedelta(seconds=timeout + 120), heartbeat_timeout=self._heartbeat(),
                 retry_policy=WAIT_RETRY, summary="wait for protected pods")
         drain = drain_settings(specs)
+        # The window's first stage pod is created by the drain once the node is drained (ADR 0022).
+        then = pods.first_pod()
         drained = await workflow.execute_activity(
             "drain_node",
-            DrainNodeInput(self.node, drain.timeout_seconds, drain.grace_period_seconds, drain.delete_empty_dir_data),
+            DrainNodeInput(self.node, drain.timeout_seconds, drain.grace_period_seconds, drain.delete_empty_dir_data,
+                           then=then),
             result_type=DrainNodeResult,
             start_to_close_timeout=timedelta(seconds=drain.timeout_seconds + 120),
             heartbeat_timeout=self._heartbeat(), retry_policy=WAIT_RETRY, summary="drain")
+        pods.offer_prestarted(then, drained.next_pod)
         self.ledger.drained = True
         self.ledger.notes.append(self.ctx.event(
             "Drained", f"evicted {len(drained.evicted)} pod(s) in {drained.seconds:.0f}s"
@@ -262,15 +267,16 @@ class WindowRun:
         return self._outcomes()
 
     async def _stages(self) -> None:
+        pods = PodStages(self.ctx, self.ledger)
         if self.ctx.window.needs_drain:
             try:
-                await self._prepare_node()
+                await self._prepare_node(pods)
             except ActivityError as err:
                 # The host was not touched: fail the window, uncordon (left_cordoned needs a drain).
                 self._fail_all(DRAIN_STAGE, cause(err))
                 return
         workflow.deprecate_patch(STAGES_IN_ONE_POD)
-        await PodStages(self.ctx, self.ledger).run_window()
+        await pods.run_window()
 
     def _deletion(self) -> DeleteStageJobsInput | None:
         """The window's stage pods to delete (older ones of its packages too), keeping the latest

@@ -25,7 +25,9 @@ from protocol.node_activities import (
     DeleteStageJobsResult,
     DrainNodeInput,
     DrainNodeResult,
+    NextPod,
     NodeInput,
+    PrestartedPod,
     ReadNodeResult,
     RunInterruptInput,
     RunInterruptResult,
@@ -62,6 +64,22 @@ class FakeNode:
     cleanups: list[tuple[list[str], list[str]]] = field(default_factory=list)
     # Activity name -> how many of its next calls find the API unreachable (a retryable error).
     outage: dict[str, int] = field(default_factory=dict)
+    # Pods created ahead by the activity before theirs (`then`, ADR 0022), and those handed to the
+    # activity that runs them (`prestarted`, when it names that very pod).
+    prestarted: list[str] = field(default_factory=list)
+    adopted: list[str] = field(default_factory=list)
+
+    def _prestart(self, then: NextPod | None) -> PrestartedPod | None:
+        if then is None:
+            return None
+        name = pod_name(then.job, then.following)
+        self.prestarted.append(name)
+        return PrestartedPod(name, uid=f"uid-{name}", resource_version="1")
+
+    def _adopt(self, prestarted: PrestartedPod | None, name: str) -> None:
+        if prestarted is not None:
+            assert prestarted.name == name, f"handed {prestarted.name} to run {name}"
+            self.adopted.append(name)
 
     def names(self) -> list[str]:
         """The activity names called, in order."""
@@ -158,16 +176,18 @@ class FakeNode:
         if self.drain_error:
             raise errors.fatal("drain timed out; blocking pods: ns/solo; PodDisruptionBudgets: ns/solo-pdb",
                                self.drain_error)
-        return DrainNodeResult(evicted=["default/workload"])
+        return DrainNodeResult(evicted=["default/workload"], next_pod=self._prestart(input.then))
 
     @activity.defn(name="run_interrupt")
     def run_interrupt(self, input: RunInterruptInput) -> RunInterruptResult:
         self.calls.append(("run_interrupt", input))
+        self._adopt(input.prestarted, pod_name(input.job))
         self.ran.append(f"interrupt:{input.job.interrupt['type'] if input.job.interrupt else ''}")
         code = self._exit("interrupt")
         if code == 0 and input.job.interrupt and input.job.interrupt["type"] == "reboot":
             self.boot_id = f"boot-{uuid.uuid4().hex[:6]}"
-        return RunInterruptResult(pod_name(input.job), code, boot_id_after=self.boot_id)
+        return RunInterruptResult(pod_name(input.job), code, boot_id_after=self.boot_id,
+                                  next_pod=self._prestart(input.then) if code == 0 else None)
 
     @activity.defn(name="run_stage_pod")
     def run_stage_pod(self, input: RunStagePodInput) -> RunStagePodResult:
@@ -175,6 +195,7 @@ class FakeNode:
         job = input.job
         name = pod_name(job, input.following)
         self.jobs.append(name)
+        self._adopt(input.prestarted, name)
         parts = [job, *input.following]
         by_package: dict[str, list[str]] = {part.package: [] for part in parts}
         for part in parts:
@@ -194,7 +215,8 @@ class FakeNode:
         last = by_package[parts[-1].package]
         result = RunStagePodResult(name, 0, "", last[-1] if last else "", last,
                                    package=parts[-1].package if input.following else "",
-                                   completed_by_package=by_package if input.following else {})
+                                   completed_by_package=by_package if input.following else {},
+                                   next_pod=self._prestart(input.then) if job.interrupt is None else None)
         if job.interrupt is not None:
             self.ran.append(f"interrupt:{job.interrupt['type']}")
             result.interrupt_exit = self._exit("interrupt")
