@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import platform
 import statistics
 import tempfile
@@ -32,6 +33,7 @@ from rich.console import Console
 from rich.table import Table
 from temporalio.client import Client
 
+from bench import resources
 from bench.calibrate import cpu_seconds_of_fixed_work
 from bench.drain import compare_drains
 from bench.floor import measure_floor
@@ -67,6 +69,12 @@ def _median(row: dict[str, Any], part: str) -> str:
 
 def _join(row: dict[str, Any], keys: tuple[str, ...], sep: str = " / ", unit: str = "") -> str:
     return sep.join(_num(row.get(k), unit) for k in keys)
+
+
+def _by_component(seconds: dict[str, float]) -> str:
+    """`all 0.41, kube-apiserver 0.12, ...`: the total first, then the components, largest first."""
+    parts = sorted(((k, v) for k, v in seconds.items() if k != "all"), key=lambda kv: -kv[1])
+    return ", ".join(f"{k} {v:.3f}" for k, v in [("all", seconds.get("all", 0.0)), *parts])
 
 
 # One figure per line: its label, the key a run must have to show it, and how to read it from the row.
@@ -108,6 +116,10 @@ FIGURES: tuple[tuple[str, str, Any], ...] = (
     ("  activities queued", "window_time_median_s", lambda r: _median(r, "activities_queued")),
     ("throughput windows/s / floor / ratio", "throughput_windows_per_s",
      lambda r: _join(r, ("throughput_windows_per_s", "floor_windows_per_s", "ratio_to_floor"))),
+    ("  0-second rollout: cores busy; CPU s per window", "no_interrupt_cpu_cores",
+     lambda r: f"{r['no_interrupt_cpu_cores']}; " + _by_component(r.get("no_interrupt_cpu_seconds_per_window") or {})),
+    ("  floor: cores busy; CPU s per window", "floor_cpu_cores",
+     lambda r: f"{r['floor_cpu_cores']}; " + _by_component(r.get("floor_cpu_seconds_per_window") or {})),
     ("CPU share noderoll / fleetsim", "noderoll_cpu_share",
      lambda r: _join(r, ("noderoll_cpu_share", "fleetsim_cpu_share"))),
     ("CPU seconds by component", "cpu_seconds", lambda r: ", ".join(
@@ -210,6 +222,17 @@ def _save(args: argparse.Namespace, report: dict[str, Any]) -> None:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 
 
+def per_window(cpu_seconds: dict[str, float], windows: int) -> dict[str, float]:
+    """CPU seconds per window by component, and their sum as `all`. Pure."""
+    per = {name: round(value / windows, 4) for name, value in cpu_seconds.items()} if windows else {}
+    return {**per, "all": round(sum(cpu_seconds.values()) / windows, 4)} if windows else {}
+
+
+def cores_busy(cpu_seconds: dict[str, float], seconds: float) -> float | None:
+    """The cores the components kept busy on average over `seconds` of wall time. Pure."""
+    return round(sum(cpu_seconds.values()) / seconds, 2) if seconds > 0 else None
+
+
 def floor_shape(row: dict[str, Any]) -> tuple[int, int]:
     """The floor workflow's activities and local activities: the throughput window's medians (a window
     of one Package without interrupt), else the measured rollout's. Local activities count as local
@@ -247,11 +270,20 @@ async def _measure_size(args: argparse.Namespace, target: Target, temporal: Clie
         row["no_interrupt_history_events_per_window_median"] = tput["history_events_per_window_median"]
         row["no_interrupt_activities_per_window_median"] = tput["activities_per_window_median"]
         row["no_interrupt_local_activities_per_window_median"] = tput["local_activities_per_window_median"]
+        # What limits the 0-second rollout: the machine's cores it kept busy, and who used them.
+        row["no_interrupt_cpu_seconds_per_window"] = per_window(tput["cpu_seconds"], size)
+        row["no_interrupt_cpu_cores"] = cores_busy(tput["cpu_seconds"], tput["makespan_s"])
     if not args.skip_floor:
         activities, local_activities = floor_shape(row)
         # Polling like the rollout's `noderoll worker`s (they inherit NODEROLL_WORKFLOW_TASK_POLLERS).
+        # The floor's CPU: the Temporal server's and this process's (its worker and its client).
+        pids = {"bench": os.getpid(), **{n: pid for n, pid in target.components.items() if n == "temporal"}}
+        before = resources.snapshot(pids)
         floor = await measure_floor(temporal, size, activities, pollers=pollers_from_env(),
                                     local_activities=local_activities)
+        used = resources.cpu_report(before, resources.snapshot(pids), psutil.cpu_count() or 1)["seconds"]
+        row["floor_cpu_seconds_per_window"] = per_window(used, size)
+        row["floor_cpu_cores"] = cores_busy(used, floor.seconds)
         row["floor_activities_per_workflow"] = activities
         row["floor_local_activities_per_workflow"] = local_activities
         row["floor_windows_per_s"] = round(floor.workflows_per_s, 3)

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from bench import apimetrics
-from bench.command import WIDTH, floor_shape, render, render_summary, repeat_summary
+from bench.command import WIDTH, cores_busy, floor_shape, per_window, render, render_summary, repeat_summary
 from bench.histories import (
     LOCAL_ACTIVITY_MARKER,
     FleetHistory,
@@ -188,6 +188,17 @@ def test_the_summary_is_one_figure_per_line_within_120_columns() -> None:
     assert render({"results": [{"nodes": 20, "makespan_s": 90.0}]}) == [
         "noderoll bench, run 1: 20 nodes, ? package(s), strategy exponential, budget 25%, jitter 0%",
         "  makespan / ideal (s) / ratio             90.0 / ? / ?"]
+
+
+def test_the_cpu_of_the_0_second_rollout_and_of_the_floor_per_window_and_in_cores() -> None:
+    used = {"kube-apiserver": 30.0, "worker": 10.0, "temporal": 20.0}
+    assert per_window(used, 200) == {"kube-apiserver": 0.15, "worker": 0.05, "temporal": 0.1, "all": 0.3}
+    assert cores_busy(used, 40.0) == 1.5 and cores_busy(used, 0.0) is None and per_window(used, 0) == {}
+    row = {"nodes": 200, "no_interrupt_cpu_cores": 1.5, "no_interrupt_cpu_seconds_per_window": per_window(used, 200),
+           "floor_cpu_cores": 0.9, "floor_cpu_seconds_per_window": {"temporal": 0.05, "bench": 0.03, "all": 0.08}}
+    text = "\n".join(render({"results": [row]}))
+    assert "1.5; all 0.300, kube-apiserver 0.150, temporal 0.100, worker 0.050" in text
+    assert "0.9; all 0.080, temporal 0.050, bench 0.030" in text
 
 
 def test_a_window_history_counts_its_workflow_tasks_and_local_activities() -> None:
