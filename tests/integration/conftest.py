@@ -1,4 +1,5 @@
-"""Integration tier: every test module ends the fleet and node workflows it left running (on its own task queues)."""
+"""Integration tier: every test module ends the fleet and node workflows it left running (on its own task
+queues); `node`: one simulated node, with the shared Kubernetes client configured for the local stack."""
 
 from __future__ import annotations
 
@@ -6,7 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
+import kube
+from localstack.state import StackInfo
 from tests.helpers import ISSUED_TASK_QUEUES
+from tests.helpers.fleet import running_fleet
 from tests.helpers.workflows_cleanup import STARTED_STACKS, end_workflows, own_running_windows
 
 
@@ -18,3 +22,11 @@ def _end_fleets_of_the_module() -> Iterator[None]:
     for stack in STARTED_STACKS:
         for query in own_running_windows(ISSUED_TASK_QUEUES):
             end_workflows(stack.temporal_address, query)
+
+
+@pytest.fixture
+def node(local_stack: StackInfo) -> Iterator[str]:
+    """One simulated node (a fleetsim of one) for activities run in an ActivityEnvironment."""
+    kube.configure(local_stack.kubeconfig)
+    with running_fleet(local_stack, nodes=1) as fleet:
+        yield fleet.node_names[0]

@@ -70,13 +70,6 @@ from workflows.fleet_codec import marks_to_json
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 
-@pytest.fixture
-def node(local_stack: StackInfo) -> Iterator[str]:
-    kube.configure(local_stack.kubeconfig)
-    with running_fleet(local_stack, nodes=1) as fleet:
-        yield fleet.node_names[0]
-
-
 class Beats:
     """An ActivityEnvironment that records heartbeats."""
 

@@ -8,7 +8,6 @@ nothing and is left to its own activity."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -40,13 +39,6 @@ from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import SCRIPT_IMAGE, SYSCTL_IMAGE
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
-
-
-@pytest.fixture
-def node(local_stack: StackInfo) -> Iterator[str]:
-    kube.configure(local_stack.kubeconfig)
-    with running_fleet(local_stack, nodes=1) as fleet:
-        yield fleet.node_names[0]
 
 
 def stage_job(node: str, window: str, mode: str = "apply", **fields: Any) -> StageJob:

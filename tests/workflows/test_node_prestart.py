@@ -43,26 +43,21 @@ async def test_every_pod_of_a_reboot_window_is_created_ahead_and_adopted(tempora
         assert drain.then is not None and [j.package for j in [drain.then.job, *drain.then.following]] == ["a", "b"]
 
 
-async def test_a_failed_stage_creates_nothing_ahead(temporal_test_env: WorkflowEnvironment) -> None:
-    async with harness(temporal_test_env, node(config_check=[4, 0])) as h:
+@pytest.mark.parametrize(("exits", "after_failure"), [
+    ({"config_check": [4, 0]}, 1),  # pods: stage (fails), its retry, interrupt, post-interrupt
+    ({"interrupt": [1, 0]}, 2),     # pods: stage, interrupt (fails), its retry, post-interrupt
+])
+async def test_a_failed_pod_creates_nothing_ahead(
+    temporal_test_env: WorkflowEnvironment, exits: dict[str, list[int]], after_failure: int,
+) -> None:
+    async with harness(temporal_test_env, node(**exits)) as h:
         await h.request("kernel", a_spec(interrupt=REBOOT))
         [result] = await h.results(1)
         assert result.state == "complete"
-        first, retry, interrupt, post = pod_names(h.node)
-        # The failed pod created no interrupt pod; its retry was created by its own activity.
-        assert h.node.prestarted == h.node.adopted == [first, interrupt, post]
-        assert retry not in h.node.prestarted
-
-
-async def test_a_failed_interrupt_creates_no_post_interrupt_pod(temporal_test_env: WorkflowEnvironment) -> None:
-    async with harness(temporal_test_env, node(interrupt=[1, 0])) as h:
-        await h.request("kernel", a_spec(interrupt=REBOOT))
-        [result] = await h.results(1)
-        assert result.state == "complete"
-        stage, interrupt, again, post = pod_names(h.node)
-        assert h.node.prestarted == h.node.adopted == [stage, interrupt, post]
-        interrupts = [arg for name, arg in h.node.calls if name == "run_interrupt"]
-        assert [i.prestarted is not None for i in interrupts] == [True, False]
+        pods = pod_names(h.node)
+        assert len(pods) == 4
+        # The pod after the failed one was created by its own activity; every other one ahead.
+        assert h.node.prestarted == h.node.adopted == [p for i, p in enumerate(pods) if i != after_failure]
 
 
 async def test_the_interrupt_created_ahead_is_for_the_packages_still_healthy(
