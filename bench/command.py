@@ -49,7 +49,7 @@ console = Console(stderr=True)
 # The figures summarised when a size is repeated (`--nodes 200 200 200`): one run is not a result on a
 # shared 2-core machine (the same code measured 1.44 and 1.75), so repeated runs give median and spread.
 SUMMARISED = (
-    "makespan_s", "overhead_ratio", "overhead_median_s", "noderoll_requests_per_window",
+    "makespan_s", "overhead_ratio", "overhead_median_s", "answer_overhead_median_s", "noderoll_requests_per_window",
     "no_interrupt_noderoll_requests_per_window", "history_events_per_window_median",
     "no_interrupt_history_events_per_window_median", "throughput_windows_per_s", "ratio_to_floor",
     "worker_peak_rss_mib", "bridge_peak_rss_mib", "apiserver_etcd_peak_rss_mib", "noderoll_cpu_share",
@@ -83,6 +83,8 @@ FIGURES: tuple[tuple[str, str, Any], ...] = (
     ("makespan / ideal (s) / ratio", "makespan_s",
      lambda r: f"{_join(r, ('makespan_s', 'ideal_makespan_s'))} / {_num(r.get('overhead_ratio'))}"),
     ("window overhead p50 / p95 (s)", "overhead_median_s", lambda r: _join(r, ("overhead_median_s", "overhead_p95_s"))),
+    ("  to the answer to the fleet p50 / p95", "answer_overhead_median_s",
+     lambda r: _join(r, ("answer_overhead_median_s", "answer_overhead_p95_s"))),
     ("batches", "batches", lambda r: " ".join(str(b) for b in r["batches"])),
     ("windows / drains / interrupts per node", "windows_per_node",
      lambda r: _join(r, ("windows_per_node", "drains_per_node", "interrupts_per_node"))),

@@ -221,6 +221,9 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
     """The result row of one size from raw measurements. Pure."""
     critical = measured["critical_path_s"]
     overheads = [w.seconds - critical for w in windows]
+    # To the answer to the fleet, which the fleet's next step waits for; the run then still gets the
+    # signal's delivery and one more workflow task before it closes.
+    answer_overheads = [(w.answered or w.closed) - w.started - critical for w in windows]
     times = [w.time for w in windows if w.time is not None]
     first_waits = [t.first_task_queued_s for t in times]
     makespan = measured["makespan_s"]
@@ -267,6 +270,8 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
         "window_median_s": round(statistics.median([w.seconds for w in windows]), 2) if windows else None,
         "overhead_median_s": round(statistics.median(overheads), 2) if overheads else None,
         "overhead_p95_s": round(histories.percentile(overheads, 95), 2) if overheads else None,
+        "answer_overhead_median_s": round(statistics.median(answer_overheads), 2) if answer_overheads else None,
+        "answer_overhead_p95_s": round(histories.percentile(answer_overheads, 95), 2) if answer_overheads else None,
         # Median seconds of a window: queued, running per activity type, between activities.
         "window_time_median_s": median_breakdown(times),
         # How late the last windows of a batch began: their first workflow task's wait, p95 and max.

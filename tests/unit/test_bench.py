@@ -21,7 +21,7 @@ from bench.histories import (
     window_stats,
 )
 from bench.reqcount import classify
-from bench.rollout import disruptions, splits_of
+from bench.rollout import disruptions, splits_of, summarize
 from bench.scenario import Scenario, batch_sizes, ideal_makespan, node_critical_path, package_manifests
 from planning.fleet_status import FleetProgress, NodeProgress
 
@@ -188,6 +188,24 @@ def test_the_summary_is_one_figure_per_line_within_120_columns() -> None:
     assert render({"results": [{"nodes": 20, "makespan_s": 90.0}]}) == [
         "noderoll bench, run 1: 20 nodes, ? package(s), strategy exponential, budget 25%, jitter 0%",
         "  makespan / ideal (s) / ratio             90.0 / ? / ?"]
+
+
+def test_the_window_overhead_to_the_runs_close_and_to_its_answer_to_the_fleet() -> None:
+    """A window closes after its answer (the signal's delivery, one more workflow task): both are
+    reported, the close as the overhead, the answer as the overhead the fleet waits for."""
+    sc = Scenario("s", 2, 5.0, 15.0)
+    windows = [WindowStats("n1", 40.0, 60, 5, 1000.0, 1040.0, answered=1038.0),
+               WindowStats("n2", 42.0, 60, 5, 1000.0, 1042.0, answered=1039.0),
+               WindowStats("n3", 41.0, 60, 5, 1000.0, 1041.0)]  # no answer found: its close
+    measured = {"critical_path_s": 30.0, "makespan_s": 90.0, "actual_batches": [1, 2], "ideal_makespan_s": 60.0,
+                "batches": [1, 2], "apiserver_delta": Counter(), "worker_requests": {}, "bridge_requests": {},
+                "status_complete_s": 90.0, "last_window_end_s": 89.0, "worker_rss": 0, "bridge_rss": 0,
+                "rollout_events": FleetHistory(events=10, workflow_tasks=3, sticky_timeouts=0, running_timeouts=0),
+                "cordoned": 0}
+    row = summarize(sc, measured, windows)
+    assert (row["overhead_median_s"], row["answer_overhead_median_s"]) == (11.0, 9.0)
+    assert row["answer_overhead_p95_s"] == 11.0 and row["overhead_p95_s"] == 12.0
+    assert "    to the answer to the fleet p50 / p95   9.0 / 11.0" in render({"results": [row]})
 
 
 def test_the_cpu_of_the_0_second_rollout_and_of_the_floor_per_window_and_in_cores() -> None:
