@@ -283,9 +283,11 @@ async def _measure_size(args: argparse.Namespace, target: Target, temporal: Clie
         before = resources.snapshot(pids)
         floor = await measure_floor(temporal, size, activities, pollers=pollers_from_env(),
                                     local_activities=local_activities)
-        used = resources.cpu_report(before, resources.snapshot(pids), psutil.cpu_count() or 1)["seconds"]
+        after = resources.snapshot(pids)
+        used = resources.cpu_report(before, after, psutil.cpu_count() or 1)["seconds"]
         row["floor_cpu_seconds_per_window"] = per_window(used, size)
-        row["floor_cpu_cores"] = cores_busy(used, floor.seconds)
+        # Over the snapshots' interval (its worker's start and stop included), not the floor's timed span.
+        row["floor_cpu_cores"] = cores_busy(used, after.at - before.at)
         row["floor_activities_per_workflow"] = activities
         row["floor_local_activities_per_workflow"] = local_activities
         row["floor_windows_per_s"] = round(floor.workflows_per_s, 3)
