@@ -224,17 +224,6 @@ def _save(args: argparse.Namespace, report: dict[str, Any]) -> None:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
 
 
-def per_window(cpu_seconds: dict[str, float], windows: int) -> dict[str, float]:
-    """CPU seconds per window by component, and their sum as `all`. Pure."""
-    per = {name: round(value / windows, 4) for name, value in cpu_seconds.items()} if windows else {}
-    return {**per, "all": round(sum(cpu_seconds.values()) / windows, 4)} if windows else {}
-
-
-def cores_busy(cpu_seconds: dict[str, float], seconds: float) -> float | None:
-    """The cores the components kept busy on average over `seconds` of wall time. Pure."""
-    return round(sum(cpu_seconds.values()) / seconds, 2) if seconds > 0 else None
-
-
 def floor_shape(row: dict[str, Any]) -> tuple[int, int]:
     """The floor workflow's activities and local activities: the throughput window's medians (a window
     of one Package without interrupt), else the measured rollout's. Local activities count as local
@@ -273,8 +262,8 @@ async def _measure_size(args: argparse.Namespace, target: Target, temporal: Clie
         row["no_interrupt_activities_per_window_median"] = tput["activities_per_window_median"]
         row["no_interrupt_local_activities_per_window_median"] = tput["local_activities_per_window_median"]
         # What limits the 0-second rollout: the machine's cores it kept busy, and who used them.
-        row["no_interrupt_cpu_seconds_per_window"] = per_window(tput["cpu_seconds"], size)
-        row["no_interrupt_cpu_cores"] = cores_busy(tput["cpu_seconds"], tput["makespan_s"])
+        row["no_interrupt_cpu_seconds_per_window"] = resources.per_window(tput["cpu_seconds"], size)
+        row["no_interrupt_cpu_cores"] = resources.cores_busy(tput["cpu_seconds"], tput["makespan_s"])
     if not args.skip_floor:
         activities, local_activities = floor_shape(row)
         # Polling like the rollout's `noderoll worker`s (they inherit NODEROLL_WORKFLOW_TASK_POLLERS).
@@ -285,9 +274,9 @@ async def _measure_size(args: argparse.Namespace, target: Target, temporal: Clie
                                     local_activities=local_activities)
         after = resources.snapshot(pids)
         used = resources.cpu_report(before, after, psutil.cpu_count() or 1)["seconds"]
-        row["floor_cpu_seconds_per_window"] = per_window(used, size)
+        row["floor_cpu_seconds_per_window"] = resources.per_window(used, size)
         # Over the snapshots' interval (its worker's start and stop included), not the floor's timed span.
-        row["floor_cpu_cores"] = cores_busy(used, after.at - before.at)
+        row["floor_cpu_cores"] = resources.cores_busy(used, after.at - before.at)
         row["floor_activities_per_workflow"] = activities
         row["floor_local_activities_per_workflow"] = local_activities
         row["floor_windows_per_s"] = round(floor.workflows_per_s, 3)

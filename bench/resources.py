@@ -65,6 +65,17 @@ def cpu_report(before: CpuSnapshot, after: CpuSnapshot, cores: int) -> dict[str,
     }
 
 
+def per_window(cpu_seconds: dict[str, float], windows: int) -> dict[str, float]:
+    """CPU seconds per window by component, and their sum as `all`. Pure."""
+    per = {name: round(value / windows, 4) for name, value in cpu_seconds.items()} if windows else {}
+    return {**per, "all": round(sum(cpu_seconds.values()) / windows, 4)} if windows else {}
+
+
+def cores_busy(cpu_seconds: dict[str, float], seconds: float) -> float | None:
+    """The cores the components kept busy on average over `seconds` of wall time. Pure."""
+    return round(sum(cpu_seconds.values()) / seconds, 2) if seconds > 0 else None
+
+
 def _count(call: object, *args: object) -> int:
     answer = call(*args, limit=1)  # type: ignore[operator]
     meta = answer.metadata

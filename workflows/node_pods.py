@@ -41,14 +41,20 @@ with workflow.unsafe.imports_passed_through():
     from planning.window import EntryUpdate, log_tail, package_limits, retry_backoff
     from protocol.node_activities import (
         NextPod,
-        PrestartedPod,
         RunInterruptInput,
         RunInterruptResult,
         RunStagePodInput,
         RunStagePodResult,
-        StageJob,
     )
     from workflows.api_retries import WAIT_RETRY
+    from workflows.node_pod_jobs import (
+        NextPods,
+        interrupt_job,
+        interrupt_owner,
+        interrupt_pod,
+        phase_jobs,
+        post_first_pod,
+    )
     from workflows.node_window_types import Failure, WindowContext, WindowLedger, cause, node_gone
 
 WAIT_MARGIN_SECONDS = 120
@@ -70,8 +76,8 @@ class PodStages:
         self.interrupt_tried = False
         self.interrupt_done = False
         self.interrupt_result: RunInterruptResult | None = None
-        # The pod the last activity created for the next call (`offer_prestarted`, ADR 0022).
-        self._prestarted: tuple[NextPod, PrestartedPod] | None = None
+        # The pod the last activity created for the next call (ADR 0022).
+        self.next_pods = NextPods()
 
     async def run_window(self) -> None:
         """Every package's stages before the interrupt, the interrupt, then the stages after it."""
@@ -124,7 +130,7 @@ class PodStages:
         await self._phase({n: plans[n].steps_before_interrupt() for n in order}, skip_dependents=True)
         with_interrupt = self._with_interrupt()
         if with_interrupt:
-            await self._interrupt(with_interrupt, 1, None, self._post_first_pod(with_interrupt))
+            await self._interrupt(with_interrupt, 1, None, post_first_pod(self.ctx, self.ledger, with_interrupt))
         await self._phase({n: plans[n].steps_after_interrupt() for n in with_interrupt
                            if n not in self.ledger.failures}, skip_dependents=False)
 
@@ -156,7 +162,7 @@ class PodStages:
             for name in names:
                 ledger.set_entry(name, EntryUpdate(pending[name][0].stage, State.IN_PROGRESS, attempts[name]))
             # Before the interrupt, the interrupt's pod is created once this pod's stages all succeeded.
-            then = self._interrupt_next() if skip_dependents else None
+            then = interrupt_pod(self.ctx, self._with_interrupt()) if skip_dependents else None
             result = await self._phase_pod(names, pending, attempts, then)
             completed = result.completed_by_package or {names[0]: result.completed}
             progress = phase_progress({n: pending[n] for n in names}, completed,
@@ -184,32 +190,18 @@ class PodStages:
                 continue
             await workflow.sleep(retry_backoff(self.ctx.settings.retry_backoff_seconds, count))
 
-    def _phase_jobs(self, names: list[str], pending: dict[str, list[StageStep]],
-                    attempts: dict[str, int]) -> list[StageJob]:
-        """The Packages' jobs of one pod running what is left of each of `names`."""
-        ctx = self.ctx
-        jobs = []
-        for name in names:
-            steps = pending[name]
-            job = ctx.stage_job(name, steps[0].mode, attempts[name])
-            job.modes = pod_modes(steps)
-            # The pod's deadline covers every stage of the pod (each within its package's stage limit).
-            job.timeout_seconds = package_limits(ctx.specs[name], ctx.default_limits()).stage * len(steps)
-            jobs.append(job)
-        return jobs
-
     async def _phase_pod(self, names: list[str], pending: dict[str, list[StageStep]],
                          attempts: dict[str, int], then: NextPod | None) -> RunStagePodResult:
         """One pod running what is left of each of `names` (a Package alone: the pod of one Package);
         `then`: the window's next pod, created by the activity once every stage of this one succeeded."""
         ctx = self.ctx
-        jobs = self._phase_jobs(names, pending, attempts)
+        jobs = phase_jobs(self.ctx, names, pending, attempts)
         ctx.set_phase("Running")
         timeout = sum(job.timeout_seconds for job in jobs) + WAIT_MARGIN_SECONDS
         try:
             result: RunStagePodResult = await workflow.execute_activity(
                 "run_stage_pod", RunStagePodInput(jobs[0], ctx.snapshot.boot_id, 0, following=jobs[1:],
-                                                  prestarted=self.take_prestarted(NextPod(jobs[0], jobs[1:])),
+                                                  prestarted=self.next_pods.take(NextPod(jobs[0], jobs[1:])),
                                                   then=then),
                 result_type=RunStagePodResult,
                 start_to_close_timeout=timedelta(seconds=timeout),
@@ -222,47 +214,8 @@ class PodStages:
                 raise  # ends the window
             # The pod could not be run or watched at all: the first Package's first stage counts as failed.
             result = RunStagePodResult(job_name="", exit_code=-1, log_tail=cause(err))
-        self.offer_prestarted(then, result.next_pod)
+        self.next_pods.offer(then, result.next_pod)
         return result
-
-    # --- the next pod, created by the activity before it (ADR 0022) ------------------------------
-
-    def first_pod(self) -> NextPod | None:
-        """The window's first stage pod, as `_phase` will ask for it (every Package's stages before the
-        interrupt, attempt 1: nothing failed or was skipped yet); None when none has stages before it."""
-        plans = self.ctx.plan.packages
-        steps = {n: list(plans[n].steps_before_interrupt()) for n in self.ctx.window.packages}
-        names = [n for n, s in steps.items() if s]
-        if not names:
-            return None
-        jobs = self._phase_jobs(names, steps, {n: 1 for n in names})
-        return NextPod(jobs[0], jobs[1:])
-
-    def _interrupt_next(self) -> NextPod | None:
-        """The interrupt pod's first attempt as `_interrupt` will ask for it once this phase's pod
-        succeeded (the healthy Packages needing it now); None when no interrupt follows."""
-        names = self._with_interrupt()
-        merged = merge_interrupts(self.ctx.plan.packages[n].interrupt for n in names) if names else None
-        return NextPod(self._interrupt_job(names, merged, 1)) if merged is not None else None
-
-    def _post_first_pod(self, names: list[str]) -> NextPod | None:
-        """The first post-interrupt pod as `_phase` will ask for it once the interrupt of `names` succeeded."""
-        plans = self.ctx.plan.packages
-        steps = {n: list(plans[n].steps_after_interrupt()) for n in names if n not in self.ledger.failures}
-        first = [n for n, s in steps.items() if s]
-        if not first:
-            return None
-        jobs = self._phase_jobs(first, steps, {n: 1 for n in first})
-        return NextPod(jobs[0], jobs[1:])
-
-    def offer_prestarted(self, then: NextPod | None, pod: PrestartedPod | None) -> None:
-        """The activity just run created `then` as `pod`: handed to the call that asks for that pod."""
-        self._prestarted = (then, pod) if then is not None and pod is not None else None
-
-    def take_prestarted(self, pod: NextPod) -> PrestartedPod | None:
-        """The prestarted pod when it is exactly `pod` (used once)."""
-        offered, self._prestarted = self._prestarted, None
-        return offered[1] if offered is not None and offered[0] == pod else None
 
     # --- stage pods -----------------------------------------------------------------------------
 
@@ -347,18 +300,6 @@ class PodStages:
 
     # --- interrupt pods -------------------------------------------------------------------------
 
-    def _interrupt_job(self, names: list[str], merged: InterruptRequest, attempt: int) -> StageJob:
-        """The interrupt pod of `names`' merged interrupt, attempt `attempt`."""
-        job = self.ctx.stage_job(self._interrupt_owner(names, merged), Stage.INTERRUPT.value, attempt)
-        job.interrupt = {"type": merged.type.value, "services": list(merged.services)}
-        return job
-
-    def _interrupt_owner(self, names: list[str], merged: InterruptRequest) -> str:
-        # The first package (by name) asking for the winning type runs the interrupt pod with its image.
-        plans = self.ctx.plan.packages
-        return next((n for n in sorted(names) if plans[n].interrupt and plans[n].interrupt.type is merged.type),
-                    sorted(names)[0])
-
     async def _interrupt(self, names: list[str], first_attempt: int, last: RunInterruptResult | None,
                          then: NextPod | None = None) -> None:
         """The merged interrupt of `names` in interrupt pods, attempts `first_attempt`.. (`last`: the
@@ -369,15 +310,15 @@ class PodStages:
             return
         ctx, ledger = self.ctx, self.ledger
         ctx.set_phase("Interrupting")
-        owner = self._interrupt_owner(names, merged)
+        owner = interrupt_owner(ctx, names, merged)
         attempts = ctx.settings.stage_attempts
         reboot_timeout = ctx.limits(names).interrupt
         result = last or RunInterruptResult(job_name="", exit_code=-1)
         for attempt in range(first_attempt, attempts + 1):
             for name in names:
                 ledger.set_entry(name, EntryUpdate(Stage.INTERRUPT, State.IN_PROGRESS, attempt))
-            job = self._interrupt_job(names, merged, attempt)
-            prestarted = self.take_prestarted(NextPod(job))
+            job = interrupt_job(ctx, names, merged, attempt)
+            prestarted = self.next_pods.take(NextPod(job))
             try:
                 result = await workflow.execute_activity(
                     "run_interrupt",
@@ -393,7 +334,7 @@ class PodStages:
             ledger.interrupted = True
             if result.job_name:
                 ledger.last_interrupt_job = (owner, result.job_name)
-            self.offer_prestarted(then, result.next_pod)
+            self.next_pods.offer(then, result.next_pod)
             if result.exit_code == 0:
                 self._note_interrupt(merged, names, result)
                 for name in names:

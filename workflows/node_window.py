@@ -60,6 +60,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.api_retries import API_RETRY, API_TIMEOUT, CLOSE_RETRY, WAIT_RETRY
     from workflows.node_marks import mark_nodes
+    from workflows.node_pod_jobs import first_pod
     from workflows.node_pods import PodStages
     from workflows.node_window_types import Failure, WindowContext, WindowLedger, cause, node_gone
     from workflows.short_calls import short_call
@@ -203,7 +204,7 @@ class WindowRun:
                 retry_policy=WAIT_RETRY, summary="wait for protected pods")
         drain = drain_settings(specs)
         # The window's first stage pod is created by the drain once the node is drained (ADR 0022).
-        then = pods.first_pod()
+        then = first_pod(self.ctx)
         drained = await workflow.execute_activity(
             "drain_node",
             DrainNodeInput(self.node, drain.timeout_seconds, drain.grace_period_seconds, drain.delete_empty_dir_data,
@@ -211,7 +212,7 @@ class WindowRun:
             result_type=DrainNodeResult,
             start_to_close_timeout=timedelta(seconds=drain.timeout_seconds + 120),
             heartbeat_timeout=self._heartbeat(), retry_policy=WAIT_RETRY, summary="drain")
-        pods.offer_prestarted(then, drained.next_pod)
+        pods.next_pods.offer(then, drained.next_pod)
         self.ledger.drained = True
         self.ledger.notes.append(self.ctx.event(
             "Drained", f"evicted {len(drained.evicted)} pod(s) in {drained.seconds:.0f}s"

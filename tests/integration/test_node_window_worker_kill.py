@@ -19,7 +19,7 @@ from temporalio.worker import Worker
 from api.keys import CORDONED_BY_ANNOTATION
 from localstack.state import StackInfo
 from protocol.node_activities import RunStagePodResult
-from tests.helpers import assert_eventually, assert_eventually_async, new_task_queue
+from tests.helpers import assert_eventually_async, new_task_queue
 from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import BENCH_PACKAGES, SLEEP_IMAGE, package_spec
 from tests.helpers.processes import NoderollProcesses
@@ -52,9 +52,17 @@ async def test_sigkill_mid_window_then_restart_completes_without_rerunning_jobs(
             await window.request("bench-sleep", package_spec(
                 SLEEP_IMAGE, interrupt={"type": "service", "services": ["systemd-sysctl"]}, stage_seconds=2))
 
-            # Kill as soon as the first stage pod exists: the node is cordoned and drained, the
-            # run_stage_job activity is running in the worker that dies.
-            assert_eventually(lambda: len(window.stage_pods()) >= 1, timeout=30, interval=0.05)
+            # Kill once the first stage pod's activity runs and has reported its pod (a heartbeat):
+            # the node is cordoned and drained, and the pod, created by the drain (ADR 0022), runs
+            # while its run_stage_pod activity waits for it in the worker that dies.
+            async def waiting_for_its_pod() -> bool:
+                described = await temporal_client.get_workflow_handle(f"node/{window.node}").describe()
+                assert any(a.activity_type.name == "run_stage_pod" and a.heartbeat_details.payloads
+                           for a in described.raw_description.pending_activities)
+                return True
+
+            await assert_eventually_async(waiting_for_its_pod, timeout=30, interval=0.05)
+            assert len(window.stage_pods()) >= 1
             procs.kill("worker")
             assert window.node_object().spec.unschedulable
             procs.start_worker()

@@ -34,7 +34,7 @@ from protocol.node_activities import (
     RunStagePodInput,
     StageJob,
 )
-from tests.helpers import unique_name
+from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import SCRIPT_IMAGE, SYSCTL_IMAGE
 
@@ -100,9 +100,14 @@ def test_the_drain_creates_the_first_stage_pod_and_its_activity_adopts_it(
 
 def test_a_prestarted_pod_of_another_name_is_not_taken(node: str, kube_api_client: ApiClient) -> None:
     """A pod handed over is taken only when it is the very pod asked for (its name says so)."""
+    core = client.CoreV1Api(kube_api_client)
     window = unique_name("w")
     drained = ActivityEnvironment().run(
         drain_node, DrainNodeInput(node, timeout_seconds=30, then=NextPod(stage_job(node, window))))
+    assert drained.next_pod is not None
+    # The same Package's stages must not run twice at once on one node: let the pod created ahead end.
+    assert_eventually(lambda: (read_pod(core, drained.next_pod.name).status.phase  # type: ignore[union-attr]
+                               in ("Succeeded", "Failed")), timeout=60)
     other = stage_job(node, window, attempt=2)
     result = ActivityEnvironment().run(run_stage_pod, RunStagePodInput(other, prestarted=drained.next_pod))
     assert result.exit_code == 0 and result.job_name == pod_name(other) != drained.next_pod.name  # type: ignore[union-attr]

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from bench import apimetrics
-from bench.command import WIDTH, cores_busy, floor_shape, per_window, render, render_summary, repeat_summary
+from bench.command import WIDTH, floor_shape, render, render_summary, repeat_summary
 from bench.histories import (
     LOCAL_ACTIVITY_MARKER,
     FleetHistory,
@@ -21,6 +21,7 @@ from bench.histories import (
     window_stats,
 )
 from bench.reqcount import classify
+from bench.resources import cores_busy, per_window
 from bench.rollout import disruptions, splits_of, summarize
 from bench.scenario import Scenario, batch_sizes, ideal_makespan, node_critical_path, package_manifests
 from planning.fleet_status import FleetProgress, NodeProgress
