@@ -115,16 +115,6 @@ def run_phase_pod(input: RunStagePodInput) -> RunStagePodResult:
                              package=undone.package, completed_by_package=completed)
 
 
-def succeeded(input: RunStagePodInput, result: RunStagePodResult) -> bool:
-    """Every stage and check of every Package of the pod exited 0 (the interrupt aside). Pure."""
-    parts = [input.job, *input.following]
-    if result.exit_code != 0:
-        return False
-    if input.following:
-        return all(result.completed_by_package.get(p.package) == stage_pod.modes(p) for p in parts)
-    return result.completed == [m for m in stage_pod.modes(input.job) if m != INTERRUPT_MODE]
-
-
 @activity.defn(name="run_stage_pod")
 @keep_alive
 def run_stage_pod(input: RunStagePodInput) -> RunStagePodResult:
@@ -132,7 +122,8 @@ def run_stage_pod(input: RunStagePodInput) -> RunStagePodResult:
     with `input.following`, the stages of several Packages: `run_phase_pod`); once they all
     succeeded, create the window's next pod (`input.then`, ADR 0022)."""
     result = _run(input)
-    if input.then is not None and input.job.interrupt is None and succeeded(input, result):
+    # Exit 0 only when every stage and check of every Package of the pod did (both run paths).
+    if input.then is not None and input.job.interrupt is None and result.exit_code == 0:
         result.next_pod = prestart(input.then)
     return result
 

@@ -268,7 +268,9 @@ async def _measure_size(args: argparse.Namespace, target: Target, temporal: Clie
         activities, local_activities = floor_shape(row)
         # Polling like the rollout's `noderoll worker`s (they inherit NODEROLL_WORKFLOW_TASK_POLLERS).
         # The floor's CPU: the Temporal server's and this process's (its worker and its client).
-        pids = {"bench": os.getpid(), **{n: pid for n, pid in target.components.items() if n == "temporal"}}
+        pids = {"bench": os.getpid()}
+        if "temporal" in target.components:
+            pids["temporal"] = target.components["temporal"]
         before = resources.snapshot(pids)
         floor = await measure_floor(temporal, size, activities, pollers=pollers_from_env(),
                                     local_activities=local_activities)

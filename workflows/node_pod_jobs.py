@@ -50,7 +50,7 @@ def interrupt_job(ctx: WindowContext, names: list[str], merged: InterruptRequest
     return job
 
 
-def _phase_pod(ctx: WindowContext, steps: dict[str, list[StageStep]]) -> NextPod | None:
+def _first_of_phase(ctx: WindowContext, steps: dict[str, list[StageStep]]) -> NextPod | None:
     """The first pod of a phase: every Package with steps in it, attempt 1."""
     names = [n for n, s in steps.items() if s]
     if not names:
@@ -63,7 +63,7 @@ def first_pod(ctx: WindowContext) -> NextPod | None:
     """The window's first stage pod (every Package's stages before the interrupt, attempt 1: nothing
     failed or was skipped yet); None when none has stages before it."""
     plans = ctx.plan.packages
-    return _phase_pod(ctx, {n: list(plans[n].steps_before_interrupt()) for n in ctx.window.packages})
+    return _first_of_phase(ctx, {n: list(plans[n].steps_before_interrupt()) for n in ctx.window.packages})
 
 
 def interrupt_pod(ctx: WindowContext, names: list[str]) -> NextPod | None:
@@ -75,7 +75,7 @@ def interrupt_pod(ctx: WindowContext, names: list[str]) -> NextPod | None:
 def post_first_pod(ctx: WindowContext, ledger: WindowLedger, names: list[str]) -> NextPod | None:
     """The first post-interrupt pod once the interrupt of `names` succeeded."""
     plans = ctx.plan.packages
-    return _phase_pod(ctx, {n: list(plans[n].steps_after_interrupt()) for n in names if n not in ledger.failures})
+    return _first_of_phase(ctx, {n: list(plans[n].steps_after_interrupt()) for n in names if n not in ledger.failures})
 
 
 @dataclass
