@@ -86,6 +86,8 @@ FIGURES: tuple[tuple[str, str, Any], ...] = (
     ("  to the answer to the fleet p50 / p95", "answer_overhead_median_s",
      lambda r: _join(r, ("answer_overhead_median_s", "answer_overhead_p95_s"))),
     ("batches", "batches", lambda r: " ".join(str(b) for b in r["batches"])),
+    ("  makespan over ideal: start / batches / turns / tail (s)", "makespan_parts", lambda r: " / ".join(
+        str(r["makespan_parts"][k]) for k in ("start_s", "batch_overheads_sum_s", "turns_sum_s", "tail_s"))),
     ("windows / drains / interrupts per node", "windows_per_node",
      lambda r: _join(r, ("windows_per_node", "drains_per_node", "interrupts_per_node"))),
     ("the fleet's drains / interrupts per node", "fleet_drains_per_node",

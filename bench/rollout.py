@@ -26,7 +26,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from api.keys import GROUP, NODE_STATUS_LABEL, PACKAGE_PLURAL, POLICY_PLURAL, VERSION
-from bench import apimetrics, histories, resources
+from bench import apimetrics, histories, makespan_parts, resources
 from bench.eta import EtaSampler, eta_accuracy
 from bench.procs import Connection, ProcessSet
 from bench.profile import Profiles
@@ -230,6 +230,7 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
     # "The ideal for the same batches": the batches the rollout really ran (they can differ from the
     # plan, e.g. when nodes are re-listed mid-rollout), each as long as one node's critical path.
     actual_batches = measured["actual_batches"]
+    barriers = actual_batches or measured["batches"]
     ideal = len(actual_batches) * critical if actual_batches else measured["ideal_makespan_s"]
     if sc.jitter_percent or sc.strategy == "rolling":
         # Nodes of their own speed, or no batches: the ideal of the nodes' own critical paths.
@@ -238,6 +239,7 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
         # The planned batches, each handed over in chunks that straggled apart (at 1,000 nodes a batch
         # of 250 went out as five 50-node `request_windows` calls, seconds apart): not more batches.
         ideal = len(measured["batches"]) * critical
+        barriers = measured["batches"]
     api_delta = measured["apiserver_delta"]
     noderoll_counts: dict[str, int] = {}
     for name in ("worker", "bridge"):
@@ -304,6 +306,9 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
         "fleet_workflow_task_sticky_timeouts": measured["rollout_events"].sticky_timeouts,
         "fleet_workflow_task_running_timeouts": measured["rollout_events"].running_timeouts,
         **measured.get("disruptions", {}),
+        # The makespan's excess over the ideal, by part (bench/makespan_parts.py); batches only.
+        "makespan_parts": {} if sc.jitter_percent or sc.strategy == "rolling" else makespan_parts.parts(
+            windows, barriers, critical, measured.get("started_epoch", 0.0), makespan),
         "worker_peak_rss_mib": round(measured["worker_rss"] / MIB, 1),
         "workers": measured.get("workers", 1),
         "bridge_peak_rss_mib": round(measured["bridge_rss"] / MIB, 1),
@@ -359,6 +364,7 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
         measured = {
             "makespan_s": done.nodes_done - started,
             "status_complete_s": done.status_complete - started,
+            "started_epoch": started_epoch,
             "last_window_end_s": max((w.closed for w in windows), default=started_epoch) - started_epoch,
             "ideal_makespan_s": ideal,
             "critical_path_s": node_critical_path(sc),
