@@ -11,6 +11,8 @@ so its excess is the sum of:
   `batch_start_spreads_s[i]`);
 * `turns_s[i]`: from batch i's last answer to batch i+1's first start (the fleet's workflow task on
   the answer, its next batch's plan and hand-over, the node workflow's first task);
+* `slowest_s[i]`: where batch i's slowest window (the one answering last) spent its time
+  (`bench.window_time` parts), to tell a batch's contention from the window's own overhead;
 * `tail_s`: from the last answer to the moment every Package said Complete (the bench's poll and the
   bridge's status write).
 
@@ -27,6 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench.histories import WindowStats
+from bench.window_time import median_breakdown
 
 
 def _end(w: WindowStats) -> float:
@@ -57,5 +60,7 @@ def parts(windows: Sequence[WindowStats], batches: Sequence[int], critical_s: fl
         "batch_overheads_sum_s": round(sum(overheads), 2),
         "turns_sum_s": round(sum(turns), 2),
     }
+    slowest = [max(g, key=_end) for g in groups]
+    result["slowest_s"] = [median_breakdown([w.time]) if w.time is not None else {} for w in slowest]
     result["turn_median_s"] = round(statistics.median(turns), 2) if turns else None
     return result
