@@ -22,8 +22,8 @@ from bench.histories import (
 )
 from bench.reqcount import classify
 from bench.resources import cores_busy, per_window
-from bench.rollout import disruptions, splits_of, summarize
 from bench.scenario import Scenario, batch_sizes, ideal_makespan, node_critical_path, package_manifests
+from bench.summary import disruptions, splits_of, summarize
 from planning.fleet_status import FleetProgress, NodeProgress
 
 METRICS = """\
