@@ -86,6 +86,8 @@ FIGURES: tuple[tuple[str, str, Any], ...] = (
     ("  to the answer to the fleet p50 / p95", "answer_overhead_median_s",
      lambda r: _join(r, ("answer_overhead_median_s", "answer_overhead_p95_s"))),
     ("batches", "batches", lambda r: " ".join(str(b) for b in r["batches"])),
+    ("  seconds with the cores saturated, per batch", "cpu_timeline",
+     lambda r: " ".join(str(b.get("saturated_s", "?")) for b in r["cpu_timeline"])),
     ("  makespan over ideal: start / batches / turns / tail (s)", "makespan_parts", lambda r: " / ".join(
         str(r["makespan_parts"][k]) for k in ("start_s", "batch_overheads_sum_s", "turns_sum_s", "tail_s"))),
     ("windows / drains / interrupts per node", "windows_per_node",
@@ -179,6 +181,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--profile", action="store_true",
                    help="py-spy on worker, bridge and fleetsim during each rollout: raw profiles in the workdir, "
                         "a summary printed and in the JSON (needs py-spy)")
+    p.add_argument("--cpu-timeline", action="store_true",
+                   help="sample the machine's and each component's CPU every 0.25 s during each rollout: per batch, "
+                        "the seconds with the cores saturated and the bursts (bench/cpu_timeline.py)")
     p.add_argument("--workdir", type=Path, help="logs of the benchmark's processes (default: a temp dir)")
     p.set_defaults(func=run)
 
@@ -294,7 +299,8 @@ async def _measure(args: argparse.Namespace, stack: StackInfo, workdir: Path) ->
     temporal = await connect(stack.temporal_address)
     target = Target(stack.temporal_address, stack.kubeconfig, workdir, workers=max(1, args.workers),
                     components={name: c.pid for name, c in stack.components.items()},
-                    pod_startup_seconds=max(0.0, args.pod_startup_seconds), profile=args.profile)
+                    pod_startup_seconds=max(0.0, args.pod_startup_seconds), profile=args.profile,
+                    cpu_timeline=args.cpu_timeline)
     report: dict[str, Any] = {"results": [], "environment": _environment(args)}
     if not args.skip_drain:
         _log("drain: one node, 10 pods, noderoll vs kubectl drain")

@@ -36,19 +36,33 @@ def _end(w: WindowStats) -> float:
     return w.answered or w.closed
 
 
-def parts(windows: Sequence[WindowStats], batches: Sequence[int], critical_s: float, started_epoch: float,
-          makespan_s: float) -> dict[str, Any]:
-    """The makespan's parts (module docstring), rounded to 0.01 s; {} when they cannot be told."""
-    if not windows or not batches or sum(batches) != len(windows):
-        return {}
+def _groups(windows: Sequence[WindowStats], batches: Sequence[int]) -> list[list[WindowStats]]:
     ordered = sorted(windows, key=lambda w: w.started)
     groups: list[list[WindowStats]] = []
     at = 0
     for size in batches:
         groups.append(ordered[at:at + size])
         at += size
-    firsts = [min(w.started for w in g) for g in groups]
-    lasts = [max(_end(w) for w in g) for g in groups]
+    return groups
+
+
+def spans(windows: Sequence[WindowStats], batches: Sequence[int]) -> list[tuple[float, float]]:
+    """Each batch's first window start and last answer (epoch seconds); [] when the windows do not
+    make the batches."""
+    if not windows or not batches or sum(batches) != len(windows):
+        return []
+    return [(min(w.started for w in g), max(_end(w) for w in g)) for g in _groups(windows, batches)]
+
+
+def parts(windows: Sequence[WindowStats], batches: Sequence[int], critical_s: float, started_epoch: float,
+          makespan_s: float) -> dict[str, Any]:
+    """The makespan's parts (module docstring), rounded to 0.01 s; {} when they cannot be told."""
+    batch_spans = spans(windows, batches)
+    if not batch_spans:
+        return {}
+    groups = _groups(windows, batches)
+    firsts = [first for first, _ in batch_spans]
+    lasts = [last for _, last in batch_spans]
     overheads = [last - first - critical_s for first, last in zip(firsts, lasts, strict=True)]
     turns = [firsts[i + 1] - lasts[i] for i in range(len(groups) - 1)]
     result: dict[str, Any] = {

@@ -26,6 +26,7 @@ from temporalio.service import RPCError
 
 from api.keys import GROUP, NODE_STATUS_LABEL, PACKAGE_PLURAL, POLICY_PLURAL, VERSION
 from bench import apimetrics, histories, resources
+from bench.cpu_timeline import CpuTimeline
 from bench.eta import EtaSampler, eta_accuracy
 from bench.procs import Connection, ProcessSet
 from bench.profile import Profiles
@@ -70,6 +71,8 @@ class Target:
     pod_startup_seconds: float = 1.0
     # py-spy on worker(s), bridge and fleetsim while the Packages roll (`noderoll bench --profile`).
     profile: bool = False
+    # The machine's CPU sampled every 0.25 s, cut by batch (`noderoll bench --cpu-timeline`).
+    cpu_timeline: bool = False
 
 
 class Kube:
@@ -201,6 +204,9 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
         if target.profile:
             for name, managed in procs.procs.items():
                 profiles.attach(name, managed.proc.pid)
+        timeline = CpuTimeline(cpu_pids)
+        if target.cpu_timeline:
+            timeline.start()
         started, started_epoch = time.monotonic(), time.time()
         sampler = EtaSampler(lambda: fleet_progress(temporal, sc.name))
         sampling = asyncio.create_task(sampler.run())
@@ -212,6 +218,7 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
         finally:
             sampling.cancel()
         cpu_after = resources.snapshot(cpu_pids)
+        samples = timeline.stop() if target.cpu_timeline else []
         profiled = profiles.stop()
         after = apimetrics.scrape(target.kubeconfig)
         fleet = await fleet_progress(temporal, sc.name)
@@ -238,6 +245,7 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
             "stack_rss": sum(procs.external_peak_rss.values()),
             "stack_peak_rss": dict(procs.external_peak_rss),
             "objects_before": objects_before,
+            "cpu_samples": samples,
         }
         # The window's stage pods go once their outcome is written (issue #14): give the garbage collector
         # a moment to remove the pods of the last batch before counting what is left.

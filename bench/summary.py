@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from bench import apimetrics, histories, makespan_parts
+from bench import apimetrics, cpu_timeline, histories, makespan_parts
 from bench.scenario import Scenario
 from bench.window_time import median_breakdown
 from planning.fleet_status import FleetProgress
@@ -145,6 +145,9 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
         # The makespan's excess over the ideal, by part (bench/makespan_parts.py); batches only.
         "makespan_parts": {} if sc.jitter_percent or sc.strategy == "rolling" else makespan_parts.parts(
             windows, barriers, critical, measured.get("started_epoch", 0.0), makespan),
+        # `--cpu-timeline`: per batch, the seconds with the cores saturated and the bursts.
+        "cpu_timeline": cpu_timeline.per_batch(measured["cpu_samples"], makespan_parts.spans(windows, barriers))
+        if measured.get("cpu_samples") and not (sc.jitter_percent or sc.strategy == "rolling") else [],
         "worker_peak_rss_mib": round(measured["worker_rss"] / MIB, 1),
         "workers": measured.get("workers", 1),
         "bridge_peak_rss_mib": round(measured["bridge_rss"] / MIB, 1),
