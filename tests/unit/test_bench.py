@@ -304,3 +304,27 @@ def test_the_calibration_is_a_fixed_amount_of_work_timed_in_cpu_seconds() -> Non
     # The same work every time (a checksum, so it cannot be skipped), and a positive CPU time.
     assert fixed_work(10) == fixed_work(10) == 10 * fixed_work(1) > 0
     assert 0 < cpu_seconds_of_fixed_work(repeats=1)
+
+
+def test_the_makespan_parts_and_the_cpu_timeline_are_in_the_row_and_printed() -> None:
+    from bench.cpu_timeline import Sample
+
+    sc = Scenario("s", 2, 5.0, 15.0)
+    windows = [WindowStats("n1", 32.0, 60, 5, 1000.0, 1032.0, answered=1031.0),
+               WindowStats("n2", 33.0, 60, 5, 1032.5, 1065.5, answered=1065.0),
+               WindowStats("n3", 31.0, 60, 5, 1032.6, 1063.6)]
+    measured = {"critical_path_s": 30.0, "makespan_s": 77.0, "actual_batches": [1, 2], "ideal_makespan_s": 60.0,
+                "batches": [1, 2], "apiserver_delta": Counter(), "worker_requests": {}, "bridge_requests": {},
+                "status_complete_s": 77.0, "last_window_end_s": 75.5, "worker_rss": 0, "bridge_rss": 0,
+                "rollout_events": FleetHistory(events=10, workflow_tasks=3, sticky_timeouts=0, running_timeouts=0),
+                "cordoned": 0, "started_epoch": 990.0,
+                "cpu_samples": [Sample(1040.0 + 0.25 * i, 0.95, {"worker": 0.1}) for i in range(4)]}
+    row = summarize(sc, measured, windows)
+    parts = row["makespan_parts"]
+    assert (parts["start_s"], parts["batch_overheads_sum_s"], parts["turns_sum_s"], parts["tail_s"]) == (10.0, 3.5, 1.5, 2.0)
+    assert row["makespan_s"] == row["ideal_makespan_s"] + 10.0 + 3.5 + 1.5 + 2.0
+    assert row["cpu_timeline"][0] == {}  # no sample in the first batch
+    assert row["cpu_timeline"][1]["saturated_s"] == 1.0
+    text = "\n".join(render({"results": [row]}))
+    assert "start / batches / turns / tail (s) 10.0 / 3.5 / 1.5 / 2.0" in text
+    assert "seconds with the cores saturated, per batch ? 1.0" in text
