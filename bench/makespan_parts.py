@@ -17,9 +17,10 @@ so its excess is the sum of:
   bridge's status write).
 
 A batch is recovered from the windows' start times: batches run one after another (each waits for
-the one before), so sorted by start the windows split into the batch sizes in order. Strategies
-without batch barriers (`rolling`) have no turns; `parts` returns nothing for them, and nothing when
-the windows do not add up to the batches (a node that took two windows).
+the one before), so sorted by start the windows split into the batch sizes in order; `parts` returns
+nothing when the windows do not add up to the batches (a node that took two windows). The bench asks
+for them only for batches without jitter: `rolling` has no batch barriers, and with jitter each node
+has its own critical path.
 """
 
 from __future__ import annotations
