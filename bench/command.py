@@ -30,13 +30,13 @@ from typing import Any
 
 import psutil
 from rich.console import Console
-from rich.table import Table
 from temporalio.client import Client
 
 from bench import resources
 from bench.calibrate import cpu_seconds_of_fixed_work
 from bench.drain import compare_drains
 from bench.floor import measure_floor
+from bench.profile import render_profile
 from bench.rollout import Target, run_rollout
 from bench.scenario import Scenario
 from localstack.state import StackInfo, load_stack_info
@@ -348,18 +348,6 @@ def render_summary(summary: list[dict[str, Any]]) -> list[str]:
             if cell:
                 lines.append(_fit(f"  {key:<44} {cell['median']} [{cell['min']}-{cell['max']}], {cell['spread']}"))
     return lines
-
-
-def render_profile(row: dict[str, Any]) -> Table:
-    """One rollout's py-spy summaries: samples, busiest packages, top functions by self time. Pure."""
-    table = Table(title=f"{row['nodes']} nodes: where the sampled CPU went (py-spy, on-CPU samples)")
-    for header in ("process", "samples", "packages (innermost frame of ours)", "functions (self share)"):
-        table.add_column(header)
-    for name, prof in sorted(row["profile"].items()):
-        packages = ", ".join(f"{p} {share:.0%}" for p, share in list(prof["packages"].items())[:5])
-        functions = "\n".join(f"{share:.0%} {fn}" for fn, share in prof["top_self"][:5])
-        table.add_row(name, str(prof["samples"]), packages, functions)
-    return table
 
 
 def objects_left(before: dict[str, int], after: dict[str, int]) -> str:

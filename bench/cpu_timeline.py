@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,15 +61,14 @@ class CpuTimeline:
 
     def _run(self) -> None:
         total, idle = _proc_stat()
-        last = resources.snapshot(self.pids).seconds
+        last = resources.snapshot(self.pids)
         while not self._stop.wait(INTERVAL):
             now_total, now_idle = _proc_stat()
             busy = 1.0 - (now_idle - idle) / max(1, now_total - total)
             total, idle = now_total, now_idle
-            current = resources.snapshot(self.pids).seconds
-            used = {name: max(0.0, current.get(name, 0.0) - last.get(name, 0.0)) for name in current}
+            current = resources.snapshot(self.pids)
+            self.samples.append(Sample(time.time(), round(busy, 3), resources.cpu_used(last, current)))
             last = current
-            self.samples.append(Sample(time.time(), round(busy, 3), used))
 
 
 def per_batch(samples: Sequence[Sample], spans: Sequence[tuple[float, float]]) -> list[dict[str, Any]]:
@@ -87,12 +87,11 @@ def per_batch(samples: Sequence[Sample], spans: Sequence[tuple[float, float]]) -
                 run.append(sample)
                 continue
             if run and len(run) * INTERVAL >= MIN_BURST:
-                cores: dict[str, float] = {}
+                cpu: Counter[str] = Counter()
                 for s in run:
-                    for name, value in s.seconds.items():
-                        cores[name] = cores.get(name, 0.0) + value
+                    cpu.update(s.seconds)
                 bursts.append({"at_s": round(run[0].at - INTERVAL - start, 1), "seconds": round(len(run) * INTERVAL, 2),
-                               "cpu_s": {k: round(v, 2) for k, v in sorted(cores.items(), key=lambda kv: -kv[1])}})
+                               "cpu_s": {k: round(v, 2) for k, v in cpu.most_common()}})
             run = []
         rows.append({"saturated_s": round(sum(INTERVAL for s in inside if s.busy >= SATURATED), 2),
                      "busy": round(sum(s.busy for s in inside) / len(inside), 3), "bursts": bursts})

@@ -56,6 +56,11 @@ class WindowStats:
     # node is out of its window then, and the fleet may start the next one before the run closes.
     answered: float = 0.0
 
+    @property
+    def answer_at(self) -> float:
+        """When the fleet had the window's answer: `answered`, else (not found) the run's close."""
+        return self.answered or self.closed
+
 
 def _epoch(event: HistoryEvent) -> float:
     return event.event_time.seconds + event.event_time.nanos / 1e9
@@ -222,7 +227,7 @@ async def fleet_batches(client: Client, policy: str) -> list[int]:
 def peak_overlap(windows: Sequence[WindowStats]) -> int:
     """The most windows that ran at once, each from its run's start to its answer to the fleet (a
     window's end before another's start at the same instant). Pure."""
-    ends = [(w.answered or w.closed, -1) for w in windows]
+    ends = [(w.answer_at, -1) for w in windows]
     edges = sorted([(w.started, 1) for w in windows] + ends, key=lambda e: (e[0], e[1]))
     peak = running = 0
     for _, step in edges:

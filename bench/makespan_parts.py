@@ -27,41 +27,39 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from itertools import accumulate
 from typing import Any
 
 from bench.histories import WindowStats
 from bench.window_time import median_breakdown
 
 
-def _end(w: WindowStats) -> float:
-    return w.answered or w.closed
-
-
 def _groups(windows: Sequence[WindowStats], batches: Sequence[int]) -> list[list[WindowStats]]:
+    """The windows of each batch, in order; [] when the windows do not make the batches."""
+    if not windows or not batches or sum(batches) != len(windows):
+        return []
     ordered = sorted(windows, key=lambda w: w.started)
-    groups: list[list[WindowStats]] = []
-    at = 0
-    for size in batches:
-        groups.append(ordered[at:at + size])
-        at += size
-    return groups
+    starts = [0, *accumulate(batches)][:-1]
+    return [ordered[at:at + size] for at, size in zip(starts, batches, strict=True)]
+
+
+def _spans(groups: Sequence[Sequence[WindowStats]]) -> list[tuple[float, float]]:
+    return [(min(w.started for w in g), max(w.answer_at for w in g)) for g in groups]
 
 
 def spans(windows: Sequence[WindowStats], batches: Sequence[int]) -> list[tuple[float, float]]:
     """Each batch's first window start and last answer (epoch seconds); [] when the windows do not
     make the batches."""
-    if not windows or not batches or sum(batches) != len(windows):
-        return []
-    return [(min(w.started for w in g), max(_end(w) for w in g)) for g in _groups(windows, batches)]
+    return _spans(_groups(windows, batches))
 
 
 def parts(windows: Sequence[WindowStats], batches: Sequence[int], critical_s: float, started_epoch: float,
           makespan_s: float) -> dict[str, Any]:
     """The makespan's parts (module docstring), rounded to 0.01 s; {} when they cannot be told."""
-    batch_spans = spans(windows, batches)
-    if not batch_spans:
-        return {}
     groups = _groups(windows, batches)
+    if not groups:
+        return {}
+    batch_spans = _spans(groups)
     firsts = [first for first, _ in batch_spans]
     lasts = [last for _, last in batch_spans]
     overheads = [last - first - critical_s for first, last in zip(firsts, lasts, strict=True)]
@@ -75,7 +73,7 @@ def parts(windows: Sequence[WindowStats], batches: Sequence[int], critical_s: fl
         "batch_overheads_sum_s": round(sum(overheads), 2),
         "turns_sum_s": round(sum(turns), 2),
     }
-    slowest = [max(g, key=_end) for g in groups]
+    slowest = [max(g, key=lambda w: w.answer_at) for g in groups]
     result["slowest_s"] = [median_breakdown([w.time]) if w.time is not None else {} for w in slowest]
     result["turn_median_s"] = round(statistics.median(turns), 2) if turns else None
     return result

@@ -21,8 +21,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psutil
+from rich.table import Table
 
 # Samples per second (py-spy's default is 100). Not free: py-spy walks every thread's stack at each
 # sample, and the worker has hundreds of activity threads; at 200 nodes the three recorders took about
@@ -141,3 +143,15 @@ def _package(frame: str) -> str | None:
     if "/site-packages/" in file or "/lib/python3" in file:
         return None  # a dependency's `api/` or `agent/` is not ours
     return next((part for part in file.split("/")[:-1] if part in NODEROLL_PACKAGES), None)
+
+
+def render_profile(row: dict[str, Any]) -> Table:
+    """One rollout's py-spy summaries: samples, busiest packages, top functions by self time. Pure."""
+    table = Table(title=f"{row['nodes']} nodes: where the sampled CPU went (py-spy, on-CPU samples)")
+    for header in ("process", "samples", "packages (innermost frame of ours)", "functions (self share)"):
+        table.add_column(header)
+    for name, prof in sorted(row["profile"].items()):
+        packages = ", ".join(f"{p} {share:.0%}" for p, share in list(prof["packages"].items())[:5])
+        functions = "\n".join(f"{share:.0%} {fn}" for fn, share in prof["top_self"][:5])
+        table.add_row(name, str(prof["samples"]), packages, functions)
+    return table

@@ -55,10 +55,15 @@ def snapshot(pids: Mapping[str, int | list[int]]) -> CpuSnapshot:
     return CpuSnapshot(time.monotonic(), seconds)
 
 
+def cpu_used(before: CpuSnapshot, after: CpuSnapshot) -> dict[str, float]:
+    """CPU seconds each named process tree used between two snapshots (never negative). Pure."""
+    return {name: max(0.0, after.seconds.get(name, 0.0) - before.seconds.get(name, 0.0)) for name in after.seconds}
+
+
 def cpu_report(before: CpuSnapshot, after: CpuSnapshot, cores: int) -> dict[str, dict[str, float]]:
     """`{"seconds": {name: CPU s}, "share": {name: fraction of the machine}}` between two snapshots. Pure."""
     wall = max(1e-9, after.at - before.at)
-    used = {name: max(0.0, after.seconds.get(name, 0.0) - before.seconds.get(name, 0.0)) for name in after.seconds}
+    used = cpu_used(before, after)
     return {
         "seconds": {name: round(value, 1) for name, value in used.items()},
         "share": {name: round(value / (wall * max(1, cores)), 3) for name, value in used.items()},

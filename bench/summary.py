@@ -59,7 +59,7 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
     overheads = [w.seconds - critical for w in windows]
     # To the answer to the fleet, which the fleet's next step waits for; the run then still gets the
     # signal's delivery and one more workflow task before it closes.
-    answer_overheads = [(w.answered or w.closed) - w.started - critical for w in windows]
+    answer_overheads = [w.answer_at - w.started - critical for w in windows]
     times = [w.time for w in windows if w.time is not None]
     first_waits = [t.first_task_queued_s for t in times]
     makespan = measured["makespan_s"]
@@ -68,7 +68,9 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
     actual_batches = measured["actual_batches"]
     barriers = actual_batches or measured["batches"]
     ideal = len(actual_batches) * critical if actual_batches else measured["ideal_makespan_s"]
-    if sc.jitter_percent or sc.strategy == "rolling":
+    # Batches of nodes of one speed: the ideal, the makespan's parts and the CPU by batch are per batch.
+    batched = not (sc.jitter_percent or sc.strategy == "rolling")
+    if not batched:
         # Nodes of their own speed, or no batches: the ideal of the nodes' own critical paths.
         ideal = measured["ideal_makespan_s"]
     elif actual_batches and splits_of(actual_batches, measured["batches"]):
@@ -143,11 +145,11 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
         "fleet_workflow_task_running_timeouts": measured["rollout_events"].running_timeouts,
         **measured.get("disruptions", {}),
         # The makespan's excess over the ideal, by part (bench/makespan_parts.py); batches only.
-        "makespan_parts": {} if sc.jitter_percent or sc.strategy == "rolling" else makespan_parts.parts(
+        "makespan_parts": {} if not batched else makespan_parts.parts(
             windows, barriers, critical, measured.get("started_epoch", 0.0), makespan),
         # `--cpu-timeline`: per batch, the seconds with the cores saturated and the bursts.
         "cpu_timeline": cpu_timeline.per_batch(measured["cpu_samples"], makespan_parts.spans(windows, barriers))
-        if measured.get("cpu_samples") and not (sc.jitter_percent or sc.strategy == "rolling") else [],
+        if measured.get("cpu_samples") and batched else [],
         "worker_peak_rss_mib": round(measured["worker_rss"] / MIB, 1),
         "workers": measured.get("workers", 1),
         "bridge_peak_rss_mib": round(measured["bridge_rss"] / MIB, 1),

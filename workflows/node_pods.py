@@ -195,7 +195,7 @@ class PodStages:
         """One pod running what is left of each of `names` (a Package alone: the pod of one Package);
         `then`: the window's next pod, created by the activity once every stage of this one succeeded."""
         ctx = self.ctx
-        jobs = phase_jobs(self.ctx, names, pending, attempts)
+        jobs = phase_jobs(ctx, names, pending, attempts)
         ctx.set_phase("Running")
         timeout = sum(job.timeout_seconds for job in jobs) + WAIT_MARGIN_SECONDS
         try:
