@@ -4,7 +4,9 @@ In simulation the "host root" is a directory of the machine running the simulato
 writes an absolute path (`/etc/x`, `/var/tmp/x`) must land in that directory, never on the machine.
 So before running steps the agent enters a private mount namespace in which the sandbox gets this
 machine's programs and libraries read-only (`/usr`, and `/bin`, `/sbin`, `/lib*` as on the machine:
-symlinks into `usr` on a merged-/usr system, read-only bind mounts otherwise) and the harmless
+symlinks into `usr` on a merged-/usr system, read-only bind mounts otherwise; and `/etc/alternatives`,
+through which Debian's `/usr/bin/awk`, `which` and the like resolve: without it they are dangling
+links in the sandbox, so a step's `awk` was "not found") and the harmless
 character devices `/dev/null`, `/dev/zero`, `/dev/random`, `/dev/urandom`; every step then runs
 chrooted into the sandbox (`agent.host.Host`). Nothing else of the machine is visible: no `/proc`,
 `/sys`, `/dev` disks, `/etc` or `/home`, so a step cannot change kernel parameters or devices of
@@ -33,7 +35,8 @@ MS_REMOUNT = 0x20
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 0x40000
-SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+# Mounted after WRITABLE_DIRS (etc/alternatives lies in the sandbox's own writable etc).
+SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc/alternatives")
 DEVICES = ("null", "zero", "random", "urandom")
 WRITABLE_DIRS = ("etc", "tmp", "var/tmp", "dev")
 

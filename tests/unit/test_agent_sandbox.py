@@ -84,3 +84,26 @@ def _run_as_nobody(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "root/etc/x").read_text() == "x\n"
     assert "[write] 0" in result.stdout  # root inside its own user namespace, nobody outside
+
+
+def test_debian_alternatives_resolve_in_the_sandbox(tmp_path: Path) -> None:
+    """`/usr/bin/awk` is a link through /etc/alternatives on Debian: the sandbox shows that folder (read-only),
+    so a step's `awk` runs as on the machine instead of "not found"."""
+    if not Path("/etc/alternatives/awk").exists():
+        pytest.skip("this machine has no /etc/alternatives/awk")
+    body = ('awk "BEGIN { print 6 * 7 }"; '
+            'if touch /etc/alternatives/x 2>/dev/null; then echo alternatives-writable; else echo alternatives-read-only; fi')
+    package = a_package(tmp_path).step("apply", "calc", body).step("apply-check", "c", "true").write()
+    result = agent("apply", tmp_path / "root", package)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[calc] 42" in result.stdout and "[calc] alternatives-read-only" in result.stdout
+
+
+def test_bench_sleep_takes_its_time_factor(tmp_path: Path) -> None:
+    """fleetsim's --jitter-percent reaches the bench package's stages: 0.2 s times 2.5 is 0.5 s. Until
+    2026-12-06 the stage fell back to the plain time when awk was not found, so the jittered benchmarks
+    scaled the reboots only."""
+    package = Path(agent_module.__file__).resolve().parent.parent / "bench" / "packages" / "bench-sleep"
+    result = agent("apply", tmp_path / "root", package, env={"BENCH_STAGE_SECONDS": "0.2", "FLEETSIM_TIME_FACTOR": "2.5"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "bench-sleep: apply done after 0.5s" in result.stdout

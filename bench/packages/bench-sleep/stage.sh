@@ -9,9 +9,16 @@ if [ "${BENCH_STAGE_OUTPUT_BYTES:-0}" -gt 0 ]; then
   head -c "$BENCH_STAGE_OUTPUT_BYTES" /dev/zero | tr '\0' 'x'
   echo
 fi
-# fleetsim's --jitter-percent: this node's time factor (1 without jitter).
-seconds=$(awk "BEGIN { print ${BENCH_STAGE_SECONDS:-5} * ${FLEETSIM_TIME_FACTOR:-1} }" 2>/dev/null) \
-  || seconds="${BENCH_STAGE_SECONDS:-5}"
+# fleetsim's --jitter-percent: this node's time factor (1 without jitter). A factor that cannot be
+# applied fails the stage: a silent fallback to the plain time once hid that awk was not found.
+factor="${FLEETSIM_TIME_FACTOR:-1}"
+seconds="${BENCH_STAGE_SECONDS:-5}"
+if [ "$factor" != 1 ]; then
+  seconds=$(awk "BEGIN { print $seconds * $factor }") || {
+    echo "bench-sleep: cannot apply FLEETSIM_TIME_FACTOR=$factor (awk failed)" >&2
+    exit 70
+  }
+fi
 sleep "$seconds"
 mkdir -p "$root/var/lib/bench-sleep"
 # One line per run: the reliability suite counts them (a stage must never run twice).
