@@ -71,8 +71,10 @@ def report_state(turns: ClusterTurns, change: str, phase: RolloutPhase, planner_
 
 
 def report_key(report: ClusterReport) -> str:
-    """What makes two reports the same to the global workflow (the message is not part of it)."""
-    return json.dumps([report.change, report.state, report.clusters], sort_keys=True)
+    """What makes two reports the same to the global workflow (the message is not part of it; `ended`
+    only when set, so the keys fleets carry from before it existed stay the same)."""
+    return json.dumps([report.change, report.state, report.clusters, *(["ended"] if report.ended else [])],
+                      sort_keys=True)
 
 
 def next_report(turns: ClusterTurns, report: ClusterReport) -> ClusterReport | None:

@@ -16,6 +16,12 @@ Rules (ADR 0017):
 * A `failed` report halts the promotion with `onFailure: haltAll` (the workflow halts every fleet);
   with `holdPromotion` its stage simply never completes. `resume` clears a halt and a pause; a
   failed cluster stays failed until it reports again (its own `retry` and a `complete`).
+* A fleet that ended (its last Package went: deleted, or moved to another policy) says so
+  (`ended`); its copy of `spec.clusters` no longer counts. The promotion is `finished` once every
+  cluster of the adopted stages, and every other cluster that reported, has ended: nothing is left
+  to promote. A staged cluster never heard from keeps it open: its fleet may still come and need
+  what the earlier stages did (their `complete`). A later report starts a new promotion (a new run)
+  at stage 1.
 """
 
 from __future__ import annotations
@@ -63,6 +69,8 @@ class GlobalState:
     changes: list[ChangeRollout] = field(default_factory=list)
     halted: str = ""
     paused: bool = False
+    # Clusters whose fleet ended (sorted); a later report of theirs takes them off.
+    ended: list[str] = field(default_factory=list)
 
 
 def spec_of(state: GlobalState) -> ClustersSpec | None:
@@ -113,6 +121,12 @@ def unheard(state: GlobalState) -> list[str]:
 def record_report(state: GlobalState, report: ClusterReport) -> bool:
     """Take one cluster's report; True when it halts the promotion (a failure under `haltAll`)."""
     state.fleets[report.cluster] = report.fleet_workflow_id
+    if report.ended:
+        state.ended = sorted({*state.ended, report.cluster})
+        state.copies.pop(report.cluster, None)
+        _adopt(state)
+        return False
+    state.ended = [c for c in state.ended if c != report.cluster]
     state.copies[report.cluster] = report.clusters
     _adopt(state)
     if not report.change:
@@ -133,6 +147,18 @@ def record_report(state: GlobalState, report: ClusterReport) -> bool:
         state.halted = f"cluster {report.cluster} failed change {report.change}: {report.message or 'failed'}"
         return True
     return False
+
+
+def finished(state: GlobalState) -> bool:
+    """Every cluster of the adopted stages, and every other that reported, has ended (module docstring)."""
+    spec = spec_of(state)
+    staged = {c for stage in (spec.stages if spec else []) for c in stage}
+    return bool(state.fleets) and {*staged, *state.fleets} <= set(state.ended)
+
+
+def live_fleets(state: GlobalState) -> list[tuple[str, str]]:
+    """(cluster, fleet workflow id) of every fleet that has not ended, by cluster: the ones to answer."""
+    return [(c, f) for c, f in sorted(state.fleets.items()) if c not in state.ended]
 
 
 def _stage_complete(spec: ClustersSpec, rollout: ChangeRollout, stage: int) -> bool:

@@ -3,8 +3,9 @@
 * A fleet of a named cluster (`fleet/<cluster>/<policy>`) whose policy has `spec.clusters` sends a
   `ClusterReport` whenever what it would say changes: asking for its turn for a change set
   (`waiting`), rolling it out (`running`), its outcome (`complete`, `failed`), or a new copy of the
-  policy's `spec.clusters`. A workflow cannot signal-with-start, so its activity `report_to_global`
-  does (signal `cluster_report` on `global/<policy>`, task queue `noderoll-global`).
+  policy's `spec.clusters`, and once more with `ended` when it ends (its last Package went). A
+  workflow cannot signal-with-start, so its activity `report_to_global` does (signal
+  `cluster_report` on `global/<policy>`, task queue `noderoll-global`).
 * `global/<policy>` answers every fleet it knows with a `GlobalTurn` (signal `global_turn`) whenever
   its view changes: whether that cluster may roll its change out now, and the whole view (stage,
   every cluster's state), which the fleet shows in its `progress` and so in its statuses.
@@ -33,6 +34,8 @@ class ClusterReport:
     # What the change is, for people ("sysctl-tuning 1.2.0, kmod 2.0"), and why it failed.
     summary: str = ""
     message: str = ""
+    # The fleet ended (no Package left): once every cluster has said so, `global/<policy>` ends too.
+    ended: bool = False
 
 
 @dataclass

@@ -180,7 +180,9 @@ class FleetWorkflow:
                 await acts.wait(None)
                 continue
             if not state.spec.packages and not state.in_flight:
-                # No Package left and no window out: end (a new Package starts a new run).
+                # No Package left and no window out: end (a new Package starts a new run), and say so to
+                # global/<policy> when the policy promotes across clusters (ADR 0017).
+                await self._turns.ended()
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 if not run.inbox:
                     run.set_phase(RolloutPhase.COMPLETE)

@@ -8,6 +8,8 @@ anything here (`coordinated`), so a fleet without it issues exactly the commands
   listing, no window; a fleet of a cluster without a name holds for good (no stage can name it);
 * whenever what it would report changes (`sync`: the change set, its state, its copy of
   `spec.clusters`), it reports to `global/<policy>` with the activity `report_to_global`;
+* when it ends (no Package left), it reports `ended` (`ended`; patch `global-ended-report`), so that
+  the global workflow ends once every cluster's fleet did;
 * the global workflow's answers (`global_turn`) arrive through the inbox (`workflows.fleet_run`).
 """
 
@@ -26,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.fleet_run import FleetRun
 
 GLOBAL_TURNS_PATCH = "global-turns"
+ENDED_REPORT_PATCH = "global-ended-report"
 REPORT_TIMEOUT = timedelta(minutes=1)
 
 
@@ -71,15 +74,29 @@ class FleetTurns:
         change = run.change()
         planner_halted = state.planner is not None and state.planner.halted
         value = turns.report_state(state.turns, change, run.phase, planner_halted)
-        report = turns.next_report(state.turns, ClusterReport(
+        await self._send(ClusterReport(
             cluster=run.input.cluster, fleet_workflow_id=run.fleet_id, change=change, state=value.value,
             clusters=turns.clusters_json(run.policy.clusters), summary=turns.change_summary(state.spec),
-            message=state.message if value.value == "failed" else ""))
-        if report is None:
+            message=state.message if value.value == "failed" else ""), value.value)
+
+    async def ended(self) -> None:
+        """The fleet ends (no Package left): tell `global/<policy>`, which ends once every cluster's fleet did."""
+        run = self.run
+        if not run.input.cluster or run.state.spec is None or not self.coordinated() \
+                or not workflow.patched(ENDED_REPORT_PATCH):
+            return
+        await self._send(ClusterReport(
+            cluster=run.input.cluster, fleet_workflow_id=run.fleet_id, change="", state=run.state.turns.state,
+            clusters=turns.clusters_json(run.policy.clusters), ended=True), "ended")
+
+    async def _send(self, report: ClusterReport, what: str) -> None:
+        """`report_to_global` with `report`, unless it says nothing the last one sent did not."""
+        run = self.run
+        if turns.next_report(run.state.turns, report) is None:
             return
         await workflow.execute_activity(
             "report_to_global",
             ReportToGlobalInput(policy=run.input.policy_name, report=report),
             start_to_close_timeout=REPORT_TIMEOUT,
-            summary=f"report {value.value} to global/{run.input.policy_name}",
+            summary=f"report {what} to global/{run.input.policy_name}",
         )

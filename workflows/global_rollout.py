@@ -18,7 +18,9 @@ granted, soaks, halts. The workflow only sequences:
   asked to report again (`GlobalTurn.report_again`), so a global workflow started afresh after its
   state was lost (terminated by hand) learns what the clusters already did.
 
-It stays open (a fleet may report at any time) and continues as new when its history grows.
+It stays open while a fleet may still report, continues as new when its history grows, and
+completes once the fleet of every cluster of its stages has reported that it ended
+(`rules.finished`: the policy's Packages are gone everywhere); a later report starts a new run.
 """
 
 from __future__ import annotations
@@ -100,6 +102,12 @@ class GlobalRolloutWorkflow:
                 await self._relay(signal)
             await self._answer_all()
             await self._ask_unheard()
+            if rules.finished(self._state):
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                if not self._inbox:
+                    workflow.logger.info("global/%s: every cluster's fleet ended", self._state.policy)
+                    return
+                continue
             if self._should_continue_as_new():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 if not self._inbox:
@@ -132,12 +140,12 @@ class GlobalRolloutWorkflow:
         return relays
 
     async def _relay(self, signal: str) -> None:
-        for cluster, fleet_id in sorted(self._state.fleets.items()):
+        for cluster, fleet_id in rules.live_fleets(self._state):
             await self._signal(fleet_id, signal, EVERYTHING, cluster)
 
     async def _answer_all(self) -> None:
         now = workflow.now()
-        for cluster, fleet_id in sorted(self._state.fleets.items()):
+        for cluster, fleet_id in rules.live_fleets(self._state):
             turn = rules.turn_for(self._state, cluster, now)
             if self._answered.get(cluster) == replace(turn, view=replace(turn.view, updated_at="")):
                 continue

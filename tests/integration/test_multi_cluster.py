@@ -10,7 +10,8 @@ and a fleetsim fleet with THE SAME node names; the same DeploymentPolicy and Pac
   `in-progress`) before every node of a is `complete` and the soak passed (a Node watch on each
   cluster); `status.globalRollout`, `noderoll status --global` and the global `progress` show both done;
   the global workflow's and cluster b's fleet histories replay (recorded with
-  `NODEROLL_RECORD_CLUSTER_HISTORIES=tests/histories`);
+  `NODEROLL_RECORD_CLUSTER_HISTORIES=tests/histories`); then the Package and the policy deleted in both
+  clusters: each fleet reports that it ended, and `global/<policy>` completes;
 * (c) a Package failing in a halts the promotion: b's fleet is Halted and b's nodes never get a window;
 * (d) b's worker killed (SIGKILL) and restarted while b rolls out: every node of b completes with one
   window, nothing lost;
@@ -20,6 +21,7 @@ and a fleetsim fleet with THE SAME node names; the same DeploymentPolicy and Pac
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import signal
@@ -248,6 +250,20 @@ async def test_b_stage_b_waits_for_a_complete_and_soaked(
                 "global/global-two-stages": await temporal_client.get_workflow_handle(
                     names.global_workflow_id(policy)).fetch_history(),
                 "fleet/clusters-second-stage-waits-its-turn": await temporal_client.get_workflow_handle(
+                    names.fleet_workflow_id(policy, B)).fetch_history(),
+            }, RECORD_ENV)
+            # The Package and the policy deleted in every cluster, as a user deletes them (finalizers
+            # honoured): each fleet reports `ended` and ends, and global/<policy> completes.
+            for api in apis.values():
+                client.CustomObjectsApi(api).delete_cluster_custom_object(
+                    keys.GROUP, keys.VERSION, keys.PACKAGE_PLURAL, package)
+                client.CustomObjectsApi(api).delete_cluster_custom_object(
+                    keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, policy)
+            global_handle = temporal_client.get_workflow_handle(names.global_workflow_id(policy))
+            await asyncio.wait_for(global_handle.result(), ROLLOUT_TIMEOUT)
+            await replay_and_record({
+                "global/global-ended-in-every-cluster": await global_handle.fetch_history(),
+                "fleet/clusters-fleet-ended-reports-it": await temporal_client.get_workflow_handle(
                     names.fleet_workflow_id(policy, B)).fetch_history(),
             }, RECORD_ENV)
         finally:

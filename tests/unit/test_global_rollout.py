@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -268,3 +269,59 @@ def test_the_global_table_names_every_cluster_and_the_stage() -> None:
     assert "global/gpu  Waiting  stage 1 of 3  change c1" in text
     for line in ("canary-1  1      complete", "eu-1      2      waiting", "us-1      3      unknown"):
         assert line in text, text
+
+
+def ended(cluster: str, clusters: dict[str, Any] | None = None) -> ClusterReport:
+    return ClusterReport(cluster=cluster, fleet_workflow_id=f"fleet/{cluster}/gpu", change="", state="complete",
+                         clusters=spec() if clusters is None else clusters, ended=True)
+
+
+def test_finished_once_every_staged_cluster_ended() -> None:
+    every = ["canary-1", "eu-1", "eu-2", "us-1"]
+    state = state_with(*(report(c, "complete") for c in every))
+    for cluster in every[:-1]:
+        rules.record_report(state, ended(cluster))
+        assert not rules.finished(state), cluster
+    assert [c for c, _ in rules.live_fleets(state)] == ["us-1"]  # the ended fleets are not answered
+    rules.record_report(state, ended("us-1"))
+    assert rules.finished(state) and rules.live_fleets(state) == []
+
+
+def test_a_staged_cluster_never_heard_from_keeps_it_open() -> None:
+    """eu-1, eu-2 and us-1 never reported: their fleets may still come, and need canary-1's `complete`."""
+    state = state_with(report("canary-1", "complete"), ended("canary-1"))
+    rules.advance(state, T0)  # the soak begins
+    assert not rules.finished(state)
+    rules.record_report(state, report("eu-1"))  # eu-1's fleet comes after canary-1's ended
+    rules.advance(state, T0 + timedelta(seconds=601))
+    assert rules.granted(state, "eu-1", "c1")  # canary-1's complete is still there
+    for cluster in ["eu-1", "eu-2", "us-1"]:
+        rules.record_report(state, report(cluster, "complete"))
+        rules.record_report(state, ended(cluster))
+    assert rules.finished(state)
+
+
+def test_a_report_after_ended_counts_again() -> None:
+    every = ["canary-1", "eu-1", "eu-2", "us-1"]
+    state = state_with(*(report(c, "complete") for c in every), *(ended(c) for c in every))
+    assert rules.finished(state)
+    rules.record_report(state, report("canary-1", change="c2"))  # a new change set in canary-1
+    assert not rules.finished(state) and "canary-1" not in state.ended
+    assert rules.granted(state, "canary-1", "c2")
+
+
+def test_an_ended_clusters_copy_no_longer_holds_the_others() -> None:
+    old = spec([["canary-1"], ["eu-1"]])
+    new = spec([["eu-1"], ["canary-1"]])
+    state = state_with(report("canary-1", clusters=old), report("eu-1", clusters=old))
+    rules.record_report(state, report("eu-1", clusters=new))
+    assert rules.held_reason(state, "eu-1")  # canary-1's copy differs
+    rules.record_report(state, ended("canary-1", clusters=old))
+    assert state.adopted == new and not rules.held_reason(state, "eu-1")
+
+
+def test_the_ended_mark_is_part_of_the_report_key_only_when_set() -> None:
+    plain = report("eu-1", "complete")
+    # The keys fleets carry from before `ended` existed stay the same (no report sent again for nothing).
+    assert turns.report_key(plain) == json.dumps(["c1", "complete", plain.clusters], sort_keys=True)
+    assert turns.report_key(ClusterReport(**{**plain.__dict__, "ended": True})) != turns.report_key(plain)

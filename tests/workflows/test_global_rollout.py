@@ -5,11 +5,15 @@ running `fleet/<cluster>/<policy>`; the real `report_to_global` activity starts 
 `noderoll-global`, polled by a third worker. Covers: stages `[[a], [b]]` with a soak (b is not asked
 before a is complete and soaked), a failure in a halting the promotion (b never asked), copies of
 `spec.clusters` that disagree (the second cluster held and told so), `pause`/`resume` on the global
-workflow relayed to every fleet, and a fleet without spec.clusters issuing no report at all.
+workflow relayed to every fleet, a fleet without spec.clusters issuing no report at all, and the
+global workflow ending once every cluster's fleet ended, not before (a staged cluster never heard
+from keeps it open).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -235,5 +239,70 @@ async def test_a_global_workflow_that_lost_its_state_hears_the_clusters_again(
             await phase_is(fleet_b, RolloutPhase.COMPLETE)
             view = await global_view(env, name)
             assert {c.cluster: c.state for c in view.clusters} == {"a": "complete", "b": "complete"}, view
+        finally:
+            await end_all(env, f"fleet/a/{name}", f"fleet/b/{name}", f"global/{name}")
+
+
+async def test_global_ends_once_every_clusters_fleet_ended(temporal_test_env: WorkflowEnvironment) -> None:
+    """Both clusters complete, then each one's last Package goes: its fleet reports `ended` and ends; the
+    global workflow stays open while one fleet is left and completes after the last one."""
+    env = temporal_test_env
+    fakes = {"a": FakeNodes.of(1), "b": FakeNodes.of(1)}
+    name = unique_name("ge")
+    spec = FleetSpec(name, staged([["a"], ["b"]]), 1, [package("tuned")])
+    empty = FleetSpec(name, spec.policy, 1, [])  # the bridge keeps the policy when the Packages go
+    global_handle = env.client.get_workflow_handle(names.global_workflow_id(name))
+    async with clusters(env, fakes) as queues:
+        try:
+            fleet_a = await start_fleet(env, queues["a"], "a", spec)
+            fleet_b = await start_fleet(env, queues["b"], "b", spec)
+            await phase_is(fleet_b, RolloutPhase.COMPLETE)
+            await fleet_a.signal(names.SIGNAL_FLEET_SPEC, empty)
+            await fleet_a.result()
+
+            async def a_ended() -> bool:
+                view = await global_view(env, name)
+                assert view.phase == "Complete", view
+                history = await global_handle.fetch_history()
+                signals = [e.workflow_execution_signaled_event_attributes for e in history.events
+                           if e.HasField("workflow_execution_signaled_event_attributes")]
+                reports = [json.loads(s.input.payloads[0].data) for s in signals
+                           if s.signal_name == names.SIGNAL_CLUSTER_REPORT]
+                assert [r["cluster"] for r in reports if r.get("ended")] == ["a"], reports
+                return True
+
+            await assert_eventually_async(a_ended, timeout=60)
+            assert (await global_handle.describe()).status.name == "RUNNING"  # b's fleet is still there
+            await fleet_b.signal(names.SIGNAL_FLEET_SPEC, empty)
+            await fleet_b.result()
+            await asyncio.wait_for(global_handle.result(), 60)  # completes: nothing left open for a deleted policy
+            assert (await global_handle.describe()).status.name == "COMPLETED"
+        finally:
+            await end_all(env, f"fleet/a/{name}", f"fleet/b/{name}", f"global/{name}")
+
+
+async def test_global_stays_open_for_a_staged_cluster_it_never_heard_from(
+        temporal_test_env: WorkflowEnvironment) -> None:
+    """Stages [[a], [b]]: a completes and ends before b's fleet ever ran. The global workflow stays open
+    (b may still come, and needs a's `complete`); b then rolls out, ends, and the global completes."""
+    env = temporal_test_env
+    fakes = {"a": FakeNodes.of(1), "b": FakeNodes.of(1)}
+    name = unique_name("gx")
+    spec = FleetSpec(name, staged([["a"], ["b"]]), 1, [package("tuned")])
+    empty = FleetSpec(name, spec.policy, 1, [])
+    global_handle = env.client.get_workflow_handle(names.global_workflow_id(name))
+    async with clusters(env, fakes) as queues:
+        try:
+            fleet_a = await start_fleet(env, queues["a"], "a", spec)
+            await phase_is(fleet_a, RolloutPhase.COMPLETE)
+            await fleet_a.signal(names.SIGNAL_FLEET_SPEC, empty)
+            await fleet_a.result()
+            await skip(env, 3600, global_handle)
+            assert (await global_handle.describe()).status.name == "RUNNING"
+            fleet_b = await start_fleet(env, queues["b"], "b", spec)
+            await phase_is(fleet_b, RolloutPhase.COMPLETE)  # granted on a's complete, kept
+            await fleet_b.signal(names.SIGNAL_FLEET_SPEC, empty)
+            await fleet_b.result()
+            await asyncio.wait_for(global_handle.result(), 60)
         finally:
             await end_all(env, f"fleet/a/{name}", f"fleet/b/{name}", f"global/{name}")

@@ -15,7 +15,11 @@ and were recorded on the real stack (dev server, apiserver, fleetsim):
   deprecated since (`workflow.deprecate_patch`), so windows recorded with them still replay;
 * global/ and fleet/clusters-*: `NODEROLL_RECORD_CLUSTER_HISTORIES=tests/histories` with
   tests/integration/test_multi_cluster.py (two control planes, one Temporal: `global/<policy>` of stages
-  [[a], [b]] and cluster b's fleet with the patch `global-turns`, waiting for its turn then rolling out).
+  [[a], [b]] and cluster b's fleet with the patch `global-turns`, waiting for its turn then rolling out);
+  global/global-ended-in-every-cluster and fleet/clusters-fleet-ended-reports-it the same run once the
+  Package and the policy were deleted in both clusters (the patch `global-ended-report`: the fleet
+  reports that it ended, the global workflow completes; recorded into a scratch folder and copied, so
+  the two above stay as recorded before it).
 * node/*-one-pod-per-phase: `NODEROLL_RECORD_HISTORIES=<dir>` with tests/integration/test_node_window.py
   (recorded into a scratch folder and copied, so the histories of the same names recorded before
   issue #26 stay): one pod per window phase and the window's end in one activity (`one-pod-per-phase`,
