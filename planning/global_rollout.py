@@ -124,12 +124,11 @@ def record_report(state: GlobalState, report: ClusterReport) -> bool:
     if report.ended:
         state.ended = sorted({*state.ended, report.cluster})
         state.copies.pop(report.cluster, None)
-        _adopt(state)
-        return False
-    state.ended = [c for c in state.ended if c != report.cluster]
-    state.copies[report.cluster] = report.clusters
+    else:
+        state.ended = [c for c in state.ended if c != report.cluster]
+        state.copies[report.cluster] = report.clusters
     _adopt(state)
-    if not report.change:
+    if report.ended or not report.change:
         return False
     state.asked[report.cluster] = report.change
     rollout = change_of(state, report.change)

@@ -82,8 +82,7 @@ class FleetTurns:
     async def ended(self) -> None:
         """The fleet ends (no Package left): tell `global/<policy>`, which ends once every cluster's fleet did."""
         run = self.run
-        if not run.input.cluster or run.state.spec is None or not self.coordinated() \
-                or not workflow.patched(ENDED_REPORT_PATCH):
+        if not run.input.cluster or not self.coordinated() or not workflow.patched(ENDED_REPORT_PATCH):
             return
         await self._send(ClusterReport(
             cluster=run.input.cluster, fleet_workflow_id=run.fleet_id, change="", state=run.state.turns.state,
