@@ -8,6 +8,9 @@
   annotation; with it the marks that nodes
   no window can update do not show yet (`planning.node_marks.listing_marks`), which the fleet has
   written by `mark_blocked_nodes`.
+* `read_node_supply` reads the Nodes again right before the fleet hands out windows: per node of the
+  fleet, why it is down and its units of the floors' resources (`planning.fleet_targets.down_reason`,
+  `units`), so a budget is checked on the nodes as they are then (ADR 0023).
 * `request_windows` does what a workflow cannot: signal-with-start `node/<node>` with signal
   `window`, `activities.node_requests.HAND_OVER_CONCURRENCY` at a time. Idempotent: the node workflow drops a request id it has seen.
 """
@@ -21,9 +24,16 @@ from activities.node_requests import signal_node_workflows
 from api.package import PackageSpec
 from kube.node_snapshot import node_view
 from kube.nodes import list_node_facts
-from planning.fleet_targets import FleetPackage, FleetQuery, FleetSelection, select_fleet
+from planning.fleet_targets import FleetPackage, FleetQuery, FleetSelection, down_reason, select_fleet, units
 from planning.node_marks import NodeMark, listing_marks
-from protocol.activities import ListFleetNodesInput, ListFleetNodesResult, RequestWindowsInput
+from protocol.activities import (
+    ListFleetNodesInput,
+    ListFleetNodesResult,
+    NodeAvailability,
+    ReadNodeSupplyInput,
+    ReadNodeSupplyResult,
+    RequestWindowsInput,
+)
 
 _SELECTION = TypeAdapter(FleetSelection)
 _MARKS = TypeAdapter(list[NodeMark])
@@ -47,6 +57,19 @@ def list_fleet_nodes(input: ListFleetNodesInput) -> ListFleetNodesResult:
     return ListFleetNodesResult(
         selection=_SELECTION.dump_python(selection, mode="json", exclude_defaults=True), listed=len(views),
         marks=_MARKS.dump_python(marks, mode="json"))
+
+
+@activity.defn(name="read_node_supply")
+def read_node_supply(input: ReadNodeSupplyInput) -> ReadNodeSupplyResult:
+    """How each of `input.nodes` stands now for the budgets (module docstring)."""
+    wanted, keys = set(input.nodes), set(input.label_keys)
+    result = ReadNodeSupplyResult()
+    for facts in list_node_facts("", activity.heartbeat):
+        view = node_view(facts)
+        if view.name in wanted:
+            result.nodes[view.name] = NodeAvailability(
+                down_reason(view), units(view, input.resources), {k: v for k, v in view.labels.items() if k in keys})
+    return result
 
 
 @activity.defn(name="request_windows")

@@ -41,10 +41,10 @@ from bench.scenario import (
     policy_manifest,
 )
 from bench.summary import disruptions, summarize
+from planning.fleet.codec import progress_from_json
 from planning.fleet_status import FleetProgress
 from protocol.names import QUERY_PROGRESS, fleet_workflow_id
 from protocol.node_settings import EAGER_START_ENV
-from workflows.fleet_codec import progress_from_json
 
 POLL_SECONDS = 1.0
 OBJECTS_SETTLE_SECONDS = 10.0

@@ -20,7 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +43,12 @@ from kube.node_snapshot import node_facts
 from kube.pod_wait import pod_outcome
 from localstack.state import resolve_connection
 from planning.drain import DrainBlock, DrainCondition, drain_block, read_drain_condition
-from planning.fleet_status import FleetProgress, NodeProgress
+from planning.fleet.codec import progress_from_json
+from planning.fleet_status import FleetProgress, NodeProgress, read_at
 from planning.status import RolloutProgress
 from protocol import names
 from protocol.fleet import Filter
 from service.temporal_client import connect
-from workflows.fleet_codec import progress_from_json
 
 QUERY_TIMEOUT = timedelta(seconds=5)
 # pods/log goes through the kubelet; a node without one (fleetsim) must not stall the command.
@@ -324,7 +324,8 @@ class Ops:
                 raise NoAnswer(f"{handle.id} did not answer within {QUERY_TIMEOUT.seconds}s "
                                "(is a worker polling its task queue?)") from err
             raise NoAnswer(f"{handle.id} did not answer: {err.message}") from err
-        return progress_from_json(answer)
+        # The ETA as of now, not as of the fleet's last workflow task (planning.eta.eta_at).
+        return read_at(progress_from_json(answer), datetime.now(UTC).isoformat())
 
     async def running_fleets(self, package: str | None = None) -> list[str]:
         """Fleets with a running workflow (those carrying `package` when given), from Temporal's visibility.

@@ -10,6 +10,7 @@ With a cluster name (`--cluster`, ADR 0017) the ids are `fleet/<cluster>/<policy
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
@@ -17,11 +18,11 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from crd_bridge.decisions import RolloutState
-from planning.fleet_status import FleetProgress
+from planning.fleet.codec import progress_from_json
+from planning.fleet_status import FleetProgress, read_at
 from protocol import names
 from protocol.fleet import FleetInput, FleetSpec, NodeReset
 from protocol.node import Route, cluster_attributes, signal_node_workflow
-from workflows.fleet_codec import progress_from_json
 
 
 class Fleets:
@@ -86,7 +87,9 @@ class Fleets:
 
     async def progress(self, fleet: str) -> FleetProgress:
         """The fleet's answer to the `progress` query."""
-        return progress_from_json(await self.handle(fleet).query(names.QUERY_PROGRESS))
+        answer = progress_from_json(await self.handle(fleet).query(names.QUERY_PROGRESS))
+        # The ETA as of now, not as of the fleet's last workflow task (planning.eta.eta_at).
+        return read_at(answer, datetime.now(UTC).isoformat())
 
     async def desired(self, fleet: str) -> FleetSpec | None:
         """The FleetSpec the running fleet holds (None when it holds none)."""

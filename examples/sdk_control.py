@@ -25,10 +25,10 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from api.enums import RolloutPhase
 from cli.process_exit import exit_process
 from localstack.state import resolve_connection
+from planning.fleet.codec import progress_from_json
 from planning.fleet_status import FleetProgress
 from protocol import names
 from protocol.fleet import Filter
-from workflows.fleet_codec import progress_from_json
 
 
 async def progress(fleet: WorkflowHandle) -> FleetProgress:

@@ -10,8 +10,8 @@ so a node picked for the next batch stops receiving new long jobs before it is c
   is expected to start: the latest hand-over of the batch out plus the median time this fleet's
   windows took (`expected_start`; the canary's soak added after a canary, none known: at once);
   so later batches usually start without waiting;
-* a node stays marked while its window is out and while it is in the batch to send or the
-  predicted one; otherwise the mark goes: after its window answered, or when it leaves the plan
+* a node stays marked while its window is out, while it is in the batch to send or the
+  predicted one, and while it waits after its budget no longer held at hand-out (`held`); otherwise the mark goes: after its window answered, or when it leaves the plan
   (the fleet paused, halted, rolling back or outside its maintenance windows, the node no longer
   wanted, the prediction changed, drainAhead removed from the policy, the fleet ending). Removals
   while other windows of the fleet are still out are gathered: written with the next marks, once
@@ -55,6 +55,8 @@ class AheadInput:
     next_start: datetime | None = None
     # When the fleet last wrote marks (None: not in this run).
     last_write: datetime | None = None
+    # Nodes held back at hand-out (their budget did not hold on a fresh read): they keep their marks.
+    held: Collection[str] = ()
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,7 @@ def plan(data: AheadInput) -> AheadPlan:
         return AheadPlan(unmark=sorted(data.marked), ready=sorted(data.to_send))
     ahead = timedelta(seconds=data.seconds)
     due = data.next_start is not None and data.now >= data.next_start - ahead
-    wanted = set(data.in_flight) | set(data.to_send) | (set(data.next_batch) if due else set())
+    wanted = set(data.in_flight) | set(data.to_send) | set(data.held) | (set(data.next_batch) if due else set())
     # A window already out gains nothing from a mark: only nodes still to come are marked.
     mark = sorted((set(data.to_send) | (set(data.next_batch) if due else set())) - set(data.marked))
     unmark = sorted(set(data.marked) - wanted)

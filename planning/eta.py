@@ -1,5 +1,5 @@
-"""How long a fleet's remaining batches will take: the ETA of `noderoll plan`, `noderoll status`, the
-statuses and the gauge. Pure (no I/O; times are RFC 3339 strings handed in).
+"""How long a fleet's wave will take: what a fleet measures, what a window is assumed to take, and the ETA
+of `noderoll plan`, `noderoll status`, the statuses and the gauge. Pure (no I/O; times are RFC 3339 strings).
 
 What a fleet measures (`Timings`, kept in `planning.fleet_state.FleetState`, bounded):
 * per window kind (the merged interrupt that ran: `reboot`, `service`, `restartAllServices`, `noop`,
@@ -8,19 +8,22 @@ What a fleet measures (`Timings`, kept in `planning.fleet_state.FleetState`, bou
 * the gaps between batches: from a batch's evaluation to the next batch's hand-out (listing,
   gates, the hand-over itself).
 
-The estimate (`estimate`): batches run one after the other (a batch barrier, `planning.batches`),
-so a batch takes its longest window plus one gap. A window is estimated by the p50 of its kind's
-measured windows; a kind never measured (a fresh fleet) gets the defaults, per stage, per drain and
-per interrupt (`DEFAULTS`), and the ETA says so (`source`). A window already out counts what is
-left of its estimate (at least nothing). A canary still to soak adds its soak. Assumed: every
-window succeeds (no retries, no halts), no maintenance window or gate holds a batch.
+A window is estimated by the p50 of its kind's measured windows (`window_seconds`); a kind never
+measured (a fresh fleet) gets the defaults, per stage, per drain and per interrupt (`DEFAULTS`), and
+the ETA says so (`source_text`).
+
+The ETA itself is the fleet's own machine run ahead on a simulated clock (`planning.fleet.simulate`,
+ADR 0023): its batches, its rolling starts, its soak, drain-ahead's lead, its maintenance windows and
+gate samples, every window succeeding. `simulated_eta` turns such a run into an `Eta`. An `Eta` is
+computed at a moment (`computed_at`); `eta_at` moves it to the moment it is read: windows that were
+out then and have run longer than assumed push the end back by as much (the status, the gauge and
+`noderoll status` read it so, not as of the fleet's last workflow task).
 """
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 # Measurements kept per kind, and gaps kept: enough for a stable p50, small in the fleet's history.
@@ -64,30 +67,6 @@ class WindowShape:
     drain: bool = False
 
 
-@dataclass(frozen=True)
-class Running:
-    """A window already out: its shape and how long it has been out (seconds)."""
-
-    shape: WindowShape
-    elapsed: float
-
-
-@dataclass(frozen=True)
-class EtaInput:
-    """Everything the estimate depends on."""
-
-    # The batches still to hand out, in order; each is the shapes of its nodes' windows.
-    batches: Sequence[Sequence[WindowShape]]
-    timings: Timings
-    # RFC 3339 time the estimate is made at.
-    now: str
-    # The windows of the batch that is out now (empty: none).
-    running: Sequence[Running] = ()
-    # Canary soak still ahead (seconds).
-    soak_seconds: float = 0.0
-    defaults: Defaults = DEFAULTS
-
-
 @dataclass
 class Eta:
     """An estimate of when the fleet's wave ends."""
@@ -102,7 +81,11 @@ class Eta:
     gap_seconds: float = 0.0
     # "measured: ..." or "defaults: ..." (module docstring).
     source: str = DEFAULT_SOURCE
-    assumes: str = "every window succeeds; no retry, halt, maintenance window or gate holds a batch"
+    assumes: str = "every window succeeds; no retry or halt; every gate sample passes"
+    # RFC 3339 moment the estimate was made at, and the seconds from then until the windows out then
+    # should have answered (`eta_at` moves the estimate by how late they are).
+    computed_at: str = ""
+    running_seconds: float = 0.0
 
 
 def kind_of(interrupt: str) -> str:
@@ -158,15 +141,21 @@ def window_seconds(shape: WindowShape, timings: Timings, defaults: Defaults = DE
     return float(statistics.median(measured)) if measured else default_seconds(shape, defaults)
 
 
-def _source(data: EtaInput, kinds: set[str]) -> str:
-    measured = {k: v for k, v in data.timings.windows.items() if k in kinds and v}
+def source_text(timings: Timings, kinds: set[str], defaults: Defaults = DEFAULTS) -> str:
+    """What an estimate over windows of `kinds` rests on: the measured p50s, or the defaults (and which)."""
+    measured = {k: v for k, v in timings.windows.items() if k in kinds and v}
     missing = sorted(kinds - set(measured))
     parts = [f"{k} p50 {statistics.median(v):.0f}s of {len(v)} window(s)" for k, v in sorted(measured.items())]
-    d = data.defaults
+    d = defaults
     if missing:
         parts.append(f"defaults for {', '.join(missing)} (never measured here: {d.stage:.0f}s per stage, "
                      f"{d.drain:.0f}s per drain, {d.reboot:.0f}s per reboot, {d.service:.0f}s per service restart)")
     return ("measured: " if measured else "defaults: ") + "; ".join(parts) if parts else DEFAULT_SOURCE
+
+
+def gap_seconds(timings: Timings, defaults: Defaults = DEFAULTS) -> float:
+    """The p50 of the measured gaps between batches, else the default."""
+    return float(statistics.median(timings.gaps)) if timings.gaps else defaults.gap
 
 
 def _minute(moment: datetime) -> str:
@@ -174,31 +163,48 @@ def _minute(moment: datetime) -> str:
     return rounded.isoformat()
 
 
-def estimate(data: EtaInput) -> Eta:
-    """When the batches still ahead end (module rules)."""
-    defaults = data.defaults
-    gap = float(statistics.median(data.timings.gaps)) if data.timings.gaps else defaults.gap
-    shapes = [s for batch in data.batches for s in batch] + [r.shape for r in data.running]
-    kinds = {s.kind for s in shapes}
-    seconds = 0.0
-    if data.running:
-        seconds += max(max(window_seconds(r.shape, data.timings, defaults) - r.elapsed, 0.0) for r in data.running)
-    seconds += data.soak_seconds
-    for batch in data.batches:
-        if batch:
-            seconds += gap + max(window_seconds(s, data.timings, defaults) for s in batch)
-    if not shapes:
-        return Eta(source=_source(data, kinds))
+@dataclass(frozen=True)
+class SimulatedRun:
+    """What a simulated run of the fleet says about the time left (`planning.fleet.simulate.Simulation`)."""
+
+    now: str
+    # Seconds until the wave ends, and until the windows out at `now` answer.
+    seconds: float
+    running_seconds: float
+    batches: int
+    # The shape of every window still to run (those out at `now` included).
+    shapes: list[WindowShape]
+    timings: Timings
+
+
+def simulated_eta(run: SimulatedRun, defaults: Defaults = DEFAULTS) -> Eta:
+    """The `Eta` of a simulated run (an empty one when no window is left)."""
+    kinds = {s.kind for s in run.shapes}
+    if not run.shapes:
+        return Eta(source=source_text(run.timings, kinds, defaults), computed_at=run.now)
+    per_kind = {k: round(window_seconds(next(s for s in run.shapes if s.kind == k), run.timings, defaults), 1)
+                for k in sorted(kinds)}
     return Eta(
-        finish_at=_minute(datetime.fromisoformat(data.now) + timedelta(seconds=seconds)),
-        seconds_left=round(seconds, 1),
-        batches_left=sum(1 for b in data.batches if b) + (1 if data.running else 0),
-        windows_left=len(shapes),
-        window_seconds={k: round(window_seconds(next(s for s in shapes if s.kind == k), data.timings, defaults), 1)
-                        for k in sorted(kinds)},
-        gap_seconds=round(gap, 1),
-        source=_source(data, kinds),
-    )
+        finish_at=_minute(datetime.fromisoformat(run.now) + timedelta(seconds=run.seconds)),
+        seconds_left=round(run.seconds, 1), batches_left=run.batches, windows_left=len(run.shapes),
+        window_seconds=per_kind, gap_seconds=round(gap_seconds(run.timings, defaults), 1),
+        source=source_text(run.timings, kinds, defaults), computed_at=run.now,
+        running_seconds=round(run.running_seconds, 1))
+
+
+def eta_at(eta: Eta, now: str) -> Eta:
+    """`eta` as of `now` (module docstring): the time since it was computed passes, and windows that were
+    out then and are still running past their assumed end push the end back by as much."""
+    if not eta.finish_at or not eta.computed_at or not now:
+        return eta
+    elapsed = (datetime.fromisoformat(now) - datetime.fromisoformat(eta.computed_at)).total_seconds()
+    if elapsed <= 0:
+        return eta
+    late = max(0.0, elapsed - eta.running_seconds) if eta.running_seconds else 0.0
+    left = max(eta.seconds_left + late - elapsed, 0.0)
+    finish = datetime.fromisoformat(now) + timedelta(seconds=left)
+    return replace(eta, finish_at=_minute(finish), seconds_left=round(left, 1), computed_at=now,
+                   running_seconds=max(eta.running_seconds - elapsed, 0.0))
 
 
 def duration_text(seconds: float) -> str:

@@ -142,6 +142,9 @@ class FleetState:
     # durations (seconds) of the latest answered windows (planning.drain_ahead).
     upcoming: dict[str, str] = field(default_factory=dict)
     window_seconds: list[float] = field(default_factory=list)
+    # Nodes held back when their window was to be handed out (their budget no longer held on a fresh read,
+    # planning.fleet.handout): node -> why. They keep their drain-ahead mark while they wait.
+    held: dict[str, str] = field(default_factory=dict)
 
 
 # --- desired state ---------------------------------------------------------------------------
@@ -210,6 +213,7 @@ def start_wave(state: FleetState, selection: FleetSelection, policy: DeploymentP
     state.records = {}
     state.node_order = {}
     state.departed = {}
+    state.held = {}
     state.soak_until = ""
     state.promote = False
     gate_rules.start_wave(state.gates)
@@ -369,11 +373,15 @@ def order_of(state: FleetState, node: str) -> int:
     return state.node_order.setdefault(node, len(state.node_order))
 
 
+def window_request(state: FleetState, fleet: str, request: str, orders: list[PackageOrder], node: str) -> WindowRequest:
+    """The request of one window on `node` (every request the fleet sends is built here)."""
+    return WindowRequest(fleet, request, orders, state.wave, order_of(state, node))
+
+
 def hand_out(state: FleetState, fleet: str, nodes: Collection[str], now: str) -> list[tuple[str, WindowRequest]]:
     """Put a request in flight for each of `nodes` that wants work now (in name order); returns them.
 
-    The one place a fleet's window requests are made: the fleet sends what this returns, and
-    `noderoll plan` (`planning.rollout_plan`) simulates its batches with it.
+    The one place a fleet's window requests are made: the fleet machine sends what this returns.
     """
     handed = []
     for node in sorted(nodes):
@@ -383,7 +391,8 @@ def hand_out(state: FleetState, fleet: str, nodes: Collection[str], now: str) ->
         orders, reruns = package_orders(state, node, packages)
         request = request_id(state, fleet, node)
         state.in_flight[node] = InFlight(request, packages, now, reruns=reruns)
-        handed.append((node, WindowRequest(fleet, request, orders, state.wave, order_of(state, node))))
+        state.held.pop(node, None)
+        handed.append((node, window_request(state, fleet, request, orders, node)))
     if handed:
         record_hand_out(state.timings, now)
     return handed

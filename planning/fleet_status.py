@@ -47,9 +47,8 @@ from dataclasses import dataclass, field, replace
 from api.enums import CanaryPhase, RolloutPhase, State
 from planning import fleet_rollback as rollbacks
 from planning.disruption import CapacityUse, WaitNote, describe
-from planning.eta import Eta, Timings
-from planning.fleet_eta import fleet_eta
-from planning.fleet_state import FleetState, entries, package_revision, remaining
+from planning.eta import Eta, Timings, eta_at
+from planning.fleet_state import FleetState, entries, package_revision
 from planning.gates import GateFailure, GateTrack, failure_text
 from planning.status import RolloutProgress
 from protocol.clusters import GlobalView
@@ -257,16 +256,16 @@ def _package_message(name: str, phase: RolloutPhase, fleet: str, state: FleetSta
     return ""
 
 
-def _eta(state: FleetState, fleet_phase: RolloutPhase, now: str) -> Eta | None:
-    if not now or fleet_phase not in _ETA_PHASES:
-        return None
-    left = remaining(state)
-    return fleet_eta(state, now, left) if left else None
+def has_eta(fleet_phase: RolloutPhase) -> bool:
+    """A fleet in this phase works through its batches and has an ETA (held ones wait for someone: none)."""
+    return fleet_phase in _ETA_PHASES
 
 
-def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str, fleet_id: str = "") -> FleetProgress:
+def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str, fleet_id: str = "",
+                   eta: Eta | None = None) -> FleetProgress:
     """The `progress` query's answer for `state` (module rules); `fleet_id` names the fleet in messages
-    (default `fleet/<policy>`; `fleet/<cluster>/<policy>` in a named cluster)."""
+    (default `fleet/<policy>`; `fleet/<cluster>/<policy>` in a named cluster); `eta`: the wave's ETA
+    (`planning.fleet.eta.fleet_eta`), shown in the phases that have one."""
     planner = state.planner
     fleet = fleet_id or f"fleet/{state.spec.policy_name if state.spec else ''}"
     nodes = {node: _node_progress(state, node) for node in sorted(state.targets)}
@@ -281,7 +280,7 @@ def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str, fleet
         next_window=state.next_window if fleet_phase is RolloutPhase.WAITING else "",
         gate_failure=state.gates.failure, gates={**state.gates.continuous, **state.gates.tracks},
         rollback=rollbacks.report(state.rollback, fleet_phase is RolloutPhase.HALTED) if state.rollback else None,
-        eta=_eta(state, fleet_phase, now),
+        eta=eta if has_eta(fleet_phase) else None,
         timings=state.timings,
         global_rollout=state.turns.view,
         capacity=list(planner.capacity) if planner else [], waits=list(planner.waits) if planner else [],
@@ -331,3 +330,13 @@ def _package_rollback(report: rollbacks.RollbackReport | None, state: FleetState
     return replace(report, nodes=nodes, versions={p: v for p, v in report.versions.items() if p == name},
                    uninstalled=[p for p in report.uninstalled if p == name],
                    failed={n: why for n, why in report.failed.items() if n in nodes})
+
+
+def read_at(progress: FleetProgress, now: str) -> FleetProgress:
+    """`progress` as of `now` (when its reader reads it): the fleet's ETA and each Package's moved there
+    (`planning.eta.eta_at`); the fleet computed them at its last workflow task."""
+    if progress.eta is None:
+        return progress
+    packages = {name: replace(p, eta=eta_at(p.eta, now)) if p.eta is not None else p
+                for name, p in progress.packages.items()}
+    return replace(progress, eta=eta_at(progress.eta, now), packages=packages)

@@ -1,48 +1,49 @@
-"""`noderoll plan`: what a fleet's next wave would do, simulated with the fleet's own rules. Pure.
+"""`noderoll plan`: what a fleet's next wave would do: the fleet's own machine run ahead. Pure.
 
-`plan_fleet(PlanInput)` runs the fleet's decisions, not a copy of them: target selection
-(`planning.fleet_targets.select_fleet`) over a snapshot of the Nodes, the wave
-(`planning.fleet_state.set_spec`, `start_wave`: the same planner, the same node order, the order key
-being the fleet's workflow id), then batch after batch as the fleet's loop does
-(`planning.batches.planner_phase`, `next_batch` with `fleet_state.canary_cover`,
-`fleet_state.hand_out`, `batch_results`, `record_batch_result`, `promote_canary`), each node's window
-planned by `planning.node_plan.plan_node` from the request the fleet would hand it and the node's
-recorded state (as the node workflow plans it), and answered as a window that succeeded would
-answer (`fleet_state.record_result`). So the batches, their order and each node's merged window are
-the fleet's, on the assumption that every window succeeds: a failed window, a retry or a halt
-changes what comes after it (the plan says so).
+`plan_fleet(PlanInput)` runs the fleet's decisions, not a copy of them: the fleet machine
+(`planning.fleet.machine`, the very code the fleet workflow runs) on a simulated fleet
+(`planning.fleet.simulate`) whose nodes are a snapshot of the Nodes (`planning.fleet.worlds.SnapshotWorld`):
+target selection, the wave, the canary, every batch or rolling start with its floors, topology limits,
+drain-ahead lead, maintenance windows and gate samples, each node's window planned by
+`planning.node_plan.plan_node` from the request the fleet hands it and the node's recorded state (as the
+node workflow plans it), and answered as a window that succeeded would answer. So the batches, their
+order, the rolling start order and each node's merged window are the fleet's, on the assumption that
+every window succeeds: a failed window, a retry or a halt changes what comes after it (the plan says
+so). The ETA is the simulated end (windows: the fleet's measured p50s, else the defaults).
 
-Without `current` (no fleet runs), every Package counts as changed (the canary covers each); with
-it (the desired state the running fleet holds), only Packages whose spec differs do, as in the
-fleet. Nodes already at the desired state are done (no window). Nodes a Package targets but
-cannot update now are listed with the reason (blocked: a taint not tolerated, runtime-required,
-an unreadable state; waiting: a dependency not met; paused); nodes no Package targets are counted.
+Without `current` (no fleet runs), every Package counts as changed (the canary covers each); with it
+(the desired state the running fleet holds), only Packages whose spec differs do, as in the fleet.
+Nodes already at the desired state are done (no window). Nodes a Package targets but cannot update now
+are listed with the reason (blocked: a taint not tolerated, runtime-required, an unreadable state;
+waiting: a dependency not met; paused); nodes no Package targets are counted.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
-from api.enums import CanaryPhase, State
-from api.node_state import parse_node_state
-from api.package import PackageSpec
 from api.policy import DeploymentPolicySpec
-from planning import batches
 from planning import fleet_state as fs
 from planning.compartments import DEFAULT_POLICY
-from planning.disruption import listing_label_keys
-from planning.eta import Eta, EtaInput, Timings, WindowShape, estimate, kind_of
+from planning.disruption import floor_resources, limits_of, listing_label_keys
+from planning.eta import Eta, SimulatedRun, Timings, simulated_eta
+from planning.fleet.messages import Desired
+from planning.fleet.run import FleetRun
+from planning.fleet.simulate import HandOut, Simulation, simulate
+from planning.fleet.worlds import PlannedPackage, PlannedWindow, SnapshotWorld, spec_of
 from planning.fleet_targets import FleetPackage, FleetQuery, FleetSelection, select_fleet
-from planning.node_plan import NodePlanInput, plan_node
+from planning.rolling import is_rolling
 from planning.targets import NodeView
-from protocol.fleet import FleetSpec, PackageOutcome, WindowRequest, WindowResult
-from protocol.names import fleet_workflow_id
+from protocol.fleet import FleetInput, FleetSpec
 
 ASSUMES = ("every window succeeds (a failure, retry or halt changes the batches after it); "
-           "batches after the first are simulated with the fleet's planner")
-# Safety net: the simulation ends after this many batches (a fleet of 1,000 nodes one at a time takes 1,000).
-MAX_BATCHES = 100_000
+           "the batches are the fleet's own machine run ahead on a simulated clock")
+
+__all__ = ["ASSUMES", "FleetPlan", "PlanInput", "PlannedBatch", "PlannedPackage", "PlannedWindow", "Totals",
+           "plan_fleet"]
 
 
 @dataclass(frozen=True)
@@ -58,47 +59,19 @@ class PlanInput:
     timings: Timings = field(default_factory=Timings)
     # The running fleet's wave (0: none): the plan's wave is the next one.
     wave: int = 0
-
-
-@dataclass
-class PlannedPackage:
-    """One Package of a node's window: what it does there."""
-
-    name: str
-    action: str
-    version: str
-    previous_version: str | None = None
-    # Its stages in order; `interrupt` marks where the window's one merged interrupt runs.
-    stages: list[str] = field(default_factory=list)
-    reason: str = ""
-
-
-@dataclass
-class PlannedWindow:
-    """One node's window: its batch, its Packages in order, one drain or none, one merged interrupt."""
-
-    node: str
-    batch: int
-    compartment: str
-    canary: bool
-    # SKYHOOK_NODE_ORDER: the node's position in the order the wave asks its nodes.
-    order: int
-    packages: list[PlannedPackage] = field(default_factory=list)
-    drain: bool = False
-    # The merged interrupt ("" none) and its services.
-    interrupt: str = ""
-    services: list[str] = field(default_factory=list)
-    # Packages of the request the node would answer without running them: name -> why.
-    not_run: dict[str, str] = field(default_factory=dict)
+    # The cluster the fleet runs in ("" = none): its workflow id, the node order's identity.
+    cluster: str = ""
 
 
 @dataclass
 class PlannedBatch:
-    """One batch: its nodes per compartment, in the fleet's order."""
+    """One batch (for `rolling`: one start of windows): its nodes per compartment, in the fleet's order."""
 
     number: int
     canary: bool
     compartments: dict[str, list[str]] = field(default_factory=dict)
+    # Seconds after the plan's start when it is handed out.
+    starts_at: float = 0.0
 
     @property
     def nodes(self) -> list[str]:
@@ -116,6 +89,8 @@ class Totals:
     reboots: int = 0
     interrupts: int = 0
     batches: int = 0
+    # The most windows out at once.
+    peak: int = 0
 
 
 @dataclass
@@ -127,6 +102,8 @@ class FleetPlan:
     # Packages whose spec (or uninstall) the wave changes; the canary covers each.
     changed: list[str] = field(default_factory=list)
     policy_changed: bool = False
+    # `rolling`: the batches are the starts of windows, in order (no batch barrier).
+    rolling: bool = False
     canary: list[str] = field(default_factory=list)
     canary_soak_seconds: int = 0
     batches: list[PlannedBatch] = field(default_factory=list)
@@ -147,68 +124,27 @@ class FleetPlan:
         return any(w.packages for w in self.windows.values())
 
 
-def _packages(spec: FleetSpec) -> dict[str, FleetPackage]:
-    return {e.name: FleetPackage(PackageSpec.model_validate(e.spec), uninstall=e.uninstall, paused=e.paused)
-            for e in spec.packages}
-
-
 def _policy(spec: FleetSpec) -> DeploymentPolicySpec:
     return DeploymentPolicySpec.model_validate(spec.policy) if spec.policy else DEFAULT_POLICY
 
 
 def _initial_state(data: PlanInput) -> fs.FleetState:
-    state = fs.FleetState(wave=data.wave)
+    """What the fleet holds before the desired state reaches it; the plan always starts a wave (a node that
+    fell behind the current spec gets a window as well)."""
+    state = fs.FleetState(wave=data.wave, wave_wanted=True, timings=copy.deepcopy(data.timings))
     if data.current is not None:
         # What the running fleet rolls out: Packages at these revisions are not changes.
         state.spec = data.current
         state.revisions = {e.name: fs.package_revision(e) for e in data.current.packages}
         state.policy_revision = fs.policy_revision(data.current)
-    fs.set_spec(state, data.desired)
     return state
 
 
-def _window(request: WindowRequest, node: NodeView) -> tuple[PlannedWindow, WindowResult]:
-    """The node workflow's plan of `request` (workflows/node_window.py) and a successful answer to it."""
-    recorded, problem = parse_node_state(node.state_annotation)
-    specs = {o.name: PackageSpec.model_validate(o.spec) for o in request.packages}
-    uninstall = frozenset(o.name for o in request.packages if o.uninstall)
-    rerun = {o.name: o.rerun_stage for o in request.packages if o.rerun}
-    plan = plan_node(NodePlanInput(node=node.name, recorded=recorded, desired=specs, uninstall=uninstall,
-                                   rerun=rerun))
-    window = PlannedWindow(node=node.name, batch=0, compartment="", canary=False, order=request.node_order)
-    outcomes: dict[str, PackageOutcome] = {}
-    if problem or plan.error:
-        why = problem or plan.error or ""
-        window.not_run = {o.name: why for o in request.packages}
-        return window, WindowResult(node.name, request.request_id,
-                                    {o.name: PackageOutcome(State.BLOCKED.value, message=why) for o in request.packages})
-    for name, package in sorted(plan.packages.items()):
-        if package.blocked:
-            window.not_run[name] = package.blocked
-            outcomes[name] = PackageOutcome(State.BLOCKED.value, package.version, message=package.blocked)
-        elif not package.has_work:
-            window.not_run[name] = package.reason or "up to date"
-            outcomes[name] = PackageOutcome(State.COMPLETE.value, package.version)
-    if plan.window is not None:
-        for name in plan.window.packages:
-            package = plan.packages[name]
-            window.packages.append(PlannedPackage(name, package.action.value, package.version,
-                                                  package.previous_version, [s.value for s in package.stages],
-                                                  package.reason))
-            outcomes[name] = PackageOutcome(State.COMPLETE.value, package.version)
-        merged = plan.window.interrupt
-        window.drain = plan.window.needs_drain
-        window.interrupt = merged.type.value if merged else ""
-        window.services = list(merged.services) if merged else []
-    result = WindowResult(node.name, request.request_id, outcomes, cordoned=window.drain, drained=window.drain,
-                          interrupt=window.interrupt)
-    return window, result
-
-
-def shape_of(window: PlannedWindow) -> WindowShape:
-    """The ETA's view of a planned window."""
-    stages = sum(1 for p in window.packages for s in p.stages if s != "interrupt")
-    return WindowShape(kind=kind_of(window.interrupt), stages=stages, drain=window.drain)
+def _selection(data: PlanInput, policy: DeploymentPolicySpec) -> FleetSelection:
+    packages = {e.name: FleetPackage(spec_of(e.spec), uninstall=e.uninstall, paused=e.paused)
+                for e in data.desired.packages}
+    return select_fleet(FleetQuery(packages, data.nodes, {}, frozenset(listing_label_keys(policy)),
+                                   bool(limits_of(policy)), frozenset(floor_resources(policy))))
 
 
 def _skipped(plan: FleetPlan, selection: FleetSelection, data: PlanInput) -> None:
@@ -223,55 +159,67 @@ def _skipped(plan: FleetPlan, selection: FleetSelection, data: PlanInput) -> Non
             plan.skipped[name] = dict(sorted(reasons.items()))
 
 
+def _batches(handouts: list[HandOut], rolling: bool) -> list[PlannedBatch]:
+    """The plan's batches: one per planner batch (its hand-outs merged), or per rolling start."""
+    out: list[PlannedBatch] = []
+    for handout in handouts:
+        same = out and not rolling and out[-1].number == handout.batch and out[-1].canary == handout.canary
+        batch = out[-1] if same else PlannedBatch(handout.batch if not rolling else len(out) + 1, handout.canary,
+                                                  starts_at=handout.at)
+        for node, compartment in handout.nodes.items():
+            batch.compartments.setdefault(compartment, []).append(node)
+        if not same:
+            out.append(batch)
+    for batch in out:
+        batch.compartments = {c: nodes for c, nodes in sorted(batch.compartments.items())}
+    return out
+
+
+def _notes(plan: FleetPlan, sim: Simulation, policy: DeploymentPolicySpec) -> None:
+    if sim.stopped != "done":
+        plan.notes.append(f"the fleet would stop there: {sim.stopped}")
+    if policy.maintenance_windows:
+        plan.notes.append("the policy has maintenance windows: batches start only inside them (the ETA waits for them)")
+    if policy.analysis:
+        plan.notes.append("the policy has analysis gates: a failing gate halts the fleet (the ETA assumes they pass)")
+    plan.notes.extend(f"assumed: {what}" for what in sim.assumed)
+
+
 def plan_fleet(data: PlanInput) -> FleetPlan:
     """What the next wave of `data.desired`'s fleet would do (module docstring)."""
     policy = _policy(data.desired)
-    fleet_id = fleet_workflow_id(data.desired.policy_name)
-    state = _initial_state(data)
-    selection = select_fleet(FleetQuery(_packages(data.desired), data.nodes, {}, frozenset(listing_label_keys(policy))))
-    fs.start_wave(state, selection, policy, fleet_id)
-    planner = state.planner
-    assert planner is not None
+    run = FleetRun(input=FleetInput(policy_name=data.desired.policy_name, cluster=data.cluster),
+                   state=_initial_state(data), policy=_policy(data.current) if data.current else DEFAULT_POLICY)
+    run.receive(Desired(data.desired))
+    world = SnapshotWorld(data.nodes, data.timings)
+    start = datetime.fromisoformat(data.now)
+    sim = simulate(run, world, start)
+    state = run.state
+    rolling = state.planner is not None and is_rolling(state.planner)
     plan = FleetPlan(fleet=data.desired.policy_name, wave=state.wave, changed=list(state.changed),
                      policy_changed=data.current is not None and state.policy_revision != fs.policy_revision(data.current),
-                     canary_soak_seconds=planner.canary_soak_seconds if planner.canary_count else 0)
+                     rolling=rolling, batches=_batches(sim.handouts, rolling))
+    planner = state.planner
+    plan.canary_soak_seconds = planner.canary_soak_seconds if planner and planner.canary_count else 0
+    selection = _selection(data, policy)
     _skipped(plan, selection, data)
     plan.done = sorted(n for n, t in selection.nodes.items() if t.done and not t.pending)
-    views = {n.name: n for n in data.nodes}
-    while len(plan.batches) < MAX_BATCHES:
-        phase = batches.planner_phase(planner, fs.remaining(state))
-        if phase is batches.PlannerPhase.CANARY_HOLD:
-            batches.promote_canary(planner)  # the soak passes (and a manual promotion is given)
-            continue
-        if phase is not batches.PlannerPhase.READY:
-            break
-        canary = planner.canary_count > 0 and planner.canary_phase is CanaryPhase.NONE
-        nodes = batches.next_batch(planner, fs.startable(state), fs.canary_cover(state))
-        if not nodes:
-            break
-        batch = PlannedBatch(planner.batch_number, canary, {c: list(n) for c, n in sorted(planner.current.items())})
-        plan.batches.append(batch)
-        compartment = {n: c for c, members in batch.compartments.items() for n in members}
-        for node, request in fs.hand_out(state, fleet_id, nodes, data.now):
-            window, result = _window(request, views[node])
-            window.batch, window.compartment, window.canary = batch.number, compartment[node], canary
-            plan.windows[node] = window
-            fs.record_result(state, result)
-        results = fs.batch_results(state, nodes)
-        assert results is not None
-        batches.record_batch_result(planner, *results)
+    for batch in plan.batches:
+        for compartment, nodes in batch.compartments.items():
+            for node in nodes:
+                window = world.windows.get(node)
+                if window is not None and not window.batch:
+                    window.batch, window.compartment, window.canary = batch.number, compartment, batch.canary
+                    window.starts_at = batch.starts_at
     plan.canary = sorted(n for b in plan.batches if b.canary for n in b.nodes)
-    plan.windows = {n: w for n, w in plan.windows.items() if w.packages or w.not_run}
+    plan.windows = {n: w for n, w in sorted(world.windows.items()) if w.packages or w.not_run}
     running = [w for w in plan.windows.values() if w.packages]
     plan.totals = Totals(nodes=len({*plan.windows, *plan.skipped, *plan.done}), windows=len(running),
                          drains=sum(w.drain for w in running), reboots=sum(w.interrupt == "reboot" for w in running),
-                         interrupts=sum(bool(w.interrupt) for w in running), batches=len(plan.batches))
-    shapes = [[shape_of(plan.windows[n]) for n in b.nodes if n in plan.windows and plan.windows[n].packages]
-              for b in plan.batches]
-    plan.eta = estimate(EtaInput(batches=shapes, timings=data.timings, now=data.now,
-                                 soak_seconds=float(plan.canary_soak_seconds if plan.canary else 0)))
-    if policy.maintenance_windows:
-        plan.notes.append("the policy has maintenance windows: batches start only inside them (not in the ETA)")
-    if policy.analysis:
-        plan.notes.append("the policy has analysis gates: a failing gate halts the fleet (not in the ETA)")
+                         interrupts=sum(bool(w.interrupt) for w in running), batches=len(plan.batches),
+                         peak=sim.peak)
+    shapes = [w.shape() for w in running]
+    plan.eta = simulated_eta(SimulatedRun(now=data.now, seconds=sim.end, running_seconds=0.0,
+                                          batches=len(plan.batches), shapes=shapes, timings=data.timings))
+    _notes(plan, sim, policy)
     return plan

@@ -101,7 +101,7 @@ class DescribeWorkflowRunsResult:
 class MarkBlockedNodesInput:
     """Show on each node what its mark says (decided again on a fresh read).
 
-    Each mark is the JSON of a `planning.node_marks.NodeMark` (`workflows.fleet_codec` converts):
+    Each mark is the JSON of a `planning.node_marks.NodeMark` (`planning.fleet.codec` converts):
     this module stays a leaf."""
 
     marks: list[dict[str, Any]]
@@ -140,3 +140,31 @@ class MarkUpcomingNodesResult:
 
     marked: list[str] = field(default_factory=list)
     unmarked: list[str] = field(default_factory=list)
+
+
+@dataclass
+class NodeAvailability:
+    """One node as capacity floors, topology limits and the count budget see it now."""
+
+    # Why its capacity does not count ("" = it counts): planning.disruption's DOWN_* reasons.
+    down: str = ""
+    # Allocatable units of the floors' resources.
+    capacity: dict[str, int] = field(default_factory=dict)
+    # The node's values of the topology keys.
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ReadNodeSupplyInput:
+    """A fresh read of the fleet's nodes before windows are handed out (the budget at hand-out, ADR 0023)."""
+
+    nodes: list[str]
+    label_keys: list[str] = field(default_factory=list)
+    resources: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ReadNodeSupplyResult:
+    """Node -> how it stands now (nodes that no longer exist are left out)."""
+
+    nodes: dict[str, NodeAvailability] = field(default_factory=dict)

@@ -86,6 +86,14 @@ class Filter:
 
 
 @dataclass
+class AvailabilityChanged:
+    """Payload of the fleet signal `availability_changed` (from the bridge): nodes of the fleet cordoned or
+    uncordoned by someone else, or turned NotReady or Ready, outside noderoll's own windows."""
+
+    nodes: list[str] = field(default_factory=list)
+
+
+@dataclass
 class Rerun:
     """Payload of the fleet signal `rerun`: run a completed Package again (once per `id`).
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from activities.describe import describe_workflow_runs
 from activities.drain import drain_node, wait_protected_pods
-from activities.fleet import list_fleet_nodes, request_windows
+from activities.fleet import list_fleet_nodes, read_node_supply, request_windows
 from activities.global_reports import report_to_global
 from activities.interrupts import run_interrupt
 from activities.node_marks import mark_blocked_nodes
@@ -49,6 +49,7 @@ ACTIVITIES: list[Callable[..., Any]] = [
     close_window,
     # fleet (activities/fleet.py, describe.py: the watchdog)
     list_fleet_nodes,
+    read_node_supply,
     request_windows,
     describe_workflow_runs,
     # analysis gates of fleets (activities/prometheus.py)

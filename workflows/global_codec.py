@@ -1,6 +1,6 @@
 """JSON conversion of `global/<policy>`'s state and answers. Deterministic, no I/O.
 
-As for the fleet (`workflows/fleet_codec.py`): the state travels through continue-as-new as JSON,
+As for the fleet (`planning/fleet/codec.py`): the state travels through continue-as-new as JSON,
 and the adapters are built when the worker first imports this module, outside the sandbox.
 """
 

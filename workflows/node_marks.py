@@ -2,8 +2,9 @@
 
 `mark_nodes(marks)`: show on the nodes what the marks say (no activity at all when there is nothing
 to show): the marks a fleet's listing returned (`planning.node_marks.listing_marks`, decided in the
-activity `list_fleet_nodes`) and the mark of a node workflow holding its own node. A failed mark is
-logged, never fatal: the next listing asks again, and the Package status names the node either way.
+activity `list_fleet_nodes`; the fleet machine asks with `MarkBlocked`) and the mark of a node workflow
+holding its own node. A failed mark is logged, never fatal: the next listing asks again, and the Package
+status names the node either way.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from planning.fleet.codec import marks_to_json
     from planning.node_marks import NodeMark
     from protocol.activities import MarkBlockedNodesInput, MarkBlockedNodesResult
     from workflows.api_retries import outlasting
-    from workflows.fleet_codec import marks_to_json
 
 MARK_TIMEOUT = timedelta(minutes=2)
 # Marks are retried through an apiserver outage like the window's calls (`workflows.api_retries`).
@@ -27,12 +28,16 @@ MARK_RETRY = outlasting(timedelta(seconds=2), timedelta(seconds=30))
 
 async def mark_nodes(marks: Sequence[NodeMark]) -> None:
     """Run `mark_blocked_nodes` for `marks` (none: no activity)."""
-    if not marks:
-        return
+    if marks:
+        await mark_blocked(MarkBlockedNodesInput(marks_to_json(marks)))
+
+
+async def mark_blocked(input: MarkBlockedNodesInput) -> None:
+    """Run `mark_blocked_nodes` with `input`; a failure is logged."""
     try:
         await workflow.execute_activity(
-            "mark_blocked_nodes", MarkBlockedNodesInput(marks_to_json(marks)), result_type=MarkBlockedNodesResult,
+            "mark_blocked_nodes", input, result_type=MarkBlockedNodesResult,
             start_to_close_timeout=MARK_TIMEOUT, heartbeat_timeout=timedelta(seconds=60), retry_policy=MARK_RETRY,
-            summary=f"mark {len(marks)} blocked node(s)")
+            summary=f"mark {len(input.marks)} blocked node(s)")
     except ActivityError as err:
-        workflow.logger.warning("marking %d node(s) failed: %s", len(marks), err)
+        workflow.logger.warning("marking %d node(s) failed: %s", len(input.marks), err)

@@ -19,6 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api import keys
 from localstack.state import StackInfo
+from planning.fleet.codec import progress_from_json
 from planning.status import RolloutProgress
 from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
@@ -34,7 +35,6 @@ from tests.integration.bridge_support import (
     read_package,
     reasons,
 )
-from workflows.fleet_codec import progress_from_json
 
 pytestmark = pytest.mark.integration
 NODES = 2

@@ -41,6 +41,7 @@ from temporalio.service import RPCError
 from api import keys
 from fleetsim.faults import Fault
 from localstack.state import StackInfo
+from planning.fleet.codec import progress_from_json
 from planning.fleet_status import FleetProgress
 from protocol import names
 from protocol.clusters import GlobalView
@@ -59,7 +60,6 @@ from tests.integration.bridge_support import (
     policy_events,
     read_package,
 )
-from workflows.fleet_codec import progress_from_json
 from workflows.global_codec import global_view_from_json
 
 pytestmark = [pytest.mark.integration, pytest.mark.multicluster, pytest.mark.timeout(600)]

@@ -49,6 +49,7 @@ from api.keys import (
 )
 from fleetsim.faults import Fault
 from localstack.state import StackInfo
+from planning.fleet.codec import marks_to_json
 from planning.node_marks import NodeMark, decide_mark
 from protocol import errors
 from protocol.activities import MarkBlockedNodesInput
@@ -65,7 +66,6 @@ from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import SCRIPT_IMAGE, SYSCTL_IMAGE, WORKLOAD_IMAGE
 from tests.integration.node_window_support import cordon, wait_pods_running
-from workflows.fleet_codec import marks_to_json
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

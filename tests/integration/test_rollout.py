@@ -26,6 +26,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from api import keys
 from api.enums import RolloutPhase
 from localstack.state import StackInfo
+from planning.fleet.codec import progress_from_json
 from planning.status import RolloutProgress
 from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
@@ -42,7 +43,6 @@ from tests.integration.bridge_support import (
     read_package,
     temporal_signal,
 )
-from workflows.fleet_codec import progress_from_json
 
 pytestmark = pytest.mark.integration
 NODES = 20

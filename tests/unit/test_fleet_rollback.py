@@ -13,9 +13,9 @@ from api.policy import DeploymentPolicySpec
 from planning import batches
 from planning import fleet_rollback as rb
 from planning import fleet_state as fs
+from planning.fleet.codec import state_from_json, state_to_json
 from planning.fleet_targets import FleetSelection, NodeTargets
 from protocol.fleet import Filter, FleetSpec, PackageEntry, PackageOutcome, WindowResult
-from workflows.fleet_codec import state_from_json, state_to_json
 
 POLICY: dict[str, Any] = {"default": {"budget": {"count": 2}}, "canary": {"count": 1, "onFailure": "rollback"}}
 NODES = ("n1", "n2", "n3")

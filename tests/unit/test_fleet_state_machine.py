@@ -1,7 +1,7 @@
 """Random sequences of spec changes, listings, requests, answers, operator signals and lost node
 workflows against planning/fleet_state.py (a hypothesis state machine), with the docstring's rules as
 invariants. Listings come from the real target selection over Nodes whose state annotation records
-what the answers completed; requests are handed out as `workflows/fleet_acts.py` does.
+what the answers completed; requests are handed out as the fleet machine does (`planning.fleet.acts`).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from api.keys import UPCOMING_KEY, UPCOMING_TAINT_EFFECT, UPCOMING_VALUE
 from api.node_state import config_hashes
 from api.package import PackageSpec
 from planning.drain_ahead import owners_after
-from planning.fleet_targets import FleetPackage, FleetQuery, FleetSelection, select_fleet
+from planning.fleet_targets import FleetPackage, FleetQuery, FleetSelection, down_reason, select_fleet, units
 from planning.node_marks import NodeMark, decide_mark, listing_marks
 from planning.targets import NodeView
 from protocol.activities import (
@@ -38,6 +38,9 @@ from protocol.activities import (
     MarkBlockedNodesResult,
     MarkUpcomingNodesInput,
     MarkUpcomingNodesResult,
+    NodeAvailability,
+    ReadNodeSupplyInput,
+    ReadNodeSupplyResult,
     RequestWindowsInput,
 )
 from protocol.fleet import PackageOutcome, WindowRequest, WindowResult
@@ -88,6 +91,8 @@ class FakeNodes:
     # Node workflows that are "closed" (for the watchdog's describe).
     closed: set[str] = field(default_factory=set)
     listings: int = 0
+    # Fresh reads before hand-outs (`read_node_supply`).
+    supply_reads: int = 0
     # Every mark `mark_blocked_nodes` wrote, in order.
     marks: list[NodeMark] = field(default_factory=list)
     # Drain-ahead: node -> its `noderoll.io/upcoming-for` annotation; ("mark" | "unmark" | "request", node) in order.
@@ -159,12 +164,21 @@ class FakeNodes:
                 if self.auto:
                     await self.finish_one(activity.client(), node)
 
+        @activity.defn(name="read_node_supply")
+        async def read_node_supply(input: ReadNodeSupplyInput) -> ReadNodeSupplyResult:
+            self.supply_reads += 1
+            views = {n.name: n.view() for n in self.nodes.values() if n.name in input.nodes}
+            return ReadNodeSupplyResult({name: NodeAvailability(down_reason(v), units(v, input.resources),
+                                                                {k: v.labels[k] for k in input.label_keys if k in v.labels})
+                                         for name, v in views.items()})
+
         @activity.defn(name="describe_workflow_runs")
         async def describe_workflow_runs(input: DescribeWorkflowRunsInput) -> DescribeWorkflowRunsResult:
             closed = [w for w in input.workflow_ids if w.removeprefix("node/") in self.closed]
             return DescribeWorkflowRunsResult(closed=closed, statuses=dict.fromkeys(closed, "TERMINATED"))
 
-        return [list_fleet_nodes, request_windows, describe_workflow_runs, mark_blocked_nodes, mark_upcoming_nodes]
+        return [list_fleet_nodes, read_node_supply, request_windows, describe_workflow_runs, mark_blocked_nodes,
+                mark_upcoming_nodes]
 
     def marked(self) -> list[str]:
         """Nodes carrying the `noderoll.io/upcoming` label now."""

@@ -19,6 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from api.enums import RolloutPhase, State
+from planning.fleet.codec import progress_from_json
 from planning.fleet_status import FleetProgress
 from protocol import names
 from protocol.fleet import Filter, FleetInput, FleetSpec, PackageEntry
@@ -28,7 +29,6 @@ from tests.workflows.fleet_fakes import FakeNodes
 from tests.workflows.node_harness import register_search_attributes
 from tests.workflows.skipping import end, skip
 from workflows.fleet import FleetWorkflow
-from workflows.fleet_codec import progress_from_json
 
 SELECTOR = {"matchLabels": {"pool": "gpu"}}
 

@@ -19,6 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 from api.enums import CanaryPhase, RolloutPhase
 from api.policy import DeploymentPolicySpec
 from planning import fleet_state as fs
+from planning.fleet.codec import state_to_json
 from planning.fleet_targets import FleetSelection, NodeTargets
 from protocol import names
 from protocol.fleet import FleetSpec
@@ -27,7 +28,6 @@ from tests.workflows.fleet_fakes import FakeNodes
 from tests.workflows.skipping import skip
 from tests.workflows.test_fleet import fleet, package, policy, progress, settled
 from tests.workflows.test_fleet_holds import details, whole_minute, window
-from workflows.fleet_codec import state_to_json
 
 ROLLBACK = {"count": 1, "onFailure": "rollback"}
 FIXED = {"type": "fixed", "initialBatch": 2}

@@ -38,7 +38,7 @@ async def test_a_package_arriving_during_the_first_listing_shares_the_window(
     pol = policy(EXPONENTIAL, budget=2, canary={"count": 1})
     first = FleetSpec(name, pol, 1, [package("kernel")])
     both = FleetSpec(name, pol, 1, [package("kernel"), package("driver", spec={"dependsOn": {"kernel": "1.0.0"}})])
-    fake_list, request_windows, describe, mark, upcoming = nodes.activities()
+    fake_list, *others = nodes.activities()
     sent: list[bool] = []
 
     @activity.defn(name="list_fleet_nodes")
@@ -54,7 +54,7 @@ async def test_a_package_arriving_during_the_first_listing_shares_the_window(
     task_queue = new_task_queue()
     await register_search_attributes(env.client)
     async with Worker(env.client, task_queue=task_queue, workflows=[FleetWorkflow],
-                      activities=[list_fleet_nodes, request_windows, describe, mark, upcoming]):
+                      activities=[list_fleet_nodes, *others]):
         handle = await env.client.start_workflow(
             FleetWorkflow.run, FleetInput(policy_name=name), id=names.fleet_workflow_id(name),
             task_queue=task_queue, start_signal=names.SIGNAL_FLEET_SPEC, start_signal_args=[first],

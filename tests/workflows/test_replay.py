@@ -58,7 +58,11 @@ REGISTERED = [*WORKFLOWS, *GLOBAL_WORKFLOWS]
 
 ROOT = Path(__file__).parent.parent / "histories"
 HISTORIES = sorted(ROOT.glob("*/*.json"))
-WORKFLOW_SOURCES = sorted((Path(__file__).parents[2] / "workflows").glob("*.py"))
+# Where `patched` is asked: the workflows, and the fleet's machine (`FleetRun.patched`, answered by the
+# fleet workflow's `workflow.patched(command.patch_id)`, a pass-through with no id of its own).
+WORKFLOW_SOURCES = sorted([*(Path(__file__).parents[2] / "workflows").glob("*.py"),
+                           *(Path(__file__).parents[2] / "planning" / "fleet").glob("*.py")])
+PASS_THROUGH = "command.patch_id"
 
 
 def workflow_type(path: Path) -> str:
@@ -78,9 +82,9 @@ def registered_types() -> dict[str, type]:
 
 
 def patch_ids_in_source() -> dict[str, str]:
-    """Every id passed to `workflow.patched` / `workflow.deprecate_patch` in workflows/ -> the module calling it.
+    """Every id passed to `patched` / `deprecate_patch` in workflows/ and planning/fleet/ -> the module calling it.
 
-    The argument is a string or a module-level string constant of any workflows module.
+    The argument is a string or a module-level string constant of any of those modules.
     """
     constants: dict[str, str] = {}
     calls: list[tuple[ast.expr, str]] = []
@@ -97,7 +101,7 @@ def patch_ids_in_source() -> dict[str, str]:
     for arg, module in calls:
         if isinstance(arg, ast.Constant):
             ids[str(arg.value)] = module
-        else:
+        elif ast.unparse(arg) != PASS_THROUGH:
             assert isinstance(arg, ast.Name) and arg.id in constants, f"{module}: patch id {ast.dump(arg)} not a constant"
             ids[constants[arg.id]] = module
     return ids

@@ -1,9 +1,9 @@
-"""JSON conversion of the fleet's state and of its listings. Deterministic, no I/O.
+"""JSON conversion of what the fleet machine carries and receives: its state (continue-as-new), listings and
+marks (activity results). Pure.
 
-The fleet carries its `FleetState` through continue-as-new, and receives its listings, as JSON:
-a typed payload would make the workflow sandbox resolve planning's (string) annotations, which it
-cannot. The adapters are built when this module is first imported, by the worker outside the
-sandbox; the sandbox reuses them (the module is passed through).
+A typed Temporal payload would make the workflow sandbox resolve planning's (string) annotations, which it
+cannot; so the fleet's state and its listings travel as JSON, converted here with pydantic adapters built
+once, when this module is first imported (by the worker, outside the sandbox; the sandbox reuses them).
 """
 
 from __future__ import annotations
@@ -37,6 +37,11 @@ def state_from_json(data: dict[str, Any]) -> FleetState:
 def selection_from_json(data: dict[str, Any]) -> FleetSelection:
     """The `FleetSelection` a `list_fleet_nodes` activity returned."""
     return _SELECTION.validate_python(data)
+
+
+def selection_to_json(selection: FleetSelection) -> dict[str, Any]:
+    """`selection` as `list_fleet_nodes` returns it (defaults left out)."""
+    return _SELECTION.dump_python(selection, mode="json", exclude_defaults=True)
 
 
 def progress_from_json(data: Any) -> FleetProgress:

@@ -1,0 +1,131 @@
+"""The budget at hand-out: a window starts only if its budget still holds on the nodes as they are then.
+Pure (a machine step over a `FleetRun`, and the rules it applies).
+
+A batch is planned on the fleet's latest listing; with drain-ahead its windows start seconds later, and
+a rolling fleet tops up between listings. Nodes may meanwhile have been cordoned by someone else or turned
+NotReady. So for a policy with capacity floors or topology limits, right before windows are handed out
+(`send_checked`) the machine reads the nodes again (`ReadSupply`, the activity `read_node_supply`), takes
+what it read into its view of the nodes (`take_supply`), and admits the nodes to send one by one against
+the floors and topology limits with the fleet's windows out (`admit`, `planning.disruption.Tally`, the same
+rules the planner used). A node that no longer fits is not handed out: it leaves the batch (first in line
+for the next one, which the planner picks on the view just read), keeps its drain-ahead mark while it waits
+(`FleetState.held`), and the fleet says why (`BatchPlannerState.waits`, the fleet's message).
+
+A read younger than `FRESH_FOR` is reused unless the bridge reported an availability change since
+(`AvailabilityChanged`: a node of the fleet cordoned or uncordoned by someone else, or NotReady or Ready
+again); a read that fails holds every node of the hand-out (nothing starts on a view that cannot be
+checked) until the next attempt. Runs recorded before the rule (patch `budget-at-hand-out`) hand out as
+they did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import replace
+from datetime import timedelta
+
+from api.enums import CanaryPhase
+from api.policy import DeploymentPolicySpec
+from planning import batches, disruption
+from planning import fleet_state as fs
+from planning.fleet.acts import send
+from planning.fleet.commands import Failed, ReadSupply
+from planning.fleet.run import FleetRun, Steps
+from protocol.activities import NodeAvailability, ReadNodeSupplyInput, ReadNodeSupplyResult
+
+BUDGET_AT_HAND_OUT_PATCH = "budget-at-hand-out"
+# A read of the nodes this recent is fresh enough for a hand-out (the bridge's availability signal aside).
+FRESH_FOR = timedelta(seconds=5)
+RULE_UNREAD = "unread"
+
+
+def checks_budget(policy: DeploymentPolicySpec) -> bool:
+    """The policy has floors or topology limits: its hand-outs read the nodes first."""
+    return bool(disruption.limits_of(policy))
+
+
+def take_supply(state: fs.FleetState, nodes: Mapping[str, NodeAvailability]) -> None:
+    """The fleet's view of its nodes with a fresh read's availability (nodes not read are left as they were)."""
+    for name, seen in nodes.items():
+        listed = state.targets.get(name)
+        if listed is None:
+            continue
+        labels = {**listed.labels, **seen.labels}
+        state.targets[name] = replace(listed, down=seen.down, capacity=dict(seen.capacity), labels=labels)
+
+
+def admit(state: fs.FleetState, policy: DeploymentPolicySpec,
+          nodes: Collection[str]) -> tuple[list[str], list[disruption.Wait]]:
+    """Of `nodes` (in order), those that may enter a window now with the fleet's windows out, and why the
+    others may not (the planner's rules: `planning.batches.Admission`)."""
+    admission = batches.Admission(fs.supply(state, policy))
+    fits = [n for n in nodes if admission.admit(n)]
+    return fits, admission.waits
+
+
+def hold(state: fs.FleetState, waits: Collection[disruption.Wait]) -> None:
+    """Nodes that may not start now leave the batch (or the rolling window set) and wait, marked, saying why."""
+    planner = state.planner
+    held = {w.node: w.text for w in waits}
+    state.held.update(held)
+    if planner is None or not held:
+        return
+    had_batch = bool(planner.current)
+    for name in list(planner.current):
+        kept = [n for n in planner.current[name] if n not in held]
+        if kept:
+            planner.current[name] = kept
+        else:
+            del planner.current[name]
+    if planner.canary_phase is CanaryPhase.RUNNING:
+        planner.canary_nodes = [n for n in planner.canary_nodes if n not in held]
+        if not planner.canary_nodes:
+            planner.canary_phase = CanaryPhase.NONE  # no canary node could start: it is picked again
+    if had_batch and not planner.current:
+        planner.batch_number -= 1  # the batch never went out
+    planner.waits = disruption.notes(waits)
+
+
+def read_supply(run: FleetRun, force: bool = False) -> Steps[str]:
+    """Read the fleet's nodes again unless the last read is fresh; "" or why the read failed."""
+    state = run.state
+    if not force and run.now < run.supply_read_at + FRESH_FOR and not run.availability_changed:
+        return ""
+    result: ReadNodeSupplyResult | Failed = yield ReadSupply(ReadNodeSupplyInput(
+        nodes=sorted(state.targets), label_keys=disruption.topology_keys(run.policy),
+        resources=disruption.floor_resources(run.policy)))
+    if isinstance(result, Failed):
+        yield from run.log(f"reading the nodes before a hand-out failed: {result.reason}", warning=True)
+        return result.reason
+    run.supply_read_at = run.now
+    run.availability_changed.clear()
+    take_supply(state, result.nodes)
+    return ""
+
+
+def send_checked(run: FleetRun, nodes: list[str]) -> Steps[None]:
+    """Hand `nodes` their windows, each only if its budget holds on a fresh read (module docstring)."""
+    if not nodes or not checks_budget(run.policy) or not (yield from run.patched(BUDGET_AT_HAND_OUT_PATCH)):
+        yield from send(run, nodes)
+        return
+    problem = yield from read_supply(run)
+    if problem:
+        waits = [disruption.Wait(n, RULE_UNREAD, state_compartment(run, n), f"the nodes could not be read: {problem}")
+                 for n in nodes]
+        hold(run.state, waits)
+        run.state.message = f"holding {len(nodes)} node(s): the nodes could not be read before their windows"
+        return
+    fits, waits = admit(run.state, run.policy, nodes)
+    if waits:
+        hold(run.state, waits)
+        run.state.message = (f"{len(waits)} node(s) no longer fit at hand-out and wait: "
+                             f"{disruption.describe(disruption.notes(waits))}")
+        yield from run.log(run.state.message)
+    yield from send(run, fits)
+
+
+def state_compartment(run: FleetRun, node: str) -> str:
+    """The compartment the planner put `node` in (the default one when it is unknown)."""
+    planner = run.state.planner
+    found = planner.compartment_of(node) if planner is not None else None
+    return found or batches.DEFAULT_COMPARTMENT
