@@ -161,6 +161,11 @@ class Admission:
         self.tally.take(node)
         return True
 
+    def count(self, node: str) -> None:
+        """`node` is taken already (in the set, not yet in a window): it counts as out for the nodes after it."""
+        if self.tally is not None:
+            self.tally.take(node)
+
 
 def _take_canary(
     state: BatchPlannerState, remaining: Collection[str], cover: Sequence[Collection[str]], admission: Admission

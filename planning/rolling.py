@@ -52,6 +52,10 @@ def top_up(state: BatchPlannerState, remaining: Collection[str], supply: Supply 
     if state.halted:
         return []
     admission = Admission(supply)
+    # Nodes of the set not handed out yet (drain-ahead's lead, a hold) are not in a window yet, but will be:
+    # they count as out, or a node added beside one would break a floor or topology limit with it.
+    for node in state.current_batch:
+        admission.count(node)
     # The window set starting from empty counts as a batch (the fleet's status numbers them).
     starting = not state.current
     added: list[str] = []

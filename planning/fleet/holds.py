@@ -137,8 +137,11 @@ def _continuous_hold(run: FleetRun) -> Steps[bool]:
 
 
 def _sample(gate: AnalysisGate) -> Steps[gate_rules.SampleOutcome]:
-    """One instant query of `gate`, judged against its condition."""
-    sample: GateSample = yield QueryGate(gate)
+    """One instant query of `gate`, judged against its condition (a simulation answers with the outcome it
+    assumes)."""
+    sample: GateSample | gate_rules.SampleOutcome = yield QueryGate(gate)
+    if isinstance(sample, gate_rules.SampleOutcome):
+        return sample
     if sample.error or not isinstance(sample.result, QueryPrometheusResult):
         return gate_rules.judge(gate.condition, None, sample.error or "no result")
     return gate_rules.judge(gate.condition, sample.result)

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from api.policy import DeploymentPolicySpec
 from planning import batches, rolling
 from planning.batches import NodeInfo, PlannerInput
+from planning.disruption import CompartmentLimits, NodeSupply, Spread, Supply
 
 
 def planner(nodes: int, budget: int = 3, **strategy: object) -> batches.BatchPlannerState:
@@ -34,6 +35,19 @@ def test_the_set_is_topped_up_to_the_budget_as_windows_end() -> None:
     # A node that ended neither succeeded nor failed (blocked, withdrawn) leaves without counting.
     rolling.record_finished(state, [first[1]], [], [])
     assert state.compartments["default"].succeeded + state.compartments["default"].failed == 1
+
+
+def test_nodes_of_the_set_not_yet_in_a_window_count_against_the_topology_limits() -> None:
+    """A node topped up but not handed out yet (drain-ahead's lead) is out for the next top-up: a second
+    node of its rack is not added beside it (found by tests/unit/test_fleet_machine.py)."""
+    state = planner(4, budget=2)
+    limits = {"default": CompartmentLimits(spreads=(Spread("rack", 1),))}
+    supply = Supply(limits, {f"n{i:02d}": NodeSupply(labels={"rack": "r0"}) for i in range(4)})
+    first = rolling.top_up(state, {f"n{i:02d}" for i in range(4)}, supply)
+    assert len(first) == 1 and [w.rule for w in state.waits] == ["topology"]
+    # Nothing handed out yet (in_windows is empty): the next top-up still sees the first node out.
+    assert rolling.top_up(state, {f"n{i:02d}" for i in range(4)} - set(first), supply) == []
+    assert state.current_batch == first
 
 
 def test_failures_halt_when_the_threshold_is_reached_over_the_last_n_windows() -> None:

@@ -1,0 +1,127 @@
+"""Properties of the fleet's decision machine (planning/fleet/machine.py) over random fleets and policies.
+
+The machine is driven by a fake fleet written apart from the plan's simulation
+(tests/unit/fleet_machine_harness.py): Nodes with GPUs and racks in one or two compartments, every strategy
+with or without a canary, count budgets, GPU floors, rack limits and drain-ahead, windows of random lengths,
+and other people cordoning nodes and nodes going NotReady while the fleet rolls.
+
+* No window the fleet starts breaks a budget: at every hand-out, on the Nodes as they are then, each node
+  handed out fits its compartment's count budget, floor and topology limits.
+* `noderoll plan` is the machine's run: with the windows taking what the plan assumes, the plan's batches
+  (for `rolling`: its start order), each node's request, the peak of windows out and the end are what the
+  machine does with the fake fleet.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from api.policy import DeploymentPolicySpec
+from planning.eta import Timings
+from planning.rollout_plan import PlanInput, plan_fleet
+from tests.unit.fleet_builders import an_entry
+from tests.unit.fleet_machine_harness import START, Harness, Node, Outside
+
+KINDS = ("reboot", "none", "service", "restartAllServices", "noop")
+
+
+def _strategy(kind: str, initial: int) -> dict[str, Any]:
+    extra = {"fixed": {}, "linear": {"delta": 1}, "exponential": {"growthFactor": 2}, "rolling": {}}[kind]
+    return {"type": kind, **({} if kind == "rolling" else {"initialBatch": initial}), **extra}
+
+
+@st.composite
+def fleets(draw: st.DrawFn) -> tuple[list[Node], dict[str, Any], list[Any]]:
+    """Nodes, a valid policy and the Packages (one reboot Package, maybe a dependent one)."""
+    count = draw(st.integers(2, 9))
+    nodes = [Node(f"n{i:02d}", {"pool": "gpu", "rack": f"r{draw(st.integers(0, 3))}",
+                                "zone": draw(st.sampled_from(["a", "b"]))}, gpus=draw(st.sampled_from([0, 4, 8])))
+             for i in range(count)]
+    kind = draw(st.sampled_from(["fixed", "linear", "exponential", "rolling"]))
+    budget: dict[str, Any] = (
+        {"count": draw(st.integers(1, 4))} if draw(st.booleans()) else {"percent": draw(st.sampled_from([25, 50]))})
+    floor = draw(st.none() | st.integers(30, 90))
+    if floor is not None:
+        budget["minAvailable"] = {"resource": "nvidia.com/gpu", "percent": floor}
+    rack_max = draw(st.none() | st.integers(1, 2))
+    if rack_max is not None:
+        budget["maxUnavailablePerTopology"] = [{"key": "rack", "max": rack_max}]
+    policy: dict[str, Any] = {"default": {"budget": budget, "strategy": _strategy(kind, draw(st.integers(1, 2)))}}
+    if draw(st.booleans()):
+        policy["compartments"] = [{"name": "zone-b", "selector": {"matchLabels": {"zone": "b"}},
+                                   "budget": {"count": draw(st.integers(1, 2))},
+                                   "strategy": _strategy(kind, 1)}]
+    canary = draw(st.integers(0, 1))
+    if canary:
+        policy["canary"] = {"count": canary, "soakSeconds": draw(st.sampled_from([0, 30]))}
+    ahead = draw(st.none() | st.sampled_from([5, 40]))
+    if ahead is not None:
+        policy["drainAhead"] = {"seconds": ahead}
+    try:
+        DeploymentPolicySpec.model_validate(policy)
+    except ValidationError:
+        assume(False)
+    packages = [an_entry("kernel", interrupt={"type": "reboot"}, nodeSelector={"matchLabels": {"pool": "gpu"}})]
+    if draw(st.booleans()):
+        packages.append(an_entry("driver", dependsOn={"kernel": "1.0.0"}, nodeSelector={"matchLabels": {"pool": "gpu"}}))
+    return nodes, policy, packages
+
+
+@st.composite
+def outside_events(draw: st.DrawFn, names: list[str]) -> list[Outside]:
+    events = []
+    for _ in range(draw(st.integers(0, 4))):
+        node = draw(st.sampled_from(names))
+        at = draw(st.integers(0, 900))
+        down, up = draw(st.sampled_from([("cordon", "uncordon"), ("notready", "ready")]))
+        events.append(Outside(float(at), node, down))
+        if draw(st.booleans()):
+            events.append(Outside(float(at + draw(st.integers(5, 600))), node, up))
+    return events
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_no_window_the_fleet_starts_breaks_a_budget(data: st.DataObject) -> None:
+    nodes, policy, packages = data.draw(fleets())
+    names = [n.name for n in nodes]
+    seconds = {n: float(data.draw(st.integers(10, 400), label=f"seconds {n}")) for n in names}
+    events = data.draw(outside_events(names))
+    harness = Harness.of(nodes, policy, packages, seconds, outside=events).run()
+    assert not harness.violations, (policy, events, harness.handouts, harness.violations)
+    handed = [n for _at, _batch, _canary, batch in harness.handouts for n in batch]
+    assert len(handed) == len(set(handed)), "a node got two windows in one wave"
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fleet=fleets(), minutes=st.integers(1, 5))
+def test_the_plan_is_the_machines_run(fleet: tuple[list[Node], dict[str, Any], list[Any]], minutes: int) -> None:
+    nodes, policy, packages = fleet
+    window = 60.0 * minutes
+    # What the plan assumes a window takes (the fleet's measured p50 of every kind), and no gap.
+    timings = Timings(windows={k: [window] for k in KINDS}, gaps=[0.0])
+    harness = Harness.of(nodes, policy, packages, {n.name: window for n in nodes}).run()
+    plan = plan_fleet(PlanInput(harness.spec, [n.view(False) for n in _fresh(nodes)], START.isoformat(),
+                                timings=timings))
+    if plan.rolling:
+        # The start order: each start's nodes (the windows that ended together make room together).
+        assert [sorted(b.nodes) for b in plan.batches] == [sorted(h[3]) for h in harness.handouts]
+    else:
+        ran: dict[tuple[int, bool], list[str]] = {}
+        for _at, number, canary, batch in harness.handouts:
+            ran.setdefault((number, canary), []).extend(batch)
+        assert [(b.number, b.canary, sorted(b.nodes)) for b in plan.batches] == [
+            (number, canary, sorted(batch)) for (number, canary), batch in ran.items()]
+    assert {n: [sorted(o.name for o in r.packages) for r in reqs] for n, reqs in harness.requests.items()} == {
+        n: [sorted(p.name for p in w.packages)] for n, w in plan.windows.items()}
+    assert plan.totals.peak == harness.peak
+    assert plan.eta is not None and plan.eta.seconds_left == harness.seconds_now()
+
+
+def _fresh(nodes: list[Node]) -> list[Node]:
+    """The nodes as they were before the harness ran its windows (nothing recorded, nobody's cordon)."""
+    return [Node(n.name, dict(n.labels), n.gpus) for n in nodes]
