@@ -97,3 +97,8 @@ def take_turn(turns: ClusterTurns, turn: GlobalTurn, change: str) -> bool:
         turns.granted = change
         return True
     return False
+
+
+def reported_ended(turns: ClusterTurns) -> bool:
+    """The last report sent said the fleet ended (`report_key` ends with "ended")."""
+    return bool(turns.sent) and json.loads(turns.sent)[-1] == "ended"

@@ -16,8 +16,9 @@ Rules (ADR 0017):
 * A `failed` report halts the promotion with `onFailure: haltAll` (the workflow halts every fleet);
   with `holdPromotion` its stage simply never completes. `resume` clears a halt and a pause; a
   failed cluster stays failed until it reports again (its own `retry` and a `complete`).
-* A fleet that ended (its last Package went: deleted, or moved to another policy) says so
-  (`ended`); its copy of `spec.clusters` no longer counts. The promotion is `finished` once every
+* A fleet that ended (its last Package went: deleted, or moved to another policy; or its policy dropped
+  `spec.clusters`) says so (`ended`); its copy of `spec.clusters` no longer counts, and it holds no later
+  stage: its stage completes without it (`ended_release`; runs recorded before the rule keep waiting). The promotion is `finished` once every
   cluster of the adopted stages, and every other cluster that reported, has ended: nothing is left
   to promote. A staged cluster never heard from keeps it open: its fleet may still come and need
   what the earlier stages did (their `complete`). A later report starts a new promotion (a new run)
@@ -71,6 +72,8 @@ class GlobalState:
     paused: bool = False
     # Clusters whose fleet ended (sorted); a later report of theirs takes them off.
     ended: list[str] = field(default_factory=list)
+    # A cluster whose fleet ended holds no stage after its own (runs recorded before the rule: False).
+    ended_release: bool = False
 
 
 def spec_of(state: GlobalState) -> ClustersSpec | None:
@@ -160,8 +163,10 @@ def live_fleets(state: GlobalState) -> list[tuple[str, str]]:
     return [(c, f) for c, f in sorted(state.fleets.items()) if c not in state.ended]
 
 
-def _stage_complete(spec: ClustersSpec, rollout: ChangeRollout, stage: int) -> bool:
-    return all(rollout.states.get(c) == ClusterState.COMPLETE.value for c in spec.stages[stage])
+def _stage_complete(state: GlobalState, spec: ClustersSpec, rollout: ChangeRollout, stage: int) -> bool:
+    """Every cluster of `stage` is complete for the change, or has left the promotion (its fleet ended)."""
+    left = set(state.ended) if state.ended_release else set()
+    return all(rollout.states.get(c) == ClusterState.COMPLETE.value or c in left for c in spec.stages[stage])
 
 
 def advance(state: GlobalState, now: datetime) -> datetime | None:
@@ -173,7 +178,7 @@ def advance(state: GlobalState, now: datetime) -> datetime | None:
     wake: datetime | None = None
     for rollout in state.changes:
         while rollout.stage < len(spec.stages) - 1:
-            if not all(_stage_complete(spec, rollout, s) for s in range(rollout.stage + 1)):
+            if not all(_stage_complete(state, spec, rollout, s) for s in range(rollout.stage + 1)):
                 rollout.soak_until = ""  # a cluster went back to work: the soak starts again when it is done
                 break
             if not rollout.soak_until:
@@ -223,7 +228,7 @@ def _phase(state: GlobalState, spec: ClustersSpec | None, rollout: ChangeRollout
         return RolloutPhase.PAUSED
     if spec is None or rollout is None:
         return RolloutPhase.PENDING
-    if all(_stage_complete(spec, rollout, s) for s in range(len(spec.stages))):
+    if all(_stage_complete(state, spec, rollout, s) for s in range(len(spec.stages))):
         return RolloutPhase.COMPLETE
     if rollout.soak_until:
         return RolloutPhase.WAITING
@@ -242,7 +247,8 @@ def _message(state: GlobalState, spec: ClustersSpec | None, rollout: ChangeRollo
         return f"change {rollout.change} complete in every stage"
     if rollout.soak_until:
         return f"stage {stage + 1} ({names}) complete; soaking until {rollout.soak_until}"
-    waiting = [c for c in spec.stages[stage] if rollout.states.get(c) != ClusterState.COMPLETE.value]
+    left = set(state.ended) if state.ended_release else set()
+    waiting = [c for c in spec.stages[stage] if rollout.states.get(c) != ClusterState.COMPLETE.value and c not in left]
     return f"stage {stage + 1} of {len(spec.stages)} ({names}): waiting for {', '.join(waiting)}"
 
 

@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
 EVERYTHING = Filter()
 HISTORY_EVENT_LIMIT = 5_000
 ONE_SECOND = timedelta(seconds=1)
+ENDED_RELEASE_PATCH = "global-ended-release"
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,8 @@ class GlobalRolloutWorkflow:
         if input.carry:
             self._state = global_state_from_json(input.carry)
         self._state.policy = input.policy
+        # An ended cluster's stage completes without it (runs recorded before the rule replay without it).
+        self._state.ended_release = workflow.patched(ENDED_RELEASE_PATCH)
         self._history_limit = input.history_limit or HISTORY_EVENT_LIMIT
         while True:
             relays = self._apply_inbox()

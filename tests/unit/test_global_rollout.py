@@ -325,3 +325,17 @@ def test_the_ended_mark_is_part_of_the_report_key_only_when_set() -> None:
     # The keys fleets carry from before `ended` existed stay the same (no report sent again for nothing).
     assert turns.report_key(plain) == json.dumps(["c1", "complete", plain.clusters], sort_keys=True)
     assert turns.report_key(ClusterReport(**{**plain.__dict__, "ended": True})) != turns.report_key(plain)
+
+
+@pytest.mark.parametrize("release", [pytest.param(True, id="released"), pytest.param(False, id="recorded-before")])
+def test_a_cluster_whose_fleet_ended_holds_no_later_stage(release: bool) -> None:
+    """canary-1's fleet ends before it completes (its Package went, or its policy dropped spec.clusters): the
+    next stage does not wait for it for ever (runs recorded before the rule still do)."""
+    state = state_with(report("canary-1", "running"), report("eu-1"), report("eu-2"))
+    state.ended_release = release
+    rules.record_report(state, ended("canary-1"))
+    rules.advance(state, T0)
+    rules.advance(state, T0 + timedelta(seconds=601))
+    assert rules.granted(state, "eu-1", "c1") is release
+    if release:
+        assert "waiting for eu-1, eu-2" in rules.global_view(state, T0).message
