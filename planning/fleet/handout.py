@@ -11,18 +11,19 @@ rules the planner used). A node that no longer fits is not handed out: it leaves
 for the next one, which the planner picks on the view just read), keeps its drain-ahead mark while it waits
 (`FleetState.held`), and the fleet says why (`BatchPlannerState.waits`, the fleet's message).
 
-A read younger than `FRESH_FOR` is reused unless the bridge reported an availability change since
-(`AvailabilityChanged`: a node of the fleet cordoned or uncordoned by someone else, or NotReady or Ready
-again); a read that fails holds every node of the hand-out (nothing starts on a view that cannot be
-checked) until the next attempt. Runs recorded before the rule (patch `budget-at-hand-out`) hand out as
-they did.
+Every hand-out reads (a read even seconds old missed a cordon in the tests: windows end within seconds of
+each other). A read that fails holds every node of the hand-out (nothing starts on a view that cannot be
+checked) until the next attempt. When the bridge reports an availability change (`AvailabilityChanged`: a
+node of the fleet cordoned or uncordoned by someone else, or NotReady or Ready again), a fleet about to plan
+its next batch or top-up reads the nodes first (`refresh_supply`), so a floor that frees up (or fills) is
+seen within seconds, not at the next listing. Runs recorded before the rule (patch `budget-at-hand-out`)
+hand out as they did.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import replace
-from datetime import timedelta
 
 from api.enums import CanaryPhase
 from api.policy import DeploymentPolicySpec
@@ -34,8 +35,6 @@ from planning.fleet.run import FleetRun, Steps
 from protocol.activities import NodeAvailability, ReadNodeSupplyInput, ReadNodeSupplyResult
 
 BUDGET_AT_HAND_OUT_PATCH = "budget-at-hand-out"
-# A read of the nodes this recent is fresh enough for a hand-out (the bridge's availability signal aside).
-FRESH_FOR = timedelta(seconds=5)
 RULE_UNREAD = "unread"
 
 
@@ -86,21 +85,29 @@ def hold(state: fs.FleetState, waits: Collection[disruption.Wait]) -> None:
     planner.waits = disruption.notes(waits)
 
 
-def read_supply(run: FleetRun, force: bool = False) -> Steps[str]:
-    """Read the fleet's nodes again unless the last read is fresh; "" or why the read failed."""
+def read_supply(run: FleetRun) -> Steps[str]:
+    """Read the fleet's nodes again and take what was read; "" or why the read failed."""
     state = run.state
-    if not force and run.now < run.supply_read_at + FRESH_FOR and not run.availability_changed:
-        return ""
     result: ReadNodeSupplyResult | Failed = yield ReadSupply(ReadNodeSupplyInput(
         nodes=sorted(state.targets), label_keys=disruption.topology_keys(run.policy),
         resources=disruption.floor_resources(run.policy)))
     if isinstance(result, Failed):
         yield from run.log(f"reading the nodes before a hand-out failed: {result.reason}", warning=True)
         return result.reason
-    run.supply_read_at = run.now
     run.availability_changed.clear()
     take_supply(state, result.nodes)
     return ""
+
+
+def refresh_supply(run: FleetRun) -> Steps[None]:
+    """Before planning a batch or a top-up: read the nodes when the bridge reported a change of their
+    availability since the last read (only for a policy whose budgets read them, in runs with the rule)."""
+    if not run.availability_changed or not checks_budget(run.policy):
+        return
+    if (yield from run.patched(BUDGET_AT_HAND_OUT_PATCH)):
+        yield from read_supply(run)
+    else:
+        run.availability_changed.clear()
 
 
 def send_checked(run: FleetRun, nodes: list[str]) -> Steps[None]:

@@ -35,7 +35,7 @@ from planning.eta import record_batch_end
 from planning.fleet import acts, ahead, holds, rollbacks, turns
 from planning.fleet.codec import state_from_json
 from planning.fleet.commands import Command, Complete, ContinueAsNew, WaitHandlers
-from planning.fleet.handout import send_checked
+from planning.fleet.handout import refresh_supply, send_checked
 from planning.fleet.inbox import apply_inbox
 from planning.fleet.messages import Message
 from planning.fleet.run import ONE_SECOND, FleetRun, Steps
@@ -170,7 +170,7 @@ def _ready(run: FleetRun, planner: batches.BatchPlannerState, next_relist: datet
         yield from acts.refresh(run)
     elif (yield from holds.held(run)):
         return  # a gate or the maintenance windows hold the next batch (it sampled or waited)
-    elif batch := _next_batch(run, planner):
+    elif batch := (yield from _planned_batch(run, planner)):
         if planner.waits:
             state.message = (f"batch {planner.batch_number}: {len(batch)} node(s); "
                              f"{disruption.describe(planner.waits)}")
@@ -183,6 +183,12 @@ def _ready(run: FleetRun, planner: batches.BatchPlannerState, next_relist: datet
         yield from acts.wait_unfinished(run, next_relist, keep_phase=True)
     else:
         yield from acts.wait_unfinished(run, next_relist)
+
+
+def _planned_batch(run: FleetRun, planner: batches.BatchPlannerState) -> Steps[list[str]]:
+    """The next batch, on the nodes as the bridge last reported them (a read first after an availability change)."""
+    yield from refresh_supply(run)
+    return _next_batch(run, planner)
 
 
 def _next_batch(run: FleetRun, planner: batches.BatchPlannerState) -> list[str]:
@@ -213,6 +219,7 @@ def _roll(run: FleetRun, planner: batches.BatchPlannerState, next_relist: dateti
         if decision.evaluation_point:
             holds.open_gates(run, False, planner)
     if not state.paused and run.windows_open() and not (yield from holds.gates_hold(run)):
+        yield from refresh_supply(run)
         rolling.top_up(planner, fs.startable(state), fs.supply(state, run.policy))
         if planner.waits:
             state.message = disruption.describe(planner.waits)

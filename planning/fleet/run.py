@@ -84,7 +84,6 @@ class FleetRun:
     ahead_written: datetime | None = None
     # The budget at hand-out (`planning.fleet.handout`): nodes changed by someone else since the last read.
     availability_changed: set[str] = field(default_factory=set)
-    supply_read_at: datetime = NEVER
     # Answers of `Patched` so far (a patch is asked once per run, where the workflow asked it).
     patches: dict[str, bool] = field(default_factory=dict)
 

@@ -131,7 +131,9 @@ class CapacityWatch(_NodeStream):
     down, and drain-ahead's marks around each node's window.
 
     `lowest`: the fewest GPUs up seen; `rack_peak`: the most nodes of one rack (`rack_label`) down at once;
-    `windows`: windows seen per node (a new `in-progress`); `windows_unmarked`: nodes whose window
+    `window_peak`: the most nodes in a window (`in-progress`) at once; with `floor`, `starts_below_floor`:
+    the windows that started leaving fewer GPUs up than the floor (node, GPUs up then: a floor broken by a
+    window noderoll started, not by someone else's cordon); `windows`: windows seen per node (a new `in-progress`); `windows_unmarked`: nodes whose window
     started while they did not carry the `noderoll.io/upcoming` label (and, with `want_taint`, its
     taint); `marks_seen`: nodes ever seen marked; `marked_now()`: nodes marked at the latest change.
     """
@@ -140,8 +142,11 @@ class CapacityWatch(_NodeStream):
     nodes: int
     rack_label: str = ""
     want_taint: bool = False
+    floor: int = 0
+    starts_below_floor: list[tuple[str, int]] = field(default_factory=list)
     lowest: int | None = None
     rack_peak: int = 0
+    window_peak: int = 0
     changes: int = 0
     windows: dict[str, int] = field(default_factory=dict)
     windows_unmarked: list[str] = field(default_factory=list)
@@ -175,11 +180,24 @@ class CapacityWatch(_NodeStream):
         if len(self._state) >= self.nodes:
             up = sum(g for g, ok, s, _, _ in self._state.values() if ok and s != "in-progress")
             self.lowest = up if self.lowest is None else min(self.lowest, up)
+            # A window on a node already down (cordoned by someone else, NotReady) takes nothing away.
+            started = status == "in-progress" and before is not None and before[2] != "in-progress" and before[1]
+            if started and up < self.floor:
+                self.starts_below_floor.append((name, up))
         down: dict[str, int] = {}
         for other, (_, ok, s, _, _) in self._state.items():
             if not ok or s == "in-progress":
                 down[self._racks[other]] = down.get(self._racks[other], 0) + 1
         self.rack_peak = max([self.rack_peak, *down.values()])
+        self.window_peak = max(self.window_peak, sum(1 for _, _, s, _, _ in self._state.values() if s == "in-progress"))
+
+    def in_windows_now(self) -> list[str]:
+        """Nodes whose `noderoll.io/status` is `in-progress` at the latest change."""
+        return sorted(n for n, (_, _, status, _, _) in self._state.items() if status == "in-progress")
+
+    def completed_now(self) -> list[str]:
+        """Nodes whose `noderoll.io/status` is `complete` at the latest change."""
+        return sorted(n for n, (_, _, status, _, _) in self._state.items() if status == "complete")
 
     def marked_now(self) -> list[str]:
         """Nodes carrying drain-ahead's label or taint at the latest change."""
@@ -188,7 +206,7 @@ class CapacityWatch(_NodeStream):
 
 @contextmanager
 def watching_capacity(api: ApiClient, selector: str, nodes: int, rack_label: str = "",
-                      want_taint: bool = False) -> Iterator[CapacityWatch]:
+                      want_taint: bool = False, floor: int = 0) -> Iterator[CapacityWatch]:
     """A running `CapacityWatch` for the block; raises if the watch broke before the block ended."""
-    with _running(CapacityWatch(api, selector, nodes, rack_label, want_taint), "capacity watch") as watcher:
+    with _running(CapacityWatch(api, selector, nodes, rack_label, want_taint, floor), "capacity watch") as watcher:
         yield watcher

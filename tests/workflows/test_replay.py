@@ -33,7 +33,11 @@ and were recorded on the real stack (dev server, apiserver, fleetsim):
   (scratch folders, the node histories copied): the read, the first state write and the cordon as local
   activities (patch `short-calls-local`, ADR 0020); the histories of the same names with the suffixes
   `-one-pod-per-phase` and `-window-cost` replay their activities.
-Every `workflow.patched(...)` id in workflows/ must be recorded (its marker) in some history, so its
+* fleet/fleet-budget-at-hand-out: `NODEROLL_RECORD_FLEET_HISTORIES=<dir>` with
+  tests/integration/test_plan_budgets.py (a scratch folder, copied): the fleet machine's fresh read of the
+  nodes before each hand-out (patch `budget-at-hand-out`, issue 43), a node cordoned from outside during
+  drain-ahead's lead.
+Every `workflow.patched(...)` id in workflows/ (and every `FleetRun.patched` id in planning/fleet/) must be recorded (its marker) in some history, so its
 patched path replays; its unpatched path replays from the histories recorded before the patch (the
 ones without its marker). A workflow change that fails here needs `workflow.patched` (or is a
 deliberate break: re-record and say so in the commit); a new patch needs a history recorded with it.
