@@ -42,9 +42,9 @@ from bench.scenario import (
 )
 from bench.summary import disruptions, summarize
 from planning.fleet_status import FleetProgress
+from protocol.fleet_codec import progress_from_json
 from protocol.names import QUERY_PROGRESS, fleet_workflow_id
 from protocol.node_settings import EAGER_START_ENV
-from workflows.fleet_codec import progress_from_json
 
 POLL_SECONDS = 1.0
 OBJECTS_SETTLE_SECONDS = 10.0

@@ -47,8 +47,8 @@ from planning.fleet_status import FleetProgress, NodeProgress
 from planning.status import RolloutProgress
 from protocol import names
 from protocol.fleet import Filter
+from protocol.fleet_codec import progress_from_json
 from service.temporal_client import connect
-from workflows.fleet_codec import progress_from_json
 
 QUERY_TIMEOUT = timedelta(seconds=5)
 # pods/log goes through the kubelet; a node without one (fleetsim) must not stall the command.

@@ -20,8 +20,8 @@ from crd_bridge.decisions import RolloutState
 from planning.fleet_status import FleetProgress
 from protocol import names
 from protocol.fleet import FleetInput, FleetSpec, NodeReset
+from protocol.fleet_codec import progress_from_json
 from protocol.node import Route, cluster_attributes, signal_node_workflow
-from workflows.fleet_codec import progress_from_json
 
 
 class Fleets:

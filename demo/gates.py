@@ -91,8 +91,8 @@ class GateDemo:
             self.say(f"[red]could not release the gate's hold: {err}[/]")
 
     async def _release(self) -> None:
+        from protocol.fleet_codec import progress_from_json
         from service.temporal_client import connect
-        from workflows.fleet_codec import progress_from_json
 
         client = None
         while not self.stopped.is_set():

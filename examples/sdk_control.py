@@ -28,7 +28,7 @@ from localstack.state import resolve_connection
 from planning.fleet_status import FleetProgress
 from protocol import names
 from protocol.fleet import Filter
-from workflows.fleet_codec import progress_from_json
+from protocol.fleet_codec import progress_from_json
 
 
 async def progress(fleet: WorkflowHandle) -> FleetProgress:

@@ -101,7 +101,7 @@ class DescribeWorkflowRunsResult:
 class MarkBlockedNodesInput:
     """Show on each node what its mark says (decided again on a fresh read).
 
-    Each mark is the JSON of a `planning.node_marks.NodeMark` (`workflows.fleet_codec` converts):
+    Each mark is the JSON of a `planning.node_marks.NodeMark` (`protocol.fleet_codec` converts):
     this module stays a leaf."""
 
     marks: list[dict[str, Any]]

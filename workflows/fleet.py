@@ -54,9 +54,9 @@ with workflow.unsafe.imports_passed_through():
     from protocol import names
     from protocol.clusters import GlobalTurn
     from protocol.fleet import Filter, FleetInput, FleetSpec, Rerun, WindowResult
+    from protocol.fleet_codec import state_from_json
     from workflows.fleet_acts import FleetActs
     from workflows.fleet_ahead import FleetAhead
-    from workflows.fleet_codec import state_from_json
     from workflows.fleet_holds import FleetHolds
     from workflows.fleet_rollback import FleetRollbacks
     from workflows.fleet_run import (

@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
         RequestWindowsInput,
     )
     from protocol.fleet import WindowCancel, WindowRequest
-    from workflows.fleet_codec import marks_from_json, selection_from_json
+    from protocol.fleet_codec import marks_from_json, selection_from_json
     from workflows.fleet_run import ONE_SECOND, FleetRun, apply_inbox
     from workflows.node_marks import mark_nodes
 

@@ -36,7 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from protocol import names
     from protocol.clusters import GlobalTurn
     from protocol.fleet import Filter, FleetInput, FleetSpec, Rerun, WindowResult
-    from workflows.fleet_codec import state_to_json
+    from protocol.fleet_codec import state_to_json
 
 PACKAGE_KEY = SearchAttributeKey.for_keyword_list(names.SEARCH_ATTR_PACKAGE)
 PHASE_KEY = SearchAttributeKey.for_keyword(names.SEARCH_ATTR_PHASE)

@@ -35,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
     from protocol import names
     from protocol.clusters import ClusterReport, GlobalInput, GlobalTurn, GlobalView
     from protocol.fleet import Filter
-    from workflows.global_codec import global_state_from_json, global_state_to_json
+    from protocol.global_codec import global_state_from_json, global_state_to_json
 
 EVERYTHING = Filter()
 HISTORY_EVENT_LIMIT = 5_000

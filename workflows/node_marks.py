@@ -17,8 +17,8 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from planning.node_marks import NodeMark
     from protocol.activities import MarkBlockedNodesInput, MarkBlockedNodesResult
+    from protocol.fleet_codec import marks_to_json
     from workflows.api_retries import outlasting
-    from workflows.fleet_codec import marks_to_json
 
 MARK_TIMEOUT = timedelta(minutes=2)
 # Marks are retried through an apiserver outage like the window's calls (`workflows.api_retries`).

@@ -24,8 +24,8 @@ from api import keys
 from localstack.state import StackInfo
 from planning.fleet_status import FleetProgress
 from protocol import names
+from protocol.fleet_codec import progress_from_json
 from tests.helpers.processes import TEST_LABEL, NoderollProcesses
-from workflows.fleet_codec import progress_from_json
 
 READY_TIMEOUT = 420.0
 

@@ -21,6 +21,7 @@ from api import keys
 from localstack.state import StackInfo
 from planning.status import RolloutProgress
 from protocol import names
+from protocol.fleet_codec import progress_from_json
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import package_spec
@@ -34,7 +35,6 @@ from tests.integration.bridge_support import (
     read_package,
     reasons,
 )
-from workflows.fleet_codec import progress_from_json
 
 pytestmark = pytest.mark.integration
 NODES = 2

@@ -55,11 +55,11 @@ from fleetsim.nodes import node_name
 from localstack.state import StackInfo
 from planning.compartments import stable_order
 from protocol import names
+from protocol.fleet_codec import progress_from_json
 from protocol.node_settings import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
 from service.temporal_client import connect
 from tests.helpers import assert_eventually_async, new_task_queue, unique_name
 from tests.helpers.doc_commands import doc_test_commands, segments, unmarked
-from workflows.fleet_codec import progress_from_json
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / d for d in ("README.md", "docs/getting-started.md", "docs/how-it-works.md", "docs/operations.md",

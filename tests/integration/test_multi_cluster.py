@@ -44,6 +44,8 @@ from localstack.state import StackInfo
 from planning.fleet_status import FleetProgress
 from protocol import names
 from protocol.clusters import GlobalView
+from protocol.fleet_codec import progress_from_json
+from protocol.global_codec import global_view_from_json
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.helpers.histories import replay_and_record
@@ -59,8 +61,6 @@ from tests.integration.bridge_support import (
     policy_events,
     read_package,
 )
-from workflows.fleet_codec import progress_from_json
-from workflows.global_codec import global_view_from_json
 
 pytestmark = [pytest.mark.integration, pytest.mark.multicluster, pytest.mark.timeout(600)]
 ROLLOUT_TIMEOUT = 300.0

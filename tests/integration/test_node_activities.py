@@ -31,7 +31,6 @@ from activities.node_marks import mark_blocked_nodes
 from activities.nodes import (
     cordon_node,
     node_condition,
-    patch_node_with_retry,
     read_node,
     uncordon_node,
     write_node_state,
@@ -48,10 +47,12 @@ from api.keys import (
     PACKAGE_POD_NAMESPACE,
 )
 from fleetsim.faults import Fault
+from kube.nodes import patch_node_with_retry
 from localstack.state import StackInfo
 from planning.node_marks import NodeMark, decide_mark
 from protocol import errors
 from protocol.activities import MarkBlockedNodesInput
+from protocol.fleet_codec import marks_to_json
 from protocol.node_activities import (
     DrainNodeInput,
     NodeInput,
@@ -65,7 +66,6 @@ from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import SCRIPT_IMAGE, SYSCTL_IMAGE, WORKLOAD_IMAGE
 from tests.integration.node_window_support import cordon, wait_pods_running
-from workflows.fleet_codec import marks_to_json
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 

@@ -15,7 +15,7 @@ from planning import fleet_rollback as rb
 from planning import fleet_state as fs
 from planning.fleet_targets import FleetSelection, NodeTargets
 from protocol.fleet import Filter, FleetSpec, PackageEntry, PackageOutcome, WindowResult
-from workflows.fleet_codec import state_from_json, state_to_json
+from protocol.fleet_codec import state_from_json, state_to_json
 
 POLICY: dict[str, Any] = {"default": {"budget": {"count": 2}}, "canary": {"count": 1, "onFailure": "rollback"}}
 NODES = ("n1", "n2", "n3")

@@ -22,13 +22,13 @@ from api.enums import RolloutPhase, State
 from planning.fleet_status import FleetProgress
 from protocol import names
 from protocol.fleet import Filter, FleetInput, FleetSpec, PackageEntry
+from protocol.fleet_codec import progress_from_json
 from tests.helpers import assert_eventually_async, new_task_queue, unique_name
 from tests.helpers.histories import replay_and_record
 from tests.workflows.fleet_fakes import FakeNodes
 from tests.workflows.node_harness import register_search_attributes
 from tests.workflows.skipping import end, skip
 from workflows.fleet import FleetWorkflow
-from workflows.fleet_codec import progress_from_json
 
 SELECTOR = {"matchLabels": {"pool": "gpu"}}
 

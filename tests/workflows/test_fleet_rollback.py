@@ -22,12 +22,12 @@ from planning import fleet_state as fs
 from planning.fleet_targets import FleetSelection, NodeTargets
 from protocol import names
 from protocol.fleet import FleetSpec
+from protocol.fleet_codec import state_to_json
 from tests.helpers import assert_eventually_async, unique_name
 from tests.workflows.fleet_fakes import FakeNodes
 from tests.workflows.skipping import skip
 from tests.workflows.test_fleet import fleet, package, policy, progress, settled
 from tests.workflows.test_fleet_holds import details, whole_minute, window
-from workflows.fleet_codec import state_to_json
 
 ROLLBACK = {"count": 1, "onFailure": "rollback"}
 FIXED = {"type": "fixed", "initialBatch": 2}

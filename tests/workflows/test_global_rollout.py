@@ -28,13 +28,13 @@ from api.enums import RolloutPhase
 from protocol import names
 from protocol.clusters import GlobalView
 from protocol.fleet import FleetInput, FleetSpec
+from protocol.global_codec import global_view_from_json
 from tests.helpers import assert_eventually_async, new_task_queue, unique_name
 from tests.workflows.fleet_fakes import FakeNodes
 from tests.workflows.node_harness import register_search_attributes
 from tests.workflows.skipping import end, skip
 from tests.workflows.test_fleet import EXPONENTIAL, RELIST_NEVER, package, policy, progress
 from workflows.fleet import FleetWorkflow
-from workflows.global_codec import global_view_from_json
 from workflows.global_rollout import GlobalRolloutWorkflow
 
 

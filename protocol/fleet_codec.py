@@ -1,9 +1,14 @@
-"""JSON conversion of the fleet's state and of its listings. Deterministic, no I/O.
+"""JSON conversion of the fleet's state, its listings and its `progress` answer. Deterministic, no I/O.
 
-The fleet carries its `FleetState` through continue-as-new, and receives its listings, as JSON:
-a typed payload would make the workflow sandbox resolve planning's (string) annotations, which it
-cannot. The adapters are built when this module is first imported, by the worker outside the
-sandbox; the sandbox reuses them (the module is passed through).
+The wire form of the fleet's data, in one place for both ends: the fleet carries its `FleetState`
+through continue-as-new, and receives its listings, as JSON (a typed payload would make the
+workflow sandbox resolve planning's (string) annotations, which it cannot); the clients (the bridge,
+the CLI, the demo, the SDK example, the benchmarks) read the `progress` answer with
+`progress_from_json`, without importing a workflow module (import contract `clients-no-execution`).
+The types are planning's, so this module and `protocol.global_codec` are the two modules of
+`protocol` that import `planning` (`.importlinter`: the only exceptions to `protocol-leaf`).
+The adapters are built when this module is first imported, by the worker outside the sandbox; the
+sandbox reuses them (the workflows import it passed through).
 """
 
 from __future__ import annotations
