@@ -58,6 +58,8 @@ class PlanInput:
     timings: Timings = field(default_factory=Timings)
     # The running fleet's wave (0: none): the plan's wave is the next one.
     wave: int = 0
+    # The cluster's name ("" none): the fleet is `fleet/<cluster>/<policy>`, its node order's key.
+    cluster: str = ""
 
 
 @dataclass
@@ -226,7 +228,7 @@ def _skipped(plan: FleetPlan, selection: FleetSelection, data: PlanInput) -> Non
 def plan_fleet(data: PlanInput) -> FleetPlan:
     """What the next wave of `data.desired`'s fleet would do (module docstring)."""
     policy = _policy(data.desired)
-    fleet_id = fleet_workflow_id(data.desired.policy_name)
+    fleet_id = fleet_workflow_id(data.desired.policy_name, data.cluster)
     state = _initial_state(data)
     selection = select_fleet(FleetQuery(_packages(data.desired), data.nodes, {}, frozenset(listing_label_keys(policy))))
     fs.start_wave(state, selection, policy, fleet_id)
