@@ -5,8 +5,8 @@ Decisions are pure (`crd_bridge.node_changes`); this module applies them. `nodes
 debounced: the fleets of the Packages concerned are collected and signalled once per flush (many
 nodes joining at once cost one signal per fleet, not one per node). `availability_changed` (a node
 cordoned, uncordoned or turned NotReady/Ready by someone else) is coalesced over a short interval
-(`crd_bridge.availability`): one signal per fleet carrying every node noted since. The runtime-required taint is
-decided per Node by `planning.runtime_taint` on the cached object and written with
+(`crd_bridge.availability`): one signal per fleet carrying every node noted since. The
+runtime-required taint is decided per Node by `planning.runtime_taint` on the cached object and written with
 `kube.taints.set_runtime_required_taint`, guarded by that object's resourceVersion: a Node
 that changed since is left alone, and its newer version (the watch event marks the taints dirty)
 is decided again.
