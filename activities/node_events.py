@@ -30,9 +30,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 import kube
+from api.keys import EVENT_NAMESPACE
 from protocol.node_activities import NodeEvent
 
-EVENT_NAMESPACE = "default"
 EVENT_SOURCE = "noderoll"
 KEY_ANNOTATION = "noderoll.io/event-key"
 CACHE_SIZE = 16_384

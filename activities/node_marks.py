@@ -20,10 +20,10 @@ from temporalio import activity
 
 import kube
 from activities.node_events import emit_event
-from activities.nodes import CONFLICT_RETRIES, node_condition
+from activities.nodes import node_condition
 from api.keys import CONDITION_STATE_MALFORMED, NODE_STATUS_LABEL
 from kube.node_snapshot import node_facts, node_view
-from kube.nodes import find_node
+from kube.nodes import CONFLICT_RETRIES, find_node
 from planning.node_marks import NodeMark, decide_mark
 from planning.targets import NodeView
 from protocol.activities import MarkBlockedNodesInput, MarkBlockedNodesResult

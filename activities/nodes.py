@@ -6,14 +6,13 @@ aggregated per (node, reason) by `activities.node_events` (module `activities.no
 
 Each is idempotent. Ownership of a cordon is recorded in `noderoll.io/cordoned-by`: `cordon_node`
 never claims a node someone else cordoned, and `uncordon_node` only undoes our own cordon, so a node
-an operator cordoned stays cordoned. Metadata writes are merge patches carrying the
-resourceVersion just read: a concurrent edit by someone else makes the apiserver answer 409, and we
-re-read and re-apply instead of overwriting blindly.
+an operator cordoned stays cordoned (both rules: `kube.cordon`). Metadata writes are merge patches
+carrying the resourceVersion just read (`kube.nodes.patch_node_with_retry`): a concurrent edit by
+someone else makes the apiserver answer 409, and we re-read and re-apply instead of overwriting blindly.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -33,8 +32,9 @@ from api.keys import (
     NODE_STATE_ANNOTATION,
     NODE_STATUS_LABEL,
 )
+from kube.cordon import cordon_patch, lift_own_cordon
 from kube.node_snapshot import node_facts
-from kube.nodes import node_not_found
+from kube.nodes import node_not_found, patch_node_with_retry
 from kube.nodes import read_node as read_node_or_fail
 from planning.node_marks import READABLE_MESSAGE, REASON_READABLE
 from protocol.node_activities import (
@@ -47,37 +47,10 @@ from protocol.node_activities import (
     cordon_view,
 )
 
-CONFLICT_RETRIES = 8
-
 
 def get_node(name: str) -> client.V1Node:
     """Read the Node; a missing one is the non-retryable `NodeNotFound`."""
     return read_node_or_fail(name)
-
-
-def patch_node_with_retry(name: str, build: Callable[[client.V1Node], dict[str, Any] | None],
-                          seen: client.V1Node | None = None) -> client.V1Node:
-    """Read the node, build a merge patch from it (None: nothing to do), apply it with its resourceVersion.
-
-    `seen`: the node as the caller read it (its resourceVersion set): the first try builds from it
-    instead of reading. A 409 (someone else wrote the node in between) re-reads and rebuilds, up to
-    CONFLICT_RETRIES.
-    """
-    for attempt in range(CONFLICT_RETRIES):
-        node = seen if attempt == 0 and seen is not None else get_node(name)
-        patch = build(node)
-        if patch is None:
-            return node
-        patch.setdefault("metadata", {})["resourceVersion"] = node.metadata.resource_version
-        try:
-            return kube.core().patch_node(name, patch, _content_type="application/merge-patch+json")
-        except ApiException as err:
-            if kube.is_conflict(err):
-                continue
-            if kube.is_not_found(err):
-                raise node_not_found(name) from err
-            kube.raise_for(err, f"patch node {name}")
-    raise RuntimeError(f"patch node {name}: still conflicting after {CONFLICT_RETRIES} attempts")
 
 
 def snapshot(node: client.V1Node) -> ReadNodeResult:
@@ -112,17 +85,11 @@ def cordon_node(input: NodeInput) -> CordonNodeResult:
     outcome = CordonNodeResult(cordoned_by_noderoll=False)
 
     def build(node: client.V1Node) -> dict[str, Any] | None:
-        view = snapshot(node)
-        outcome.was_unschedulable = view.unschedulable
-        if view.unschedulable:
-            # Already cordoned: ours (a retried activity) or someone else's (we must not take it over).
-            outcome.cordoned_by_noderoll = view.cordoned_by == CORDONED_BY_VALUE
-            return None
-        outcome.cordoned_by_noderoll = True
-        return {
-            "metadata": {"annotations": {CORDONED_BY_ANNOTATION: CORDONED_BY_VALUE}},
-            "spec": {"unschedulable": True},
-        }
+        facts = node_facts(node)
+        outcome.was_unschedulable = facts.unschedulable
+        # Already cordoned: ours (a retried activity) or someone else's (we must not take it over).
+        outcome.cordoned_by_noderoll = not facts.unschedulable or facts.cordoned_by == CORDONED_BY_VALUE
+        return cordon_patch(facts)
 
     node = patch_node_with_retry(input.node, build, seen_node(input.seen))
     if outcome.cordoned_by_noderoll and not outcome.was_unschedulable:
@@ -136,21 +103,9 @@ def cordon_node(input: NodeInput) -> CordonNodeResult:
 
 @activity.defn(name="uncordon_node")
 def uncordon_node(input: NodeInput) -> UncordonNodeResult:
-    """Undo noderoll's own cordon (annotation present); a node cordoned by anyone else stays cordoned."""
-    outcome = UncordonNodeResult(uncordoned=False)
-
-    def build(node: client.V1Node) -> dict[str, Any] | None:
-        view = snapshot(node)
-        if view.cordoned_by != CORDONED_BY_VALUE:
-            return None
-        outcome.uncordoned = True
-        return {
-            "metadata": {"annotations": {CORDONED_BY_ANNOTATION: None}},
-            "spec": {"unschedulable": None},
-        }
-
-    patch_node_with_retry(input.node, build)
-    return outcome
+    """Undo noderoll's own cordon (annotation present); a node cordoned by anyone else stays cordoned
+    (`kube.cordon.lift_own_cordon`)."""
+    return UncordonNodeResult(uncordoned=lift_own_cordon(input.node))
 
 
 def node_condition(kind: str, on: bool, reason: str, message: str) -> dict[str, Any]:

@@ -121,3 +121,6 @@ NODE_KEYS: tuple[tuple[str, str, str], ...] = (
 
 # Namespace where stage pods and interrupt pods run.
 PACKAGE_POD_NAMESPACE = "noderoll-system"
+# Namespace of the Events noderoll writes about Nodes and its objects (Nodes and both kinds are
+# cluster-scoped; `kubectl get events` shows them in `default`, as Kubernetes' own Node Events).
+EVENT_NAMESPACE = "default"

@@ -41,7 +41,7 @@ from bench.rollout import Target, run_rollout
 from bench.scenario import Scenario
 from localstack.state import StackInfo, load_stack_info
 from service.temporal_client import connect
-from worker.run_worker import pollers_from_env, sticky_schedule_to_start_from_env
+from worker.tuning import pollers_from_env, sticky_schedule_to_start_from_env
 
 DEFAULT_SIZES = (50, 200, 1000)
 console = Console(stderr=True)

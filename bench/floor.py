@@ -19,7 +19,8 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from bench.floor_workflow import FLOOR_WORKFLOW, FloorInput, FloorWorkflow, noop
-from worker.run_worker import ACTIVITY_THREADS, LOCAL_ACTIVITY_SLOTS, activity_threads, polling
+from service.connection import ACTIVITY_THREADS
+from worker.tuning import LOCAL_ACTIVITY_SLOTS, activity_threads, polling
 
 START_CONCURRENCY = 50
 

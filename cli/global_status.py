@@ -18,9 +18,9 @@ from temporalio.client import WorkflowQueryRejectedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from cli.ops_client import Ops, OpsError
+from planning.global_codec import global_view_from_json, global_view_to_json
 from protocol import names
 from protocol.clusters import GlobalView
-from workflows.global_codec import global_view_from_json, global_view_to_json
 
 STATE_STYLE = {"complete": "green", "running": "cyan", "failed": "red", "held": "yellow", "waiting": "white",
                "unknown": "dim"}

@@ -30,12 +30,11 @@ import time
 from typing import Any
 
 import kube
-from activities.nodes import uncordon_node
 from api.enums import State
 from cli.ops_client import Ops, OpsError, add_connection_flags
 from cli.ops_commands import run_ops
+from kube.cordon import lift_own_cordon
 from protocol import names
-from protocol.node_activities import NodeInput
 from service.legacy_engine import LegacyRun, open_legacy_runs
 
 # Node workflow phases of a window in flight (the old engine also waited for budget leases in one).
@@ -86,7 +85,7 @@ async def _terminate(ops: Ops, workflow_ids: list[str]) -> None:
 
 def _uncordon(ops: Ops) -> list[str]:
     """Uncordon what noderoll cordoned unless a package erred there; the nodes left cordoned, with why."""
-    # The window's own rule (`uncordon_node`: only noderoll's cordon is lifted), on this command's kubeconfig.
+    # The window's own rule (`kube.cordon`: only noderoll's cordon is lifted), on this command's kubeconfig.
     kube.configure(ops.target.kubeconfig)
     kept = []
     for row in ops.list_nodes():
@@ -97,7 +96,7 @@ def _uncordon(ops: Ops) -> list[str]:
             why = f"erroring: {', '.join(erroring)}" if erroring else f"state unreadable: {row.state_problem}"
             kept.append(f"{row.name} ({why})")
             continue
-        if uncordon_node(NodeInput(row.name)).uncordoned:
+        if lift_own_cordon(row.name):
             print(f"uncordoned {row.name} (cordoned by noderoll, no window runs there)")
     return kept
 

@@ -67,7 +67,12 @@ class OpsError(RuntimeError):
 
 
 class NoAnswer(RuntimeError):
-    """A fleet did not answer its `progress` query (not running, closed, no worker, query failed)."""
+    """A fleet did not answer a query: it does not run (never started, or its last run closed), or it
+    runs and did not answer (no worker polling, the query timed out or failed): `running` says which."""
+
+    def __init__(self, message: str, running: bool = False) -> None:
+        super().__init__(message)
+        self.running = running
 
 
 @dataclass(frozen=True)
@@ -303,29 +308,35 @@ class Ops:
         return self.temporal.get_workflow_handle(names.fleet_workflow_id(fleet, self.target.cluster))
 
     async def query_fleet(self, fleet: str) -> FleetProgress:
-        """The running fleet's `progress` query; NoAnswer (saying why) when it cannot answer.
+        """The running fleet's `progress` query; NoAnswer (saying why) when it cannot answer."""
+        answer = progress_from_json(await self.ask_fleet(fleet, names.QUERY_PROGRESS))
+        # The ETA as of now, not as of the fleet's last workflow task (planning.eta.eta_at).
+        return read_at(answer, datetime.now(UTC).isoformat())
+
+    async def ask_fleet(self, fleet: str, query: str) -> Any:
+        """The running fleet's answer to `query`; NoAnswer saying why when there is none: `running`
+        False when no run of it is open (never started, or closed), True when it runs and did not answer.
 
         A closed run is not asked: Temporal would answer from its history, and a fleet terminated
         or ended earlier (say by an earlier demo) would report work that is not this rollout's.
         """
         handle = self.fleet(fleet)
         try:
-            answer = await handle.query(names.QUERY_PROGRESS, reject_condition=QueryRejectCondition.NOT_OPEN,
-                                        rpc_timeout=QUERY_TIMEOUT)
+            return await handle.query(query, reject_condition=QueryRejectCondition.NOT_OPEN, rpc_timeout=QUERY_TIMEOUT)
         except WorkflowQueryRejectedError as err:
             status = err.status.name.lower() if err.status is not None else "closed"
             raise NoAnswer(f"{handle.id} is not running (its last run is {status})") from err
         except WorkflowQueryFailedError as err:
-            raise NoAnswer(f"{handle.id} failed the query: {err}") from err
+            raise NoAnswer(f"{handle.id} failed the query {query}: {err}", running=True) from err
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
                 raise NoAnswer(f"{handle.id} has never run") from err
-            if err.status == RPCStatusCode.DEADLINE_EXCEEDED:
+            # The client's own timeout ends the call as CANCELLED ("Timeout expired"), the server's as
+            # DEADLINE_EXCEEDED: either way nobody answered in time.
+            if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):
                 raise NoAnswer(f"{handle.id} did not answer within {QUERY_TIMEOUT.seconds}s "
-                               "(is a worker polling its task queue?)") from err
-            raise NoAnswer(f"{handle.id} did not answer: {err.message}") from err
-        # The ETA as of now, not as of the fleet's last workflow task (planning.eta.eta_at).
-        return read_at(progress_from_json(answer), datetime.now(UTC).isoformat())
+                               "(is a worker polling its task queue?)", running=True) from err
+            raise NoAnswer(f"{handle.id} did not answer: {err.message}", running=True) from err
 
     async def running_fleets(self, package: str | None = None) -> list[str]:
         """Fleets with a running workflow (those carrying `package` when given), from Temporal's visibility.

@@ -5,10 +5,21 @@ applied) merged over them by kind and name, and every Node; asks each running fl
 state it holds (`desired_state`) and what it measured (`progress`: its window durations for the
 ETA). The fleets' desired states are assembled as the bridge assembles them
 (`crd_bridge.fleets.desired_fleet`), and each is planned by `planning.rollout_plan.plan_fleet`, the
-fleet's own rules. Changes nothing.
+fleet's own rules. Changes nothing. With `--cluster NAME` the fleets asked are the cluster's
+(`fleet/<cluster>/<policy>`), and the plan orders nodes by that id, as the cluster's fleet does.
+
+The files are read as `kubectl apply` reads them (`api.manifests`): Lists are expanded
+(`kubectl get -o yaml` writes `kind: List`), a document meant for noderoll that cannot be read as a
+Package or DeploymentPolicy (an unknown or misspelled kind, a wrong apiVersion) is an error, and a
+document of another API group (a ConfigMap in the same folder) is skipped with a note on stderr.
 
 Exit codes (as `terraform plan -detailed-exitcode`): 0 nothing would change, 2 some fleet would run
-a window, 1 error (unreadable or invalid file or object, no cluster).
+a window, 1 error: an unreadable or invalid file or object; `--fleet` naming no fleet (no
+DeploymentPolicy of that name in the cluster or the files, not `default`, and no such fleet running:
+the message names the fleets there are); a running fleet that did not answer its queries (no worker
+polling, a query that timed out or failed: the plan cannot tell what that fleet rolls out now, and
+says which fleet and why; a fleet that never ran or whose run has closed is planned as a new one);
+no cluster.
 """
 
 from __future__ import annotations
@@ -16,32 +27,31 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import difflib
 import json
 import sys
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import TypeAdapter, ValidationError
 from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
-from temporalio.client import WorkflowQueryRejectedError
-from temporalio.common import QueryRejectCondition
-from temporalio.service import RPCError
 
 from api import keys
+from api.manifests import manifest_objects
 from api.package import Package
 from api.policy import DeploymentPolicy
-from cli.ops_client import QUERY_TIMEOUT, NoAnswer, Ops, OpsError, add_connection_flags
+from api.validate_command import STDIN, read_file
+from api.yaml_source import ParsedSource, SourceProblem, parse
+from cli.ops_client import NoAnswer, Ops, OpsError, add_connection_flags
 from cli.ops_commands import run_ops
 from crd_bridge.fleets import FleetFacts, PackageFacts, desired_fleet, raw_fleet
 from kube.node_snapshot import node_facts, node_view
 from planning.eta import Timings, duration_text
 from planning.rollout_plan import FleetPlan, PlanInput, plan_fleet
 from protocol.fleet import FleetSpec
-from protocol.names import DEFAULT_FLEET, QUERY_FLEET_SPEC
+from protocol.names import DEFAULT_FLEET, QUERY_FLEET_SPEC, fleet_workflow_id
 
 EXIT_NO_CHANGES, EXIT_ERROR, EXIT_CHANGES = 0, 1, 2
 _SPEC = TypeAdapter(FleetSpec)
@@ -51,22 +61,33 @@ class PlanError(OpsError):
     """A file or object cannot be planned (the message says which and why)."""
 
 
-def read_manifests(paths: list[str]) -> dict[tuple[str, str], dict[str, Any]]:
-    """(kind, name) -> object of every Package and DeploymentPolicy in the files (later files win)."""
-    found: dict[tuple[str, str], dict[str, Any]] = {}
+@dataclasses.dataclass
+class FileObjects:
+    """The noderoll objects of the `-f` files by (kind, name) (later files win), and the documents skipped."""
+
+    objects: dict[tuple[str, str], dict[str, Any]] = dataclasses.field(default_factory=dict)
+    skipped: list[str] = dataclasses.field(default_factory=list)
+
+
+def read_manifests(paths: list[str]) -> FileObjects:
+    """Every Package and DeploymentPolicy in the files (`api.manifests` rules); a PlanError naming each
+    file and document that cannot be read."""
+    found = FileObjects()
+    problems: list[str] = []
     for path in paths:
-        try:
-            text = sys.stdin.read() if path == "-" else Path(path).read_text()
-            documents = list(yaml.safe_load_all(text))
-        except (OSError, yaml.YAMLError) as err:
-            raise PlanError(f"{path}: {err}") from err
-        for doc in documents:
-            if not isinstance(doc, dict) or doc.get("kind") not in (keys.PACKAGE_KIND, keys.POLICY_KIND):
-                continue
-            name = (doc.get("metadata") or {}).get("name")
-            if not name:
-                raise PlanError(f"{path}: a {doc.get('kind')} without metadata.name")
-            found[(doc["kind"], name)] = doc
+        name = "<stdin>" if path == STDIN else path
+        raw, reason = read_file(path)
+        parsed = ParsedSource(problem=SourceProblem(reason or "")) if raw is None else parse(raw)
+        if parsed.problem is not None:
+            line = f":{parsed.problem.line}" if parsed.problem.line else ""
+            problems.append(f"{name}{line}: {parsed.problem.message}")
+            continue
+        manifests = manifest_objects(name, parsed.documents)
+        problems += manifests.problems
+        found.skipped += manifests.skipped
+        found.objects |= {(o.kind, o.name): dict(o.obj) for o in manifests.objects}
+    if problems:
+        raise PlanError(f"{len(problems)} problem(s) in the files; nothing was planned:\n  " + "\n  ".join(problems))
     return found
 
 
@@ -107,6 +128,21 @@ def desired_fleets(objects: dict[tuple[str, str], dict[str, Any]], only: str | N
     return out
 
 
+def known_fleets(objects: dict[tuple[str, str], dict[str, Any]], running: list[str]) -> set[str]:
+    """The fleets there are: a DeploymentPolicy's (cluster or files), one a Package names, `default`, a running one."""
+    named = {raw_fleet(obj) for (kind, _), obj in objects.items() if kind == keys.PACKAGE_KIND}
+    return {name for kind, name in objects if kind == keys.POLICY_KIND} | named | {DEFAULT_FLEET} | set(running)
+
+
+def unknown_fleet(only: str, known: set[str], files: bool) -> PlanError:
+    """The error of a `--fleet` that names no fleet: which fleets there are, and the closest."""
+    close = difflib.get_close_matches(only, sorted(known), n=1)
+    where = "in the cluster or the files" if files else "in the cluster"
+    return PlanError(f"--fleet {only}: no such fleet (no DeploymentPolicy {only} {where}, and no fleet of that "
+                     f"name runs). The fleets are: {', '.join(sorted(known))}"
+                     + (f"; did you mean {close[0]}?" if close else ""))
+
+
 @dataclasses.dataclass
 class RunningFleet:
     """What a running fleet holds and measured (None/empty when none runs)."""
@@ -117,35 +153,44 @@ class RunningFleet:
 
 
 async def running_fleet(ops: Ops, fleet: str) -> RunningFleet:
-    """The running fleet's desired state, wave and window timings (empty when none runs)."""
+    """The running fleet's desired state, wave and window timings; empty when none runs (it never
+    started, or its last run closed); a PlanError when it runs and does not answer."""
     try:
         progress = await ops.query_fleet(fleet)
-        answer = await ops.fleet(fleet).query(QUERY_FLEET_SPEC, reject_condition=QueryRejectCondition.NOT_OPEN,
-                                              rpc_timeout=QUERY_TIMEOUT)
-    except (NoAnswer, WorkflowQueryRejectedError, RPCError):
-        return RunningFleet()
+        answer = await ops.ask_fleet(fleet, QUERY_FLEET_SPEC)
+    except NoAnswer as err:
+        if not err.running:
+            return RunningFleet()
+        raise PlanError(f"{err}: the plan cannot tell what the fleet rolls out now (which Packages changed, "
+                        f"its wave, its measured windows), so it plans nothing (`noderoll status --fleet {fleet}` "
+                        "shows the fleet)") from err
     spec = _SPEC.validate_python(answer) if answer else None
     return RunningFleet(spec, progress.timings, progress.wave)
 
 
-async def build_plans(ops: Ops, files: list[str], only: str | None) -> list[FleetPlan]:
+async def build_plans(ops: Ops, files: FileObjects, only: str | None) -> list[FleetPlan]:
     """Every fleet's plan (module docstring)."""
     objects = {(keys.PACKAGE_KIND, o["metadata"]["name"]): o for o in await asyncio.to_thread(ops.list_packages)}
     policies = await asyncio.to_thread(ops.custom.list_cluster_custom_object, keys.GROUP, keys.VERSION,
                                        keys.POLICY_PLURAL)
     objects |= {(keys.POLICY_KIND, o["metadata"]["name"]): o for o in policies.get("items") or []}
-    objects |= read_manifests(files)
+    objects |= files.objects
+    if only is not None and only not in known_fleets(objects, []):
+        known = known_fleets(objects, await ops.running_fleets())
+        if only not in known:
+            raise unknown_fleet(only, known, bool(files.objects))
     nodes = [node_view(node_facts(n)) for n in (await asyncio.to_thread(ops.core.list_node)).items]
     now = datetime.now(UTC).isoformat()
     plans = []
     for fleet, desired in desired_fleets(objects, only).items():
         running = await running_fleet(ops, fleet)
-        plans.append(plan_fleet(PlanInput(desired, nodes, now, running.spec, running.timings, running.wave)))
+        plans.append(plan_fleet(PlanInput(desired, nodes, now, running.spec, running.timings, running.wave,
+                                          cluster=ops.target.cluster)))
     return plans
 
 
-def _windows_table(plan: FleetPlan) -> Table:
-    table = Table(title=f"fleet/{plan.fleet}: windows in batch order", title_justify="left")
+def _windows_table(plan: FleetPlan, fleet_id: str) -> Table:
+    table = Table(title=f"{fleet_id}: windows in batch order", title_justify="left")
     for column in ("batch", "compartment", "node", "packages (stages in order)", "drain", "interrupt"):
         table.add_column(column)
     for batch in plan.batches:
@@ -162,11 +207,12 @@ def _windows_table(plan: FleetPlan) -> Table:
     return table
 
 
-def render_plan(plan: FleetPlan) -> Group:
-    """One fleet's plan as text and tables."""
+def render_plan(plan: FleetPlan, cluster: str = "") -> Group:
+    """One fleet's plan as text and tables (its workflow id `fleet/<policy>`, or the cluster's)."""
+    fleet_id = fleet_workflow_id(plan.fleet, cluster)
     t = plan.totals
     changed = ", ".join(plan.changed) or ("policy only" if plan.policy_changed else "none")
-    lines = [Text(f"fleet/{plan.fleet} wave {plan.wave}: changes {changed}", style="bold"),
+    lines = [Text(f"{fleet_id} wave {plan.wave}: changes {changed}", style="bold"),
              Text(f"  {t.windows} window(s) on {t.nodes} node(s): {t.drains} drain(s), {t.reboots} reboot(s), "
                   f"{t.interrupts} interrupt(s), {t.batches} batch(es); {len(plan.done)} node(s) already done, "
                   f"{len(plan.not_targeted)} not targeted")]
@@ -182,9 +228,9 @@ def render_plan(plan: FleetPlan) -> Group:
     lines.extend(Text(f"  note: {note}") for note in plan.notes)
     parts: list[Any] = [*lines]
     if plan.windows:
-        parts.append(_windows_table(plan))
+        parts.append(_windows_table(plan, fleet_id))
     if plan.skipped:
-        skipped = Table(title=f"fleet/{plan.fleet}: nodes skipped or blocked", title_justify="left")
+        skipped = Table(title=f"{fleet_id}: nodes skipped or blocked", title_justify="left")
         skipped.add_column("node")
         skipped.add_column("package: why")
         for node, reasons in plan.skipped.items():
@@ -193,24 +239,32 @@ def render_plan(plan: FleetPlan) -> Group:
     return Group(*parts)
 
 
-def plan_json(plans: list[FleetPlan]) -> dict[str, Any]:
-    """Every fleet's plan as JSON (`changes` per fleet, and overall)."""
-    return {"changes": any(p.changes for p in plans),
+def plan_json(plans: list[FleetPlan], skipped: list[str] | None = None) -> dict[str, Any]:
+    """Every fleet's plan as JSON (`changes` per fleet, and overall; `skipped`: the files' documents
+    of other API groups left out)."""
+    return {"changes": any(p.changes for p in plans), "skipped_documents": list(skipped or []),
             "fleets": [{**dataclasses.asdict(p), "changes": p.changes} for p in plans]}
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """`noderoll plan` (module docstring)."""
+    try:
+        files = read_manifests(args.file)
+    except PlanError as err:
+        print(f"noderoll plan: {err}", file=sys.stderr)
+        return EXIT_ERROR
+    for line in files.skipped:
+        print(f"noderoll plan: {line}", file=sys.stderr)
 
     async def body(ops: Ops) -> int:
-        plans = await build_plans(ops, args.file, args.fleet)
+        plans = await build_plans(ops, files, args.fleet)
         if args.output == "json":
-            print(json.dumps(plan_json(plans), indent=2, sort_keys=True))
+            print(json.dumps(plan_json(plans, files.skipped), indent=2, sort_keys=True))
         else:
             console = Console(width=None if sys.stdout.isatty() else 200)
             changing = [p for p in plans if p.changes]
             for plan in changing:
-                console.print(render_plan(plan))
+                console.print(render_plan(plan, ops.target.cluster))
             if not changing:
                 console.print("no changes: every targeted node is at its fleet's desired state"
                               + (f" ({sum(len(p.skipped) for p in plans)} node(s) skipped or blocked)"
@@ -227,7 +281,8 @@ def register(subparsers: Any) -> None:
                      "skipped nodes, ETA (exit 0 no change, 2 changes, 1 error)")
     add_connection_flags(parser)
     parser.add_argument("-f", "--file", action="append", default=[],
-                        help="Packages/DeploymentPolicies not yet applied, merged over the cluster's (repeatable; - stdin)")
+                        help="Packages/DeploymentPolicies not yet applied, merged over the cluster's (repeatable; "
+                             "- stdin; Lists expanded, other API groups' documents skipped with a note)")
     parser.add_argument("--fleet", metavar="POLICY", help="only this fleet (a DeploymentPolicy, or `default`)")
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
     parser.set_defaults(func=cmd_plan)

@@ -2,7 +2,8 @@
 
 Reads the fleet's runs (`fleet/<policy>`, back through continue-as-new) and the window runs of
 every node it handed a window to (`node/<node>`, since the fleet's first run) from Temporal
-(`cli.rollout_history`), the nodes' records (`noderoll.io/state`), and the canary, phase and
+(`cli.rollout_history`; with `--cluster NAME` the cluster's `fleet/<cluster>/<policy>` and
+`node/<cluster>/<node>`), the nodes' records (`noderoll.io/state`), and the canary, phase and
 message from the fleet's `progress` (or, when it no longer runs, from its Packages' and policy's
 statuses); `planning.rollout_report.build_report` makes the timeline and
 `planning.report_html.render_html` the page. Exit codes: 0 written, 1 no such fleet or no cluster.
@@ -26,6 +27,7 @@ from cli.ops_fleets import package_fleet
 from cli.rollout_history import fleet_histories, node_histories
 from planning.report_html import render_html
 from planning.rollout_report import ReportInput, RunHistory, build_report
+from protocol.names import fleet_workflow_id
 
 # Node histories read at once (each is one or a few Temporal calls).
 CONCURRENT_READS = 8
@@ -57,11 +59,12 @@ async def _fleet_facts(ops: Ops, policy: str) -> tuple[list[str], str, str]:
 
 
 async def collect_report_input(ops: Ops, policy: str) -> ReportInput:
-    """Everything the report of `fleet/<policy>` is drawn from (module docstring)."""
+    """Everything the report of `fleet/<policy>` (the cluster's) is drawn from (module docstring)."""
+    cluster = ops.target.cluster
     try:
-        fleet = await fleet_histories(ops.temporal, policy)
+        fleet = await fleet_histories(ops.temporal, policy, cluster)
     except RPCError as err:
-        raise OpsError(f"no history of fleet/{policy}: {err.message}") from err
+        raise OpsError(f"no history of {fleet_workflow_id(policy, cluster)}: {err.message}") from err
     nodes = sorted({n for run in fleet for a in run.activities if a.type == "request_windows"
                     for n in (a.input or {}).get("nodes") or []})
     since = fleet[0].started
@@ -69,13 +72,13 @@ async def collect_report_input(ops: Ops, policy: str) -> ReportInput:
 
     async def read(node: str) -> list[RunHistory]:
         async with limit:
-            return await node_histories(ops.temporal, node, since)
+            return await node_histories(ops.temporal, node, since, cluster)
 
     runs = dict(zip(nodes, await asyncio.gather(*(read(n) for n in nodes)), strict=True))
     records = await asyncio.to_thread(_records, ops, set(nodes))
     canary, phase, message = await _fleet_facts(ops, policy)
     return ReportInput(policy=policy, fleet=fleet, nodes=runs, records=records, canary=canary, phase=phase,
-                       message=message, generated_at=datetime.now(UTC).isoformat(timespec="seconds"))
+                       message=message, generated_at=datetime.now(UTC).isoformat(timespec="seconds"), cluster=cluster)
 
 
 async def write_report(ops: Ops, policy: str, path: Path) -> Path:

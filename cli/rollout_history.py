@@ -1,8 +1,8 @@
 """A rollout as its Temporal histories tell it: the fleet's runs and its nodes' window runs. Does I/O (Temporal).
 
-`fleet_histories(client, policy)` follows the latest run of `fleet/<policy>` back through
-continue-as-new; `node_histories(client, node, since)` lists the runs of `node/<node>` started
-since a time (each run is one or more windows: the node workflow completes when nothing is
+`fleet_histories(client, policy, cluster)` follows the latest run of `fleet/<policy>` (a cluster's:
+`fleet/<cluster>/<policy>`) back through continue-as-new; `node_histories(client, node, since, cluster)`
+lists the runs of `node/<node>` (`node/<cluster>/<node>`) started since a time (each run is one or more windows: the node workflow completes when nothing is
 queued). `activities(history)` and `signals(history, name)` read a history into plain data: each
 activity with its type, its input and result (the JSON the pydantic converter wrote), when it was
 scheduled, started (the last attempt) and ended, its attempts and its failure; each signal with its
@@ -82,9 +82,10 @@ def read_history(history: WorkflowHistory, run_id: str = "") -> RunHistory:
     return run
 
 
-async def fleet_histories(client: Client, policy: str) -> list[RunHistory]:
-    """The latest run of `fleet/<policy>` and the runs it continued from, oldest first ([] when none)."""
-    workflow_id = names.fleet_workflow_id(policy)
+async def fleet_histories(client: Client, policy: str, cluster: str = "") -> list[RunHistory]:
+    """The latest run of `fleet/<policy>` (`fleet/<cluster>/<policy>`) and the runs it continued from,
+    oldest first."""
+    workflow_id = names.fleet_workflow_id(policy, cluster)
     runs: list[RunHistory] = []
     run_id = ""
     while True:
@@ -97,12 +98,13 @@ async def fleet_histories(client: Client, policy: str) -> list[RunHistory]:
             return runs
 
 
-async def node_histories(client: Client, node: str, since: datetime) -> list[RunHistory]:
-    """The runs of `node/<node>` started at or after `since`, oldest first."""
-    query = f"WorkflowId = '{names.node_workflow_id(node)}' AND StartTime >= '{since.isoformat()}'"
+async def node_histories(client: Client, node: str, since: datetime, cluster: str = "") -> list[RunHistory]:
+    """The runs of `node/<node>` (`node/<cluster>/<node>`) started at or after `since`, oldest first."""
+    workflow_id = names.node_workflow_id(node, cluster)
+    query = f"WorkflowId = '{workflow_id}' AND StartTime >= '{since.isoformat()}'"
     found = [(e.start_time, e.run_id) async for e in client.list_workflows(query)]
     runs = []
     for _start, run_id in sorted(found):
-        history = await client.get_workflow_handle(names.node_workflow_id(node), run_id=run_id).fetch_history()
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
         runs.append(read_history(history, run_id))
     return runs

@@ -10,7 +10,8 @@ retried with backoff: a task must never end while the bridge runs):
 * `_work_once`: reconciles dirty policies, then dirty Packages, then dirty fleets (each hands its
   fleet the desired state when it changed, once the fleet's objects were quiet `settle_seconds`, so
   objects applied together reach the fleet as one change set), one at a time, then, after a full pass, syncs the
-  runtime-required taints and flushes `nodes_changed`; a failed reconcile is counted
+  runtime-required taints and flushes `nodes_changed` and, once due, `availability_changed` (a
+  wake-up is set for notes not due yet); a failed reconcile is counted
   (`noderoll_bridge_reconcile_errors_total`) and retried after `RETRY_SECONDS`;
 * `_poll_once`: the status poller every `status_seconds`;
 * `_resync_once`: every `resync_seconds` marks everything dirty (level-triggered: lost events, Temporal
@@ -28,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 
 from api import keys
+from crd_bridge.availability import COALESCE_SECONDS
 from crd_bridge.cache import ObjectCache
 from crd_bridge.fleet_client import Fleets
 from crd_bridge.fleets import raw_fleet
@@ -62,6 +64,9 @@ class BridgeOptions:
     # objects applied together (`kubectl apply -f dir/`, a GitOps sync) reach it as one change set:
     # one wave, one window per node, instead of a wave per object.
     settle_seconds: float = 2.0
+    # Nodes cordoned, uncordoned or turned NotReady/Ready by someone else within this long of the
+    # first reach each fleet in one `availability_changed` (crd_bridge/availability.py).
+    availability_seconds: float = COALESCE_SECONDS
 
 
 @dataclass
@@ -82,7 +87,7 @@ class Bridge:
         self.cache = ObjectCache()
         live = functools.partial(read_as_watched, label_selector=options.label_selector)
         self.reconciler = Reconciler(self.cache, fleets, live)
-        self.nodes = NodeHandler(self.reconciler)
+        self.nodes = NodeHandler(self.reconciler, options.availability_seconds)
         self.poller = StatusPoller(self.reconciler, self._mark_package)
         self.elector = LeaderElector(options.lease) if options.lease is not None else None
         self.dirty = Dirty()
@@ -229,7 +234,9 @@ class Bridge:
             if self.dirty.taints:
                 self.dirty.taints = False
                 await self._sync_taints()
-            await self.nodes.flush()
+            due = await self.nodes.flush()
+            if due is not None:
+                asyncio.get_running_loop().call_later(max(due, 0.05), self._wake.set)
             return
 
     def _settling(self) -> set[str]:

@@ -21,7 +21,6 @@ import kube
 from api import keys
 
 log = logging.getLogger("noderoll.bridge.events")
-EVENT_NAMESPACE = "default"
 COMPONENT = "noderoll-bridge"
 
 NORMAL = "Normal"
@@ -60,7 +59,7 @@ def emit(note: EventNote) -> None:
     name = str(meta.get("name", ""))
     now = datetime.now(UTC)
     event = client.CoreV1Event(
-        metadata=client.V1ObjectMeta(name=f"{name}.{uuid.uuid4().hex[:12]}", namespace=EVENT_NAMESPACE),
+        metadata=client.V1ObjectMeta(name=f"{name}.{uuid.uuid4().hex[:12]}", namespace=keys.EVENT_NAMESPACE),
         involved_object=client.V1ObjectReference(
             api_version=keys.API_VERSION,
             kind=note.kind,
@@ -78,6 +77,6 @@ def emit(note: EventNote) -> None:
         count=1,
     )
     try:
-        client.CoreV1Api(kube.api_client()).create_namespaced_event(EVENT_NAMESPACE, event)
+        client.CoreV1Api(kube.api_client()).create_namespaced_event(keys.EVENT_NAMESPACE, event)
     except ApiException as err:
         log.warning("event %s on %s/%s not written: HTTP %s", note.reason, note.kind, name, err.status)

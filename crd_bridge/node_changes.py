@@ -13,6 +13,15 @@ for a Package with `dependsOn`, a change of a dependency's record in the node's 
 disappearing (a reset, `noderoll node reset`: the fleet asks the node again). Status heartbeats
 and other state-annotation changes do not.
 
+A fleet with a capacity floor must also hear at once when a node's availability changes by someone
+else's hand, not at its next re-list (issue 43): `availability_change` is a cordon or uncordon that
+is not noderoll's own (noderoll's cordon and uncordon set and clear `noderoll.io/cordoned-by` in the
+same patch; a cordon that leaves the annotation as it was is someone else's), or a node turning
+NotReady or Ready outside noderoll's own window (a node labelled `noderoll.io/status=in-progress`
+is in a window: its reboot's NotReady is noderoll's). It goes, as `availability_changed`, to the
+fleets one of whose Packages targets the node (`fleets_targeting`: the same selector match as for
+`nodes_changed`, and the fleets uninstalling a deleted Package there).
+
 The runtime-required taint rule itself is `planning.runtime_taint`; here a Node object (API JSON)
 and the bridge's valid Packages are turned into its input.
 """
@@ -24,13 +33,15 @@ from datetime import datetime
 from typing import Any
 
 from api import keys
+from api.enums import NodeStatus
 from api.node_state import parse_node_state
 from api.package import Package, PackageSpec
-from kube.node_snapshot import node_facts
+from kube.node_snapshot import NodeFacts, node_facts
 from kube.node_snapshot import node_view as as_view
 from planning.runtime_taint import RuntimePackage, RuntimeTaintInput
 from planning.targets import UNSCHEDULABLE_TAINT_KEY, NodeView, is_candidate
 from protocol.fleet import FleetSpec, NodeReset
+from protocol.names import fleet_name
 
 
 def node_view(obj: Mapping[str, Any]) -> NodeView:
@@ -89,6 +100,37 @@ def forgotten_records(old: NodeView | None, new: NodeView) -> set[str]:
     return set(before.packages) - set(after.packages)
 
 
+def availability_change(old: NodeFacts | None, new: NodeFacts) -> bool:
+    """True when the change from `old` to `new` is a cordon, an uncordon or a Ready flip by someone
+    else's hand (module docstring); a new node is `nodes_changed`'s, not this."""
+    if old is None:
+        return False
+    ours = old.cordoned_by != new.cordoned_by and keys.CORDONED_BY_VALUE in (old.cordoned_by, new.cordoned_by)
+    cordon = old.unschedulable != new.unschedulable and not ours
+    in_window = NodeStatus.IN_PROGRESS.value in (old.status_label, new.status_label)
+    return cordon or (old.ready != new.ready and not in_window)
+
+
+def fleets_targeting(views: Iterable[NodeView], packages: Mapping[str, PackageSpec],
+                     sent: Mapping[str, FleetSpec]) -> set[str]:
+    """The fleets one of whose Packages targets one of `views` (the node before and after a change):
+    a valid Package's selector, or an uninstall a fleet carries."""
+    seen = list(views)
+    fleets = {fleet_name(spec.deployment_policy) for spec in packages.values()
+              if any(is_candidate(spec, view.labels) for view in seen)}
+    return fleets | set(_uninstalling(seen, sent))
+
+
+def _uninstalling(views: Sequence[NodeView], sent: Mapping[str, FleetSpec]) -> list[str]:
+    return sorted(
+        fleet
+        for fleet, spec in sent.items()
+        if any(entry.uninstall and any(is_candidate(PackageSpec.model_validate(entry.spec), view.labels)
+                                       for view in views)
+               for entry in spec.packages)
+    )
+
+
 def fleets_uninstalling_on(old: NodeView | None, new: NodeView, sent: Mapping[str, FleetSpec]) -> list[str]:
     """Fleets carrying a deleted Package's uninstall whose selector matches the node before or after a
     change that may change targets (sorted).
@@ -100,14 +142,7 @@ def fleets_uninstalling_on(old: NodeView | None, new: NodeView, sent: Mapping[st
     """
     if not targeting_change(old, new):
         return []
-    views: Iterable[NodeView] = (new,) if old is None else (old, new)
-    return sorted(
-        fleet
-        for fleet, spec in sent.items()
-        if any(entry.uninstall and any(is_candidate(PackageSpec.model_validate(entry.spec), view.labels)
-                                       for view in views)
-               for entry in spec.packages)
-    )
+    return _uninstalling((new,) if old is None else (old, new), sent)
 
 
 def packages_to_notify(

@@ -23,7 +23,6 @@ from kubernetes.client.exceptions import ApiException
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from activities.node_events import EVENT_NAMESPACE
 from api import keys
 from demo.resources import GPU_LABEL, GPUS_PER_NODE, RACK_LABEL, DemoNames, DemoObjects, racks_for
 from fleetsim.context import PREFIX_LABEL
@@ -305,7 +304,7 @@ def count_cordon_events(core: k8s.CoreV1Api, nodes: set[str], since: datetime) -
     """Cordons noderoll recorded on the demo's nodes since `since`: the `count` of each node's `Cordoned`
     Event (one Event per node, raised by each cordon; issue #14; a node of an earlier demo under the
     same name had another uid, so another Event)."""
-    events = core.list_namespaced_event(EVENT_NAMESPACE, field_selector="involvedObject.kind=Node,reason=Cordoned")
+    events = core.list_namespaced_event(keys.EVENT_NAMESPACE, field_selector="involvedObject.kind=Node,reason=Cordoned")
     counts: dict[str, int] = {}
     for event in events.items:
         node = event.involved_object.name

@@ -1,7 +1,11 @@
-"""Node reads, the paged Node listing, and the one classification of a missing Node (`NodeNotFound`). Does I/O.
+"""Node reads, the paged Node listing, the guarded read-build-patch of a Node, and the one classification
+of a missing Node (`NodeNotFound`). Does I/O.
 
 Every activity that reads or writes a Node answers a 404 the same way: the non-retryable
 `protocol.errors.NODE_NOT_FOUND`, which ends a node window at once (workflows/node_window.py).
+`patch_node_with_retry` writes a merge patch carrying the resourceVersion it was built from: a
+concurrent edit by someone else makes the apiserver answer 409, and the Node is read and the patch
+built again instead of overwriting blindly.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from kube.node_snapshot import NodeFacts, node_facts
 from protocol import errors
 
 PAGE_SIZE = 500
+CONFLICT_RETRIES = 8
 
 
 def node_not_found(name: str, what: str = "does not exist") -> ApplicationError:
@@ -42,6 +47,31 @@ def read_node(name: str, missing: str = "does not exist") -> client.V1Node:
     if node is None:
         raise node_not_found(name, missing)
     return node
+
+
+def patch_node_with_retry(name: str, build: Callable[[client.V1Node], dict[str, Any] | None],
+                          seen: client.V1Node | None = None) -> client.V1Node:
+    """Read the node, build a merge patch from it (None: nothing to do), apply it with its resourceVersion.
+
+    `seen`: the node as the caller read it (its resourceVersion set): the first try builds from it
+    instead of reading. A 409 (someone else wrote the node in between) re-reads and rebuilds, up to
+    CONFLICT_RETRIES.
+    """
+    for attempt in range(CONFLICT_RETRIES):
+        node = seen if attempt == 0 and seen is not None else read_node(name)
+        patch = build(node)
+        if patch is None:
+            return node
+        patch.setdefault("metadata", {})["resourceVersion"] = node.metadata.resource_version
+        try:
+            return kube.core().patch_node(name, patch, _content_type="application/merge-patch+json")
+        except ApiException as err:
+            if kube.is_conflict(err):
+                continue
+            if kube.is_not_found(err):
+                raise node_not_found(name) from err
+            kube.raise_for(err, f"patch node {name}")
+    raise RuntimeError(f"patch node {name}: still conflicting after {CONFLICT_RETRIES} attempts")
 
 
 def read_node_json(name: str, missing: str = "does not exist") -> dict[str, Any]:

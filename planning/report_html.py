@@ -73,7 +73,7 @@ def _timeline(report: RolloutReport) -> str:
     height = AXIS_HEIGHT + ROW_HEIGHT * len(report.nodes) + 10
     width = LABEL_WIDTH + PLOT_WIDTH + 20
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-             f'aria-label="timeline of fleet/{escape(report.policy)}">']
+             f'aria-label="timeline of {escape(report.fleet_id)}">']
     span = (report.end - report.start).total_seconds()
     for tick in range(6):
         seconds = span * tick / 5
@@ -119,7 +119,7 @@ def render_html(report: RolloutReport) -> str:
     legend = "".join(f'<span><i style="background:{COLOURS[k]}"></i>{escape(v)}</span>' for k, v in LEGEND.items())
     legend += ('<span><i style="background:#b3261e;border-radius:6px"></i>failure</span>'
                '<span><i style="background:#e0a100"></i>retry</span>')
-    title = f"noderoll report: fleet/{report.policy}"
+    title = f"noderoll report: {report.fleet_id}"
     return (
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"

@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from api.enums import Stage
+from protocol.names import fleet_workflow_id
 
 DRAIN_ACTIVITIES = ("cordon_node", "wait_protected_pods", "drain_node")
 CHECK_SUFFIX = "-check"
@@ -85,6 +86,8 @@ class ReportInput:
     phase: str = ""
     message: str = ""
     generated_at: str = ""
+    # The cluster's name ("" none): the fleet is `fleet/<cluster>/<policy>`.
+    cluster: str = ""
 
 
 @dataclass
@@ -139,6 +142,8 @@ class RolloutReport:
     """A rollout, ready to draw."""
 
     policy: str
+    # The fleet's workflow id (`fleet/<policy>`, `fleet/<cluster>/<policy>`).
+    fleet_id: str
     start: datetime | None = None
     end: datetime | None = None
     nodes: list[NodeReport] = field(default_factory=list)
@@ -236,7 +241,8 @@ def _marks(fleet: Sequence[RunHistory], canary: Sequence[str]) -> list[Mark]:
 
 def build_report(data: ReportInput) -> RolloutReport:
     """The report of `data` (module docstring)."""
-    report = RolloutReport(policy=data.policy, generated_at=data.generated_at)
+    report = RolloutReport(policy=data.policy, fleet_id=fleet_workflow_id(data.policy, data.cluster),
+                           generated_at=data.generated_at)
     answers = [(s.time, s.payload) for run in data.fleet for s in run.signals
                if s.name == "window_result" and isinstance(s.payload, dict)]
     outcome_failures: list[Failure] = []
@@ -269,7 +275,7 @@ def _summary(data: ReportInput, report: RolloutReport) -> dict[str, str]:
     rows = report.nodes
     seconds = (report.end - report.start).total_seconds() if report.start and report.end else 0.0
     summary = {
-        "fleet": f"fleet/{data.policy}",
+        "fleet": report.fleet_id,
         "phase": data.phase or "unknown",
         "started": report.start.isoformat(timespec="seconds") if report.start else "",
         "ended": report.end.isoformat(timespec="seconds") if report.end else "",

@@ -7,6 +7,9 @@ The protocol (docs/architecture.md, ADR 0007):
   whenever a Package of the fleet or the policy changes. The fleet compares it with what it has;
   the same spec twice changes nothing.
 * Operators send `pause`, `resume`, `halt` and `retry`, each with an optional `Filter`.
+* The bridge signals `nodes_changed` (no payload: nodes joined or changed what targets them; the
+  fleet lists its nodes again) and `availability_changed` (an `AvailabilityChanged`: nodes cordoned,
+  uncordoned or turned NotReady/Ready by someone else, for capacity floors to react at once).
 * The fleet hands a node ONE `WindowRequest` carrying every Package of the fleet pending there
   (signal-with-start `window` on `node/<node>`); the node workflow answers every request exactly
   once with a `WindowResult` (signal `window_result`), also when it withdraws a queued request on
@@ -50,6 +53,15 @@ class FleetSpec:
 
 
 @dataclass
+class AvailabilityChanged:
+    """Signal `availability_changed` (bridge -> fleet): these nodes, which a Package of the fleet targets,
+    were cordoned or uncordoned by someone else (not noderoll's own cordon), or turned NotReady or
+    Ready outside noderoll's own window, since the last such signal (sorted; a burst is one signal)."""
+
+    nodes: list[str] = field(default_factory=list)
+
+
+@dataclass
 class FleetInput:
     """Input of `fleet/<policy>` (started by the bridge with signal-with-start `desired`)."""
 
@@ -83,14 +95,6 @@ class Filter:
     def is_empty(self) -> bool:
         """True when the signal applies to the whole fleet."""
         return not self.packages and not self.nodes
-
-
-@dataclass
-class AvailabilityChanged:
-    """Payload of the fleet signal `availability_changed` (from the bridge): nodes of the fleet cordoned or
-    uncordoned by someone else, or turned NotReady or Ready, outside noderoll's own windows."""
-
-    nodes: list[str] = field(default_factory=list)
 
 
 @dataclass

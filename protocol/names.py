@@ -45,7 +45,8 @@ SIGNAL_NODE_RESET = "reset"
 SIGNAL_FLEET_SPEC = "desired"
 # bridge -> fleet: Nodes joined, left or changed in a way that concerns the fleet (no payload).
 SIGNAL_NODES_CHANGED = "nodes_changed"
-# bridge -> fleet: nodes of the fleet cordoned or uncordoned by someone else, or NotReady / Ready again.
+# bridge -> fleet: nodes of the fleet cordoned or uncordoned by someone else, or turned NotReady or
+# Ready outside noderoll's own window (`protocol.fleet.AvailabilityChanged`; bursts coalesced).
 SIGNAL_AVAILABILITY_CHANGED = "availability_changed"
 # fleet -> node: one window for a set of Packages (`protocol.fleet.WindowRequest`, signal-with-start).
 SIGNAL_WINDOW = "window"

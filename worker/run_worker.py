@@ -21,19 +21,16 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import Any, TypeVar
 
-from temporalio.worker import PollerBehaviorSimpleMaximum, Worker
+from temporalio.worker import Worker
 
 from activities import prometheus, stage_pod
 from protocol.names import GLOBAL_TASK_QUEUE
 from protocol.version import worker_identity
 from service.connection import (
     ACTIVITY_THREADS,
-    NONSTICKY_POLL_SHARE,
     STICKY_SCHEDULE_TO_START_SECONDS,
     ServiceSettings,
     add_connection_arguments,
@@ -42,9 +39,17 @@ from service.connection import (
     start_service,
 )
 from worker.registry import ACTIVITIES, GLOBAL_WORKFLOWS, WORKFLOWS
+from worker.tuning import (
+    ENV_STICKY_SCHEDULE_TO_START,
+    ENV_WORKFLOW_TASK_POLLERS,
+    LOCAL_ACTIVITY_SLOTS,
+    activity_threads,
+    polling,
+    sticky_schedule_to_start,
+    workflow_task_pollers,
+)
 
 log = logging.getLogger("noderoll.worker")
-T = TypeVar("T")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -74,55 +79,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                              "default: none)")
     add_stage_pod_arguments(parser)
     parser.set_defaults(func=run)
-
-
-ENV_WORKFLOW_TASK_POLLERS = "NODEROLL_WORKFLOW_TASK_POLLERS"
-ENV_STICKY_SCHEDULE_TO_START = "NODEROLL_STICKY_SCHEDULE_TO_START"
-
-
-def sticky_schedule_to_start(value: str) -> float:
-    """`--sticky-schedule-to-start`: a number of seconds, more than 0 and at most an hour."""
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-    if not 0 < seconds <= 3600:
-        raise argparse.ArgumentTypeError(f"{value} seconds is out of range: more than 0 and at most 3600")
-    return seconds
-
-
-def _from_env(name: str, check: Callable[[str], T], unset: T) -> T:
-    """Variable `name` checked as its flag checks it (`unset` when it is not set): what the bench
-    records, since its `noderoll worker`s inherit the variable."""
-    value = os.environ.get(name)
-    if not value:
-        return unset
-    try:
-        return check(value)
-    except argparse.ArgumentTypeError as err:
-        raise SystemExit(f"{name}: {err}") from None
-
-
-def sticky_schedule_to_start_from_env() -> float:
-    """NODEROLL_STICKY_SCHEDULE_TO_START, or the default."""
-    return _from_env(ENV_STICKY_SCHEDULE_TO_START, sticky_schedule_to_start, STICKY_SCHEDULE_TO_START_SECONDS)
-
-
-def pollers_from_env() -> int | None:
-    """NODEROLL_WORKFLOW_TASK_POLLERS, or None (the SDK's polling; the bench's floor polls like it)."""
-    return _from_env(ENV_WORKFLOW_TASK_POLLERS, workflow_task_pollers, None)
-
-
-def workflow_task_pollers(value: str) -> int:
-    """`--workflow-task-pollers`: an integer >= 2 (one poller for the task queue, one for the sticky queue)."""
-    try:
-        pollers = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number of pollers") from None
-    if pollers < 2:
-        raise argparse.ArgumentTypeError(f"{pollers} is too few: at least 2 (one for the task queue, one for the "
-                                         "worker's sticky queue)")
-    return pollers
 
 
 def _http_url(value: str) -> str:
@@ -155,28 +111,6 @@ def stage_pod_settings(args: argparse.Namespace) -> stage_pod.StagePodSettings:
         agent_image=args.agent_image, image_pull_secrets=tuple(secrets),
         host_network=args.stage_host_network, priority_class_name=args.stage_priority_class,
     )
-
-
-def polling(pollers: int | None) -> dict[str, Any]:
-    """The worker's workflow task polling: the SDK's when `pollers` is None, else `pollers` polls,
-    half of them on the task queue, where every new node window's first task waits
-    (service/connection.py: NONSTICKY_POLL_SHARE)."""
-    if pollers is None:
-        return {}
-    return {"workflow_task_poller_behavior": PollerBehaviorSimpleMaximum(maximum=pollers),
-            "nonsticky_to_sticky_poll_ratio": NONSTICKY_POLL_SHARE}
-
-
-# The window's short calls (ADR 0020) are local activities, run by the same executor as the activities.
-# With a thread per activity slot only, a 250-window batch's long waits held nearly every thread and a
-# new window's first workflow task waited for one to end (the likely part of 24-32 s waits at 1,000
-# nodes, docs/benchmarks.md): the local activities get threads of their own.
-LOCAL_ACTIVITY_SLOTS = 100
-
-
-def activity_threads(activity_slots: int) -> int:
-    """The executor's threads: one per activity slot and one per local-activity slot."""
-    return activity_slots + LOCAL_ACTIVITY_SLOTS
 
 
 async def serve(settings: ServiceSettings, stop: asyncio.Event) -> None:

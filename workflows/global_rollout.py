@@ -32,10 +32,10 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from planning import global_rollout as rules
+    from planning.global_codec import global_state_from_json, global_state_to_json
     from protocol import names
     from protocol.clusters import ClusterReport, GlobalInput, GlobalTurn, GlobalView
     from protocol.fleet import Filter
-    from workflows.global_codec import global_state_from_json, global_state_to_json
 
 EVERYTHING = Filter()
 HISTORY_EVENT_LIMIT = 5_000

@@ -1,4 +1,5 @@
-"""`noderoll bridge` on the real stack: validation, idempotent starts, status, pause/resume, deletion.
+"""`noderoll bridge` on the real stack: validation, idempotent starts, status, pause/resume, deletion,
+outside cordons and NotReady nodes signalled to their fleet.
 
 `noderoll worker` and `noderoll bridge` run as processes on a fresh task queue; a fleet of simulated
 nodes (fleetsim, in-process) carries the rollouts. The bridge only sees this module's Packages
@@ -18,8 +19,10 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from api import keys
+from cli.rollout_history import fleet_histories
 from localstack.state import StackInfo
 from planning.fleet.codec import progress_from_json
+from planning.rollout_report import Signal
 from planning.status import RolloutProgress
 from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
@@ -215,3 +218,48 @@ async def test_deleted_package_uninstalls_before_its_finalizer_goes(
         assert name not in recorded.get("packages", {}), (node.metadata.name, recorded)
     assert "Deleting" in reasons(kube_api_client, name)
 
+
+
+def set_ready(core: CoreV1Api, node: str, ready: bool) -> None:
+    """Write the node's Ready condition as a kubelet (or a node problem) would: from outside noderoll."""
+    condition = {"type": "Ready", "status": "True" if ready else "False",
+                 "reason": "KubeletReady" if ready else "KubeletNotReady", "message": "set by test_bridge"}
+    core.patch_node_status(node, {"status": {"conditions": [condition]}})
+
+
+async def test_outside_cordons_and_not_ready_nodes_reach_their_fleet_at_once(
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
+    packages: list[str],
+) -> None:
+    # Issue 43 item 3: a floor must hear of someone else's cordon and of a NotReady node within
+    # seconds. A reboot Package first: noderoll's own cordons and its reboots' NotReady are no such news.
+    name = unique_name("avail")
+    packages.append(name)
+    create_package(kube_api_client, run.package(name, fleet_spec(run, interrupt={"type": "reboot"})))
+    kubectl_wait_ready(local_stack, name, ROLLOUT_TIMEOUT)
+    core = CoreV1Api(kube_api_client)
+    cordoned, not_ready = sorted(n.metadata.name for n in core.list_node(
+        label_selector=f"bridge-fleet={run.run_id}").items)
+
+    async def availability_signals() -> list[Signal]:
+        return [s for h in await fleet_histories(temporal_client, names.DEFAULT_FLEET) for s in h.signals
+                if s.name == names.SIGNAL_AVAILABILITY_CHANGED
+                and {cordoned, not_ready} & set((s.payload or {}).get("nodes") or [])]
+
+    assert await availability_signals() == [], "noderoll's own cordons and reboots were signalled"
+    try:
+        core.patch_node(cordoned, {"spec": {"unschedulable": True}})  # `kubectl cordon`
+        set_ready(core, not_ready, False)
+
+        async def both_heard() -> list[Signal]:
+            signals = await availability_signals()
+            assert {n for s in signals for n in s.payload["nodes"]} == {cordoned, not_ready}, signals
+            return signals
+
+        signals = await assert_eventually_async(both_heard, timeout=30)
+        # Both changes came within the bridge's coalescing interval of each other: one signal, or two
+        # when the watch delivered them on either side of a hand-over.
+        assert len(signals) <= 2, signals
+    finally:
+        core.patch_node(cordoned, {"spec": {"unschedulable": None}})
+        set_ready(core, not_ready, True)

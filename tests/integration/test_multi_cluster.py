@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 import signal
 import subprocess
@@ -43,6 +44,7 @@ from fleetsim.faults import Fault
 from localstack.state import StackInfo
 from planning.fleet.codec import progress_from_json
 from planning.fleet_status import FleetProgress
+from planning.global_codec import global_view_from_json
 from protocol import names
 from protocol.clusters import GlobalView
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
@@ -60,7 +62,6 @@ from tests.integration.bridge_support import (
     policy_events,
     read_package,
 )
-from workflows.global_codec import global_view_from_json
 
 pytestmark = [pytest.mark.integration, pytest.mark.multicluster, pytest.mark.timeout(600)]
 ROLLOUT_TIMEOUT = 300.0
@@ -173,9 +174,16 @@ def ready(api: ApiClient, package: str) -> dict[str, Any]:
     return status
 
 
+def noderoll(stack: StackInfo, *argv: str) -> subprocess.CompletedProcess[str]:
+    """`noderoll ARGV` against `stack` (its kubeconfig, the one Temporal), as a process."""
+    return subprocess.run([str(Path(sys.executable).parent / "noderoll"), *argv, "--temporal-address",
+                           stack.temporal_address, "--kubeconfig", str(stack.kubeconfig)],
+                          capture_output=True, text=True, timeout=120)
+
+
 async def test_a_without_spec_clusters_both_clusters_complete_without_collisions(
     runs: dict[str, NoderollProcesses], apis: dict[str, ApiClient], local_stack: StackInfo, second_stack: StackInfo,
-    temporal_client: Client,
+    temporal_client: Client, tmp_path: Path,
 ) -> None:
     labels = {"mc-test": unique_name("a")}
     prefix = unique_name("gpu")
@@ -202,6 +210,19 @@ async def test_a_without_spec_clusters_both_clusters_complete_without_collisions
             # Nothing ran under the single-cluster ids.
             with pytest.raises(RPCError):
                 await temporal_client.get_workflow_handle(names.fleet_workflow_id(policy)).describe()
+            # `plan --cluster` asks the cluster's fleet (it holds the Package: nothing counts as changed),
+            # `report --cluster` reads the cluster's fleet and node runs (issue 43 item 4).
+            planned = noderoll(second_stack, "plan", "--cluster", B, "--fleet", policy, "-o", "json")
+            assert planned.returncode == 0, planned.stdout + planned.stderr
+            assert json.loads(planned.stdout)["fleets"][0]["changed"] == [], planned.stdout
+            page = tmp_path / "report.html"
+            reported = noderoll(second_stack, "report", "--cluster", B, policy, "-o", str(page))
+            assert reported.returncode == 0, reported.stdout + reported.stderr
+            html = page.read_text()
+            assert f"<title>noderoll report: {names.fleet_workflow_id(policy, B)}</title>" in html
+            for node in fleet_b.node_names:  # each node's row has its window's bars (node/<b>/<node>'s runs)
+                row = html.split(f'<g class="node-row" data-node="{node}">', 1)[1].split("</g>", 1)[0]
+                assert '<rect class="bar ' in row, (node, row[:300])
         finally:
             remove_everywhere(apis, local_stack.temporal_address, policy, package)
 

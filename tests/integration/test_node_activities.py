@@ -31,7 +31,6 @@ from activities.node_marks import mark_blocked_nodes
 from activities.nodes import (
     cordon_node,
     node_condition,
-    patch_node_with_retry,
     read_node,
     uncordon_node,
     write_node_state,
@@ -48,6 +47,7 @@ from api.keys import (
     PACKAGE_POD_NAMESPACE,
 )
 from fleetsim.faults import Fault
+from kube.nodes import patch_node_with_retry
 from localstack.state import StackInfo
 from planning.fleet.codec import marks_to_json
 from planning.node_marks import NodeMark, decide_mark

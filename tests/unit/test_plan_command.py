@@ -1,9 +1,11 @@
-"""`noderoll plan`'s own parts (cli/plan_command.py): files merged over the cluster, fleets as the bridge
-assembles them, the table and the JSON."""
+"""`noderoll plan`'s own parts (cli/plan_command.py): files merged over the cluster (Lists expanded, bad
+kinds refused), fleets as the bridge assembles them, a `--fleet` naming no fleet, the cluster's order
+key, the table and the JSON."""
 
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +13,18 @@ import pytest
 import yaml
 from rich.console import Console
 
-from cli.plan_command import PlanError, desired_fleets, plan_json, read_manifests, render_plan
+from cli.plan_command import (
+    PlanError,
+    desired_fleets,
+    known_fleets,
+    plan_json,
+    read_manifests,
+    render_plan,
+    unknown_fleet,
+)
+from planning.compartments import stable_order
 from planning.rollout_plan import PlanInput, plan_fleet
+from protocol.names import fleet_workflow_id
 from tests.unit.fleet_builders import a_node, a_spec, taint
 
 NOW = "2025-01-01T00:00:00+00:00"
@@ -36,10 +48,51 @@ def test_files_replace_the_clusters_objects_by_kind_and_name(tmp_path: Path) -> 
     first.write_text(yaml.safe_dump_all([a_package_object("kernel", version="2.0.0"), {"kind": "ConfigMap"}]))
     second.write_text(yaml.safe_dump(a_package_object("kernel", version="3.0.0")))
     cluster = {("Package", "kernel"): a_package_object("kernel"), ("DeploymentPolicy", "gpu"): a_policy_object()}
-    merged = cluster | read_manifests([str(first), str(second)])
-    fleets = desired_fleets(merged, None)
+    files = read_manifests([str(first), str(second)])
+    fleets = desired_fleets(cluster | files.objects, None)
     assert list(fleets) == ["gpu"] and fleets["gpu"].packages[0].spec["version"] == "3.0.0"
     assert fleets["gpu"].policy is not None and fleets["gpu"].policy["canary"]["count"] == 1
+    # The ConfigMap (no apiVersion, not a noderoll kind) is left out with a note.
+    assert len(files.skipped) == 1 and re.fullmatch(
+        rf"{re.escape(str(first))}:\d+: skipped ConfigMap/<unnamed> \(apiVersion missing: not noderoll.io\)",
+        files.skipped[0]), files.skipped
+
+
+def test_a_kubectl_list_in_a_file_is_planned_like_its_items(tmp_path: Path) -> None:
+    listed = tmp_path / "list.yaml"
+    listed.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [
+        a_package_object("kernel", version="2.0.0"), a_policy_object()]}))
+    files = read_manifests([str(listed)])
+    assert sorted(files.objects) == [("DeploymentPolicy", "gpu"), ("Package", "kernel")]
+    assert desired_fleets(files.objects, None)["gpu"].packages[0].spec["version"] == "2.0.0"
+
+
+def test_every_unreadable_document_of_every_file_is_named_and_nothing_is_planned(tmp_path: Path) -> None:
+    typo, broken, good = tmp_path / "typo.yaml", tmp_path / "broken.yaml", tmp_path / "good.yaml"
+    typo.write_text(yaml.safe_dump_all([a_package_object("kernel"), {**a_package_object("driver"), "kind": "Pakage"}]))
+    broken.write_text("kind: Package\nmetadata: {name: [unclosed\n")
+    good.write_text(yaml.safe_dump(a_policy_object()))
+    with pytest.raises(PlanError) as raised:
+        read_manifests([str(typo), str(broken), str(good), str(tmp_path / "missing.yaml")])
+    message = str(raised.value)
+    assert message.startswith("3 problem(s) in the files; nothing was planned")
+    assert f"{typo}:" in message and "kind 'Pakage' is not a noderoll kind (did you mean Package?)" in message
+    assert f"{broken}:" in message and "YAML syntax error" in message
+    assert f"{tmp_path / 'missing.yaml'}: cannot read" in message and str(good) not in message
+
+
+def test_a_fleet_that_does_not_exist_names_the_fleets_that_do() -> None:
+    objects = {("Package", "kernel"): a_package_object("kernel", policy="gpu"),
+               ("Package", "orphan"): a_package_object("orphan", policy="named-only"),
+               ("DeploymentPolicy", "gpu"): a_policy_object(), ("DeploymentPolicy", "cpu"): a_policy_object("cpu")}
+    objects[("DeploymentPolicy", "gpu-fleet")] = a_policy_object("gpu-fleet")
+    known = known_fleets(objects, ["running-one"])
+    assert known == {"gpu", "gpu-fleet", "cpu", "named-only", "default", "running-one"}
+    error = unknown_fleet("gpu-flet", known, files=True)
+    assert str(error) == ("--fleet gpu-flet: no such fleet (no DeploymentPolicy gpu-flet in the cluster or the files, "
+                          "and no fleet of that name runs). The fleets are: cpu, default, gpu, gpu-fleet, named-only, "
+                          "running-one; did you mean gpu-fleet?")
+    assert "did you mean" not in str(unknown_fleet("zzz", {"default"}, files=False))
 
 
 def test_an_invalid_object_of_another_fleet_does_not_stop_this_ones_plan() -> None:
@@ -73,3 +126,22 @@ def test_the_table_names_batches_canary_windows_skips_and_eta() -> None:
     assert "tainted" in text and "taints not tolerated: broken:NoSchedule" in text
     data = plan_json([plan])
     assert data["changes"] is True and data["fleets"][0]["totals"]["reboots"] == 3
+    assert data["skipped_documents"] == []
+
+
+def test_a_clusters_plan_orders_nodes_by_the_clusters_fleet_id() -> None:
+    objects = {("Package", "kernel"): a_package_object("kernel"), ("DeploymentPolicy", "gpu"): a_policy_object()}
+    desired = desired_fleets(objects, None)["gpu"]
+    nodes = [a_node(f"n{i:02d}") for i in range(12)]
+    orders = {}
+    for cluster in ("", "east"):
+        plan = plan_fleet(PlanInput(desired, nodes, NOW, cluster=cluster))
+        expected = stable_order([n.name for n in nodes], fleet_workflow_id("gpu", cluster))
+        assert sorted(plan.windows, key=lambda n: plan.windows[n].order) == expected
+        assert plan.canary == expected[:1]
+        orders[cluster] = expected
+    assert orders[""] != orders["east"]  # the key differs, so would the rollout's order
+    buffer = io.StringIO()
+    Console(file=buffer, width=250, color_system=None).print(render_plan(plan, "east"))
+    assert "fleet/east/gpu wave 1: changes kernel" in buffer.getvalue()
+    assert "fleet/east/gpu: windows in batch order" in buffer.getvalue()

@@ -6,6 +6,8 @@ from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
 from typing import Any
 
+import pytest
+
 from planning.report_html import render_html
 from planning.rollout_report import ActivityRun, ReportInput, RunHistory, Signal, build_report
 
@@ -104,3 +106,12 @@ def test_a_stage_pod_is_split_by_its_containers_times_and_a_reboot_by_its_confir
         ("other", "kernel package"), ("stage", "kernel apply"), ("check", "kernel apply-check"),
         ("interrupt", "kernel interrupt"), ("interrupt", "kernel reboot confirmation")]
     assert (row.bars[1].start, row.bars[1].end, row.bars[-1].end) == (at(22), at(30), at(60))
+
+
+@pytest.mark.parametrize("cluster, fleet_id", [pytest.param("", "fleet/gpu", id="no-cluster"),
+                                               pytest.param("east", "fleet/east/gpu", id="cluster")])
+def test_the_report_names_the_fleet_by_its_workflow_id(cluster: str, fleet_id: str) -> None:
+    report = build_report(ReportInput("gpu", [fleet()], {"a": [a_window("a")]}, cluster=cluster))
+    assert report.fleet_id == fleet_id and report.summary["fleet"] == fleet_id
+    page = render_html(report)
+    assert f"<title>noderoll report: {fleet_id}</title>" in page and f'aria-label="timeline of {fleet_id}"' in page

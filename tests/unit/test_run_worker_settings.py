@@ -9,7 +9,7 @@ import pytest
 import kube
 from cli.main import build_parser
 from service.connection import ACTIVITY_THREADS, STICKY_SCHEDULE_TO_START_SECONDS, settings_from_args
-from worker.run_worker import polling, sticky_schedule_to_start_from_env
+from worker.tuning import polling, sticky_schedule_to_start_from_env
 
 
 def test_flags_win(monkeypatch: pytest.MonkeyPatch) -> None:

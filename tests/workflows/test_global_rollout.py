@@ -25,6 +25,7 @@ from temporalio.worker import Worker
 
 from activities.global_reports import report_to_global
 from api.enums import RolloutPhase
+from planning.global_codec import global_view_from_json
 from protocol import names
 from protocol.clusters import GlobalView
 from protocol.fleet import FleetInput, FleetSpec
@@ -34,7 +35,6 @@ from tests.workflows.node_harness import register_search_attributes
 from tests.workflows.skipping import end, skip
 from tests.workflows.test_fleet import EXPONENTIAL, RELIST_NEVER, package, policy, progress
 from workflows.fleet import FleetWorkflow
-from workflows.global_codec import global_view_from_json
 from workflows.global_rollout import GlobalRolloutWorkflow
 
 

@@ -15,7 +15,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 with workflow.unsafe.imports_passed_through():
-    from worker.run_worker import LOCAL_ACTIVITY_SLOTS, activity_threads
+    from worker.tuning import LOCAL_ACTIVITY_SLOTS, activity_threads
 
 pytestmark = pytest.mark.workflows
 

@@ -1,7 +1,8 @@
-"""JSON conversion of `global/<policy>`'s state and answers. Deterministic, no I/O.
+"""JSON conversion of `global/<policy>`'s state and answers. Pure.
 
 As for the fleet (`planning/fleet/codec.py`): the state travels through continue-as-new as JSON,
-and the adapters are built when the worker first imports this module, outside the sandbox.
+the clients (`noderoll status --global`) read the answer without importing a workflow module, and
+the adapters are built when the worker first imports this module, outside the sandbox.
 """
 
 from __future__ import annotations
