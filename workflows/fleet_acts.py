@@ -195,7 +195,8 @@ class FleetActs:
                 orders, reruns = fs.package_orders(state, node, packages)
             state.in_flight[node] = fs.InFlight(request_id, packages, now, flight.resent + 1, reruns,
                                                 rollback=flight.rollback)
-            requests.append(WindowRequest(fleet_id, request_id, orders, state.wave, fs.order_of(state, node)))
+            requests.append(WindowRequest(fleet_id, request_id, orders, state.wave, fs.order_of(state, node),
+                                          workloads=(state.spec.policy or {}).get("workloads") if state.spec else None))
             targets.append(node)
         await self.hand_over(requests, targets)
 
