@@ -6,7 +6,8 @@ delete (planning/drain_rules.py: not ignored, its rule not `Leave`) gets the ann
 `noderoll.io/eviction-at` with the time it may be evicted from (`notices`: the notice's end; for a
 `WaitForCompletion` pod its timeout later), and the node the condition
 `noderoll.io/MaintenanceScheduled=True` (reason `EvictionScheduled`, `condition_message`: when, how
-many pods, which fleet). The window then waits on a durable timer until `notice_at` and drains;
+many pods, which fleet). The window then waits on a durable timer, `noticeSeconds` from the moment the
+last pod was told (so the drain never starts before the time announced), and drains;
 the drain evicts no pod before its annotation's time (pods that came after the notice are
 annotated by the drain and wait for their own notice). Both are removed when the window ends
 (success, failure or skip): the annotation from the pods still on the node, the condition from

@@ -6,8 +6,8 @@ exactly those before it, so recorded histories replay:
 
 * `give_notice`, after the cordon and the wait for protected pods: with `noticeSeconds`, the activity
   `announce_eviction` annotates the pods the drain will evict and sets the node's condition
-  (planning/eviction_notice.py), then a durable timer waits until the notice's end (none when no pod
-  was told: pods that come later get their own notice from the drain);
+  (planning/eviction_notice.py), then a durable timer waits `noticeSeconds` from the moment they were
+  told (none when no pod was told: pods that come later get their own notice from the drain);
 * `drain_input` / `drain_seconds`: the drain carries the rules and the notice, and may take the
   longest `WaitForCompletion` timeout longer (planning/drain_rules.py `drain_bound`);
 * `skips` / `skip`: with `onDrainTimeout: Skip`, a drain (or protected-pods wait) that ran out of
@@ -54,8 +54,10 @@ class WorkloadSteps:
             AnnounceEvictionInput(self.ctx.node, notice_at.isoformat(), [r.dump() for r in self.rules], self.ctx.fleet),
             result_type=AnnounceEvictionResult, start_to_close_timeout=API_TIMEOUT, retry_policy=WAIT_RETRY,
             summary=f"eviction notice until {notice_at.isoformat()}")
-        if told.pods and notice_at > workflow.now():
-            await workflow.sleep(notice_at - workflow.now(), summary="eviction notice")
+        if told.pods:
+            # The full notice from the moment every pod was told (so from each annotation's write, never
+            # less): the drain starts at, or a little after, the time the annotations announce.
+            await workflow.sleep(timedelta(seconds=self.spec.notice_seconds), summary="eviction notice")
 
     def drain_input(self, base: DrainNodeInput) -> DrainNodeInput:
         """The drain's input with the policy's rules and notice (unchanged without workloads)."""

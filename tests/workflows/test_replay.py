@@ -33,6 +33,10 @@ and were recorded on the real stack (dev server, apiserver, fleetsim):
   (scratch folders, the node histories copied): the read, the first state write and the cordon as local
   activities (patch `short-calls-local`, ADR 0020); the histories of the same names with the suffixes
   `-one-pod-per-phase` and `-window-cost` replay their activities.
+* node/window-workloads-notice-rules: `NODEROLL_RECORD_HISTORIES=tests/histories/node` with
+  tests/integration/test_gpu_workloads.py (a request carrying a policy's `spec.workloads`: the eviction
+  notice's activity and timer, then a drain with rules; issue 44). No patch: the steps run only for
+  requests with that field, which no run recorded before it had.
 Every `workflow.patched(...)` id in workflows/ must be recorded (its marker) in some history, so its
 patched path replays; its unpatched path replays from the histories recorded before the patch (the
 ones without its marker). A workflow change that fails here needs `workflow.patched` (or is a
