@@ -259,7 +259,7 @@ def _drain(input: DrainNodeInput, report: _Report) -> DrainNodeResult:
     # WaitForCompletion counts from the drain's first attempt, on the wall clock the pods' annotations use.
     began = datetime.now(UTC) - timedelta(seconds=spent)
     rules = [DrainRule.model_validate(r) for r in input.rules]
-    bound = drain_bound(input.timeout_seconds, rules)
+    bound = drain_bound(input.timeout_seconds, rules, input.notice_seconds)
     result = DrainNodeResult()
     backoff = input.poll_seconds
     on_node = NodePods(input.node)

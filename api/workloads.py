@@ -16,9 +16,10 @@ fails the window.
   Eviction API, PodDisruptionBudgets respected), `WaitForCompletion` (wait up to `timeoutSeconds`,
   required and only allowed there, counted from the start of the drain, for the pod to finish
   (Succeeded, Failed or gone), then evict it; the drain may take that much longer than the Packages'
-  `drain.timeoutSeconds`), `Delete` (delete the pod with its own grace period, no Eviction API: for
-  pods no PodDisruptionBudget should hold), `Leave` (never evicted; the drain does not wait for it
-  and the interrupt goes ahead with it). No rule matches: `Evict`. DaemonSet, mirror and finished
+  `drain.timeoutSeconds`, and `noticeSeconds` longer for a pod that came after the window's notice),
+  `Delete` (delete the pod with its own grace period, no Eviction API: for pods no
+  PodDisruptionBudget should hold), `Leave` (never evicted; the drain does not wait for it and the
+  interrupt goes ahead with it). No rule matches: `Evict`. DaemonSet, mirror and finished
   pods are never evicted, whatever the rules. A rule after one that matches every pod could never
   match, and is refused.
 * `onDrainTimeout`: `Fail` (the default: the window ends erroring at stage `drain`) or `Skip`: when

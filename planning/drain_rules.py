@@ -17,7 +17,7 @@ and asks `plan_round` each round what to do; everything it decides is here:
 * the rule of each pod a drain waits on is named in its reports (`PodRule.describe`: "rule 2
   (WaitForCompletion, 600s)", counting from 1 as the rules are listed);
 * `drain_bound`: a drain may take the Packages' `drain.timeoutSeconds` plus the longest
-  `WaitForCompletion` timeout (the wait does not eat the eviction's own time);
+  `WaitForCompletion` timeout and the notice a late pod is owed (neither eats the eviction's own time);
 * `skips_node`: with `onDrainTimeout: Skip`, a drain or protected-pods wait that ran out of time
   gives the node up instead of failing the window.
 """
@@ -126,10 +126,11 @@ def rule_for(rules: Sequence[DrainRule], pod: PodFacts) -> PodRule:
     return PodRule()
 
 
-def drain_bound(timeout_seconds: int, rules: Sequence[DrainRule]) -> int:
-    """How long a drain may take: the Packages' drain timeout plus the longest WaitForCompletion timeout."""
+def drain_bound(timeout_seconds: int, rules: Sequence[DrainRule], notice_seconds: int = 0) -> int:
+    """How long a drain may take: the Packages' drain timeout plus the longest WaitForCompletion timeout
+    plus `noticeSeconds` (a pod that came after the window's notice waits its own)."""
     waits = [r.timeout_seconds or 0 for r in rules if r.action is DrainAction.WAIT_FOR_COMPLETION]
-    return timeout_seconds + max(waits, default=0)
+    return timeout_seconds + max(waits, default=0) + notice_seconds
 
 
 def skips_node(on_timeout: DrainTimeoutAction, error_type: str) -> bool:

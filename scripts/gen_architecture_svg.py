@@ -102,16 +102,20 @@ def load() -> dict[str, Any]:
     return data
 
 
+def write_or_check(svg: str, target: Path, argv: list[str]) -> int:
+    """Write `svg` to `target`, or with --check in `argv` say whether it is current (exit code 1 when not)."""
+    if "--check" in argv:
+        current = target.exists() and target.read_text() == svg
+        print(f"{target.relative_to(ROOT)} is {'current' if current else 'NOT current: run this script'}")
+        return 0 if current else 1
+    target.write_text(svg)
+    print(f"wrote {target.relative_to(ROOT)}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     """Write the SVG, or with --check say whether it is current."""
-    svg = render(load())
-    if "--check" in argv:
-        current = TARGET.exists() and TARGET.read_text() == svg
-        print(f"{TARGET.relative_to(ROOT)} is {'current' if current else 'NOT current: run this script'}")
-        return 0 if current else 1
-    TARGET.write_text(svg)
-    print(f"wrote {TARGET.relative_to(ROOT)}")
-    return 0
+    return write_or_check(render(load()), TARGET, argv)
 
 
 if __name__ == "__main__":

@@ -40,14 +40,8 @@ def load() -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     """Write the SVG, or with --check say whether it is current."""
-    svg = renderer().render(load())
-    if "--check" in argv:
-        current = TARGET.exists() and TARGET.read_text() == svg
-        print(f"{TARGET.relative_to(ROOT)} is {'current' if current else 'NOT current: run this script'}")
-        return 0 if current else 1
-    TARGET.write_text(svg)
-    print(f"wrote {TARGET.relative_to(ROOT)}")
-    return 0
+    draw = renderer()
+    return int(draw.write_or_check(draw.render(load()), TARGET, argv))
 
 
 if __name__ == "__main__":

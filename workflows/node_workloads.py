@@ -9,7 +9,7 @@ exactly those before it, so recorded histories replay:
   (planning/eviction_notice.py), then a durable timer waits `noticeSeconds` from the moment they were
   told (none when no pod was told: pods that come later get their own notice from the drain);
 * `drain_input` / `drain_seconds`: the drain carries the rules and the notice, and may take the
-  longest `WaitForCompletion` timeout longer (planning/drain_rules.py `drain_bound`);
+  longest `WaitForCompletion` timeout and `noticeSeconds` longer (planning/drain_rules.py `drain_bound`);
 * `skips` / `skip`: with `onDrainTimeout: Skip`, a drain (or protected-pods wait) that ran out of
   time gives the node up: every Package of the window keeps its record as before the window and is
   answered `blocked`; the close uncordons (our cordon only), labels the node `noderoll.io/skipped`,
@@ -67,7 +67,7 @@ class WorkloadSteps:
 
     def drain_seconds(self, timeout_seconds: int) -> int:
         """How long the drain may take (the Packages' timeout; longer with WaitForCompletion rules)."""
-        return drain_bound(timeout_seconds, self.rules)
+        return drain_bound(timeout_seconds, self.rules, self.spec.notice_seconds if self.spec is not None else 0)
 
     def skips(self, err: ActivityError) -> bool:
         """True when the failed drain gives the node up (`onDrainTimeout: Skip` and a timeout)."""

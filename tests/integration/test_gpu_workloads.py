@@ -20,7 +20,6 @@ The example pod manifest (deploy/examples/workloads/) is accepted by the apiserv
 from __future__ import annotations
 
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -228,15 +227,6 @@ async def listings(temporal: Client, policy: str) -> tuple[int, bool, bool]:
     return count, settled, asked
 
 
-def noderoll(run: NoderollProcesses, *argv: str) -> str:
-    """The `noderoll` CLI against the test stack, as an operator runs it; its output."""
-    connection = ["--temporal-address", run.stack.temporal_address, "--kubeconfig", str(run.stack.kubeconfig)]
-    result = subprocess.run([sys.executable, "-m", "cli", *argv, *connection], capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0, (argv, result.stdout, result.stderr)
-    return result.stdout
-
-
 async def test_an_undrainable_node_is_skipped_while_the_rest_completes_and_retry_takes_it_again(
     run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
     k8s_namespace: str,
@@ -279,7 +269,7 @@ async def test_an_undrainable_node_is_skipped_while_the_rest_completes_and_retry
             assert pod.status.phase == "Running" and keys.EVICTION_AT_ANNOTATION not in (pod.metadata.annotations or {})
             events = core.list_namespaced_event("default", field_selector=f"involvedObject.name={stuck}").items
             assert any(e.reason == "DrainSkipped" and e.type == "Warning" for e in events)
-            assert f"skipped: 1 node(s) whose drain timed out: {stuck}" in noderoll(run, "status")
+            assert f"skipped: 1 node(s) whose drain timed out: {stuck}" in run.cli("status").stdout
             # A change of another node makes the fleet list its nodes again (the skipped node looks changed
             # to it: its own window wrote its labels and state): it still does not ask the node again.
             listed = (await listings(temporal_client, policy))[0]
@@ -294,7 +284,7 @@ async def test_an_undrainable_node_is_skipped_while_the_rest_completes_and_retry
             assert not asked and (await fleet_progress(temporal_client, policy)).nodes[stuck].windows == 1
 
             kube.request_json("DELETE", f"/apis/policy/v1beta1/namespaces/{k8s_namespace}/poddisruptionbudgets/stuck")
-            noderoll(run, "retry", "--fleet", policy, "--nodes", stuck)  # the issue's spelling (alias of --node)
+            run.cli("retry", "--fleet", policy, "--nodes", stuck)  # the issue's spelling (alias of --node)
 
             def ready() -> dict[str, Any]:
                 obj = read_package(kube_api_client, package)

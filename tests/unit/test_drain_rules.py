@@ -151,7 +151,7 @@ def test_no_pod_goes_before_its_eviction_at_and_late_pods_get_their_own_notice()
 def test_drain_bound_and_skip() -> None:
     rules = [rule(gpuPods=True, action="WaitForCompletion", timeoutSeconds=900),
              rule(namespaces=["a"], action="WaitForCompletion", timeoutSeconds=60), rule(action="Delete")]
-    assert drain_bound(600, rules) == 1500 and drain_bound(600, []) == 600
+    assert drain_bound(600, rules) == 1500 and drain_bound(600, []) == 600 and drain_bound(600, rules, 30) == 1530
     assert skips_node(DrainTimeoutAction.SKIP, errors.DRAIN_TIMEOUT)
     assert skips_node(DrainTimeoutAction.SKIP, errors.PROTECTED_PODS_TIMEOUT)
     assert not skips_node(DrainTimeoutAction.SKIP, errors.DRAIN_BLOCKED)
