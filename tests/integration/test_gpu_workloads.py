@@ -208,6 +208,11 @@ async def test_a_window_gives_notice_then_drains_each_pod_by_its_rule(
     await record_history(window.temporal, node, "window-workloads-notice-rules")
 
 
+def journal(fleet: Any, node: str, package: str) -> list[Path]:
+    """The agent's step journals of `package` on `node`'s sandbox host (one per version that ran a step)."""
+    return sorted((fleet.sandbox(node) / "var" / "lib" / "noderoll" / package).glob("*/history.jsonl"))
+
+
 async def listings(temporal: Client, policy: str) -> tuple[int, bool, bool]:
     """The fleet's `list_fleet_nodes` completed so far; whether a workflow task took the last one's result;
     whether that task (or a later one) asked any node for a window (`request_windows`)."""
@@ -265,6 +270,7 @@ async def test_an_undrainable_node_is_skipped_while_the_rest_completes_and_retry
             assert node.metadata.labels[keys.SKIPPED_LABEL] == SKIPPED_DRAIN_TIMEOUT
             assert node.metadata.labels[keys.NODE_STATUS_LABEL] == "blocked"
             assert not node.spec.unschedulable and keys.CORDONED_BY_ANNOTATION not in (node.metadata.annotations or {})
+            assert journal(fleet, stuck, package) == [] and journal(fleet, fleet.node_names[1], package)  # ran nothing
             pod = core.read_namespaced_pod("stuck", k8s_namespace)
             assert pod.status.phase == "Running" and keys.EVICTION_AT_ANNOTATION not in (pod.metadata.annotations or {})
             events = core.list_namespaced_event("default", field_selector=f"involvedObject.name={stuck}").items
@@ -295,7 +301,7 @@ async def test_an_undrainable_node_is_skipped_while_the_rest_completes_and_retry
             assert "skippedNodes" not in status and status["nodes"]["complete"] == 3
             node = core.read_node(stuck)
             assert keys.SKIPPED_LABEL not in node.metadata.labels and node.metadata.labels[keys.NODE_STATUS_LABEL] == "complete"
-            assert (await fleet_progress(temporal_client, policy)).nodes[stuck].windows == 2
+            assert (await fleet_progress(temporal_client, policy)).nodes[stuck].windows == 2 and journal(fleet, stuck, package)
         finally:
             delete_package(kube_api_client, package)
             delete_policy(kube_api_client, policy)
