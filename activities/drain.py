@@ -6,7 +6,11 @@ apiserver: a 429 means "not now" and is retried with backoff until `timeoutSecon
 failure names the pods still there and the PDBs that cover them. Skipped like `kubectl drain`:
 DaemonSet pods, mirror pods, finished pods and noderoll's own stage pods. Pods with emptyDir data
 block the drain unless `deleteEmptyDirData`. Eviction speaks `policy/v1` and falls back to
-`policy/v1beta1` when the apiserver does not serve v1 (Kubernetes < 1.22).
+`policy/v1beta1` when the apiserver does not serve v1 (Kubernetes < 1.22). With a policy's drain rules
+(`spec.workloads.rules`, `planning.drain_rules` decides every round) pods are also waited for
+(`WaitForCompletion`, reason `WaitingForCompletion`), deleted without the Eviction API (`Delete`) or
+left (`Leave`); each blocking pod is named with its rule; pods that came after the window's eviction
+notice get their own (`noderoll.io/eviction-at`) and are not evicted before it.
 
 Both report while they wait, not only when they give up (`_Report`, decisions in
 `planning.drain`): the node condition `noderoll.io/Draining` (True while evicting, reason
@@ -20,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from kubernetes import client
@@ -34,9 +39,9 @@ from activities.node_events import record_event
 from activities.nodes import set_draining
 from activities.pod_create import prestart
 from api.enums import DrainReason
-from api.keys import PACKAGE_POD_NAMESPACE, STAGE_COMPONENT, STAGE_COMPONENT_LABEL
 from api.selectors import LabelSelector
-from kube.nodes import node_not_found
+from api.workloads import DrainRule
+from kube.node_pods import NodePods, pod_facts, set_eviction_at
 from planning.drain import (
     DrainNotice,
     PdbView,
@@ -44,6 +49,15 @@ from planning.drain import (
     eviction_refused_message,
     pdb_view,
     protected_pods_message,
+)
+from planning.drain_rules import (
+    DrainRound,
+    PodFacts,
+    RoundInput,
+    completion_message,
+    described,
+    drain_bound,
+    plan_round,
 )
 from protocol import errors
 from protocol.node_activities import (
@@ -54,7 +68,6 @@ from protocol.node_activities import (
     WaitProtectedPodsResult,
 )
 
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 MAX_BACKOFF_SECONDS = 10.0
 log = logging.getLogger(__name__)
 
@@ -77,84 +90,12 @@ def policy_version() -> str:
         return _policy_version
 
 
-class _NodePods:
-    """The pods bound to one node, listed by field selector, from the apiserver's watch cache when it
-    is fresh enough (docs/architecture.md, "Reads").
-
-    The first list must show every pod bound before the cordon: it comes from the cache when the
-    cache's resourceVersion is at least that of a fresh read of the node (taken after the cordon:
-    resourceVersions are etcd revisions, ordered across kinds), else from etcd (a quorum read, once
-    per wait: the pods' cache advances only with pod events, so on a quiet cluster it may stay
-    behind the node's version). Each later list is not older than the one before (`NotOlderThan` a
-    version of the pods' own cache: never one it cannot reach). So "no pods left" is never a lagging
-    cache's answer, and a drain no longer reads every pod of the cluster from etcd every second
-    (what the 1,000-node benchmark's apiserver spent its memory on)."""
-
-    def __init__(self, node: str) -> None:
-        self.node = node
-        self.version = ""
-
-    def _list(self, **version: str) -> client.V1PodList:
-        return kube.core().list_pod_for_all_namespaces(field_selector=f"spec.nodeName={self.node}", **version)
-
-    def list(self) -> list[client.V1Pod]:
-        try:
-            if self.version:
-                pods = self._list(resource_version=self.version, resource_version_match="NotOlderThan")
-            else:
-                floor = kube.core().read_node(self.node).metadata.resource_version or ""
-                pods = self._list(resource_version="0")
-                if not _at_least(pods.metadata.resource_version, floor):
-                    pods = self._list()  # quorum read: the cache may not show the latest bindings yet
-                    # The pods' own versions: the cache reaches them (not the list's, an etcd revision
-                    # the pods' cache may never reach on a quiet cluster).
-                    self.version = max((p.metadata.resource_version or "0" for p in pods.items), key=_revision,
-                                       default="")
-                    return list(pods.items)
-        except ApiException as err:
-            if kube.is_not_found(err):
-                raise node_not_found(self.node) from err
-            kube.raise_for(err, f"list pods of node {self.node}")
-        self.version = pods.metadata.resource_version or self.version
-        return list(pods.items)
-
-
-def _revision(version: str | None) -> int:
-    """An etcd-backed resourceVersion as a number (-1 when it is not one: compare nothing)."""
-    try:
-        return int(version or "")
-    except ValueError:
-        return -1
-
-
-def _at_least(version: str | None, floor: str) -> bool:
-    """Whether a list at `version` includes every change up to `floor` (both etcd revisions)."""
-    current, wanted = _revision(version), _revision(floor)
-    return current >= 0 and wanted >= 0 and current >= wanted
-
-
 def _running(pod: client.V1Pod) -> bool:
     return (pod.status.phase if pod.status else None) in ("Running", "Pending", None)
 
 
 def _ref(pod: client.V1Pod) -> str:
     return f"{pod.metadata.namespace}/{pod.metadata.name}"
-
-
-def _skipped(pod: client.V1Pod) -> bool:
-    """Pods a drain leaves alone (DaemonSet, mirror, finished, noderoll stage pods)."""
-    meta = pod.metadata
-    if any(owner.kind == "DaemonSet" for owner in meta.owner_references or []):
-        return True
-    if MIRROR_ANNOTATION in (meta.annotations or {}):
-        return True
-    if meta.namespace == PACKAGE_POD_NAMESPACE and (meta.labels or {}).get(STAGE_COMPONENT_LABEL) == STAGE_COMPONENT:
-        return True
-    return not _running(pod)
-
-
-def _has_local_data(pod: client.V1Pod) -> bool:
-    return any(volume.empty_dir is not None for volume in (pod.spec.volumes or []))
 
 
 def _spent_in_earlier_attempts() -> float:
@@ -221,7 +162,7 @@ def wait_protected_pods(input: WaitProtectedPodsInput) -> WaitProtectedPodsResul
     started = time.monotonic() - _spent_in_earlier_attempts()
     waited_for: set[str] = set()
     report = _Report(input.node)
-    on_node = _NodePods(input.node)
+    on_node = NodePods(input.node)
     while True:
         protected = sorted(
             _ref(pod)
@@ -312,54 +253,91 @@ def drain_node(input: DrainNodeInput) -> DrainNodeResult:
 
 
 def _drain(input: DrainNodeInput, report: _Report) -> DrainNodeResult:
-    started = time.monotonic() - _spent_in_earlier_attempts()
+    """The drain's rounds (planning.drain_rules.plan_round decides each) until no pod is left to wait for."""
+    spent = _spent_in_earlier_attempts()
+    started = time.monotonic() - spent
+    # WaitForCompletion counts from the drain's first attempt, on the wall clock the pods' annotations use.
+    began = datetime.now(UTC) - timedelta(seconds=spent)
+    rules = [DrainRule.model_validate(r) for r in input.rules]
+    bound = drain_bound(input.timeout_seconds, rules, input.notice_seconds)
     result = DrainNodeResult()
     backoff = input.poll_seconds
-    on_node = _NodePods(input.node)
+    on_node = NodePods(input.node)
     while True:
-        pods = [pod for pod in on_node.list() if not _skipped(pod)]
-        if not pods:
+        listed = {_ref(pod): pod for pod in on_node.list()}
+        plan = plan_round(RoundInput([pod_facts(p) for p in listed.values()], rules, began, datetime.now(UTC),
+                                     input.notice_seconds))
+        if plan.done:
             result.seconds = time.monotonic() - started
             metrics.record_drain("drained", result.seconds)
             report.finish(DrainReason.DRAINED, f"evicted {len(result.evicted)} pod(s) in {result.seconds:.0f}s")
             return result
-        if not input.delete_empty_dir_data:
-            local = sorted(_ref(pod) for pod in pods if _has_local_data(pod))
-            if local:
-                metrics.record_drain("blocked", time.monotonic() - started)
-                raise errors.fatal(
-                    f"drain of {input.node} blocked: pods with emptyDir data (set drain.deleteEmptyDirData): "
-                    + ", ".join(local),
-                    errors.DRAIN_BLOCKED,
-                    {"pods": local},
-                )
-        if report.reason is None:
-            report.update(DrainReason.EVICTING, evicting_message(len(pods)))  # the window's stage is `drain`
-        refused = _evict_round(input, pods, result)
-        elapsed = time.monotonic() - started
-        if elapsed > input.timeout_seconds:
-            remaining = sorted(_ref(pod) for pod in pods)
-            pdbs = blocking_pdbs(pods)
-            metrics.record_drain("timeout", elapsed)
+        if not input.delete_empty_dir_data and plan.local:
+            local = [p.ref for p in plan.local]
+            metrics.record_drain("blocked", time.monotonic() - started)
             raise errors.fatal(
-                f"drain of {input.node} timed out after {input.timeout_seconds}s; blocking pods: "
-                + ", ".join(remaining) + "; PodDisruptionBudgets: " + (", ".join(pdbs) or "none"),
-                errors.DRAIN_TIMEOUT,
-                {"pods": remaining, "pdbs": pdbs},
+                f"drain of {input.node} blocked: pods with emptyDir data (set drain.deleteEmptyDirData): "
+                + ", ".join(local),
+                errors.DRAIN_BLOCKED,
+                {"pods": local},
             )
-        blocked = report.notice.eviction_round(time.monotonic(), bool(refused))
-        details: dict[str, Any] = {"remaining": sorted(_ref(pod) for pod in pods), "refused": result.refused}
-        if blocked:
-            message = eviction_refused_message([_ref(p) for p in refused], pdbs_covering(refused))
-            report.update(DrainReason.EVICTION_REFUSED, message, "DrainBlocked", count=result.refused)
-            details["blocked"] = message
-        elif report.reason == DrainReason.EVICTION_REFUSED.value:
-            report.update(DrainReason.EVICTING, evicting_message(len(pods)))
-        beat(details)
+        if report.reason is None:
+            report.update(DrainReason.EVICTING, evicting_message(len(plan.remaining)))  # the window's stage is `drain`
+        for ref, at in plan.announce.items():
+            set_eviction_at(ref, at)  # came after the window's notice: its own notice first
+        _delete_round(plan.delete, result)
+        refused = _evict_round(input, [listed[p.ref] for p in plan.evict], result)
+        elapsed = time.monotonic() - started
+        if elapsed > bound:
+            metrics.record_drain("timeout", elapsed)
+            raise _timed_out(input.node, bound, plan, [listed[p.ref] for p in plan.remaining])
+        _report_round(report, plan, refused, result)
         # 429s back off exponentially (the PDB needs a replacement pod to become ready first);
         # pods merely terminating are polled at the base interval.
         backoff = min(backoff * 2, MAX_BACKOFF_SECONDS) if refused else input.poll_seconds
         time.sleep(wait_slice(backoff))
+
+
+def _timed_out(node: str, bound: int, plan: DrainRound, pods: list[client.V1Pod]) -> ApplicationError:
+    """The drain's failure: the pods still there (with the rule each waits on) and the PDBs covering them."""
+    remaining = sorted(p.ref for p in plan.remaining)
+    pdbs = blocking_pdbs(pods)
+    return errors.fatal(
+        f"drain of {node} timed out after {bound}s; blocking pods: "
+        + ", ".join(described(remaining, plan.rules)) + "; PodDisruptionBudgets: " + (", ".join(pdbs) or "none"),
+        errors.DRAIN_TIMEOUT,
+        {"pods": remaining, "pdbs": pdbs},
+    )
+
+
+def _report_round(report: _Report, plan: DrainRound, refused: list[client.V1Pod], result: DrainNodeResult) -> None:
+    """The Draining condition, its Event and the heartbeat after a round: refused evictions (once blocked),
+    pods a WaitForCompletion rule waits for, or evicting."""
+    blocked = report.notice.eviction_round(time.monotonic(), bool(refused))
+    details: dict[str, Any] = {"remaining": sorted(p.ref for p in plan.remaining), "refused": result.refused}
+    if blocked:
+        message = eviction_refused_message(described([_ref(p) for p in refused], plan.rules), pdbs_covering(refused))
+        report.update(DrainReason.EVICTION_REFUSED, message, "DrainBlocked", count=result.refused)
+        details["blocked"] = message
+    elif plan.completing:
+        message = completion_message(plan.completing)
+        report.update(DrainReason.WAITING_FOR_COMPLETION, message, "WaitingForCompletion")
+        details["waiting"] = message
+    elif report.reason in (DrainReason.EVICTION_REFUSED.value, DrainReason.WAITING_FOR_COMPLETION.value):
+        report.update(DrainReason.EVICTING, evicting_message(len(plan.remaining)))
+    beat(details)
+
+
+def _delete_round(pods: list[PodFacts], result: DrainNodeResult) -> None:
+    """Delete each pod (rule action `Delete`) with its own grace period, without the Eviction API."""
+    for pod in pods:
+        try:
+            kube.core().delete_namespaced_pod(pod.name, pod.namespace)
+        except ApiException as err:
+            if not kube.is_not_found(err):
+                kube.raise_for(err, f"delete pod {pod.ref}")
+        if pod.ref not in result.deleted:
+            result.deleted.append(pod.ref)
 
 
 def _evict_round(input: DrainNodeInput, pods: list[client.V1Pod], result: DrainNodeResult) -> list[client.V1Pod]:

@@ -31,6 +31,7 @@ from api.keys import (
     CORDONED_BY_VALUE,
     NODE_STATE_ANNOTATION,
     NODE_STATUS_LABEL,
+    SKIPPED_LABEL,
 )
 from kube.cordon import cordon_patch, lift_own_cordon
 from kube.node_snapshot import node_facts
@@ -156,7 +157,9 @@ def write_state(input: WriteNodeStateInput, uncordon: bool = False) -> client.V1
         if kube.is_not_found(err):
             raise node_not_found(input.node) from err
         kube.raise_for(err, f"patch conditions of node {input.node}")
-    metadata: dict[str, Any] = {"labels": {NODE_STATUS_LABEL: input.status}}
+    # `noderoll.io/skipped` goes with every state write but a skipping window's last (a merge patch
+    # removing an absent label changes nothing).
+    metadata: dict[str, Any] = {"labels": {NODE_STATUS_LABEL: input.status, SKIPPED_LABEL: input.skipped or None}}
     if input.state_annotation is not None:
         metadata["annotations"] = {NODE_STATE_ANNOTATION: input.state_annotation}
     clear = [*input.clear_annotations, *([CORDONED_BY_ANNOTATION] if uncordon else [])]

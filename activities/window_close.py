@@ -8,7 +8,9 @@ in the state write's own node patch (the annotation `noderoll.io/cordoned-by` re
 the state is on the node, as before. The activity is retried until the API answers (the workflow's
 `CLOSE_RETRY`, as uncordon and the final state were); every step is idempotent (the patch is the
 same, the Events carry their keys, a deletion finds nothing). The deletion's failure does not
-fail the activity: the pods are left for the package's next window.
+fail the activity: the pods are left for the package's next window. A window that gave an eviction
+notice (`spec.workloads.noticeSeconds`) takes it back after the state write (`clear_notice`): the
+annotation off the pods still on the node, the condition off the node (activities/eviction_notice.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 
 from temporalio import activity
 
+from activities.eviction_notice import withdraw_notice
 from activities.nodes import write_state
 from activities.stage_cleanup import delete_stage_jobs
 from protocol.node_activities import CloseWindowInput, CloseWindowResult
@@ -28,6 +31,8 @@ log = logging.getLogger(__name__)
 def close_window(input: CloseWindowInput) -> CloseWindowResult:
     """The final state (and the uncordon, in the same patch), then the stage pods' deletion."""
     write_state(input.state, uncordon=input.uncordon)
+    if input.clear_notice:
+        withdraw_notice(input.state.node)
     result = CloseWindowResult()
     if input.delete is not None and input.delete.packages:
         try:

@@ -42,6 +42,8 @@ class DrainReason(StrEnum):
     WAITING_FOR_PROTECTED_PODS = "WaitingForProtectedPods"
     EVICTING = "Evicting"
     EVICTION_REFUSED = "EvictionRefused"
+    # A drain rule `WaitForCompletion` (spec.workloads.rules) waits for pods to finish.
+    WAITING_FOR_COMPLETION = "WaitingForCompletion"
     # status False: the drain ended
     DRAINED = "Drained"
     PROTECTED_PODS_FINISHED = "ProtectedPodsFinished"
@@ -50,7 +52,24 @@ class DrainReason(StrEnum):
     @property
     def blocked(self) -> bool:
         """True for the reasons that mean the drain waits on someone else's pods."""
-        return self in (DrainReason.WAITING_FOR_PROTECTED_PODS, DrainReason.EVICTION_REFUSED)
+        return self in (DrainReason.WAITING_FOR_PROTECTED_PODS, DrainReason.EVICTION_REFUSED,
+                        DrainReason.WAITING_FOR_COMPLETION)
+
+
+class DrainAction(StrEnum):
+    """What a drain does with the pods a rule of `spec.workloads.rules` matches (contract strings)."""
+
+    EVICT = "Evict"
+    WAIT_FOR_COMPLETION = "WaitForCompletion"
+    DELETE = "Delete"
+    LEAVE = "Leave"
+
+
+class DrainTimeoutAction(StrEnum):
+    """`spec.workloads.onDrainTimeout`: what a window does when its drain times out (contract strings)."""
+
+    FAIL = "Fail"
+    SKIP = "Skip"
 
 
 class NodeStatus(StrEnum):

@@ -57,6 +57,11 @@ UPCOMING_KEY = "noderoll.io/upcoming"
 UPCOMING_VALUE = "true"
 UPCOMING_TAINT_EFFECT = "PreferNoSchedule"
 UPCOMING_FOR_ANNOTATION = "noderoll.io/upcoming-for"
+# GPU workloads (`spec.workloads` of a DeploymentPolicy, api/workloads.py): the eviction notice on each pod a
+# window will evict (RFC 3339) and on the node; the label of a node whose drain timed out and was skipped.
+EVICTION_AT_ANNOTATION = "noderoll.io/eviction-at"
+CONDITION_MAINTENANCE_SCHEDULED = "noderoll.io/MaintenanceScheduled"
+SKIPPED_LABEL = "noderoll.io/skipped"
 
 # The stage pod contract (docs/architecture.md, "The stage pod contract"): labels of every stage pod, and its annotations.
 # Read by the worker's cleanup and drain, the CLI's `logs`, fleetsim's kubelet and the chaos tests.
@@ -114,6 +119,19 @@ NODE_KEYS: tuple[tuple[str, str, str], ...] = (
     (UPCOMING_FOR_ANNOTATION, "annotation",
      "JSON `{\"fleet/<policy>\": {\"taint\": true|false}}`: the fleets that want the node marked upcoming; "
      "each fleet adds and removes only its own entry, the label and taint go with the last one."),
+    (CONDITION_MAINTENANCE_SCHEDULED, "condition",
+     "True (reason `EvictionScheduled`) from a node window's eviction notice (`spec.workloads.noticeSeconds` of "
+     "its DeploymentPolicy) until the window ends; the message says from when pods are evicted, how many, and "
+     "which fleet's window. Removed when the window ends (success, failure or skip)."),
+    (EVICTION_AT_ANNOTATION, "annotation (on pods)",
+     "RFC 3339 time from which a node window may evict (or delete) the pod: set at least "
+     "`spec.workloads.noticeSeconds` before it, on every pod the drain will evict or delete (not on pods its "
+     "rules `Leave`, DaemonSet, mirror or finished pods); for a `WaitForCompletion` pod the rule's timeout later. "
+     "The hook for job frameworks to checkpoint. Removed from the pods still there when the window ends."),
+    (SKIPPED_LABEL, "label",
+     "`drain-timeout`: the last window of a DeploymentPolicy with `spec.workloads.onDrainTimeout: Skip` gave "
+     "the node up when its drain timed out (uncordoned, nothing run). `noderoll retry --nodes NODE` asks it "
+     "again; the node's next window removes the label."),
     (RUNTIME_REQUIRED_TAINT_KEY, "taint",
      f"`{RUNTIME_REQUIRED_TAINT_KEY}={RUNTIME_REQUIRED_TAINT_VALUE}:{RUNTIME_REQUIRED_TAINT_EFFECT}`: the "
      "taint of `runtimeRequired` Packages (see `spec.runtimeRequired`)."),

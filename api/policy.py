@@ -25,6 +25,9 @@ maintenance windows, pauses and gates apply as with batches: `betweenBatches` ga
 after every N finished windows (N = the sum of the budgets) and hold new starts until they pass.
 A policy rolls in every compartment or in none (refused otherwise). Measured against
 `exponential` and `linear` in docs/benchmarks.md.
+GPU workloads (`workloads`, `api/workloads.py`): the eviction notice (`noticeSeconds`, 0-86400), drain
+rules (`rules[]`: a known `action`, `timeoutSeconds` with `WaitForCompletion` only, a non-empty list of
+valid `namespaces`, a valid `podSelector`, no rule after a catch-all) and `onDrainTimeout`.
 The batch maths lives in `planning/batches.py` (rolling: `planning/rolling.py`), the window and
 gate rules in `planning/maintenance.py` and `planning/gates.py`, the floors and topology limits in
 `planning/disruption.py`; these models stay data.
@@ -47,6 +50,7 @@ from api.names import check_name
 from api.package import ObjectMeta
 from api.problems import InvalidDocumentError, ValidationProblem, validate_object
 from api.selectors import LabelSelector
+from api.workloads import WorkloadsSpec
 from protocol import names
 
 DEFAULT_COMPARTMENT = "default"
@@ -175,6 +179,8 @@ class DeploymentPolicySpec(SpecModel):
     clusters: ClustersSpec | None = None
     # None: nodes are not marked before their windows (api/capacity.py).
     drain_ahead: DrainAhead | None = None
+    # None: windows drain every pod as the Packages' `drain` says, and a drain timeout fails (api/workloads.py).
+    workloads: WorkloadsSpec | None = None
 
     @model_validator(mode="after")
     def _compartments_distinct(self) -> DeploymentPolicySpec:

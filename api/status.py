@@ -25,6 +25,17 @@ it in its `Progressing` condition's message; `noderoll status PKG` shows the sam
 within `drain.timeoutSeconds` (protected pods: the worker's protected-pods bound), after which the
 node ends erroring at stage `drain` with the same blockers in its `lastError`.
 
+Drain rules (the DeploymentPolicy's `spec.workloads.rules`): while pods that a `WaitForCompletion` rule
+matched run, the reason is `WaitingForCompletion` (a Normal Event of that name) and the message names
+each pod with its rule, counted from 1 as listed (`ns/job-0 (rule 2 (WaitForCompletion, 600s))`); the
+`EvictionRefused` message and a timed-out drain's `lastError` name the rule of each pod that a rule
+decided the same way. With `spec.workloads.onDrainTimeout: Skip`, a node whose drain timed out is not
+erroring: its window gave it up (uncordoned, nothing run, label `noderoll.io/skipped=drain-timeout`,
+`noderoll.io/status=blocked`, a Warning Event `DrainSkipped`), its Packages count it as blocked
+(`blockedNodes`, with the drain's failure as reason) and list it in `status.skippedNodes` (`node`,
+`reason`; the first 20 by name) with their number in `status.skippedNodeCount`, until `noderoll retry
+--nodes NODE` (or a new wave) asks it again.
+
 Maintenance windows and analysis gates (the DeploymentPolicy's `maintenanceWindows` and `analysis`):
 while the fleet has work but no maintenance window is open, the DeploymentPolicy and each of its
 Packages with work left show phase `Waiting`, `status.nextWindow` (the next opening, RFC 3339) and
@@ -117,7 +128,7 @@ class DrainBlockedNode(StatusModel):
     """A target node whose drain waits on someone else's pods (`planning.drain.DrainBlock`)."""
 
     node: str
-    reason: str  # api.enums.DrainReason: EvictionRefused | WaitingForProtectedPods
+    reason: str  # api.enums.DrainReason: EvictionRefused | WaitingForProtectedPods | WaitingForCompletion
     message: str = ""
     since: str | None = None  # when the node's drain began
 
@@ -211,6 +222,10 @@ class PackageStatus(StatusModel):
     blocked_nodes: list[NodeReason] = Field(default_factory=list)
     erroring_nodes: list[NodeReason] = Field(default_factory=list)
     drain_blocked_nodes: list[DrainBlockedNode] = Field(default_factory=list)
+    # Nodes whose window gave them up when their drain timed out (`spec.workloads.onDrainTimeout: Skip`):
+    # the first few by name, and how many there are (None: none).
+    skipped_nodes: list[NodeReason] | None = None
+    skipped_node_count: int | None = None
     next_window: str | None = None
     gate_failure: GateFailureStatus | None = None
     rollback: RollbackStatus | None = None

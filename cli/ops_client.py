@@ -183,6 +183,7 @@ def progress_from_status(status: dict[str, Any]) -> RolloutProgress:
         canary_nodes=list(parsed.canary.nodes),
         blocked={r.node: r.reason for r in parsed.blocked_nodes},
         erroring={r.node: r.reason for r in parsed.erroring_nodes},
+        skipped={r.node: r.reason for r in parsed.skipped_nodes or []},
         message=parsed.message,
     )
 

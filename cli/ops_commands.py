@@ -276,7 +276,8 @@ def register(subparsers: Any) -> None:
         parser = add(name, help_text)
         parser.add_argument("package", nargs="?", help="the Package (its fleet gets the signal, filtered to it)")
         parser.add_argument("--fleet", metavar="POLICY", help="the whole fleet of this DeploymentPolicy (or `default`)")
-        parser.add_argument("--node", action="append", default=[], help="only this node (repeatable)")
+        parser.add_argument("--node", "--nodes", dest="node", action="append", default=[],
+                            help="only this node (repeatable)")
         if name != names.SIGNAL_RETRY:
             parser.add_argument("--global", dest="global_policy", metavar="POLICY",
                                 help=f"{name} the promotion of POLICY across clusters: every cluster's fleet")

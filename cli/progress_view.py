@@ -90,6 +90,16 @@ def disruptions_text(nodes: Mapping[str, NodeProgress], interrupt: str = "interr
     return "; ".join(parts)
 
 
+def skipped_text(nodes: Mapping[str, NodeProgress], shown: int = 5) -> str:
+    """`skipped: 2 node(s) whose drain timed out: a, b (noderoll retry --nodes NODE)`; "" when none."""
+    names = sorted(n for n, p in nodes.items() if p.skipped)
+    if not names:
+        return ""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return (f"skipped: {len(names)} node(s) whose drain timed out: {', '.join(names[:shown])}{more} "
+            "(noderoll retry --nodes NODE)")
+
+
 def disruption_totals(nodes: Mapping[str, NodeProgress]) -> dict[str, int]:
     """Windows, cordons, drains and interrupts summed over the nodes."""
     return {key: sum(getattr(p, key) for p in nodes.values()) for key in ("windows", "cordons", "drains", "interrupts")}
@@ -183,6 +193,14 @@ def package_detail(view: PackageView) -> Group:
             for node, reason in sorted(reasons.items()):
                 table.add_row(node, reason or "-")
             parts.append(table)
+    if p.skipped:
+        table = Table(title="skipped nodes (drain timed out; noderoll retry --nodes NODE asks again)",
+                      title_justify="left")
+        table.add_column("NODE")
+        table.add_column("REASON", overflow="fold")
+        for node, reason in sorted(p.skipped.items()):
+            table.add_row(node, reason or "-")
+        parts.append(table)
     if view.drain_blocked:
         table = Table(title="drain blocked (the window waits)", title_justify="left")
         for column in ("NODE", "REASON", "DRAINING SINCE", "BLOCKED BY"):
@@ -235,6 +253,8 @@ def fleets_status(views: list[FleetView]) -> Group:
         parts.append(fleet_table(view))
         if view.progress is not None and view.progress.nodes:
             parts.append(Text(f"  disruptions: {disruptions_text(view.progress.nodes)}", style="dim"))
+            if skipped := skipped_text(view.progress.nodes):
+                parts.append(Text(f"  {skipped}", style="magenta"))
         if view.progress is not None and view.progress.eta is not None and view.progress.eta.finish_at:
             eta = view.progress.eta
             parts.append(Text(f"  eta: {eta_text(eta)}; {eta.source}; assumes {eta.assumes}", style="dim"))

@@ -4,7 +4,8 @@ A rollout re-lists its nodes every few minutes on its own; the bridge makes join
 visible at once by signalling `nodes_changed` to the rollouts whose selector matches the node before
 or after the change. Only changes a rollout's target selection depends on count: a new node, its
 labels (but `noderoll.io/status`, which noderoll itself writes with every node state write and
-every blocked mark, and drain-ahead's `noderoll.io/upcoming`, which fleets write before windows),
+every blocked mark, drain-ahead's `noderoll.io/upcoming`, which fleets write before windows, and
+`noderoll.io/skipped`, which a window that gave its node up writes),
 its taints (an untolerated taint blocks a node; its removal unblocks it; not the cordon taint nor
 drain-ahead's PreferNoSchedule `noderoll.io/upcoming`), the
 state annotation becoming unreadable or readable again (an unreadable one holds the node), and,
@@ -63,7 +64,9 @@ def targeting_change(old: NodeView | None, new: NodeView) -> bool:
 def _selectable_labels(node: NodeView) -> dict[str, str]:
     # noderoll's own status label is no selector input: counting it made every state write a signal.
     # Drain-ahead's mark likewise (each batch's marks would signal every fleet of the node).
-    return {k: v for k, v in node.labels.items() if k not in (keys.NODE_STATUS_LABEL, keys.UPCOMING_KEY)}
+    # A skipped window's label likewise (planning/fleet_state.py asks a skipped node again on `retry` only).
+    return {k: v for k, v in node.labels.items()
+            if k not in (keys.NODE_STATUS_LABEL, keys.UPCOMING_KEY, keys.SKIPPED_LABEL)}
 
 
 def _readable(node: NodeView) -> bool:

@@ -125,7 +125,7 @@ class DrainCondition:
     @property
     def blocked(self) -> bool:
         """True while the drain waits on someone else's pods."""
-        return self.draining and self.reason in (DrainReason.EVICTION_REFUSED, DrainReason.WAITING_FOR_PROTECTED_PODS)
+        return self.draining and self.reason in {r.value for r in DrainReason if r.blocked}
 
 
 def read_drain_condition(conditions: Iterable[Mapping[str, Any]]) -> DrainCondition | None:

@@ -16,7 +16,8 @@ without uninstall starts no wave: it just leaves the windows not yet handed out.
 
 Per node and wave the fleet records each carried Package's outcome. A node is asked at most once
 per wave for a Package: only `retry` (or a new wave) clears an outcome, except a `blocked`
-outcome, cleared when the node itself changes (its fingerprint), and a `complete` one whose work is
+outcome, cleared when the node itself changes (its fingerprint; not after a window that skipped the node),
+and a `complete` one whose work is
 pending again at a later listing (the node's record was removed or reset: it is asked again).
 `gates` and `next_window`: analysis gates and maintenance windows (`planning/gates.py`, `maintenance.py`).
 `previous`, `outgoing` and `rollback`: what a failed canary goes back to, and its rollback
@@ -78,8 +79,11 @@ class NodeRecord:
     # Package -> api.enums.State value (complete, erroring, blocked).
     outcomes: dict[str, str] = field(default_factory=dict)
     messages: dict[str, str] = field(default_factory=dict)
-    # The node's fingerprint when a blocked outcome was recorded.
+    # The node's fingerprint when a blocked outcome was recorded ("" after a skipped window: not asked again
+    # when the node changes, only on `retry` or a new wave).
     fingerprint: str = ""
+    # Why the node's last window gave it up (`WindowResult.skipped`: `drain-timeout`; "" = it did not).
+    skipped: str = ""
 
 
 @dataclass
@@ -374,8 +378,10 @@ def order_of(state: FleetState, node: str) -> int:
 
 
 def window_request(state: FleetState, fleet: str, request: str, orders: list[PackageOrder], node: str) -> WindowRequest:
-    """The request of one window on `node` (every request the fleet sends is built here)."""
-    return WindowRequest(fleet, request, orders, state.wave, order_of(state, node))
+    """The request of one window on `node` (every request the fleet sends is built here), with what the
+    policy asks of the window itself (`spec.workloads`)."""
+    policy = (state.spec.policy or {}) if state.spec else {}
+    return WindowRequest(fleet, request, orders, state.wave, order_of(state, node), workloads=policy.get("workloads"))
 
 
 def hand_out(state: FleetState, fleet: str, nodes: Collection[str], now: str) -> list[tuple[str, WindowRequest]]:
@@ -432,6 +438,7 @@ def record_result(state: FleetState, result: WindowResult, now: str = "") -> boo
 def _record_outcomes(state: FleetState, result: WindowResult, flight: InFlight) -> None:
     rerun.answered(state.reruns, result.node, flight.reruns)
     record = state.records.setdefault(result.node, NodeRecord())
+    record.skipped = result.skipped
     for package, outcome in sorted(result.outcomes.items()):
         if outcome.state == State.SKIPPED.value:
             continue
@@ -439,7 +446,8 @@ def _record_outcomes(state: FleetState, result: WindowResult, flight: InFlight) 
         record.messages[package] = outcome.message
         if outcome.state == State.BLOCKED.value:
             targets = state.targets.get(result.node)
-            record.fingerprint = targets.fingerprint if targets else ""
+            # A skipped window changed the node itself (cordon, labels): only `retry` or a new wave asks it again.
+            record.fingerprint = targets.fingerprint if targets and not result.skipped else ""
 
 
 def node_failed(state: FleetState, node: str) -> bool:

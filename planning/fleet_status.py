@@ -20,8 +20,10 @@
   Packages with work left in that wave show `Halted` (the wave ended);
 * per node and Package after its rollback window answered: `waiting` with the reason ("rolled back to
   1.0.0: the canary of wave 2 failed here") when it is back, `erroring` with the rollback's failure when not;
-* per node its state, each Package's state, the reason when blocked or erroring, and the
-  disruptions the fleet's windows caused there (windows, cordons, drains, interrupts);
+* per node its state, each Package's state, the reason when blocked or erroring, the
+  disruptions the fleet's windows caused there (windows, cordons, drains, interrupts) and, when its
+  last window gave it up (`spec.workloads.onDrainTimeout: Skip`), why (`skipped`); per Package its
+  blocked nodes so skipped (`RolloutProgress.skipped`);
 * for the fleet: the next opening of a maintenance window while it waits for one (`next_window`),
   the analysis gate that halted it (`gate_failure`: gate, query, value, time), each gate's
   latest sample (`gates`) and the rollback of the wave's failed canary (`rollback`).
@@ -72,6 +74,8 @@ class NodeProgress:
     cordons: int = 0
     drains: int = 0
     interrupts: int = 0
+    # Why its last window gave the node up (`drain-timeout`; "" = it did not, or it is asked again).
+    skipped: str = ""
 
 
 @dataclass
@@ -198,10 +202,12 @@ def _node_progress(state: FleetState, node: str) -> NodeProgress:
     present = set(packages.values())
     node_state = next((s.value for s in _NODE_STATE_ORDER if s.value in present), State.COMPLETE.value)
     tally = state.disruptions.get(node)
+    record = state.records.get(node)
     return NodeProgress(
         state=node_state, packages=packages, reason="; ".join(reasons),
         windows=tally.windows if tally else 0, cordons=tally.cordons if tally else 0,
         drains=tally.drains if tally else 0, interrupts=tally.interrupts if tally else 0,
+        skipped=record.skipped if record is not None and State.BLOCKED.value in present else "",
     )
 
 
@@ -294,7 +300,7 @@ def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str, fleet
                                                   finished=comp.succeeded + comp.failed)
     for name, entry in sorted(entries(state).items()):
         counts: dict[str, int] = {}
-        blocked, erroring = {}, {}
+        blocked, erroring, skipped = {}, {}, {}
         for node in sorted(state.targets):
             value = nodes[node].packages.get(name)
             if value is None:
@@ -303,13 +309,15 @@ def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str, fleet
             if value in (State.BLOCKED.value, State.ERRORING.value):
                 _value, reason = _package_state(state, node, name)
                 (blocked if value == State.BLOCKED.value else erroring)[node] = reason
+                if value == State.BLOCKED.value and nodes[node].skipped:
+                    skipped[node] = reason
         paused = entry.paused or name in state.paused_packages or state.paused
         phase = _package_phase(state, name, counts, fleet_phase, paused)
         report.packages[name] = RolloutProgress(
             phase=phase, version=str(entry.spec.get("version", "")), total_nodes=sum(counts.values()),
             counts=counts, batch_number=report.batch_number, batch_size=report.batch_size,
             canary_phase=report.canary_phase, canary_nodes=report.canary_nodes,
-            blocked=blocked, erroring=erroring, message=_package_message(name, phase, fleet, state),
+            blocked=blocked, erroring=erroring, skipped=skipped, message=_package_message(name, phase, fleet, state),
             updated_at=now, generation=entry.generation,
             uninstalled=entry.uninstall and phase is RolloutPhase.COMPLETE,
             next_window=report.next_window if phase is RolloutPhase.WAITING else "",

@@ -22,7 +22,8 @@ are percentages of them); a node whose Packages are all blocked, waiting or paus
 For a policy with capacity floors or topology limits (`FleetQuery.supply`), each node also carries
 its allocatable units of the floors' resources (`capacity`) and why it is down (`down`: in a window,
 cordoned, NotReady; `planning/disruption.py`). The fingerprint leaves out drain-ahead's
-`noderoll.io/upcoming` label and taint: a fleet's own mark is no change of the node.
+`noderoll.io/upcoming` label and taint and a skipped window's `noderoll.io/skipped` label: a fleet's own
+mark is no change of the node.
 """
 
 from __future__ import annotations
@@ -106,10 +107,10 @@ class FleetSelection:
 
 
 def fingerprint(node: NodeView) -> str:
-    """A short digest of what target selection reads of `node` (drain-ahead's mark left out)."""
+    """A short digest of what target selection reads of `node` (drain-ahead's mark and the skipped label left out)."""
     taints = sorted(f"{t.get('key')}={t.get('value')}:{t.get('effect')}" for t in node.taints
                     if t.get("key") != keys.UPCOMING_KEY)
-    labels = sorted((k, v) for k, v in node.labels.items() if k != keys.UPCOMING_KEY)
+    labels = sorted((k, v) for k, v in node.labels.items() if k not in (keys.UPCOMING_KEY, keys.SKIPPED_LABEL))
     text = "\n".join([*(f"{k}={v}" for k, v in labels), *taints, node.state_annotation])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -18,6 +18,9 @@ Conditions follow Kubernetes conventions (metav1.Condition):
 Nodes whose drain waits on someone else's pods (`drain_blocked`, read by the bridge from the nodes'
 `noderoll.io/Draining` condition, `planning.drain`) are listed in `drainBlockedNodes` and named in
 the `Progressing` message: the window still runs within its bounds, so they are not `Degraded`.
+Nodes whose window gave them up when their drain timed out (`spec.workloads.onDrainTimeout: Skip`) are
+blocked nodes (`blockedNodes`, `NodesBlocked`) and are also listed in `skippedNodes` (the first
+`SKIPPED_SHOWN` by name, each reason cut to `REASON_CHARS`) with their number in `skippedNodeCount`.
 `lastTransitionTime` is kept from `previous` when a condition's status did not change, else it
 is `progress.updated_at` (the workflow's clock): the function reads no clock itself.
 `render_invalid_package_status` (phase Invalid, the validation problems as message) and
@@ -63,6 +66,8 @@ _BAD = {RolloutPhase.HALTED, RolloutPhase.FAILED, RolloutPhase.INVALID, RolloutP
 NODES_BLOCKED = "NodesBlocked"
 # Blocked nodes named in a condition or message (all of them are in `status.blockedNodes`).
 BLOCKED_SHOWN = 5
+# Skipped nodes listed in `status.skippedNodes` (all of them are counted in `status.skippedNodeCount`).
+SKIPPED_SHOWN = 20
 REASON_CHARS = 200
 
 
@@ -82,6 +87,8 @@ class RolloutProgress:
     # node -> reason
     blocked: dict[str, str] = field(default_factory=dict)
     erroring: dict[str, str] = field(default_factory=dict)
+    # Fleets: the blocked nodes whose window gave them up (`spec.workloads.onDrainTimeout: Skip`) -> reason.
+    skipped: dict[str, str] = field(default_factory=dict)
     message: str = ""
     # RFC 3339 time of this report (workflow.now()).
     updated_at: str = ""
@@ -217,6 +224,9 @@ def render_package_status(
         erroring_nodes=[NodeReason(node=n, reason=r) for n, r in sorted(progress.erroring.items())],
         drain_blocked_nodes=[DrainBlockedNode(node=b.node, reason=b.reason, message=b.message, since=b.since or None)
                              for b in sorted(drain_blocked, key=lambda b: b.node)],
+        skipped_nodes=[NodeReason(node=n, reason=r[:REASON_CHARS]) for n, r in sorted(progress.skipped.items())][
+            :SKIPPED_SHOWN] or None,
+        skipped_node_count=len(progress.skipped) or None,
         next_window=progress.next_window or None,
         gate_failure=gate_failure_status(progress.gate_failure),
         rollback=rollback_status(progress.rollback),

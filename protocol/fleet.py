@@ -154,6 +154,9 @@ class WindowRequest:
     # The node's position in the order the fleet asked its nodes in this wave (0 first):
     # NodeWright's SKYHOOK_NODE_ORDER in the stage pods.
     node_order: int = 0
+    # The policy's `spec.workloads` as JSON by alias (api.workloads.WorkloadsSpec, validated by the node
+    # side); None: the policy has none, and the window drains as before (requests made before it too).
+    workloads: dict[str, Any] | None = None
 
 
 @dataclass
@@ -191,3 +194,6 @@ class WindowResult:
     # Type of the merged interrupt that ran ("" when none).
     interrupt: str = ""
     message: str = ""
+    # Why the window gave the node up ("" = it did not): `drain-timeout` (`spec.workloads.onDrainTimeout:
+    # Skip`). Every Package is then answered `blocked`; the fleet asks again on `retry` or a new wave only.
+    skipped: str = ""

@@ -88,6 +88,8 @@ class WriteNodeStateInput:
     events: list[NodeEvent] = field(default_factory=list)
     # Node annotations removed in the same patch (a reset removes the `noderoll.io/reset` it applied).
     clear_annotations: list[str] = field(default_factory=list)
+    # The `noderoll.io/skipped` label's value ("": removed; a window gave the node up: `drain-timeout`).
+    skipped: str = ""
 
 
 @dataclass
@@ -120,6 +122,30 @@ class DrainNodeInput:
     poll_seconds: float = 1.0
     # The window's first stage pod, created once the node is drained (ADR 0022); None: none.
     then: NextPod | None = None
+    # The policy's drain rules (`spec.workloads.rules`, JSON by alias; empty: evict every pod) and its
+    # `noticeSeconds` (pods that came after the window's notice get their own before they go).
+    rules: list[dict[str, Any]] = field(default_factory=list)
+    notice_seconds: int = 0
+
+
+@dataclass
+class AnnounceEvictionInput:
+    """The eviction notice (`spec.workloads.noticeSeconds`): annotate the pods the drain will evict with their
+    time and set the node's `noderoll.io/MaintenanceScheduled` condition."""
+
+    node: str
+    # RFC 3339: the notice's end, when the drain begins.
+    notice_at: str
+    rules: list[dict[str, Any]] = field(default_factory=list)
+    # The fleet whose window it is (`fleet/<policy>`), named in the condition.
+    fleet: str = ""
+
+
+@dataclass
+class AnnounceEvictionResult:
+    """The pods told (namespace/name -> RFC 3339 eviction time)."""
+
+    pods: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -128,6 +154,8 @@ class DrainNodeResult:
 
     evicted: list[str] = field(default_factory=list)
     refused: int = 0
+    # Pods deleted without the Eviction API (drain rule action `Delete`).
+    deleted: list[str] = field(default_factory=list)
     seconds: float = 0.0
     # `DrainNodeInput.then`, created (None: not asked, or its creation failed and is left to its own activity).
     next_pod: PrestartedPod | None = None
@@ -288,6 +316,9 @@ class CloseWindowInput:
     state: WriteNodeStateInput
     uncordon: bool = False
     delete: DeleteStageJobsInput | None = None
+    # The window gave an eviction notice: remove `noderoll.io/eviction-at` from the node's pods and the
+    # node's `noderoll.io/MaintenanceScheduled` condition.
+    clear_notice: bool = False
 
 
 @dataclass

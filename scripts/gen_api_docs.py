@@ -24,6 +24,7 @@ import api.maintenance  # noqa: E402
 import api.package  # noqa: E402
 import api.policy  # noqa: E402
 import api.status  # noqa: E402
+import api.workloads  # noqa: E402
 import crd_bridge.protection  # noqa: E402
 import planning.fleet_rerun  # noqa: E402
 import planning.fleet_rollback  # noqa: E402
@@ -141,6 +142,10 @@ def render() -> str:
     lines += [line.rstrip() for line in (api.capacity.__doc__ or "").strip().splitlines()[2:]]
     lines += ["", "Design: [ADR 0015](adr/0015-gpu-budgets.md); how it looks while it waits, and Kueue: "
               "[operations.md](operations.md#gpu-budgets).", ""]
+    lines += ["## GPU workloads: eviction notice, drain rules, undrainable nodes (`spec.workloads`)", ""]
+    lines += [line.rstrip() for line in (api.workloads.__doc__ or "").strip().splitlines()[2:]]
+    lines += ["", "How a window runs with it, and an example pod that checkpoints on its notice: "
+              "[how-it-works.md](how-it-works.md#living-with-gpu-jobs).", ""]
     lines += ["## Canary rollback (`canary.onFailure: rollback`)", ""]
     lines += [line.rstrip() for line in (planning.fleet_rollback.__doc__ or "").strip().splitlines()[2:]]
     lines += ["", "Design: [ADR 0009](adr/0009-canary-rollback.md); how to operate it: "

@@ -25,6 +25,8 @@ TITLE_SIZE, LINE_SIZE, LABEL_SIZE = 13, 11.5, 11
 LINE_HEIGHT = 15
 # Average advance of a character of these fonts, in em: what `fits` measures text with.
 CHAR_EM = 0.6
+ARCHITECTURE_TITLE = ("noderoll: Packages and DeploymentPolicies become fleet rollouts in Temporal, "
+                      "run node by node by the worker")
 STYLE = {
     "group": 'fill="#f3f6fb" stroke="#8aa2c8" stroke-dasharray="5 3"',
     "box": 'fill="#ffffff" stroke="#34495e"',
@@ -80,8 +82,7 @@ def render(source: dict[str, Any]) -> str:
     width, height = source["size"]
     out = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}">',
-        "<title>noderoll: Packages and DeploymentPolicies become fleet rollouts in Temporal, "
-        "run node by node by the worker</title>",
+        f"<title>{escape(source.get('title', ARCHITECTURE_TITLE))}</title>",
         '<defs><marker id="head" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" '
         'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#c0392b"/></marker></defs>',
         f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
@@ -101,16 +102,20 @@ def load() -> dict[str, Any]:
     return data
 
 
+def write_or_check(svg: str, target: Path, argv: list[str]) -> int:
+    """Write `svg` to `target`, or with --check in `argv` say whether it is current (exit code 1 when not)."""
+    if "--check" in argv:
+        current = target.exists() and target.read_text() == svg
+        print(f"{target.relative_to(ROOT)} is {'current' if current else 'NOT current: run this script'}")
+        return 0 if current else 1
+    target.write_text(svg)
+    print(f"wrote {target.relative_to(ROOT)}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     """Write the SVG, or with --check say whether it is current."""
-    svg = render(load())
-    if "--check" in argv:
-        current = TARGET.exists() and TARGET.read_text() == svg
-        print(f"{TARGET.relative_to(ROOT)} is {'current' if current else 'NOT current: run this script'}")
-        return 0 if current else 1
-    TARGET.write_text(svg)
-    print(f"wrote {TARGET.relative_to(ROOT)}")
-    return 0
+    return write_or_check(render(load()), TARGET, argv)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ from api.clusters import ClusterFailure, ClusterState  # noqa: E402
 from api.enums import (  # noqa: E402
     CanaryFailure,
     CanaryPhase,
+    DrainAction,
+    DrainTimeoutAction,
     GateWhen,
     InterruptType,
     Promotion,
@@ -41,6 +43,7 @@ from api.package import (  # noqa: E402
     STAGE_MAX_SECONDS,
 )
 from api.versions import VALID_VERSION_HINT  # noqa: E402
+from api.workloads import NOTICE_MAX_SECONDS, WAIT_MAX_SECONDS  # noqa: E402
 from protocol.node_settings import (  # noqa: E402
     DEFAULT_INTERRUPT_TIMEOUT_SECONDS,
     DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS,
@@ -99,7 +102,7 @@ def name_field(description: str) -> Schema:
     return string(description, pattern=NAME_PATTERN, maxLength=43, minLength=1)
 
 
-def label_selector(description: str) -> Schema:
+def label_selector(description: str, what: str = "node") -> Schema:
     requirement = obj(
         "A label requirement: key, operator and values.",
         {
@@ -113,7 +116,7 @@ def label_selector(description: str) -> Schema:
         required=["key", "operator"],
     )
     return obj(
-        description + " An empty selector selects every node.",
+        description + f" An empty selector selects every {what}.",
         {
             "matchLabels": string_map("Labels that must all be present with exactly these values."),
             "matchExpressions": array("Requirements that must all hold.", requirement),
@@ -446,13 +449,17 @@ def package_status() -> Schema:
                     "A node whose drain waits.",
                     {
                         "node": string("Node name."),
-                        "reason": string("EvictionRefused or WaitingForProtectedPods."),
+                        "reason": string("EvictionRefused, WaitingForProtectedPods or WaitingForCompletion."),
                         "message": string("The blocking pods and PodDisruptionBudgets (with disruptionsAllowed)."),
                         "since": string("When the node's drain began (RFC 3339)."),
                     },
                     required=["node", "reason"],
                 ),
             ),
+            "skippedNodes": node_reasons(
+                "Nodes whose window gave them up when their drain timed out (spec.workloads.onDrainTimeout: Skip "
+                "of the DeploymentPolicy), the first 20 by name; all are also in blockedNodes."),
+            "skippedNodeCount": integer("How many nodes skippedNodes has in all (omitted: none)."),
             "nextWindow": next_window(),
             "gateFailure": gate_failure(),
             "rollback": rollback_status(),
@@ -675,8 +682,46 @@ def policy_spec() -> Schema:
                 },
                 required=["seconds"],
             ),
+            "workloads": workloads(),
         },
         required=["default"],
+    )
+
+
+def workloads() -> Schema:
+    rule = obj(
+        "A drain rule: the pods it matches (every criterion set must hold) and what the drain does with them.",
+        {
+            "namespaces": array("Namespaces of the pods it matches (omitted: every namespace; never empty).",
+                                {"type": "string"}, minItems=1),
+            "podSelector": label_selector("Labels of the pods it matches (omitted: every pod).", "pod"),
+            "gpuPods": boolean("true: pods that request or limit any */gpu extended resource (any container, "
+                               "init containers too); false: pods that request none. Omitted: both."),
+            "action": string(
+                "Evict (Eviction API, PodDisruptionBudgets respected), WaitForCompletion (wait up to timeoutSeconds "
+                "for the pod to finish, then evict it), Delete (delete with the pod's grace period, no Eviction "
+                "API), Leave (never evicted; the interrupt goes ahead).",
+                enum=[a.value for a in DrainAction]),
+            "timeoutSeconds": integer("WaitForCompletion only (required there): how long to wait for the pod to "
+                                      "finish before it is evicted.", minimum=1, maximum=WAIT_MAX_SECONDS),
+        },
+        required=["action"],
+    )
+    return obj(
+        "How node windows treat the pods they drain (GPU jobs and other workloads). Omitted: every pod is "
+        "evicted with the Packages' drain settings, and a drain that times out fails the window.",
+        {
+            "noticeSeconds": integer(
+                "At least this long before a window evicts or deletes a pod, the pod gets the annotation "
+                "noderoll.io/eviction-at (RFC 3339) and the node the condition noderoll.io/MaintenanceScheduled; "
+                "removed when the window ends. 0: no notice.", minimum=0, maximum=NOTICE_MAX_SECONDS, default=0),
+            "rules": array("Per pod the first rule that matches decides; no rule matches: Evict.", rule),
+            "onDrainTimeout": string(
+                "Fail: a drain that times out fails the window (erroring). Skip: the window uncordons the node "
+                "(its own cordon only), labels it noderoll.io/skipped=drain-timeout, runs nothing, and its "
+                "Packages count it as blocked (neither success nor failure) until noderoll retry --nodes.",
+                enum=[a.value for a in DrainTimeoutAction], default=DrainTimeoutAction.FAIL.value),
+        },
     )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from activities.describe import describe_workflow_runs
 from activities.drain import drain_node, wait_protected_pods
+from activities.eviction_notice import announce_eviction
 from activities.fleet import list_fleet_nodes, read_node_supply, request_windows
 from activities.global_reports import report_to_global
 from activities.interrupts import run_interrupt
@@ -36,12 +37,13 @@ GLOBAL_WORKFLOWS: list[type] = [
 ]
 
 ACTIVITIES: list[Callable[..., Any]] = [
-    # node window (activities/nodes.py, drain.py, stage_run.py, interrupts.py, stage_cleanup.py, window_close.py)
+    # node window (activities/nodes.py, drain.py, eviction_notice.py, stage_run.py, interrupts.py, stage_cleanup.py, window_close.py)
     read_node,
     cordon_node,
     uncordon_node,
     write_node_state,
     wait_protected_pods,
+    announce_eviction,
     drain_node,
     run_stage_pod,
     run_interrupt,

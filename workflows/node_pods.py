@@ -115,11 +115,7 @@ class PodStages:
         workflow.deprecate_patch(SKIP_DEPENDENTS_OF_FAILED)
         ledger.skipped[name] = f"not run: dependency {', '.join(failed)} failed on this node in this window"
         # Nothing ran: the package's record stays what it was before the window.
-        previous = self.ctx.recorded.packages.get(name)
-        if previous is None:
-            ledger.state.packages.pop(name, None)
-        else:
-            ledger.state.packages[name] = previous.model_copy(deep=True)
+        ledger.leave_as_recorded(name, self.ctx.recorded)
         return True
 
     # --- one pod per phase (ADR 0016) ----------------------------------------------------------

@@ -7,7 +7,8 @@ nothing to do or that cannot run, and runs the window with `WindowRun`:
 
 1. write the state `in-progress` (one patch + conditions + an Event);
 2. when the window needs a drain: cordon, wait for protected pods, drain (the fleet caps how many
-   nodes are in a window at once by its budgets, ADR 0007);
+   nodes are in a window at once by its budgets, ADR 0007); with the policy's `spec.workloads`, an
+   eviction notice before the drain, drain rules, and a timed-out drain skipped (`workflows/node_workloads.py`);
 3. the stages and the merged interrupt in pods pinned to the node (`workflows/node_pods.py`);
 4. uncordon (only our cordon, and not when a package failed after the node was drained), write the
    final state, delete the window's stage pods but the latest failed one of an erroring package
@@ -32,9 +33,11 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from api.enums import NodeMarkKind, PlanAction, State
+    from api.enums import NodeMarkKind, NodeStatus, PlanAction, State
     from api.node_state import PackageNodeState, config_hashes, dump_node_state, held_reason, parse_node_state
     from api.package import PackageSpec
+    from api.workloads import WorkloadsSpec
+    from planning.drain_rules import SKIPPED_DRAIN_TIMEOUT
     from planning.node_marks import NodeMark
     from planning.node_plan import NodePlanInput, plan_node
     from planning.window import EntryUpdate, drain_settings, node_status, protected_selectors
@@ -63,6 +66,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.node_pod_jobs import first_pod
     from workflows.node_pods import PodStages
     from workflows.node_window_types import Failure, WindowContext, WindowLedger, cause, node_gone
+    from workflows.node_workloads import WorkloadSteps
     from workflows.short_calls import short_call
 
 DRAIN_STAGE = "drain"
@@ -95,6 +99,11 @@ async def run_window(settings: NodeWorkflowInput, request: WindowRequest, snapsh
         reason = held_reason(problem)
         await mark_nodes([NodeMark(node, NodeMarkKind.STATE_MALFORMED, reason)])
         return WindowResult(node, request.request_id, _all(request, State.BLOCKED, reason))
+    try:
+        workloads = WorkloadsSpec.model_validate(request.workloads) if request.workloads is not None else None
+    except ValidationError as err:
+        return WindowResult(node, request.request_id, _all(request, State.BLOCKED,
+                                                           f"{errors.INVALID_SPEC}: spec.workloads: {err}"))
     outcomes: dict[str, PackageOutcome] = {}
     specs: dict[str, PackageSpec] = {}
     for order in request.packages:
@@ -122,12 +131,13 @@ async def run_window(settings: NodeWorkflowInput, request: WindowRequest, snapsh
         settings=settings, key=key, snapshot=snapshot, recorded=recorded, plan=plan, window=window,
         orders={o.name: o for o in request.packages if o.name in window.packages},
         specs={n: specs[n] for n in window.packages}, node_order=request.node_order, set_phase=set_phase,
+        workloads=workloads, fleet=request.fleet_workflow_id,
     ))
     outcomes.update(await run.execute())
     ledger = run.ledger
     interrupt = window.interrupt.type.value if ledger.interrupted and window.interrupt is not None else ""
     return WindowResult(node, request.request_id, outcomes, cordoned=ledger.cordoned, drained=ledger.drained,
-                        interrupt=interrupt)
+                        interrupt=interrupt, skipped=SKIPPED_DRAIN_TIMEOUT if ledger.drain_skipped else "")
 
 
 class WindowRun:
@@ -137,6 +147,7 @@ class WindowRun:
         self.ctx = ctx
         self.node = ctx.node
         self.ledger = WindowLedger(state=ctx.recorded.model_copy(deep=True))
+        self.workloads = WorkloadSteps(ctx, self.ledger)
         # The node as the window's first state write left it (`cordon_node` patches from it).
         self.written: ReadNodeResult | None = None
 
@@ -156,7 +167,9 @@ class WindowRun:
 
     def _state_input(self, in_window: bool, events: list[NodeEvent]) -> WriteNodeStateInput:
         ledger = self.ledger
-        status = node_status(ledger.state, in_window)
+        # A window that gave the node up shows it `blocked` (and `noderoll.io/skipped`) until its next window.
+        skipped = bool(ledger.drain_skipped) and not in_window
+        status = NodeStatus.BLOCKED if skipped else node_status(ledger.state, in_window)
         # As the label: erroring while any package's record says so, failed in this window or an earlier
         # one (it waits for `retry`); this window's failures alone turned the condition False under an
         # `erroring` label when a later window ran another package.
@@ -167,8 +180,9 @@ class WindowRun:
                              *(f"{n}: {error}" for n, error in sorted(earlier.items()))])
         return WriteNodeStateInput(
             node=self.node, state_annotation=dump_node_state(ledger.state), status=status.value,
-            updating=in_window, erroring=erroring, message=message or f"window {self.ctx.key}: {status.value}",
-            events=events,
+            updating=in_window, erroring=erroring,
+            message=message or (ledger.drain_skipped if skipped else f"window {self.ctx.key}: {status.value}"),
+            events=events, skipped=SKIPPED_DRAIN_TIMEOUT if skipped else "",
         )
 
     # --- the steps --------------------------------------------------------------------------
@@ -202,21 +216,23 @@ class WindowRun:
                 result_type=WaitProtectedPodsResult,
                 start_to_close_timeout=timedelta(seconds=timeout + 120), heartbeat_timeout=self._heartbeat(),
                 retry_policy=WAIT_RETRY, summary="wait for protected pods")
+        await self.workloads.give_notice()
         drain = drain_settings(specs)
         # The window's first stage pod is created by the drain once the node is drained (ADR 0022).
         then = first_pod(self.ctx)
         drained = await workflow.execute_activity(
             "drain_node",
-            DrainNodeInput(self.node, drain.timeout_seconds, drain.grace_period_seconds, drain.delete_empty_dir_data,
-                           then=then),
+            self.workloads.drain_input(DrainNodeInput(
+                self.node, drain.timeout_seconds, drain.grace_period_seconds, drain.delete_empty_dir_data, then=then)),
             result_type=DrainNodeResult,
-            start_to_close_timeout=timedelta(seconds=drain.timeout_seconds + 120),
+            start_to_close_timeout=timedelta(seconds=self.workloads.drain_seconds(drain.timeout_seconds) + 120),
             heartbeat_timeout=self._heartbeat(), retry_policy=WAIT_RETRY, summary="drain")
         pods.next_pods.offer(then, drained.next_pod)
         self.ledger.drained = True
         self.ledger.notes.append(self.ctx.event(
             "Drained", f"evicted {len(drained.evicted)} pod(s) in {drained.seconds:.0f}s"
-                       f" ({drained.refused} eviction(s) refused by PodDisruptionBudgets)"))
+                       f" ({drained.refused} eviction(s) refused by PodDisruptionBudgets)"
+                       + (f"; deleted {len(drained.deleted)} pod(s)" if drained.deleted else "")))
 
     def _finish_entries(self) -> None:
         ledger = self.ledger
@@ -273,8 +289,12 @@ class WindowRun:
             try:
                 await self._prepare_node(pods)
             except ActivityError as err:
-                # The host was not touched: fail the window, uncordon (left_cordoned needs a drain).
-                self._fail_all(DRAIN_STAGE, cause(err))
+                # The host was not touched: fail the window (or give the node up), uncordon (left_cordoned
+                # needs a drain).
+                if self.workloads.skips(err):
+                    self.workloads.skip(cause(err))
+                else:
+                    self._fail_all(DRAIN_STAGE, cause(err))
                 return
         workflow.deprecate_patch(STAGES_IN_ONE_POD)
         await pods.run_window()
@@ -304,7 +324,8 @@ class WindowRun:
         state = self._state_input(False, self._final_events(left_cordoned))
         try:
             result = await workflow.execute_activity(
-                "close_window", CloseWindowInput(state, self.ledger.cordoned and not left_cordoned, deletion),
+                "close_window",
+                CloseWindowInput(state, self.ledger.cordoned and not left_cordoned, deletion, self.ledger.noticed),
                 result_type=CloseWindowResult, start_to_close_timeout=API_TIMEOUT, retry_policy=CLOSE_RETRY,
                 summary=f"close: state {state.status}")
         except ActivityError as err:

@@ -15,6 +15,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 from api.node_state import NodeState
 from api.package import PackageSpec
+from api.workloads import WorkloadsSpec
 from planning.node_plan import NodePlan, NodeWindow
 from planning.window import (
     EntryUpdate,
@@ -47,6 +48,9 @@ class WindowContext:
     # The node's position in the fleet's order (NodeWright's SKYHOOK_NODE_ORDER).
     node_order: int
     set_phase: Callable[[str], None]
+    # The fleet's policy's `spec.workloads` (None: drain as before) and the fleet asking (`fleet/<policy>`).
+    workloads: WorkloadsSpec | None = None
+    fleet: str = ""
 
     @property
     def node(self) -> str:
@@ -117,6 +121,10 @@ class WindowLedger:
     last_interrupt_job: tuple[str, str] = ("", "")
     # pod -> the Package it is labelled with, for pods of several Packages (their first; ADR 0016).
     job_labels: dict[str, str] = field(default_factory=dict)
+    # `spec.workloads` (workflows/node_workloads.py): an eviction notice was given (the close takes it
+    # back); the drain timed out and the window gave the node up (why; "" = it did not).
+    noticed: bool = False
+    drain_skipped: str = ""
 
     def set_entry(self, name: str, update: EntryUpdate) -> None:
         """Apply `update` to package `name`'s entry (stamped with the workflow's time)."""
@@ -133,6 +141,14 @@ class WindowLedger:
             self.job_packages.add(package)
             if failed:
                 self.failed_jobs[package] = job_name
+
+    def leave_as_recorded(self, name: str, recorded: NodeState) -> None:
+        """Package `name` did nothing in this window: its record goes back to what it was before it."""
+        previous = recorded.packages.get(name)
+        if previous is None:
+            self.state.packages.pop(name, None)
+        else:
+            self.state.packages[name] = previous.model_copy(deep=True)
 
     def healthy(self, names: tuple[str, ...] | list[str]) -> list[str]:
         """Those of `names` that neither failed nor were skipped in this window."""

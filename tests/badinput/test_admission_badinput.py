@@ -1,4 +1,4 @@
-"""Bad input at the door (A01-A07 in docs/reliability.md; issue #16 item 1): the admission webhook of
+"""Bad input at the door (A01-A08 in docs/reliability.md; issue #16 item 1, A08 issue 44): the admission webhook of
 the suite's private stack (`dev up` registers it) refuses what can never roll, with the message, and
 stores nothing; a reference to an object that does not exist yet is admitted and reported by the
 bridge, and the rollout completes once the object is applied."""
@@ -69,6 +69,9 @@ def refused_cases() -> list[Any]:
         pytest.param([package(base), package(unique_name("app"), dependsOn={base: "2.0.0"})],
                      f"needs {base} 2.0.0, but Package {base} has version 1.0.0; depend on 1.0.0",
                      id="A06-dependency-at-another-version"),
+        pytest.param([policy(unique_name("wait"), workloads={"rules": [{"gpuPods": True, "action": "WaitForCompletion"}]})],
+                     "spec.workloads.rules[0]: action WaitForCompletion needs timeoutSeconds",
+                     id="A08-wait-for-completion-without-timeout"),
     ]
 
 

@@ -71,6 +71,14 @@ class NoderollProcesses:
         return ["--temporal-address", self.stack.temporal_address, *namespace,
                 "--kubeconfig", str(self.stack.kubeconfig), "--task-queue", self.task_queue, *self.extra]
 
+    def cli(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        """Run the `noderoll` CLI against this stack, as an operator does (AssertionError unless it exits 0)."""
+        connection = ["--temporal-address", self.stack.temporal_address, "--kubeconfig", str(self.stack.kubeconfig)]
+        result = subprocess.run([sys.executable, "-m", "cli", *argv, *connection], capture_output=True,
+                                text=True, timeout=120)
+        assert result.returncode == 0, (argv, result.stdout, result.stderr)
+        return result
+
     def _start(self, name: str, argv: list[str], env: Mapping[str, str]) -> str:
         if name in self.processes:
             raise ValueError(f"a process named {name} runs already")

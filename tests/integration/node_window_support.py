@@ -78,11 +78,13 @@ class Window:
         self.collector = await self.temporal.start_workflow(
             ResultCollector.run, id=f"collector-{uuid.uuid4()}", task_queue=self.task_queue)
 
-    async def window(self, *orders: PackageOrder, settings: NodeWorkflowInput | None = None) -> None:
-        """Signal-with-start `node/<node>` with one request for `orders` whose answer goes to the collector."""
+    async def window(self, *orders: PackageOrder, settings: NodeWorkflowInput | None = None,
+                     workloads: dict[str, Any] | None = None) -> None:
+        """Signal-with-start `node/<node>` with one request for `orders` (and a policy's `spec.workloads`)
+        whose answer goes to the collector."""
         assert self.collector is not None
         request = WindowRequest(fleet_workflow_id=self.collector.id, request_id=str(uuid.uuid4()),
-                                packages=list(orders))
+                                packages=list(orders), workloads=workloads)
         await self.temporal.start_workflow(
             NodeWorkflow.run, settings or fast_settings(self.node), id=node_workflow_id(self.node),
             task_queue=self.task_queue, start_signal=SIGNAL_WINDOW, start_signal_args=[request])

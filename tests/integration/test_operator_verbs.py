@@ -45,11 +45,7 @@ run = noderoll_fixture(retry_backoff_seconds=1)
 
 def noderoll(run: NoderollProcesses, *argv: str) -> subprocess.CompletedProcess[str]:
     """Run the `noderoll` CLI against the test stack (as an operator would)."""
-    connection = ["--temporal-address", run.stack.temporal_address, "--kubeconfig", str(run.stack.kubeconfig)]
-    result = subprocess.run([sys.executable, "-m", "cli", *argv, *connection], capture_output=True,
-                            text=True, timeout=120)
-    assert result.returncode == 0, (argv, result.stdout, result.stderr)
-    return result
+    return run.cli(*argv)
 
 
 def runs(fleet: Fleet, package: str) -> Counter[tuple[str, str]]:

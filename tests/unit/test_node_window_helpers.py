@@ -319,7 +319,7 @@ def test_a_decoded_watch_event_keeps_what_the_wait_reads_and_decides_as_the_whol
     pytest.param("abc", "100", False, id="not-etcd"),
 ])
 def test_the_drain_uses_the_cache_only_when_it_has_seen_the_cordon(version: str, floor: str, expected: bool) -> None:
-    from activities.drain import _at_least
+    from kube.node_pods import _at_least
 
     assert _at_least(version, floor) is expected
 

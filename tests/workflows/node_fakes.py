@@ -18,6 +18,8 @@ from activities.pod_create import pod_name
 from protocol import errors
 from protocol.activities import MarkBlockedNodesInput, MarkBlockedNodesResult
 from protocol.node_activities import (
+    AnnounceEvictionInput,
+    AnnounceEvictionResult,
     CloseWindowInput,
     CloseWindowResult,
     CordonNodeResult,
@@ -57,6 +59,8 @@ class FakeNode:
     writes: list[WriteNodeStateInput] = field(default_factory=list)
     # When set, drain_node fails with this non-retryable error type (e.g. errors.DRAIN_TIMEOUT).
     drain_error: str = ""
+    # The pods `announce_eviction` finds to tell (namespace/name); their time is the notice's end.
+    notice_pods: list[str] = field(default_factory=list)
     # When set, the stage pod of this mode finds the node deleted (NodeNotFound).
     deleted_at: str = ""
     ran: list[str] = field(default_factory=list)
@@ -169,6 +173,16 @@ class FakeNode:
         self.calls.append(("wait_protected_pods", input))
         return WaitProtectedPodsResult(0.0)
 
+    @activity.defn(name="announce_eviction")
+    def announce_eviction(self, input: AnnounceEvictionInput) -> AnnounceEvictionResult:
+        self.calls.append(("announce_eviction", input))
+        return AnnounceEvictionResult({pod: input.notice_at for pod in self.notice_pods})
+
+    def call(self, name: str) -> Any:
+        """The input of the only call of activity `name`."""
+        [found] = [arg for called, arg in self.calls if called == name]
+        return found
+
     @activity.defn(name="drain_node")
     def drain_node(self, input: DrainNodeInput) -> DrainNodeResult:
         self.calls.append(("drain_node", input))
@@ -239,5 +253,5 @@ class FakeNode:
     def activities(self) -> list[Callable[..., Any]]:
         """Every fake, for `Worker(activities=...)`."""
         return [self.read_node, self.cordon_node, self.uncordon_node, self.write_node_state, self.close_window,
-                self.wait_protected_pods, self.drain_node, self.run_interrupt,
+                self.wait_protected_pods, self.announce_eviction, self.drain_node, self.run_interrupt,
                 self.run_stage_pod, self.delete_stage_jobs, self.mark_blocked_nodes]

@@ -37,6 +37,10 @@ and were recorded on the real stack (dev server, apiserver, fleetsim):
   tests/integration/test_plan_budgets.py (a scratch folder, copied): the fleet machine's fresh read of the
   nodes before each hand-out (patch `budget-at-hand-out`, issue 43), a node cordoned from outside during
   drain-ahead's lead.
+* node/window-workloads-notice-rules: `NODEROLL_RECORD_HISTORIES=tests/histories/node` with
+  tests/integration/test_gpu_workloads.py (a request carrying a policy's `spec.workloads`: the eviction
+  notice's activity and timer, then a drain with rules; issue 44). No patch: the steps run only for
+  requests with that field, which no run recorded before it had.
 Every `workflow.patched(...)` id in workflows/ (and every `FleetRun.patched` id in planning/fleet/) must be recorded (its marker) in some history, so its
 patched path replays; its unpatched path replays from the histories recorded before the patch (the
 ones without its marker). A workflow change that fails here needs `workflow.patched` (or is a
