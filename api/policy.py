@@ -25,6 +25,8 @@ maintenance windows, pauses and gates apply as with batches: `betweenBatches` ga
 after every N finished windows (N = the sum of the budgets) and hold new starts until they pass.
 A policy rolls in every compartment or in none (refused otherwise). Measured against
 `exponential` and `linear` in docs/benchmarks.md.
+GPU health before uncordon (`verify`, `api/verify.py`) and other maintenance respected (`respect`,
+`api/respect.py`): their own sections below.
 The batch maths lives in `planning/batches.py` (rolling: `planning/rolling.py`), the window and
 gate rules in `planning/maintenance.py` and `planning/gates.py`, the floors and topology limits in
 `planning/disruption.py`; these models stay data.
@@ -46,7 +48,9 @@ from api.maintenance import MaintenanceWindow, check_overlaps
 from api.names import check_name
 from api.package import ObjectMeta
 from api.problems import InvalidDocumentError, ValidationProblem, validate_object
+from api.respect import RespectSpec
 from api.selectors import LabelSelector
+from api.verify import VerifySpec
 from protocol import names
 
 DEFAULT_COMPARTMENT = "default"
@@ -175,6 +179,10 @@ class DeploymentPolicySpec(SpecModel):
     clusters: ClustersSpec | None = None
     # None: nodes are not marked before their windows (api/capacity.py).
     drain_ahead: DrainAhead | None = None
+    # None: no GPU verify before the uncordon (api/verify.py).
+    verify: VerifySpec | None = None
+    # None: the default taints and NodeMaintenance objects are respected (api/respect.py).
+    respect: RespectSpec | None = None
 
     @model_validator(mode="after")
     def _compartments_distinct(self) -> DeploymentPolicySpec:

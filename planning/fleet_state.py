@@ -383,7 +383,8 @@ def hand_out(state: FleetState, fleet: str, nodes: Collection[str], now: str) ->
         orders, reruns = package_orders(state, node, packages)
         request = request_id(state, fleet, node)
         state.in_flight[node] = InFlight(request, packages, now, reruns=reruns)
-        handed.append((node, WindowRequest(fleet, request, orders, state.wave, order_of(state, node))))
+        handed.append((node, WindowRequest(fleet, request, orders, state.wave, order_of(state, node),
+                                           verify=(state.spec.policy or {}).get("verify") if state.spec else None)))
     if handed:
         record_hand_out(state.timings, now)
     return handed

@@ -142,6 +142,9 @@ class WindowRequest:
     # The node's position in the order the fleet asked its nodes in this wave (0 first):
     # NodeWright's SKYHOOK_NODE_ORDER in the stage pods.
     node_order: int = 0
+    # The policy's `spec.verify` as JSON (by alias; the node side validates, api/verify.py): the GPU
+    # verify after the window's interrupt. None: no verify (requests made before it).
+    verify: dict[str, Any] | None = None
 
 
 @dataclass

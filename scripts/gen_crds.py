@@ -40,6 +40,8 @@ from api.package import (  # noqa: E402
     PROTECTED_PODS_MAX_SECONDS,
     STAGE_MAX_SECONDS,
 )
+from api.respect import DEFAULT_TAINTS  # noqa: E402
+from api.verify import VERIFY_DEFAULT_SECONDS, VERIFY_MAX_SECONDS, VerifyFailure  # noqa: E402
 from api.versions import VALID_VERSION_HINT  # noqa: E402
 from protocol.node_settings import (  # noqa: E402
     DEFAULT_INTERRUPT_TIMEOUT_SECONDS,
@@ -675,8 +677,45 @@ def policy_spec() -> Schema:
                 },
                 required=["seconds"],
             ),
+            "verify": verify_schema(),
+            "respect": respect_schema(),
         },
         required=["default"],
+    )
+
+
+def verify_schema() -> Schema:
+    """`spec.verify` (api/verify.py)."""
+    return obj(
+        "Verify the GPUs before a node goes back to work: once per node window, after the interrupt and every "
+        "Package's post-interrupt check, a pod pinned to the node runs image; a failure fails the window (every "
+        "Package erroring at stage verify: thresholds, canary) and labels the node noderoll.io/status=verify-failed.",
+        {
+            "image": string("The verify image, run with its own entry point, privileged, the host's root at /host; "
+                             "exit 0 passes (example: deploy/examples/verify/gpu-health).", minLength=1),
+            "timeoutSeconds": integer("Deadline of the verify pod; past it the verify fails.",
+                                      minimum=1, maximum=VERIFY_MAX_SECONDS, default=VERIFY_DEFAULT_SECONDS),
+            "onFailure": string(
+                "After a failed verify: KeepCordoned (noderoll's cordon stays until a verify passes) or Uncordon.",
+                enum=[f.value for f in VerifyFailure], default=VerifyFailure.KEEP_CORDONED.value,
+            ),
+        },
+        required=["image"],
+    )
+
+
+def respect_schema() -> Schema:
+    """`spec.respect` (api/respect.py)."""
+    return obj(
+        "Other maintenance a fleet keeps out of: nodes carrying one of taints, or named by a NodeMaintenance "
+        "(maintenance.nvidia.com) of another requestor, are reported down with the reason. Omitted: the default "
+        "taints and nodeMaintenance true.",
+        {
+            "taints": array("Taint keys that hold a node (any value and effect); omitted: the default list ("
+                            + ", ".join(DEFAULT_TAINTS) + "); [] respects none.", {"type": "string", "minLength": 1}),
+            "nodeMaintenance": boolean("Respect NodeMaintenance objects (maintenance.nvidia.com/v1alpha1) naming "
+                                       "the node.", default=True),
+        },
     )
 
 

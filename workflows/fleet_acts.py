@@ -61,6 +61,7 @@ class FleetActs:
                 label_keys=listing_label_keys(run.policy),
                 supply=bool(disruption.limits_of(run.policy)),
                 resources=disruption.floor_resources(run.policy),
+                respect=run.policy.respect.dump() if run.policy.respect else {},
             ),
             result_type=ListFleetNodesResult,
             start_to_close_timeout=ACTIVITY_TIMEOUT,
@@ -195,7 +196,8 @@ class FleetActs:
                 orders, reruns = fs.package_orders(state, node, packages)
             state.in_flight[node] = fs.InFlight(request_id, packages, now, flight.resent + 1, reruns,
                                                 rollback=flight.rollback)
-            requests.append(WindowRequest(fleet_id, request_id, orders, state.wave, fs.order_of(state, node)))
+            requests.append(WindowRequest(fleet_id, request_id, orders, state.wave, fs.order_of(state, node),
+                                          verify=(state.spec.policy or {}).get("verify") if state.spec else None))
             targets.append(node)
         await self.hand_over(requests, targets)
 

@@ -15,7 +15,9 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 from api.node_state import NodeState
 from api.package import PackageSpec
+from api.verify import VerifySpec
 from planning.node_plan import NodePlan, NodeWindow
+from planning.verify import VerifyOutcome
 from planning.window import (
     EntryUpdate,
     TimeLimits,
@@ -47,6 +49,8 @@ class WindowContext:
     # The node's position in the fleet's order (NodeWright's SKYHOOK_NODE_ORDER).
     node_order: int
     set_phase: Callable[[str], None]
+    # The request's `spec.verify` (api/verify.py); None: the window runs no GPU verify.
+    verify: VerifySpec | None = None
 
     @property
     def node(self) -> str:
@@ -117,6 +121,11 @@ class WindowLedger:
     last_interrupt_job: tuple[str, str] = ("", "")
     # pod -> the Package it is labelled with, for pods of several Packages (their first; ADR 0016).
     job_labels: dict[str, str] = field(default_factory=dict)
+    # The GPU verify (workflows/node_verify.py): what its pod said (None: none ran), the failure that
+    # fails the window's Packages, and whether noderoll's cordon stays because of it.
+    verify: VerifyOutcome | None = None
+    verify_failure: VerifyOutcome | None = None
+    keep_cordon: bool = False
 
     def set_entry(self, name: str, update: EntryUpdate) -> None:
         """Apply `update` to package `name`'s entry (stamped with the workflow's time)."""
