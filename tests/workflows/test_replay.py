@@ -33,6 +33,10 @@ and were recorded on the real stack (dev server, apiserver, fleetsim):
   (scratch folders, the node histories copied): the read, the first state write and the cordon as local
   activities (patch `short-calls-local`, ADR 0020); the histories of the same names with the suffixes
   `-one-pod-per-phase` and `-window-cost` replay their activities.
+* node/window-verify-*: `NODEROLL_RECORD_FLEET_HISTORIES=tests/histories` with
+  tests/integration/test_gpu_verify.py: a window whose GPU verify fails (the node left cordoned,
+  `verify-failed`) and the window `retry` runs again, whose verify passes (`spec.verify`, issue 44: a
+  request with `verify` only; windows without it run no new command).
 Every `workflow.patched(...)` id in workflows/ must be recorded (its marker) in some history, so its
 patched path replays; its unpatched path replays from the histories recorded before the patch (the
 ones without its marker). A workflow change that fails here needs `workflow.patched` (or is a
