@@ -23,7 +23,7 @@ from typing import Any
 
 from api.keys import STAGE_MODE_LABEL
 from fleetsim import podstatus
-from fleetsim.context import SimContext, SimNode
+from fleetsim.context import FleetOptions, SimContext, SimNode
 from fleetsim.kube import patch_status
 from fleetsim.nodes import gpus_of, node_ip, now_rfc3339
 
@@ -37,10 +37,10 @@ def is_verify_pod(pod: dict[str, Any]) -> bool:
     return (pod["metadata"].get("labels") or {}).get(STAGE_MODE_LABEL) == VERIFY_MODE
 
 
-def verdict(ctx: SimContext, node: SimNode) -> tuple[int, str]:
-    """The exit code and output of the node's simulated GPU diagnostic (module rules)."""
-    gpus = gpus_of(ctx.options, node.index)
-    fault = ctx.options.faults.take(UNHEALTHY_GPUS, node.name, VERIFY_MODE)
+def verdict(options: FleetOptions, node: SimNode) -> tuple[int, str]:
+    """The exit code and output of the node's simulated GPU diagnostic (module rules; spends a fault)."""
+    gpus = gpus_of(options, node.index)
+    fault = options.faults.take(UNHEALTHY_GPUS, node.name, VERIFY_MODE)
     if fault is not None:
         return fault.exit_code, (f"fleetsim: simulated GPU diagnostic on {node.name}: FAIL: {gpus} GPU(s), "
                                  f"GPU 0 failed (fault {UNHEALTHY_GPUS}): exit {fault.exit_code}\n")
@@ -58,7 +58,7 @@ def run_verify_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any]) -> None:
     if ctx.options.faults.take("hang", node.name, VERIFY_MODE) is not None:
         log.info("verify pod %s on %s hangs (fault)", name, node.name)
         return
-    code, output = verdict(ctx, node)
+    code, output = verdict(ctx.options, node)
     with ctx.lock:
         if uid in ctx.terminating or uid not in ctx.started:
             return  # deleted meanwhile

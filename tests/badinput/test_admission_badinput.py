@@ -1,4 +1,4 @@
-"""Bad input at the door (A01-A07 in docs/reliability.md; issue #16 item 1): the admission webhook of
+"""Bad input at the door (A01-A09 in docs/reliability.md; issue #16 item 1): the admission webhook of
 the suite's private stack (`dev up` registers it) refuses what can never roll, with the message, and
 stores nothing; a reference to an object that does not exist yet is admitted and reported by the
 bridge, and the rollout completes once the object is applied."""
@@ -69,6 +69,12 @@ def refused_cases() -> list[Any]:
         pytest.param([package(base), package(unique_name("app"), dependsOn={base: "2.0.0"})],
                      f"needs {base} 2.0.0, but Package {base} has version 1.0.0; depend on 1.0.0",
                      id="A06-dependency-at-another-version"),
+        pytest.param([policy(unique_name("verify"), verify={"image": "registry.example/gpu verify:1.0.0"})],
+                     "spec.verify.image: 'registry.example/gpu verify:1.0.0' is not an image reference",
+                     id="A08-verify-image-with-a-space"),
+        pytest.param([policy(unique_name("respect"), respect={"taints": ["noderoll.io/upcoming"]})],
+                     "spec.respect.taints: taints[0]: 'noderoll.io/upcoming' is one of noderoll's own taints",
+                     id="A09-respect-noderolls-own-taint"),
     ]
 
 

@@ -18,17 +18,18 @@ The node workflow's histories of the failed and of the passing verify are replay
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from kubernetes import client
 from kubernetes.client import ApiClient
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 
 from api import keys
 from fleetsim.faults import Fault, Faults
 from localstack.state import StackInfo
 from protocol import names
+from protocol.node_activities import RunVerifyPodInput
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.helpers.histories import replay_and_record
@@ -52,6 +53,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 TIMEOUT = 240.0
 SERVICE = {"type": "service", "services": ["nvidia-persistenced"]}
 VERIFY_IMAGE = "registry.example/noderoll/gpu-verify:1.0.0"
+T = TypeVar("T")
 
 run = noderoll_fixture(retry_backoff_seconds=1)
 
@@ -80,9 +82,23 @@ def verify_pods(api: ApiClient, node: str) -> list[client.V1Pod]:
     return list(client.CoreV1Api(api).list_namespaced_pod(keys.PACKAGE_POD_NAMESPACE, label_selector=selector).items)
 
 
-async def record_node_history(temporal: Client, node: str, name: str) -> None:
+async def record_node_history(temporal: Client, node: str, name: str) -> WorkflowHistory:
+    """The node workflow's latest run (one window), replayed, and recorded as `node/<name>` when asked."""
     history = await temporal.get_workflow_handle(names.node_workflow_id(node)).fetch_history()
     await replay_and_record({f"node/{name}": history}, "NODEROLL_RECORD_FLEET_HISTORIES")
+    return history
+
+
+async def activity_inputs(temporal: Client, history: WorkflowHistory, activity: str, kind: type[T]) -> list[T]:
+    """The decoded input of every `activity` the history scheduled."""
+    found: list[T] = []
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            attrs = event.activity_task_scheduled_event_attributes
+            if attrs.activity_type.name == activity:
+                [value] = await temporal.data_converter.decode(list(attrs.input.payloads), [kind])
+                found.append(value)
+    return found
 
 
 async def test_a_failing_verify_halts_the_canary_and_retry_completes_the_rollout(
@@ -123,6 +139,8 @@ async def test_a_failing_verify_halts_the_canary_and_retry_completes_the_rollout
             assert erroring_condition.status == "True" and "verify: GPU verify" in erroring_condition.message
             [event] = node_events(kube_api_client, canary, "VerifyFailed")
             assert event.type == "Warning" and "the node stays cordoned" in event.message, event.message
+            [left] = node_events(kube_api_client, canary, "LeftCordoned")
+            assert "its GPU verify failed" in left.message, left.message
             # The failed verify pod is kept for `noderoll logs`, with what the GPUs said.
             [kept] = verify_pods(kube_api_client, canary)
             assert kept.status.phase == "Failed", kept.status
@@ -130,7 +148,10 @@ async def test_a_failing_verify_halts_the_canary_and_retry_completes_the_rollout
             assert kept.spec.containers[0].image == VERIFY_IMAGE
             others = [n for n in fleet.node_names if n != canary]
             assert [windows_of(kube_api_client, n).count for n in others] == [0, 0]
-            await record_node_history(temporal_client, canary, "window-verify-fails-keeps-cordoned")
+            history = await record_node_history(temporal_client, canary, "window-verify-fails-keeps-cordoned")
+            # The last post-interrupt pod created the verify pod once its stages succeeded (ADR 0022).
+            [verify_input] = await activity_inputs(temporal_client, history, "run_verify_pod", RunVerifyPodInput)
+            assert verify_input.prestarted is not None and verify_input.prestarted.name == kept.metadata.name
 
             # retry: the canary's window runs again, then its verify, which passes now.
             await temporal_client.get_workflow_handle(names.fleet_workflow_id(policy)).signal(names.SIGNAL_RETRY)
@@ -189,6 +210,10 @@ async def test_a_failing_verify_with_uncordon_rolls_the_canary_back_schedulable(
             assert "is uncordoned (onFailure: Uncordon)" in event.message, event.message
             [other] = [n for n in fleet.node_names if n != canary]
             assert windows_of(kube_api_client, other).count == 0
+            # The rollback's window asked for no verify: the failure stays recorded and shown.
+            node = node_of(kube_api_client, canary)
+            assert state_of(node)["verifyFailed"]["packages"] == [name], state_of(node)
+            assert node.metadata.labels[keys.NODE_STATUS_LABEL] == "verify-failed" and not node.spec.unschedulable
         finally:
             delete_package(kube_api_client, name)
             delete_policy(kube_api_client, policy)
