@@ -348,17 +348,13 @@ def pod_manifest(job: StageJob | list[StageJob], name: str,
     spec = pod_spec(jobs, name, identity, settings or current_settings())
     # The pod's deadline covers every stage of every Package it runs.
     spec["activeDeadlineSeconds"] = sum(part.timeout_seconds for part in jobs)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": PACKAGE_POD_NAMESPACE,
-            "labels": labels(jobs[0]),
-            "annotations": annotations(jobs),
-        },
-        "spec": spec,
-    }
+    return pod_object(jobs, name, spec)
+
+
+def pod_object(jobs: list[StageJob], name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A window's pod `name` with `spec`, in the stage pods' namespace, labelled and annotated after `jobs`."""
+    meta = {"name": name, "namespace": PACKAGE_POD_NAMESPACE, "labels": labels(jobs[0]), "annotations": annotations(jobs)}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
 def node_metadata(node: dict[str, Any], job: StageJob | list[StageJob], settings: StagePodSettings) -> dict[str, str]:

@@ -16,7 +16,6 @@ from typing import Any
 
 from activities import stage_pod
 from activities.stage_pod import HOST_ROOT, VERIFY_MODE, StagePodSettings
-from api.keys import PACKAGE_POD_NAMESPACE
 from protocol.node_activities import StageJob
 
 VERIFY_CONTAINER = "verify"
@@ -51,14 +50,4 @@ def pod_manifest(job: StageJob, name: str, settings: StagePodSettings) -> dict[s
         "volumes": [{"name": "host", "hostPath": {"path": "/"}}],
         "activeDeadlineSeconds": job.timeout_seconds,
     }
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": PACKAGE_POD_NAMESPACE,
-            "labels": stage_pod.labels(job),
-            "annotations": stage_pod.annotations([job]),
-        },
-        "spec": stage_pod.with_worker_settings(spec, [job], settings),
-    }
+    return stage_pod.pod_object([job], name, stage_pod.with_worker_settings(spec, [job], settings))
