@@ -4,7 +4,9 @@ namespaced, `spec.nodeName`, `spec.requestorID`): the nodes another requestor ho
 Read by the fleet's node listing when its policy respects them (`spec.respect.nodeMaintenance`,
 api/respect.py): one list across every namespace (paged). A cluster without the CRD answers 404:
 remembered for `ABSENT_RECHECK_SECONDS` by this process, so a fleet's listings do not ask again each
-time, and nothing is logged (most clusters do not run the operator). An object whose `requestorID`
+time, and nothing is logged (most clusters do not run the operator). A 403 (a worker whose RBAC
+lacks the rule the Helm chart grants) is logged as a warning and handled the same way: the listing
+goes on without them (untested: the tests' clients may do everything). An object whose `requestorID`
 is noderoll's own (`NODEROLL_REQUESTOR`) is not another's maintenance (noderoll creates none today).
 Every other object counts, whatever its phase and also while it is being deleted: its operator holds
 the node until its finalizer is gone.
@@ -12,6 +14,7 @@ the node until its finalizer is gone.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -21,11 +24,13 @@ from kubernetes.client.exceptions import ApiException
 
 import kube
 
+log = logging.getLogger(__name__)
 GROUP = "maintenance.nvidia.com"
 VERSION = "v1alpha1"
 PLURAL = "nodemaintenances"
 NODEROLL_REQUESTOR = "noderoll.io"
 ABSENT_RECHECK_SECONDS = 300.0
+FORBIDDEN = 403
 PAGE_SIZE = 500
 
 
@@ -79,6 +84,12 @@ def held_nodes(clock: Callable[[], float] = time.monotonic) -> dict[str, str]:
         except ApiException as err:
             if kube.is_not_found(err):
                 _ABSENT.mark(now)  # no CRD (or not served): quietly nothing, asked again later
+                return {}
+            if err.status == FORBIDDEN:
+                # The worker's RBAC predates the rule (Helm grants it): said, then handled as no CRD.
+                log.warning("cannot list %s.%s (HTTP 403: grant the worker list on them): NodeMaintenance "
+                            "objects are not respected; asked again in %.0f s", PLURAL, GROUP, ABSENT_RECHECK_SECONDS)
+                _ABSENT.mark(now)
                 return {}
             kube.raise_for(err, f"list {PLURAL}.{GROUP}")
         items.extend(page.get("items") or [])
