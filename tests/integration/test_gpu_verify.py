@@ -5,7 +5,8 @@ window's verify pod (fleetsim/verify.py; the fault `unhealthy-gpus` makes them f
 
 * a one-node canary whose verify fails halts the fleet: the canary node stays cordoned by noderoll,
   labelled `noderoll.io/status=verify-failed`, its Package recorded complete next to the failed
-  verify, a Warning Event and the kept verify pod say what failed, no other node was touched; `retry`
+  verify, a Warning Event and the kept verify pod (`noderoll logs`) say what failed, no other node
+  was touched; `retry`
   runs its window again, the verify passes (the fault is spent), the node is uncordoned and the
   rollout completes on every node;
 * with `onFailure: Uncordon` and `canary.onFailure: rollback`, the failed verify counts as a failed
@@ -17,6 +18,7 @@ The node workflow's histories of the failed and of the passing verify are replay
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, TypeVar
 
@@ -26,6 +28,7 @@ from kubernetes.client import ApiClient
 from temporalio.client import Client, WorkflowHistory
 
 from api import keys
+from cli.main import main as cli_main
 from fleetsim.faults import Fault, Faults
 from localstack.state import StackInfo
 from protocol import names
@@ -102,7 +105,8 @@ async def activity_inputs(temporal: Client, history: WorkflowHistory, activity: 
 
 
 async def test_a_failing_verify_halts_the_canary_and_retry_completes_the_rollout(
-    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client
+    run: NoderollProcesses, local_stack: StackInfo, kube_api_client: ApiClient, temporal_client: Client,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     labels = {"verify-test": unique_name("halt")}
     policy, name = unique_name("pol"), unique_name("verified")
@@ -146,6 +150,12 @@ async def test_a_failing_verify_halts_the_canary_and_retry_completes_the_rollout
             assert kept.status.phase == "Failed", kept.status
             assert "FAIL" in kept.status.container_statuses[0].state.terminated.message
             assert kept.spec.containers[0].image == VERIFY_IMAGE
+            capsys.readouterr()
+            flags = ["--temporal-address", local_stack.temporal_address, "--kubeconfig", str(local_stack.kubeconfig)]
+            # The CLI runs its own event loop: in a thread, beside the test's.
+            assert await asyncio.to_thread(cli_main, ["logs", name, "--node", canary, "--mode", "verify", *flags]) == 0
+            out, err = capsys.readouterr()
+            assert "FAIL" in out and "(mode verify, Failed, exit 4)" in err, (out, err)
             others = [n for n in fleet.node_names if n != canary]
             assert [windows_of(kube_api_client, n).count for n in others] == [0, 0]
             history = await record_node_history(temporal_client, canary, "window-verify-fails-keeps-cordoned")
