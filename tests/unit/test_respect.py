@@ -89,3 +89,11 @@ def test_node_maintenances_of_other_requestors_hold_their_nodes() -> None:
     held = held_nodes_of([nm("ops", "b", "n1"), nm("ops", "a", "n1", "gpu.operator.com"), nm("x", "c", "n2"),
                           nm("x", "ours", "n3", NODEROLL_REQUESTOR), {"metadata": {"name": "no-node"}, "spec": {}}])
     assert held == {"n1": "ops/a (requestor gpu.operator.com)", "n2": "x/c (requestor network.operator.com)"}
+
+
+def test_a_node_maintenance_counts_whatever_its_phase_and_while_it_is_deleted() -> None:
+    pending = nm("ops", "a", "n1") | {"status": {"conditions": [{"type": "Ready", "status": "False",
+                                                                   "reason": "Pending"}]}}
+    leaving = nm("ops", "b", "n2")
+    leaving["metadata"] |= {"deletionTimestamp": "2026-12-07T10:00:00Z", "finalizers": ["maintenance.finalizers.nvidia.com"]}
+    assert set(held_nodes_of([pending, leaving])) == {"n1", "n2"}
