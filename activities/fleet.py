@@ -4,8 +4,10 @@
   (`planning.fleet_targets.select_fleet`) here, in the activity, so the fleet's history records a
   compact per-node summary (pending, done, blocked, waiting Packages; compartment labels; a
   fingerprint; with capacity floors or topology limits, the units of the floors' resources and why
-  the node is down; fields at their defaults left out) instead of every Node's labels and state
-  annotation; with it the marks that nodes
+  the node is down; with other maintenance respected (`spec.respect`), why the node is down, a node
+  another maintenance holds with that reason: a respected taint, or a NodeMaintenance of another
+  requestor, read here when the policy respects them (`kube.node_maintenance`); fields at their
+  defaults left out) instead of every Node's labels and state annotation; with it the marks that nodes
   no window can update do not show yet (`planning.node_marks.listing_marks`), which the fleet has
   written by `mark_blocked_nodes`.
 * `read_node_supply` reads the Nodes again right before the fleet hands out windows: per node of the
@@ -22,10 +24,13 @@ from temporalio import activity
 
 from activities.node_requests import signal_node_workflows
 from api.package import PackageSpec
+from api.respect import RespectSpec
+from kube.node_maintenance import held_nodes
 from kube.node_snapshot import node_view
 from kube.nodes import list_node_facts
 from planning.fleet_targets import FleetPackage, FleetQuery, FleetSelection, down_reason, select_fleet, units
 from planning.node_marks import NodeMark, listing_marks
+from planning.respect import respect_of
 from protocol.activities import (
     ListFleetNodesInput,
     ListFleetNodesResult,
@@ -46,10 +51,14 @@ def list_fleet_nodes(input: ListFleetNodesInput) -> ListFleetNodesResult:
         e.name: FleetPackage(PackageSpec.model_validate(e.spec), uninstall=e.uninstall, paused=e.paused)
         for e in input.packages
     }
-    views = [node_view(n) for n in list_node_facts(input.label_selector, activity.heartbeat)]
+    # None: the fleet did not say (no respect); {}: its policy has none (the defaults).
+    spec = RespectSpec.model_validate(input.respect) if input.respect else None
+    respect = None if input.respect is None else respect_of(spec)
+    held = held_nodes() if respect is not None and respect.node_maintenance else {}
+    views = [node_view(n, held.get(n.name, "")) for n in list_node_facts(input.label_selector, activity.heartbeat)]
     in_flight = {node: frozenset(names) for node, names in input.in_flight.items()}
     selection = select_fleet(FleetQuery(packages, views, in_flight, frozenset(input.label_keys), input.supply,
-                                        frozenset(input.resources)))
+                                        frozenset(input.resources), respect))
     # What the blocked nodes do not show yet (label, StateMalformed): the fleet has it marked.
     blocked = {name: "; ".join(f"{p}: {r}" for p, r in sorted(t.blocked.items()))
                for name, t in selection.nodes.items() if t.blocked and not t.eligible}

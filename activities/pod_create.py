@@ -28,11 +28,12 @@ from __future__ import annotations
 import hashlib
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 import kube
-from activities import stage_pod
+from activities import stage_pod, verify_pod
 from activities.stage_pod import StagePodIdentity
 from api.keys import GROUP, PACKAGE_PLURAL, PACKAGE_POD_NAMESPACE, VERSION
 from kube.nodes import read_node_json
@@ -101,6 +102,9 @@ def ensure_pod(job: StageJob, following: list[StageJob] | None = None, seen: str
     if prestarted is not None and prestarted.name == name:
         return EnsuredPod(name, not prestarted.uid, prestarted.resource_version, prestarted.uid)
     settings = stage_pod.current_settings()
+    if verify_pod.is_verify(job):
+        # No package, no ConfigMap, no Package read: the verify image alone (activities/verify_pod.py).
+        return _create(name, verify_pod.pod_manifest(job, name, settings))
     metadata = any(stage_pod.runs_package(part) for part in parts)
     identities = []
     for part in parts:
@@ -122,6 +126,11 @@ def ensure_pod(job: StageJob, following: list[StageJob] | None = None, seen: str
                 kube.raise_for(err, f"create ConfigMap {name}")
     manifest = stage_pod.pod_manifest(parts if following else job, name, identities if following else identities[0],
                                       settings)
+    return _create(name, manifest)
+
+
+def _create(name: str, manifest: dict[str, Any]) -> EnsuredPod:
+    """Create the pod, or adopt the one of that name an earlier attempt of the activity created."""
     try:
         created = kube.untyped(kube.core().create_namespaced_pod, PACKAGE_POD_NAMESPACE, manifest).get("metadata") or {}
         return EnsuredPod(name, False, str(created.get("resourceVersion") or ""), str(created.get("uid") or ""))

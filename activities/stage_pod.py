@@ -160,6 +160,8 @@ def resource_id(job: StageJob, identity: StagePodIdentity) -> str:
 
 
 INTERRUPT_MODE = "interrupt"
+# The GPU verify's pod (`spec.verify`; its manifest: activities/verify_pod.py): no package, no agent.
+VERIFY_MODE = "verify"
 
 
 def modes(job: StageJob) -> list[str]:
@@ -171,7 +173,7 @@ def modes(job: StageJob) -> list[str]:
 def runs_package(job: StageJob) -> bool:
     """True when a container of the pod runs package steps (anything but the interrupt): the pod then
     gets the copy container, the package and config volumes and the node's metadata. Pure."""
-    return any(mode != INTERRUPT_MODE for mode in modes(job))
+    return any(mode not in (INTERRUPT_MODE, VERIFY_MODE) for mode in modes(job))
 
 
 def labels(job: StageJob) -> dict[str, str]:
@@ -315,6 +317,12 @@ def pod_spec(job: StageJob | list[StageJob], name: str, identity: StagePodIdenti
     }
     if containers[:-1]:
         spec["initContainers"] = containers[:-1]
+    return with_worker_settings(spec, jobs, settings)
+
+
+def with_worker_settings(spec: dict[str, Any], jobs: list[StageJob], settings: StagePodSettings) -> dict[str, Any]:
+    """`spec` with what the worker adds to every pod it runs on a node (stage, interrupt and verify
+    pods): the pull secrets (the worker's, then the jobs'), host networking and the priority class."""
     secrets = list(dict.fromkeys([*settings.image_pull_secrets, *(s for part in jobs for s in part.image_pull_secrets)]))
     if secrets:
         spec["imagePullSecrets"] = [{"name": secret} for secret in secrets]
@@ -340,17 +348,13 @@ def pod_manifest(job: StageJob | list[StageJob], name: str,
     spec = pod_spec(jobs, name, identity, settings or current_settings())
     # The pod's deadline covers every stage of every Package it runs.
     spec["activeDeadlineSeconds"] = sum(part.timeout_seconds for part in jobs)
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": name,
-            "namespace": PACKAGE_POD_NAMESPACE,
-            "labels": labels(jobs[0]),
-            "annotations": annotations(jobs),
-        },
-        "spec": spec,
-    }
+    return pod_object(jobs, name, spec)
+
+
+def pod_object(jobs: list[StageJob], name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A window's pod `name` with `spec`, in the stage pods' namespace, labelled and annotated after `jobs`."""
+    meta = {"name": name, "namespace": PACKAGE_POD_NAMESPACE, "labels": labels(jobs[0]), "annotations": annotations(jobs)}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
 def node_metadata(node: dict[str, Any], job: StageJob | list[StageJob], settings: StagePodSettings) -> dict[str, str]:

@@ -80,6 +80,8 @@ class NodeStatus(StrEnum):
     COMPLETE = "complete"
     ERRORING = "erroring"
     BLOCKED = "blocked"
+    # The last GPU verify of the node failed (`spec.verify` of a DeploymentPolicy, api/verify.py).
+    VERIFY_FAILED = "verify-failed"
 
 
 class InterruptType(StrEnum):

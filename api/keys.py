@@ -82,12 +82,15 @@ STAGE_PACKAGES_ANNOTATION = "noderoll.io/packages"
 NODE_KEYS: tuple[tuple[str, str, str], ...] = (
     (NODE_STATE_ANNOTATION, "annotation",
      "JSON written by the node workflow only: per package its version, image, stage, state, attempts, last "
-     "error, config hashes and the operation in progress. Unreadable (not JSON, not an object, not the "
+     "error, config hashes and the operation in progress; `verifyFailed` (the Packages, message and image) while "
+     "the node's last GPU verify failed. Unreadable (not JSON, not an object, not the "
      f"schema): the node is held, see `{CONDITION_STATE_MALFORMED}`."),
     (NODE_STATUS_LABEL, "label",
-     "`waiting`, `in-progress`, `complete`, `erroring` or `blocked`: written with every state write of a node "
-     "window; `blocked` also by a rollout for a targeted node it cannot update (an untolerated taint, an "
-     "unreadable state), never over `in-progress` or `erroring`. The next window's state write replaces it."),
+     "`waiting`, `in-progress`, `complete`, `erroring`, `blocked` or `verify-failed`: written with every state "
+     "write of a node window; `blocked` also by a rollout for a targeted node it cannot update (an untolerated "
+     "taint, an unreadable state), never over `in-progress`, `erroring` or `verify-failed`; `verify-failed` while "
+     "the node's last GPU verify failed (`spec.verify` of its DeploymentPolicy: the Packages completed, the GPUs "
+     "did not pass). The next window's state write replaces it."),
     (NODE_IGNORE_LABEL, "label", "`true`: no rollout targets the node (not counted, not labelled)."),
     (RESET_ANNOTATION, "annotation",
      "`<id>[:<package>,...]`, set by an operator (`kubectl annotate`): the bridge asks the node workflow to "
@@ -96,7 +99,8 @@ NODE_KEYS: tuple[tuple[str, str, str], ...] = (
     (CORDONED_BY_ANNOTATION, "annotation",
      f"`{CORDONED_BY_VALUE}` while noderoll holds the node's cordon; noderoll uncordons only what it cordoned."),
     (CONDITION_UPDATING, "condition", "True while a node window runs on the node."),
-    (CONDITION_ERRORING, "condition", "True while a package ended erroring on the node (it waits for `retry`)."),
+    (CONDITION_ERRORING, "condition", "True while a package ended erroring on the node, or its last GPU verify "
+                                        "failed (it waits for `retry`)."),
     (CONDITION_DRAINING, "condition",
      "True while a node window drains the node or waits for its protected pods (reason `Evicting`, "
      "`WaitingForProtectedPods` or `EvictionRefused`; the message names the refused pods and the "

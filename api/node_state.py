@@ -1,9 +1,10 @@
 """The `noderoll.io/state` node annotation: what each package has done on one node. Pure (no I/O).
 
 Schema (docs/architecture.md): `{"packages": {"<name>": {"version", "image", "stage", "state",
-"attempts", "lastError", "config": {key: sha256}, "updatedAt", "action", "targetConfig"}}}`, one
-entry per package name
-(the version installed or being installed). The node workflow is the only writer. Garbage in the
+"attempts", "lastError", "config": {key: sha256}, "updatedAt", "action", "targetConfig"}},
+"verifyFailed": {"packages", "message", "image", "window", "updatedAt"}}`, one entry per package
+name (the version installed or being installed); `verifyFailed` only while the node's last GPU
+verify failed (`spec.verify`, api/verify.py). The node workflow is the only writer. Garbage in the
 annotation (not JSON, not an object, not the schema) is never a crash: `parse_node_state` returns an
 empty state and the problem, and every reader treats such a node as *held* (`held_reason`): nothing
 runs on it and nothing overwrites the annotation until an operator removes or repairs it (condition
@@ -49,10 +50,25 @@ class PackageNodeState(LenientModel):
         return self.state is State.COMPLETE
 
 
+class VerifyFailed(LenientModel):
+    """The node's last GPU verify failed (`spec.verify`): its window's Packages completed on the host,
+    and the node waits for a verify that passes (api/verify.py)."""
+
+    # The Packages of the windows whose verify failed (they run again on `retry`).
+    packages: list[str] = Field(default_factory=list)
+    message: str = ""
+    image: str = ""
+    # The window that ran the verify (its pod names derive from it).
+    window: str = ""
+    updated_at: str | None = None
+
+
 class NodeState(LenientModel):
-    """Every package recorded on one node."""
+    """Every package recorded on one node (and, while it stands, the node's failed GPU verify)."""
 
     packages: dict[str, PackageNodeState] = Field(default_factory=dict)
+    # None (absent from the annotation) unless the last verify failed.
+    verify_failed: VerifyFailed | None = None
 
 
 def parse_node_state(raw: str | None) -> tuple[NodeState, str | None]:

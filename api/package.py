@@ -39,6 +39,13 @@ _SECRET_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _RESERVED_CONFIG_PREFIX = "noderoll."
 
 
+def check_image(value: str) -> str:
+    """Return `value` if it is an image reference, else raise ValueError saying what is valid."""
+    if not _IMAGE_RE.match(value):
+        raise ValueError(f"{value!r} is not an image reference; use e.g. registry.example/pkg:1.0.0")
+    return value
+
+
 class Interrupt(SpecModel):
     """What to do on the host after the package's stages: reboot, restart services, or nothing."""
 
@@ -207,9 +214,7 @@ class PackageSpec(SpecModel):
     @field_validator("image", "agent_image")
     @classmethod
     def _image_valid(cls, value: str | None) -> str | None:
-        if value is not None and not _IMAGE_RE.match(value):
-            raise ValueError(f"{value!r} is not an image reference; use e.g. registry.example/pkg:1.0.0")
-        return value
+        return None if value is None else check_image(value)
 
     @field_validator("depends_on")
     @classmethod

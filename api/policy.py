@@ -28,6 +28,8 @@ A policy rolls in every compartment or in none (refused otherwise). Measured aga
 GPU workloads (`workloads`, `api/workloads.py`): the eviction notice (`noticeSeconds`, 0-86400), drain
 rules (`rules[]`: a known `action`, `timeoutSeconds` with `WaitForCompletion` only, a non-empty list of
 valid `namespaces`, a valid `podSelector`, no rule after a catch-all) and `onDrainTimeout`.
+GPU health before uncordon (`verify`, `api/verify.py`) and other maintenance respected (`respect`,
+`api/respect.py`): their own sections below.
 The batch maths lives in `planning/batches.py` (rolling: `planning/rolling.py`), the window and
 gate rules in `planning/maintenance.py` and `planning/gates.py`, the floors and topology limits in
 `planning/disruption.py`; these models stay data.
@@ -49,7 +51,9 @@ from api.maintenance import MaintenanceWindow, check_overlaps
 from api.names import check_name
 from api.package import ObjectMeta
 from api.problems import InvalidDocumentError, ValidationProblem, validate_object
+from api.respect import RespectSpec
 from api.selectors import LabelSelector
+from api.verify import VerifySpec
 from api.workloads import WorkloadsSpec
 from protocol import names
 
@@ -181,6 +185,10 @@ class DeploymentPolicySpec(SpecModel):
     drain_ahead: DrainAhead | None = None
     # None: windows drain every pod as the Packages' `drain` says, and a drain timeout fails (api/workloads.py).
     workloads: WorkloadsSpec | None = None
+    # None: no GPU verify before the uncordon (api/verify.py).
+    verify: VerifySpec | None = None
+    # None: the default taints and NodeMaintenance objects are respected (api/respect.py).
+    respect: RespectSpec | None = None
 
     @model_validator(mode="after")
     def _compartments_distinct(self) -> DeploymentPolicySpec:

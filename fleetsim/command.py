@@ -91,6 +91,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--hang-stage", action="append", default=[], metavar="REGEX:MODE")
     p.add_argument("--reboot-never-returns", action="append", default=[], metavar="REGEX")
     p.add_argument("--slow-termination", action="append", default=[], metavar="REGEX:SECONDS")
+    p.add_argument("--unhealthy-gpus", action="append", default=[], metavar="REGEX[:CODE]",
+                   help="these nodes' simulated GPUs fail a window's GPU verify (exit CODE, default 1)")
     p.add_argument("--workloads", action="store_true", help="also create training pods and Deployments with PDBs")
     p.add_argument("--workload-namespace", default="fleetsim-workloads")
     p.add_argument("--delete-on-exit", action="store_true", help="delete the simulated nodes when stopping")
@@ -100,7 +102,8 @@ def register(subparsers: Any) -> None:
 def _faults(args: argparse.Namespace) -> Faults:
     rules = load_faults_file(args.faults) if args.faults else []
     for kind, values in (("fail-stage", args.fail_stage), ("hang", args.hang_stage),
-                         ("reboot-never-returns", args.reboot_never_returns), ("slow-termination", args.slow_termination)):
+                         ("reboot-never-returns", args.reboot_never_returns), ("slow-termination", args.slow_termination),
+                         ("unhealthy-gpus", args.unhealthy_gpus)):
         rules += [parse_flag(kind, value) for value in values]
     return Faults(rules)
 

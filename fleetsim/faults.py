@@ -1,8 +1,10 @@
 """Injected faults: which node/mode misbehaves and how. Pure (parsing and matching; reads a file).
 
 Kinds: `fail-stage` (the stage pod fails with `exitCode` without running the agent), `hang` (the
-stage pod stays Running until deleted), `reboot-never-returns` (a rebooted node stays NotReady) and
-`slow-termination` (deleted pods take `seconds`, still bounded by their grace period). `nodes` is a
+stage pod stays Running until deleted; mode `verify`: the GPU verify pod), `reboot-never-returns` (a
+rebooted node stays NotReady), `slow-termination` (deleted pods take `seconds`, still bounded by
+their grace period) and `unhealthy-gpus` (the node's simulated GPUs fail a window's GPU verify with
+`exitCode`: fleetsim/verify.py). `nodes` is a
 regular expression matched against the whole node name; `mode`, `package` and `version` (the stage
 pod's Package version, so a fault can hit one version of a Package and spare the others) are shell patterns;
 `times` limits how many matches a fault applies to (then it is spent).
@@ -20,7 +22,7 @@ from typing import Any
 
 import yaml
 
-KINDS = ("fail-stage", "hang", "reboot-never-returns", "slow-termination")
+KINDS = ("fail-stage", "hang", "reboot-never-returns", "slow-termination", "unhealthy-gpus")
 
 
 @dataclass
@@ -116,7 +118,7 @@ def parse_flag(kind: str, value: str) -> Fault:
     """A rule from a command-line flag.
 
     `--fail-stage REGEX:MODE[:CODE]`, `--hang-stage REGEX:MODE`, `--reboot-never-returns REGEX`,
-    `--slow-termination REGEX:SECONDS`. The regex is everything before the first field separator
+    `--slow-termination REGEX:SECONDS`, `--unhealthy-gpus REGEX[:CODE]`. The regex is everything before the first field separator
     that follows it, so keep `:` out of node regexes.
     """
     parts = value.split(":")
@@ -128,4 +130,6 @@ def parse_flag(kind: str, value: str) -> Fault:
         return Fault(kind, nodes=parts[0])
     if kind == "slow-termination" and len(parts) == 2:
         return Fault(kind, nodes=parts[0], seconds=float(parts[1]))
+    if kind == "unhealthy-gpus" and len(parts) in (1, 2):
+        return Fault(kind, nodes=parts[0], exit_code=int(parts[1]) if len(parts) == 2 else 1)
     raise ValueError(f"cannot parse --{kind} {value!r}")

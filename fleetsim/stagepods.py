@@ -20,7 +20,8 @@ Pods from before the copy container (no `package` init container) resolve their 
 image as the package. The pod ends Succeeded or Failed with each container's real exit code and log
 tail in its `state.terminated.message` (on success too: there is no `kubectl logs` for a simulated
 pod); the whole log stays in `<root>/var/log/noderoll/pods/<pod>.log`, written line by line as the
-containers print (`noderoll logs --follow` reads it as it grows).
+containers print (`noderoll logs --follow` reads it as it grows). A window's GPU verify pod (mode
+`verify`) runs no agent: the simulated GPUs answer (`fleetsim/verify.py`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from typing import Any
 
 from api.keys import STAGE_MODE_LABEL, STAGE_PACKAGE_CONTAINER
 from api.stage_containers import is_copy
-from fleetsim import podstatus, reboot
+from fleetsim import podstatus, reboot, verify
 from fleetsim.context import SimContext, SimNode
 from fleetsim.kube import KubeError, patch_status, quoted
 from fleetsim.nodes import node_ip, now_rfc3339
@@ -185,6 +186,9 @@ def run_stage_pod(ctx: SimContext, node: SimNode, pod: dict[str, Any], resume: r
             return After.NOTHING  # deleted during its start-up
     if node.rebooting:
         return After.NODE_DOWN  # the node went down first: `kubelet.resume_node` starts it
+    if verify.is_verify_pod(pod):
+        verify.run_verify_pod(ctx, node, pod)  # no package, no agent: the simulated GPUs answer
+        return After.NOTHING
     sources, missing = _package_sources(ctx, pod)
     interrupt_only = all(pod_mode(pod, c) == "interrupt" for c in pod_steps(pod))
     if missing and not interrupt_only:

@@ -104,7 +104,8 @@ def node_facts(node: client.V1Node | Mapping[str, Any]) -> NodeFacts:
     )
 
 
-def node_view(node: NodeFacts) -> NodeView:
-    """The pure core's view of a snapshot (target selection, node marks, the bridge's decisions)."""
+def node_view(node: NodeFacts, maintenance: str = "") -> NodeView:
+    """The pure core's view of a snapshot (target selection, node marks, the bridge's decisions);
+    `maintenance`: the NodeMaintenance of another requestor naming it (`kube.node_maintenance`)."""
     return NodeView(node.name, node.labels, node.taints, node.state_annotation, node.status_label,
-                    node.state_malformed, node.ready, node.unschedulable, node.allocatable)
+                    node.state_malformed, node.ready, node.unschedulable, node.allocatable, maintenance)

@@ -6,7 +6,9 @@
 * noderoll's agent image: Debian's python3.11 plus `agent/` (what `deploy/package-base/Dockerfile`
   builds with Docker);
 * noderoll's own image (worker and bridge): Debian's python3.11, noderoll's runtime dependencies
-  from this virtualenv and its packages (what the top-level `Dockerfile` builds with Docker).
+  from this virtualenv and its packages (what the top-level `Dockerfile` builds with Docker);
+* the example GPU verify image (deploy/examples/verify/gpu-health on busybox) and a busybox image
+  running one command (a verify that checks only what a GPU-less node has).
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from localstack import oci, rootfs
 PAUSE_COMMAND = ["/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]
 
 
-def _archive(workdir: Path, spec: oci.ImageSpec, fill: list[tuple[str, Path]], base: str) -> Path:
-    """Build `base` ("busybox" or "python") plus the given (path in image, source folder) trees."""
+def _archive(workdir: Path, spec: oci.ImageSpec, fill: list[tuple[str, Path]], base: str,
+             applets: tuple[str, ...] = rootfs.BUSYBOX_APPLETS) -> Path:
+    """Build `base` ("busybox", with `applets`, or "python") plus the given (path in image, source folder) trees."""
     workdir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
         root = Path(tmp) / "rootfs"
         if base == "busybox":
-            rootfs.busybox_rootfs(root)
+            rootfs.busybox_rootfs(root, applets)
         else:
             rootfs.python_rootfs(root)
         for inside, source in fill:
@@ -46,6 +49,26 @@ def package_image(workdir: Path, reference: str, package_folder: Path, inside: s
     """A busybox image holding `package_folder` at `inside` (NodeWright's layout by default)."""
     spec = oci.ImageSpec(reference, cmd=["/bin/sh"])
     return _archive(workdir, spec, [(inside, package_folder)], "busybox")
+
+
+# What the example GPU verify script runs (deploy/examples/verify/gpu-health/gpu-verify.sh).
+VERIFY_APPLETS = (*rootfs.BUSYBOX_APPLETS, "mktemp", "grep", "awk", "head", "tail", "tr", "chroot")
+
+
+def verify_image(workdir: Path, reference: str, script: Path) -> Path:
+    """The example GPU verify image as its Dockerfile builds it on busybox: `script` at
+    /usr/local/bin/gpu-verify, run by /bin/sh as the entry point."""
+    spec = oci.ImageSpec(reference, entrypoint=["/bin/sh", "/usr/local/bin/gpu-verify"],
+                         env=["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "DCGM_DIAG_LEVEL=1"])
+    workdir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        shutil.copy2(script, Path(tmp) / "gpu-verify")
+        return _archive(workdir, spec, [("/usr/local/bin", Path(tmp))], "busybox", VERIFY_APPLETS)
+
+
+def command_image(workdir: Path, reference: str, command: list[str]) -> Path:
+    """A busybox image whose entry point is `command` (with the verify script's applets)."""
+    return _archive(workdir, oci.ImageSpec(reference, entrypoint=command), [], "busybox", VERIFY_APPLETS)
 
 
 def agent_image(workdir: Path, reference: str, repo: Path) -> Path:

@@ -379,9 +379,10 @@ def order_of(state: FleetState, node: str) -> int:
 
 def window_request(state: FleetState, fleet: str, request: str, orders: list[PackageOrder], node: str) -> WindowRequest:
     """The request of one window on `node` (every request the fleet sends is built here), with what the
-    policy asks of the window itself (`spec.workloads`)."""
+    policy asks of the window itself (`spec.workloads`, `spec.verify`)."""
     policy = (state.spec.policy or {}) if state.spec else {}
-    return WindowRequest(fleet, request, orders, state.wave, order_of(state, node), workloads=policy.get("workloads"))
+    return WindowRequest(fleet, request, orders, state.wave, order_of(state, node), workloads=policy.get("workloads"),
+                         verify=policy.get("verify"))
 
 
 def hand_out(state: FleetState, fleet: str, nodes: Collection[str], now: str) -> list[tuple[str, WindowRequest]]:

@@ -21,7 +21,9 @@ A node with at least one Package pending or done is `eligible` (the batch planne
 are percentages of them); a node whose Packages are all blocked, waiting or paused is not.
 For a policy with capacity floors or topology limits (`FleetQuery.supply`), each node also carries
 its allocatable units of the floors' resources (`capacity`) and why it is down (`down`: in a window,
-cordoned, NotReady; `planning/disruption.py`). The fingerprint leaves out drain-ahead's
+cordoned, NotReady; `planning/disruption.py`); with other maintenance respected (`FleetQuery.respect`,
+`spec.respect`) every node says why it is down, a node held by a respected taint or a NodeMaintenance
+of another requestor with that reason (`planning/respect.py`). The fingerprint leaves out drain-ahead's
 `noderoll.io/upcoming` label and taint and a skipped window's `noderoll.io/skipped` label: a fleet's own
 mark is no change of the node.
 """
@@ -41,6 +43,7 @@ from api.versions import same_version
 from planning.compartments import NodeInfo
 from planning.disruption import DOWN_CORDONED, DOWN_NOT_READY, DOWN_WINDOW
 from planning.node_plan import complete_version
+from planning.respect import Respect, maintenance_reason
 from planning.targets import NodeView, is_candidate, needs_work, untolerated_taints
 
 
@@ -66,6 +69,9 @@ class FleetQuery:
     # Capacity floors and topology limits: report each node's units of `resources` and why it is down.
     supply: bool = False
     resources: Collection[str] = ()
+    # Other maintenance respected (`spec.respect`, planning/respect.py): report why each node is down,
+    # a node another maintenance holds with that reason. None: not asked (listings before it).
+    respect: Respect | None = None
 
 
 @dataclass
@@ -115,10 +121,14 @@ def fingerprint(node: NodeView) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def down_reason(node: NodeView) -> str:
-    """Why the node's capacity does not count now ("" = it counts): in a window, cordoned, NotReady."""
+def down_reason(node: NodeView, respect: Respect | None = None) -> str:
+    """Why the node's capacity does not count now ("" = it counts): in a window, held by another
+    maintenance that `respect` respects (the taint or NodeMaintenance named), cordoned, NotReady."""
     if node.status_label == NodeStatus.IN_PROGRESS.value:
         return DOWN_WINDOW
+    held = maintenance_reason(node, respect)
+    if held:
+        return held
     if node.unschedulable:
         return DOWN_CORDONED
     return "" if node.ready else DOWN_NOT_READY
@@ -136,6 +146,14 @@ def units(node: NodeView, resources: Collection[str]) -> dict[str, int]:
         except ValueError:
             continue
     return out
+
+
+def _supply(node: NodeView, query: FleetQuery, targets: NodeTargets) -> None:
+    """The node's units of the floors' resources (floors asked) and why it is down (floors or respect asked)."""
+    if query.supply:
+        targets.capacity = units(node, query.resources)
+    if query.supply or query.respect is not None:
+        targets.down = down_reason(node, query.respect)
 
 
 def _targets(name: str, package: FleetPackage, labels: Mapping[str, str], recorded: NodeState) -> bool:
@@ -171,8 +189,7 @@ def _classify(node: NodeView, query: FleetQuery) -> NodeTargets | None:
         labels={k: v for k, v in node.labels.items() if k in query.label_keys},
         fingerprint=fingerprint(node),
     )
-    if query.supply:
-        targets.capacity, targets.down = units(node, query.resources), down_reason(node)
+    _supply(node, query, targets)
     ignored = node.labels.get(keys.NODE_IGNORE_LABEL) == "true"
     for name, package in sorted(query.packages.items()):
         if ignored and not package.uninstall:

@@ -15,7 +15,7 @@ it finds garbage itself), under two guards:
   and the write carries that read's resourceVersion: nothing is written while the label says
   `in-progress` (a window owns the node), nothing when the fact changed meanwhile, and a node
   written by anyone in between is read and decided again (409). The label `blocked` never replaces
-  `in-progress` or `erroring`; the next window's state write replaces `blocked` as usual.
+  `in-progress`, `erroring` or `verify-failed`; the next window's state write replaces `blocked` as usual.
 
 When an unreadable annotation reads again (removed or repaired by an operator), the condition turns
 False (`STATE_REPAIRED`): by the next window's state write, or by a fleet's listing when no
@@ -37,8 +37,9 @@ from planning.window import node_status
 EVENT_STATE_REPAIRED = "StateRepaired"
 REASON_READABLE = "Readable"
 READABLE_MESSAGE = f"{NODE_STATE_ANNOTATION} is readable"
-# Labels a mark never replaces: a running window's, an erroring node's (stronger), and its own.
-_KEPT_LABELS = frozenset({NodeStatus.IN_PROGRESS.value, NodeStatus.ERRORING.value, NodeStatus.BLOCKED.value})
+# Labels a mark never replaces: a running window's, an erroring node's and a failed verify's (stronger), and its own.
+_KEPT_LABELS = frozenset({NodeStatus.IN_PROGRESS.value, NodeStatus.ERRORING.value, NodeStatus.BLOCKED.value,
+                          NodeStatus.VERIFY_FAILED.value})
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ reads the node, calls `reset_state` and writes what it returns with its usual st
 * packages named: only their entries go; the others stay as they are;
 * an unreadable annotation (not JSON, not the schema) cannot be edited entry by entry: any reset
   replaces it with an empty record. This is the way out of a held node (docs/operations.md);
+* a failed GPU verify recorded next to the packages (`verifyFailed`, api/verify.py) goes with the
+  whole record, and names only the packages left after a partial reset (none left: it goes);
 * the node's `noderoll.io/status` label follows the record left (`waiting` when it is empty).
 The fleets notice the change (the bridge signals `nodes_changed` when a record disappears) and ask
 the node again for every Package whose work is pending again (`planning.fleet_state.refresh_targets`).
@@ -18,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from api.enums import NodeStatus, State
-from api.node_state import NodeState, dump_node_state, parse_node_state
+from api.node_state import NodeState, VerifyFailed, dump_node_state, parse_node_state
 from planning.window import node_status
 
 
@@ -54,7 +56,17 @@ def reset_state(annotation: str | None, packages: Sequence[str]) -> ResetOutcome
     names = sorted(set(packages)) or sorted(recorded.packages)
     forgotten = [n for n in names if n in recorded.packages]
     unknown = [n for n in names if n not in recorded.packages]
-    left = NodeState(packages={n: e for n, e in recorded.packages.items() if n not in forgotten})
+    left = NodeState(packages={n: e for n, e in recorded.packages.items() if n not in forgotten},
+                     verify_failed=_verify_left(recorded, sorted(set(packages))))
     status = node_status(left, in_window=False) if left.packages else NodeStatus.WAITING
-    erroring = any(e.state is State.ERRORING for e in left.packages.values())
+    erroring = any(e.state is State.ERRORING for e in left.packages.values()) or left.verify_failed is not None
     return ResetOutcome(dump_node_state(left), status, erroring, forgotten, unknown)
+
+
+def _verify_left(recorded: NodeState, named: list[str]) -> VerifyFailed | None:
+    """The failed verify a reset leaves: none after a whole reset, else the one naming the packages left."""
+    record = recorded.verify_failed
+    if record is None or not named:
+        return None
+    packages = [p for p in record.packages if p not in named]
+    return record.model_copy(update={"packages": packages}) if packages else None

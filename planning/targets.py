@@ -3,7 +3,8 @@ which taints block it. Pure (no I/O).
 
 * a node is a candidate when the Package's `nodeSelector` matches its labels (no selector: every
   node); a node labelled `noderoll.io/ignore=true` is left out entirely (`is_candidate`);
-* the Package has work there when the per-node plan has stages to run for it (`needs_work`);
+* the Package has work there when the per-node plan has stages to run for it, or when the node's last
+  GPU verify failed in a window of it (`needs_work`: `retry` runs that window again, api/verify.py);
 * a `NoSchedule`/`NoExecute` taint the Package does not tolerate blocks it (`untolerated_taints`).
   Tolerated are: the Package's `additionalTolerations`, the cordon taint
   `node.kubernetes.io/unschedulable` (noderoll cordons itself) and, for `runtimeRequired`
@@ -45,6 +46,9 @@ class NodeView:
     ready: bool = False
     unschedulable: bool = False
     allocatable: Mapping[str, str] = field(default_factory=dict)
+    # A NodeMaintenance of another requestor naming the node ("" = none, or not read): `<namespace>/<name>
+    # (requestor <id>)`, filled by the fleet's listing when its policy respects them (planning/respect.py).
+    maintenance: str = ""
 
 
 def tolerates(toleration: Toleration, taint: Mapping[str, str]) -> bool:
@@ -82,6 +86,10 @@ def is_candidate(spec: PackageSpec, labels: Mapping[str, str]) -> bool:
 
 
 def needs_work(package: str, spec: PackageSpec, recorded: NodeState, uninstall: bool) -> bool:
-    """True when the per-node plan has stages to run for `package` on a node with `recorded`."""
-    plan = plan_package(package, spec, recorded.packages.get(package), uninstall or spec.uninstall_requested())
+    """True when the per-node plan has stages to run for `package` on a node with `recorded`, or the
+    node's failed GPU verify names it (its window runs again, then the verify)."""
+    removing = uninstall or spec.uninstall_requested()
+    if not removing and recorded.verify_failed is not None and package in recorded.verify_failed.packages:
+        return True
+    plan = plan_package(package, spec, recorded.packages.get(package), removing)
     return plan.has_work

@@ -121,12 +121,15 @@ def log_tail(text: str, lines: int = LOG_TAIL_LINES) -> str:
 
 
 def node_status(state: NodeState, in_window: bool) -> NodeStatus:
-    """The `noderoll.io/status` label for a recorded state (erroring wins, then a running window)."""
+    """The `noderoll.io/status` label for a recorded state (erroring wins, then a running window, then a
+    failed GPU verify)."""
     states = {entry.state for entry in state.packages.values()}
     if State.ERRORING in states:
         return NodeStatus.ERRORING
     if in_window or State.IN_PROGRESS in states:
         return NodeStatus.IN_PROGRESS
+    if state.verify_failed is not None:
+        return NodeStatus.VERIFY_FAILED
     if State.BLOCKED in states:
         return NodeStatus.BLOCKED
     if State.WAITING in states:

@@ -27,6 +27,9 @@ class ListFleetNodesInput:
     # its allocatable units of `resources`.
     supply: bool = False
     resources: list[str] = field(default_factory=list)
+    # The policy's `spec.respect` as JSON ({}: the policy has none: the defaults, api/respect.py): report
+    # per node why it is down, a node another maintenance holds with that reason. None: not asked.
+    respect: dict[str, Any] | None = None
 
 
 @dataclass

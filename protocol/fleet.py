@@ -157,6 +157,9 @@ class WindowRequest:
     # The policy's `spec.workloads` as JSON by alias (api.workloads.WorkloadsSpec, validated by the node
     # side); None: the policy has none, and the window drains as before (requests made before it too).
     workloads: dict[str, Any] | None = None
+    # The policy's `spec.verify` as JSON (by alias; the node side validates, api/verify.py): the GPU
+    # verify after the window's interrupt. None: no verify (requests made before it).
+    verify: dict[str, Any] | None = None
 
 
 @dataclass

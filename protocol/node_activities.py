@@ -1,8 +1,9 @@
 """Inputs and results of the node window's activities, as plain dataclasses (no Kubernetes import). Pure data.
 
 The node workflow calls its activities by name with these (`workflows/node_window.py`,
-`workflows/node_pods.py`), so the workflow sandbox never loads a client; the activities
-(`activities/nodes.py`, `drain.py`, `stage_run.py`, `interrupts.py`, `stage_cleanup.py`) take and
+`workflows/node_pods.py`, `workflows/node_verify.py`), so the workflow sandbox never loads a client; the
+activities (`activities/nodes.py`, `drain.py`, `stage_run.py`, `interrupts.py`, `verify_run.py`,
+`stage_cleanup.py`) take and
 return the same types. The fleet's activities have theirs in `protocol/activities.py`.
 """
 
@@ -284,6 +285,26 @@ class RunInterruptResult:
     log_tail: str = ""
     # `RunInterruptInput.then`, created (None: not asked, the interrupt failed, or its creation failed).
     next_pod: PrestartedPod | None = None
+
+
+@dataclass
+class RunVerifyPodInput:
+    """The window's GPU verify (`spec.verify` of the fleet's policy, api/verify.py): run its pod on the
+    node (`job.mode` `verify`, `job.image` the verify image) and wait until it ends."""
+
+    job: StageJob
+    # This pod, created by the activity before (ADR 0022): adopted, not created again.
+    prestarted: PrestartedPod | None = None
+
+
+@dataclass
+class RunVerifyPodResult:
+    """The verify pod's exit code (-1: no container result: the deadline, a pod that cannot start) and
+    its log tail."""
+
+    job_name: str
+    exit_code: int
+    log_tail: str = ""
 
 
 @dataclass

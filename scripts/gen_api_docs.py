@@ -23,7 +23,9 @@ import api.keys  # noqa: E402
 import api.maintenance  # noqa: E402
 import api.package  # noqa: E402
 import api.policy  # noqa: E402
+import api.respect  # noqa: E402
 import api.status  # noqa: E402
+import api.verify  # noqa: E402
 import api.workloads  # noqa: E402
 import crd_bridge.protection  # noqa: E402
 import planning.fleet_rerun  # noqa: E402
@@ -146,6 +148,12 @@ def render() -> str:
     lines += [line.rstrip() for line in (api.workloads.__doc__ or "").strip().splitlines()[2:]]
     lines += ["", "How a window runs with it, and an example pod that checkpoints on its notice: "
               "[how-it-works.md](how-it-works.md#living-with-gpu-jobs).", ""]
+    lines += ["## GPU health before uncordon (`spec.verify`)", ""]
+    lines += [line.rstrip() for line in (api.verify.__doc__ or "").strip().splitlines()[2:]]
+    lines += ["", "How a window runs it: [how-it-works.md](how-it-works.md#living-with-gpu-jobs).", ""]
+    lines += ["## Other maintenance respected (`spec.respect`)", ""]
+    lines += [line.rstrip() for line in (api.respect.__doc__ or "").strip().splitlines()[2:]]
+    lines.append("")
     lines += ["## Canary rollback (`canary.onFailure: rollback`)", ""]
     lines += [line.rstrip() for line in (planning.fleet_rollback.__doc__ or "").strip().splitlines()[2:]]
     lines += ["", "Design: [ADR 0009](adr/0009-canary-rollback.md); how to operate it: "

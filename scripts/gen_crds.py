@@ -42,6 +42,8 @@ from api.package import (  # noqa: E402
     PROTECTED_PODS_MAX_SECONDS,
     STAGE_MAX_SECONDS,
 )
+from api.respect import DEFAULT_TAINTS  # noqa: E402
+from api.verify import VERIFY_DEFAULT_SECONDS, VERIFY_MAX_SECONDS, VerifyFailure  # noqa: E402
 from api.versions import VALID_VERSION_HINT  # noqa: E402
 from api.workloads import NOTICE_MAX_SECONDS, WAIT_MAX_SECONDS  # noqa: E402
 from protocol.node_settings import (  # noqa: E402
@@ -683,6 +685,8 @@ def policy_spec() -> Schema:
                 required=["seconds"],
             ),
             "workloads": workloads(),
+            "verify": verify_schema(),
+            "respect": respect_schema(),
         },
         required=["default"],
     )
@@ -721,6 +725,41 @@ def workloads() -> Schema:
                 "(its own cordon only), labels it noderoll.io/skipped=drain-timeout, runs nothing, and its "
                 "Packages count it as blocked (neither success nor failure) until noderoll retry --nodes.",
                 enum=[a.value for a in DrainTimeoutAction], default=DrainTimeoutAction.FAIL.value),
+        },
+    )
+
+
+def verify_schema() -> Schema:
+    """`spec.verify` (api/verify.py)."""
+    return obj(
+        "Verify the GPUs before a node goes back to work: once per node window, after the interrupt and every "
+        "Package's post-interrupt check, a pod pinned to the node runs image; a failure fails the window (every "
+        "Package erroring at stage verify: thresholds, canary) and labels the node noderoll.io/status=verify-failed.",
+        {
+            "image": string("The verify image, run with its own entry point, privileged, the host's root at /host; "
+                             "exit 0 passes (example: deploy/examples/verify/gpu-health).", minLength=1),
+            "timeoutSeconds": integer("Deadline of the verify pod; past it the verify fails.",
+                                      minimum=1, maximum=VERIFY_MAX_SECONDS, default=VERIFY_DEFAULT_SECONDS),
+            "onFailure": string(
+                "After a failed verify: KeepCordoned (noderoll's cordon stays until a verify passes) or Uncordon.",
+                enum=[f.value for f in VerifyFailure], default=VerifyFailure.KEEP_CORDONED.value,
+            ),
+        },
+        required=["image"],
+    )
+
+
+def respect_schema() -> Schema:
+    """`spec.respect` (api/respect.py)."""
+    return obj(
+        "Other maintenance a fleet keeps out of: nodes carrying one of taints, or named by a NodeMaintenance "
+        "(maintenance.nvidia.com) of another requestor, are reported down with the reason. Omitted: the default "
+        "taints and nodeMaintenance true.",
+        {
+            "taints": array("Taint keys that hold a node (any value and effect); omitted: the default list ("
+                            + ", ".join(DEFAULT_TAINTS) + "); [] respects none.", {"type": "string", "minLength": 1}),
+            "nodeMaintenance": boolean("Respect NodeMaintenance objects (maintenance.nvidia.com/v1alpha1) naming "
+                                       "the node.", default=True),
         },
     )
 

@@ -21,6 +21,7 @@ from activities.prometheus import query_prometheus
 from activities.stage_cleanup import delete_stage_jobs
 from activities.stage_run import run_stage_pod
 from activities.upcoming import mark_upcoming_nodes
+from activities.verify_run import run_verify_pod
 from activities.window_close import close_window
 from workflows.fleet import FleetWorkflow
 from workflows.global_rollout import GlobalRolloutWorkflow
@@ -37,7 +38,8 @@ GLOBAL_WORKFLOWS: list[type] = [
 ]
 
 ACTIVITIES: list[Callable[..., Any]] = [
-    # node window (activities/nodes.py, drain.py, eviction_notice.py, stage_run.py, interrupts.py, stage_cleanup.py, window_close.py)
+    # node window (activities/nodes.py, drain.py, eviction_notice.py, stage_run.py, interrupts.py, verify_run.py,
+    # stage_cleanup.py, window_close.py)
     read_node,
     cordon_node,
     uncordon_node,
@@ -47,6 +49,7 @@ ACTIVITIES: list[Callable[..., Any]] = [
     drain_node,
     run_stage_pod,
     run_interrupt,
+    run_verify_pod,
     delete_stage_jobs,
     close_window,
     # fleet (activities/fleet.py, describe.py: the watchdog)

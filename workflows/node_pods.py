@@ -28,6 +28,7 @@ ends the window at once (the `ActivityError` is raised to the sequencer).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -69,9 +70,12 @@ ONE_POD_PER_PHASE = "one-pod-per-phase"
 class PodStages:
     """Runs a window's stages and interrupt in pods (module docstring), recording into its ledger."""
 
-    def __init__(self, ctx: WindowContext, ledger: WindowLedger) -> None:
+    def __init__(self, ctx: WindowContext, ledger: WindowLedger,
+                 verify_pod: Callable[[], NextPod | None] = lambda: None) -> None:
         self.ctx = ctx
         self.ledger = ledger
+        # The window's GPU verify pod, created ahead by the window's last pod (workflows/node_verify.py).
+        self.verify_pod = verify_pod
         # The merged interrupt: carried by a pod that reached it (or may have), and whether it is done.
         self.interrupt_tried = False
         self.interrupt_done = False
@@ -126,7 +130,8 @@ class PodStages:
         await self._phase({n: plans[n].steps_before_interrupt() for n in order}, skip_dependents=True)
         with_interrupt = self._with_interrupt()
         if with_interrupt:
-            await self._interrupt(with_interrupt, 1, None, post_first_pod(self.ctx, self.ledger, with_interrupt))
+            then = post_first_pod(self.ctx, self.ledger, with_interrupt) or self.verify_pod()
+            await self._interrupt(with_interrupt, 1, None, then)
         await self._phase({n: plans[n].steps_after_interrupt() for n in with_interrupt
                            if n not in self.ledger.failures}, skip_dependents=False)
 
@@ -157,8 +162,9 @@ class PodStages:
             attempts = {n: failed_attempts.get((n, pending[n][0].stage), 0) + 1 for n in names}
             for name in names:
                 ledger.set_entry(name, EntryUpdate(pending[name][0].stage, State.IN_PROGRESS, attempts[name]))
-            # Before the interrupt, the interrupt's pod is created once this pod's stages all succeeded.
-            then = interrupt_pod(self.ctx, self._with_interrupt()) if skip_dependents else None
+            # Before the interrupt, the interrupt's pod is created once this pod's stages all succeeded;
+            # after it, the verify pod (the window's last phase).
+            then = interrupt_pod(self.ctx, self._with_interrupt()) if skip_dependents else self.verify_pod()
             result = await self._phase_pod(names, pending, attempts, then)
             completed = result.completed_by_package or {names[0]: result.completed}
             progress = phase_progress({n: pending[n] for n in names}, completed,

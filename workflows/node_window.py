@@ -9,9 +9,11 @@ nothing to do or that cannot run, and runs the window with `WindowRun`:
 2. when the window needs a drain: cordon, wait for protected pods, drain (the fleet caps how many
    nodes are in a window at once by its budgets, ADR 0007); with the policy's `spec.workloads`, an
    eviction notice before the drain, drain rules, and a timed-out drain skipped (`workflows/node_workloads.py`);
-3. the stages and the merged interrupt in pods pinned to the node (`workflows/node_pods.py`);
-4. uncordon (only our cordon, and not when a package failed after the node was drained), write the
-   final state, delete the window's stage pods but the latest failed one of an erroring package
+3. the stages and the merged interrupt in pods pinned to the node (`workflows/node_pods.py`), then
+   the GPU verify when the request asks for one (`workflows/node_verify.py`, api/verify.py);
+4. uncordon (only our cordon, and not when a package failed after the node was drained, nor after a
+   failed verify with `onFailure: KeepCordoned`), write the final state, delete the window's stage
+   pods but the latest failed one of an erroring package and a failed verify pod
    (`delete_stage_jobs`), and answer one `PackageOutcome` per Package.
 
 A node whose `noderoll.io/state` cannot be read is held: every Package is answered `blocked` with
@@ -37,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from api.node_state import PackageNodeState, config_hashes, dump_node_state, held_reason, parse_node_state
     from api.package import PackageSpec
     from api.workloads import WorkloadsSpec
+    from planning import verify as verify_rules
     from planning.drain_rules import SKIPPED_DRAIN_TIMEOUT
     from planning.node_marks import NodeMark
     from planning.node_plan import NodePlanInput, plan_node
@@ -65,6 +68,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.node_marks import mark_nodes
     from workflows.node_pod_jobs import first_pod
     from workflows.node_pods import PodStages
+    from workflows.node_verify import close_verify, next_verify_pod, run_verify
     from workflows.node_window_types import Failure, WindowContext, WindowLedger, cause, node_gone
     from workflows.node_workloads import WorkloadSteps
     from workflows.short_calls import short_call
@@ -112,9 +116,14 @@ async def run_window(settings: NodeWorkflowInput, request: WindowRequest, snapsh
         except ValidationError as err:
             outcomes[order.name] = PackageOutcome(State.ERRORING.value, str(order.spec.get("version", "")),
                                                   message=f"{errors.INVALID_SPEC}: {err}")
+    verify, problem = verify_rules.parse_verify(request.verify)
+    if problem:
+        return WindowResult(node, request.request_id, _all(request, State.ERRORING, f"{errors.INVALID_SPEC}: {problem}"))
     uninstall = frozenset(o.name for o in request.packages if o.uninstall and o.name in specs)
-    # `noderoll rerun`: Packages the fleet asks to run again although they are complete (node_plan rules).
-    rerun = {o.name: o.rerun_stage for o in request.packages if o.rerun and o.name in specs}
+    # `noderoll rerun`: Packages the fleet asks to run again although they are complete (node_plan rules);
+    # and those whose window failed its GPU verify, when this one verifies (`retry`: planning/verify.py).
+    rerun = {**verify_rules.reruns(recorded, [n for n in specs if n not in uninstall], verify is not None),
+             **{o.name: o.rerun_stage for o in request.packages if o.rerun and o.name in specs}}
     plan = plan_node(NodePlanInput(node=node, recorded=recorded, desired=specs, uninstall=uninstall, rerun=rerun))
     if plan.error:
         return WindowResult(node, request.request_id, _all(request, State.BLOCKED, plan.error))
@@ -132,6 +141,7 @@ async def run_window(settings: NodeWorkflowInput, request: WindowRequest, snapsh
         orders={o.name: o for o in request.packages if o.name in window.packages},
         specs={n: specs[n] for n in window.packages}, node_order=request.node_order, set_phase=set_phase,
         workloads=workloads, fleet=request.fleet_workflow_id,
+        verify=verify,
     ))
     outcomes.update(await run.execute())
     ledger = run.ledger
@@ -175,9 +185,11 @@ class WindowRun:
         # `erroring` label when a later window ran another package.
         earlier = {n: e.last_error or "erroring" for n, e in ledger.state.packages.items()
                    if e.state == State.ERRORING and n not in ledger.failures}
-        erroring = bool(ledger.failures or earlier)
+        verify = ledger.state.verify_failed
+        erroring = bool(ledger.failures or earlier or verify)
         message = "; ".join([*(f"{n}: {f.stage}: {f.message}" for n, f in sorted(ledger.failures.items())),
-                             *(f"{n}: {error}" for n, error in sorted(earlier.items()))])
+                             *(f"{n}: {error}" for n, error in sorted(earlier.items())),
+                             *([f"{verify_rules.VERIFY_STAGE}: {verify.message}"] if verify else [])])
         return WriteNodeStateInput(
             node=self.node, state_annotation=dump_node_state(ledger.state), status=status.value,
             updating=in_window, erroring=erroring,
@@ -274,7 +286,10 @@ class WindowRun:
             gone = node_gone(err)
             self._fail_all(WINDOW_STAGE, f"node {self.node} does not exist" if gone else cause(err))
         self._finish_entries()
-        left_cordoned = ledger.cordoned and bool(ledger.failures) and (ledger.drained or ledger.interrupted)
+        if not gone:
+            close_verify(ctx, ledger)
+        left_cordoned = ledger.cordoned and ((bool(ledger.failures) and (ledger.drained or ledger.interrupted))
+                                             or ledger.keep_cordon)
         if not gone and workflow.patched(CLOSE_IN_ONE_CALL):
             await self._close_window(left_cordoned)
             return self._outcomes()
@@ -284,7 +299,7 @@ class WindowRun:
         return self._outcomes()
 
     async def _stages(self) -> None:
-        pods = PodStages(self.ctx, self.ledger)
+        pods = PodStages(self.ctx, self.ledger, lambda: next_verify_pod(self.ctx, self.ledger))
         if self.ctx.window.needs_drain:
             try:
                 await self._prepare_node(pods)
@@ -298,6 +313,7 @@ class WindowRun:
                 return
         workflow.deprecate_patch(STAGES_IN_ONE_POD)
         await pods.run_window()
+        await run_verify(self.ctx, self.ledger, pods.next_pods)
 
     def _deletion(self) -> DeleteStageJobsInput | None:
         """The window's stage pods to delete (older ones of its packages too), keeping the latest
@@ -308,7 +324,8 @@ class WindowRun:
         packages = sorted(n for n in ledger.job_packages if n not in ledger.failures or n in ledger.failed_jobs)
         if not packages:
             return None
-        keep = sorted({ledger.failed_jobs[n] for n in packages if n in ledger.failures and n in ledger.failed_jobs})
+        keep = sorted({ledger.failed_jobs[n] for n in packages if n in ledger.failures and n in ledger.failed_jobs}
+                      | ({ledger.verify.pod} if ledger.verify and not ledger.verify.passed and ledger.verify.pod else set()))
         # A kept pod of several Packages is labelled with its first: name the Package it is kept for.
         owners = {ledger.failed_jobs[n]: n for n in packages if n in ledger.failures and n in ledger.failed_jobs
                   and ledger.job_labels.get(ledger.failed_jobs[n], n) != n}
@@ -374,7 +391,8 @@ class WindowRun:
             else:
                 events.append(ctx.event("PackageErroring", f"{name}: {failure.stage}: {failure.message}", True))
         if left_cordoned:
-            events.append(ctx.event("LeftCordoned", "node stays cordoned: a package failed after the drain", True))
+            why = "a package failed after the drain" if ledger.failures else "its GPU verify failed"
+            events.append(ctx.event("LeftCordoned", f"node stays cordoned: {why}", True))
         return events
 
     def _outcomes(self) -> dict[str, PackageOutcome]:
@@ -389,6 +407,11 @@ class WindowRun:
             elif failure is not None:
                 outcomes[name] = PackageOutcome(State.ERRORING.value, version, failure.stage, failure.message,
                                                 failure.log)
+            elif ledger.verify_failure is not None:
+                # Complete on the host (its record says so), but the window failed: the fleet counts the node failed.
+                verified = ledger.verify_failure
+                outcomes[name] = PackageOutcome(State.ERRORING.value, version, verify_rules.VERIFY_STAGE,
+                                                verify_rules.failed_message(verified), verified.log_tail)
             else:
                 outcomes[name] = PackageOutcome(State.COMPLETE.value, version,
                                                 entry.stage.value if entry and entry.stage else None, "complete")

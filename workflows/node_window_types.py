@@ -15,8 +15,10 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 from api.node_state import NodeState
 from api.package import PackageSpec
+from api.verify import VerifySpec
 from api.workloads import WorkloadsSpec
 from planning.node_plan import NodePlan, NodeWindow
+from planning.verify import VerifyOutcome
 from planning.window import (
     EntryUpdate,
     TimeLimits,
@@ -51,6 +53,8 @@ class WindowContext:
     # The fleet's policy's `spec.workloads` (None: drain as before) and the fleet asking (`fleet/<policy>`).
     workloads: WorkloadsSpec | None = None
     fleet: str = ""
+    # The request's `spec.verify` (api/verify.py); None: the window runs no GPU verify.
+    verify: VerifySpec | None = None
 
     @property
     def node(self) -> str:
@@ -125,6 +129,11 @@ class WindowLedger:
     # back); the drain timed out and the window gave the node up (why; "" = it did not).
     noticed: bool = False
     drain_skipped: str = ""
+    # The GPU verify (workflows/node_verify.py): what its pod said (None: none ran), the failure that
+    # fails the window's Packages, and whether noderoll's cordon stays because of it.
+    verify: VerifyOutcome | None = None
+    verify_failure: VerifyOutcome | None = None
+    keep_cordon: bool = False
 
     def set_entry(self, name: str, update: EntryUpdate) -> None:
         """Apply `update` to package `name`'s entry (stamped with the workflow's time)."""

@@ -1,4 +1,4 @@
-"""Bad input at the door (A01-A08 in docs/reliability.md; issue #16 item 1, A08 issue 44): the admission webhook of
+"""Bad input at the door (A01-A10 in docs/reliability.md; issue #16 item 1, A08-A10 issue 44): the admission webhook of
 the suite's private stack (`dev up` registers it) refuses what can never roll, with the message, and
 stores nothing; a reference to an object that does not exist yet is admitted and reported by the
 bridge, and the rollout completes once the object is applied."""
@@ -72,6 +72,12 @@ def refused_cases() -> list[Any]:
         pytest.param([policy(unique_name("wait"), workloads={"rules": [{"gpuPods": True, "action": "WaitForCompletion"}]})],
                      "spec.workloads.rules[0]: action WaitForCompletion needs timeoutSeconds",
                      id="A08-wait-for-completion-without-timeout"),
+        pytest.param([policy(unique_name("verify"), verify={"image": "registry.example/gpu verify:1.0.0"})],
+                     "spec.verify.image: 'registry.example/gpu verify:1.0.0' is not an image reference",
+                     id="A09-verify-image-with-a-space"),
+        pytest.param([policy(unique_name("respect"), respect={"taints": ["noderoll.io/upcoming"]})],
+                     "spec.respect.taints: taints[0]: 'noderoll.io/upcoming' is one of noderoll's own taints",
+                     id="A10-respect-noderolls-own-taint"),
     ]
 
 

@@ -256,6 +256,16 @@ def plural_args(call_text: str) -> set[str]:
     return found or {"packages", "deploymentpolicies"}
 
 
+def custom_resources(call_text: str, module_text: str) -> set[tuple[str, str]]:
+    """(group, plural) a custom-object call reads: another group's when the module defines its `GROUP`
+    and `PLURAL` constants and the call names them (kube/node_maintenance.py), else noderoll's own."""
+    group = re.search(r'^GROUP = "([^"]+)"', module_text, re.MULTILINE)
+    plural = re.search(r'^PLURAL = "([^"]+)"', module_text, re.MULTILINE)
+    if group and plural and group.group(1) != NODEROLL and "PLURAL" in call_text:
+        return {(group.group(1), plural.group(1))}
+    return {(NODEROLL, p) for p in plural_args(call_text)}
+
+
 def required_rules(process: str) -> set[tuple[str, str, str, bool]]:
     """(group, resource, verb, package_namespace_only) for every client call of `process`."""
     needed: set[tuple[str, str, str, bool]] = set()
@@ -272,7 +282,7 @@ def required_rules(process: str) -> set[tuple[str, str, str, bool]]:
             in_pkg_ns = bool(namespaced) and "PACKAGE_POD_NAMESPACE" in args
             if noun.startswith("cluster_custom_object"):
                 sub = "/status" if noun.endswith("_status") else ""
-                needed |= {(NODEROLL, p + sub, VERBS[verb], False) for p in plural_args(args)}
+                needed |= {(g, p + sub, VERBS[verb], False) for g, p in custom_resources(args, text)}
             elif noun in RESOURCES:
                 group, resource = RESOURCES[noun]
                 needed.add((group, resource, VERBS[verb], in_pkg_ns))

@@ -35,6 +35,8 @@ from protocol.node_activities import (
     RunInterruptResult,
     RunStagePodInput,
     RunStagePodResult,
+    RunVerifyPodInput,
+    RunVerifyPodResult,
     StageJob,
     UncordonNodeResult,
     WaitProtectedPodsInput,
@@ -239,6 +241,17 @@ class FakeNode:
             result.boot_id_after = self.boot_id
         return result
 
+    @activity.defn(name="run_verify_pod")
+    def run_verify_pod(self, input: RunVerifyPodInput) -> RunVerifyPodResult:
+        """The GPU verify: exits as `exits["verify"]` scripts (0 when not scripted); -1: no result."""
+        self.calls.append(("run_verify_pod", input))
+        name = pod_name(input.job)
+        self.jobs.append(name)
+        self._adopt(input.prestarted, name)
+        self.ran.append("verify")
+        code = self._exit("verify")
+        return RunVerifyPodResult(name, code, "GPU 0: Fail" if code else "PASS")
+
     @activity.defn(name="delete_stage_jobs")
     def delete_stage_jobs(self, input: DeleteStageJobsInput) -> DeleteStageJobsResult:
         self.calls.append(("delete_stage_jobs", input))
@@ -254,4 +267,4 @@ class FakeNode:
         """Every fake, for `Worker(activities=...)`."""
         return [self.read_node, self.cordon_node, self.uncordon_node, self.write_node_state, self.close_window,
                 self.wait_protected_pods, self.announce_eviction, self.drain_node, self.run_interrupt,
-                self.run_stage_pod, self.delete_stage_jobs, self.mark_blocked_nodes]
+                self.run_stage_pod, self.run_verify_pod, self.delete_stage_jobs, self.mark_blocked_nodes]

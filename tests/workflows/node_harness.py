@@ -79,12 +79,13 @@ class Harness:
         return NodeWorkflowInput(node=self.node.name, retry_backoff_seconds=10, stage_attempts=3)
 
     async def window(self, *orders: PackageOrder, request_id: str = "", node_order: int = 0,
-                     settings: NodeWorkflowInput | None = None, workloads: dict[str, Any] | None = None) -> str:
-        """Signal-with-start `window` with one request for `orders` (and the policy's `spec.workloads`);
-        returns its request id."""
+                     settings: NodeWorkflowInput | None = None, workloads: dict[str, Any] | None = None,
+                     verify: dict[str, Any] | None = None) -> str:
+        """Signal-with-start `window` with one request for `orders` (and the policy's `spec.workloads` and
+        `verify`); returns its request id."""
         request_id = request_id or f"{self.collector.id}:{uuid.uuid4().hex[:8]}:{self.node.name}"
         request = WindowRequest(fleet_workflow_id=self.collector.id, request_id=request_id,
-                                packages=list(orders), node_order=node_order, workloads=workloads)
+                                packages=list(orders), node_order=node_order, workloads=workloads, verify=verify)
         await self.client.start_workflow(
             NodeWorkflow.run, settings or self.settings(), id=self.workflow_id, task_queue=self.task_queue,
             start_signal=SIGNAL_WINDOW, start_signal_args=[request])

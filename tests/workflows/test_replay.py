@@ -41,6 +41,10 @@ and were recorded on the real stack (dev server, apiserver, fleetsim):
   tests/integration/test_gpu_workloads.py (a request carrying a policy's `spec.workloads`: the eviction
   notice's activity and timer, then a drain with rules; issue 44). No patch: the steps run only for
   requests with that field, which no run recorded before it had.
+* node/window-verify-*: `NODEROLL_RECORD_FLEET_HISTORIES=tests/histories` with
+  tests/integration/test_gpu_verify.py: a window whose GPU verify fails (the node left cordoned,
+  `verify-failed`) and the window `retry` runs again, whose verify passes (`spec.verify`, issue 44: a
+  request with `verify` only; windows without it run no new command).
 Every `workflow.patched(...)` id in workflows/ (and every `FleetRun.patched` id in planning/fleet/) must be recorded (its marker) in some history, so its
 patched path replays; its unpatched path replays from the histories recorded before the patch (the
 ones without its marker). A workflow change that fails here needs `workflow.patched` (or is a
