@@ -44,6 +44,7 @@ def list_nodes(run: FleetRun) -> Steps[FleetSelection]:
         label_keys=listing_label_keys(run.policy),
         supply=bool(disruption.limits_of(run.policy)),
         resources=disruption.floor_resources(run.policy),
+        respect=run.policy.respect.dump() if run.policy.respect else {},
     ))
     run.listed_at = run.now
     run.resolved = True

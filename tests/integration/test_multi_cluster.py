@@ -13,6 +13,8 @@ and a fleetsim fleet with THE SAME node names; the same DeploymentPolicy and Pac
   `NODEROLL_RECORD_CLUSTER_HISTORIES=tests/histories`); then the Package and the policy deleted in both
   clusters: each fleet reports that it ended, and `global/<policy>` completes;
 * (c) a Package failing in a halts the promotion: b's fleet is Halted and b's nodes never get a window;
+* (e) a policy that drops `spec.clusters` in a (its windows hanging) tells `global/<policy>` its fleet
+  ended: b's stage no longer waits for a; once b's drops it too, `global/<policy>` ends;
 * (d) b's worker killed (SIGKILL) and restarted while b rolls out: every node of b completes with one
   window, nothing lost;
 * the start-up guard: a worker of cluster b on cluster a's task queue, and an unnamed worker of b on
@@ -338,6 +340,50 @@ async def test_c_a_failure_in_a_halts_everything_and_b_is_never_touched(
                 f"WorkflowType = '{names.NODE_WORKFLOW_TYPE}' AND {names.SEARCH_ATTR_CLUSTER} = '{B}' "
                 f"AND {names.SEARCH_ATTR_PACKAGE} = '{package}'")]
             assert started == []
+        finally:
+            remove_everywhere(apis, local_stack.temporal_address, policy, package)
+
+
+async def test_e_a_policy_that_drops_spec_clusters_holds_no_stage_and_global_ends(
+    runs: dict[str, NoderollProcesses], apis: dict[str, ApiClient], local_stack: StackInfo, second_stack: StackInfo,
+    temporal_client: Client,
+) -> None:
+    """Stages [[a], [b]]: while a's windows hang, a's policy drops spec.clusters; a's fleet tells
+    global/<policy> it ended, and b's stage no longer waits for a (it is granted after the soak and
+    completes while a still hangs). Once b's policy drops it too, b's fleet says so and global/<policy>
+    ends (issue 43: it stayed open, and b waited for a for ever). The histories of global/<policy> and of
+    a's fleet (patches `global-ended-release`, `global-dropped-report`) replay and are recorded."""
+    labels = {"mc-test": unique_name("e")}
+    prefix = unique_name("gpu")
+    policy, package = unique_name("pol"), unique_name("tune")
+    drop = {"spec": {"clusters": None}}
+    with running_fleet(local_stack, nodes=2, labels=labels, name_prefix=prefix) as fleet_a, \
+            running_fleet(second_stack, nodes=2, labels=labels, name_prefix=prefix):
+        fleet_a.options.faults.add(Fault("hang", mode="apply", package=package))
+        try:
+            apply_everywhere(runs, apis, policy, policy_spec([[A], [B]]), package,
+                             package_spec(SYSCTL_IMAGE, policy=policy, labels=labels))
+
+            async def a_rolls() -> bool:
+                view = await global_progress(temporal_client, policy)
+                assert {c.cluster: c.state for c in view.clusters}.get(A) == "running", view
+                return True
+
+            await assert_eventually_async(a_rolls, timeout=ROLLOUT_TIMEOUT)
+            client.CustomObjectsApi(apis[A]).patch_cluster_custom_object(
+                keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, policy, drop)
+            # b's stage is granted without a's complete, after the soak; b completes while a's windows hang.
+            assert_eventually(lambda: ready(apis[B], package), timeout=ROLLOUT_TIMEOUT)
+            assert (read_package(apis[A], package).get("status") or {}).get("phase") != "Complete"
+            client.CustomObjectsApi(apis[B]).patch_cluster_custom_object(
+                keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, policy, drop)
+            global_handle = temporal_client.get_workflow_handle(names.global_workflow_id(policy))
+            await asyncio.wait_for(global_handle.result(), ROLLOUT_TIMEOUT)
+            await replay_and_record({
+                "global/global-dropped-clusters-ends": await global_handle.fetch_history(),
+                "fleet/clusters-dropped-reports-ended": await temporal_client.get_workflow_handle(
+                    names.fleet_workflow_id(policy, A)).fetch_history(),
+            }, RECORD_ENV)
         finally:
             remove_everywhere(apis, local_stack.temporal_address, policy, package)
 

@@ -33,6 +33,10 @@ and were recorded on the real stack (dev server, apiserver, fleetsim):
   (scratch folders, the node histories copied): the read, the first state write and the cordon as local
   activities (patch `short-calls-local`, ADR 0020); the histories of the same names with the suffixes
   `-one-pod-per-phase` and `-window-cost` replay their activities.
+* global/global-dropped-clusters-ends, fleet/clusters-dropped-reports-ended:
+  `NODEROLL_RECORD_CLUSTER_HISTORIES=<dir>` with tests/integration/test_multi_cluster.py (test e, copied): a
+  policy that drops `spec.clusters` (patch `global-dropped-report`: the fleet reports it ended) and a
+  stage that no longer waits for a cluster whose fleet ended (patch `global-ended-release`), issue 43.
 * fleet/fleet-budget-at-hand-out: `NODEROLL_RECORD_FLEET_HISTORIES=<dir>` with
   tests/integration/test_plan_budgets.py (a scratch folder, copied): the fleet machine's fresh read of the
   nodes before each hand-out (patch `budget-at-hand-out`, issue 43), a node cordoned from outside during
