@@ -7,13 +7,13 @@ failure names the pods still there and the PDBs that cover them. Skipped like `k
 DaemonSet pods, mirror pods, finished pods and noderoll's own stage pods. Pods with emptyDir data
 block the drain unless `deleteEmptyDirData`. Eviction speaks `policy/v1` and falls back to
 `policy/v1beta1` when the apiserver does not serve v1 (Kubernetes < 1.22). With a policy's drain rules
-(`spec.workloads.rules`, `planning.drain_rules` decides every round) pods are also waited for
+(`spec.workloads.rules`, `planning.node.drain_rules` decides every round) pods are also waited for
 (`WaitForCompletion`, reason `WaitingForCompletion`), deleted without the Eviction API (`Delete`) or
 left (`Leave`); each blocking pod is named with its rule; pods that came after the window's eviction
 notice get their own (`noderoll.io/eviction-at`) and are not evicted before it.
 
 Both report while they wait, not only when they give up (`_Report`, decisions in
-`planning.drain`): the node condition `noderoll.io/Draining` (True while evicting, reason
+`planning.node.drain`): the node condition `noderoll.io/Draining` (True while evicting, reason
 `EvictionRefused` once PDBs refused for `BLOCKED_AFTER_SECONDS`, `WaitingForProtectedPods`; False
 when done), one Event per node and reason updated in place by every wait, and the blockers in
 the heartbeat details. These two activities are the only writers of that condition.
@@ -42,7 +42,7 @@ from api.enums import DrainReason
 from api.selectors import LabelSelector
 from api.workloads import DrainRule
 from kube.node_pods import NodePods, pod_facts, set_eviction_at
-from planning.drain import (
+from planning.node.drain import (
     DrainNotice,
     PdbView,
     evicting_message,
@@ -50,7 +50,7 @@ from planning.drain import (
     pdb_view,
     protected_pods_message,
 )
-from planning.drain_rules import (
+from planning.node.drain_rules import (
     DrainRound,
     PodFacts,
     RoundInput,
@@ -253,7 +253,7 @@ def drain_node(input: DrainNodeInput) -> DrainNodeResult:
 
 
 def _drain(input: DrainNodeInput, report: _Report) -> DrainNodeResult:
-    """The drain's rounds (planning.drain_rules.plan_round decides each) until no pod is left to wait for."""
+    """The drain's rounds (planning.node.drain_rules.plan_round decides each) until no pod is left to wait for."""
     spent = _spent_in_earlier_attempts()
     started = time.monotonic() - spent
     # WaitForCompletion counts from the drain's first attempt, on the wall clock the pods' annotations use.

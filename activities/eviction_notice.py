@@ -1,7 +1,7 @@
 """The eviction notice of a node window (`spec.workloads.noticeSeconds`): give it, and take it back. Does I/O.
 
 `announce_eviction` runs after the window's cordon (no new pod lands) and before its drain: each pod the
-drain will evict or delete gets `noderoll.io/eviction-at` (decided by `planning.eviction_notice.notices`),
+drain will evict or delete gets `noderoll.io/eviction-at` (decided by `planning.node.eviction_notice.notices`),
 then the node the condition `noderoll.io/MaintenanceScheduled=True` and an Event `EvictionScheduled`.
 Idempotent: a retried attempt writes the same values (the time comes from the workflow). `withdraw_notice`
 (the window's close, activities/window_close.py) removes the annotation from every pod still on the node
@@ -23,7 +23,7 @@ from api.keys import CONDITION_MAINTENANCE_SCHEDULED
 from api.workloads import DrainRule
 from kube.node_pods import NodePods, pod_facts, set_eviction_at
 from kube.nodes import node_not_found
-from planning.eviction_notice import EVENT_SCHEDULED, REASON_SCHEDULED, condition_message, notices
+from planning.node.eviction_notice import EVENT_SCHEDULED, REASON_SCHEDULED, condition_message, notices
 from protocol.node_activities import AnnounceEvictionInput, AnnounceEvictionResult, NodeEvent
 
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"

@@ -1,17 +1,17 @@
 """The fleet's side effects: classify the Nodes for its Packages, hand windows to node workflows. Does I/O.
 
 * `list_fleet_nodes` lists Nodes (paged, read only) and runs the pure target selection
-  (`planning.fleet_targets.select_fleet`) here, in the activity, so the fleet's history records a
+  (`planning.rollout.fleet_targets.select_fleet`) here, in the activity, so the fleet's history records a
   compact per-node summary (pending, done, blocked, waiting Packages; compartment labels; a
   fingerprint; with capacity floors or topology limits, the units of the floors' resources and why
   the node is down; with other maintenance respected (`spec.respect`), why the node is down, a node
   another maintenance holds with that reason: a respected taint, or a NodeMaintenance of another
   requestor, read here when the policy respects them (`kube.node_maintenance`); fields at their
   defaults left out) instead of every Node's labels and state annotation; with it the marks that nodes
-  no window can update do not show yet (`planning.node_marks.listing_marks`), which the fleet has
+  no window can update do not show yet (`planning.node.node_marks.listing_marks`), which the fleet has
   written by `mark_blocked_nodes`.
 * `read_node_supply` reads the Nodes again right before the fleet hands out windows: per node of the
-  fleet, why it is down and its units of the floors' resources (`planning.fleet_targets.down_reason`,
+  fleet, why it is down and its units of the floors' resources (`planning.rollout.fleet_targets.down_reason`,
   `units`), so a budget is checked on the nodes as they are then (ADR 0023).
 * `request_windows` does what a workflow cannot: signal-with-start `node/<node>` with signal
   `window`, `activities.node_requests.HAND_OVER_CONCURRENCY` at a time. Idempotent: the node workflow drops a request id it has seen.
@@ -28,9 +28,16 @@ from api.respect import RespectSpec
 from kube.node_maintenance import held_nodes
 from kube.node_snapshot import node_view
 from kube.nodes import list_node_facts
-from planning.fleet_targets import FleetPackage, FleetQuery, FleetSelection, down_reason, select_fleet, units
-from planning.node_marks import NodeMark, listing_marks
-from planning.respect import respect_of
+from planning.node.node_marks import NodeMark, listing_marks
+from planning.rollout.fleet_targets import (
+    FleetPackage,
+    FleetQuery,
+    FleetSelection,
+    down_reason,
+    select_fleet,
+    units,
+)
+from planning.rollout.respect import respect_of
 from protocol.activities import (
     ListFleetNodesInput,
     ListFleetNodesResult,

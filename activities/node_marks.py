@@ -1,6 +1,6 @@
 """`mark_blocked_nodes`: show on nodes that no window can update that they are blocked. Does I/O.
 
-The decision is pure (`planning.node_marks.decide_mark`), made again here on the node as read right
+The decision is pure (`planning.node.node_marks.decide_mark`), made again here on the node as read right
 before the write; every write carries that read's resourceVersion, so a node written by anyone in
 between (a node window starting: label `in-progress`) is read and decided again instead of being
 overwritten (409). Nothing is written while a window runs on the node: the node workflow stays the
@@ -24,8 +24,8 @@ from activities.nodes import node_condition
 from api.keys import CONDITION_STATE_MALFORMED, NODE_STATUS_LABEL
 from kube.node_snapshot import node_facts, node_view
 from kube.nodes import CONFLICT_RETRIES, find_node
-from planning.node_marks import NodeMark, decide_mark
-from planning.targets import NodeView
+from planning.node.node_marks import NodeMark, decide_mark
+from planning.node.targets import NodeView
 from protocol.activities import MarkBlockedNodesInput, MarkBlockedNodesResult
 from protocol.node_activities import NodeEvent
 

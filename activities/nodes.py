@@ -37,7 +37,7 @@ from kube.cordon import cordon_patch, lift_own_cordon
 from kube.node_snapshot import node_facts
 from kube.nodes import node_not_found, patch_node_with_retry
 from kube.nodes import read_node as read_node_or_fail
-from planning.node_marks import READABLE_MESSAGE, REASON_READABLE
+from planning.node.node_marks import READABLE_MESSAGE, REASON_READABLE
 from protocol.node_activities import (
     CordonNodeResult,
     NodeEvent,
@@ -143,7 +143,7 @@ def write_state(input: WriteNodeStateInput, uncordon: bool = False) -> client.V1
         node_condition(CONDITION_ERRORING, input.erroring, reason, input.message or input.status),
     ]
     if input.state_annotation is not None:
-        # The window writes the annotation now, so it reads (planning/node_marks.py: the other writer).
+        # The window writes the annotation now, so it reads (planning/node/node_marks.py: the other writer).
         conditions.append(node_condition(CONDITION_STATE_MALFORMED, False, REASON_READABLE, READABLE_MESSAGE))
     try:
         # Strategic merge: NodeStatus.conditions merge by `type`, so the kubelet's conditions stay.

@@ -1,6 +1,6 @@
 """`mark_upcoming_nodes`: drain-ahead's label and taint on the nodes a fleet expects next. Does I/O.
 
-The fleet decides which nodes to claim and release (`planning.drain_ahead`); this activity writes
+The fleet decides which nodes to claim and release (`planning.rollout.drain_ahead`); this activity writes
 each node's claim (`kube.upcoming.set_upcoming`: the annotation `noderoll.io/upcoming-for`, the label
 `noderoll.io/upcoming=true`, and the taint `noderoll.io/upcoming:PreferNoSchedule` when asked),
 heartbeating per node. Idempotent: a repeated call finds the nodes marked and writes nothing.

@@ -9,7 +9,7 @@ in a row (default 1) and fails when more than `failureLimit` samples failed (def
 failed sample fails it); a `continuous` gate fails when more than `failureLimit` samples in a row
 failed, and a batch starts only after its latest sample succeeded. `address` (`http://host:port`,
 optionally with a path prefix) overrides the worker's Prometheus address (`--prometheus-address`,
-`NODEROLL_PROMETHEUS_ADDRESS`) for that gate. The rules are `planning/gates.py`.
+`NODEROLL_PROMETHEUS_ADDRESS`) for that gate. The rules are `planning/rollout/gates.py`.
 
 The success condition is a small language, never evaluated as code:
 * `result <op> <number>` with `<op>` one of `<`, `<=`, `==`, `!=`, `>=`, `>` and a decimal number

@@ -28,8 +28,8 @@ Three additions to a policy (ADR 0015), each optional; a policy without them rol
   annotation `noderoll.io/upcoming-for` names them, and each removes only its own claim.
 
 Counts (`count`, `percent`) stay required on a budget: `percent: 100` lets the floor and the
-topology limits alone cap the batches. The rules are `planning/disruption.py` (floors, topology)
-and `planning/drain_ahead.py`; these models stay data.
+topology limits alone cap the batches. The rules are `planning/rollout/disruption.py` (floors, topology)
+and `planning/rollout/drain_ahead.py`; these models stay data.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ passed since the last of them did. `onFailure`: `haltAll` (the default) halts ev
 when one cluster fails; `holdPromotion` only stops later stages (the clusters of the failing stage go
 on under their own policy). Checked here: at least one stage, no empty stage, cluster names that
 are valid (`protocol.names.cluster_name_problem`), each cluster in one stage only. The decisions are
-`planning/global_rollout.py`; this model stays data. ADR 0017.
+`planning/clusters/global_rollout.py`; this model stays data. ADR 0017.
 """
 
 from __future__ import annotations

@@ -99,7 +99,7 @@ class StrategyType(StrEnum):
     FIXED = "fixed"
     LINEAR = "linear"
     EXPONENTIAL = "exponential"
-    # No batches: the budget's windows at all times, the next node as soon as one ends (planning/rolling.py).
+    # No batches: the budget's windows at all times, the next node as soon as one ends (planning/rollout/rolling.py).
     ROLLING = "rolling"
 
 
@@ -124,7 +124,7 @@ class RolloutPhase(StrEnum):
     """Phase of a Package rollout (also the `NoderollPhase` search attribute on rollouts).
 
     `Blocked` is never set by a rollout: the Package status (and `noderoll status`) shows it for a
-    rollout that is `Complete` while targeted nodes are blocked (`planning.status.package_view`).
+    rollout that is `Complete` while targeted nodes are blocked (`planning.views.status.package_view`).
     """
 
     PENDING = "Pending"
@@ -140,7 +140,7 @@ class RolloutPhase(StrEnum):
     # Fleets: work is left but no maintenance window is open (`spec.maintenanceWindows`).
     WAITING = "Waiting"
     # Fleets (`canary.onFailure: rollback`): the failed canary's nodes go back to the previous specs,
-    # then the wave ends rolled back (`planning/fleet_rollback.py`).
+    # then the wave ends rolled back (`planning/rollout/fleet_rollback.py`).
     ROLLING_BACK = "RollingBack"
     ROLLED_BACK = "RolledBack"
 
@@ -171,7 +171,7 @@ class GateWhen(StrEnum):
 
 
 class PlanAction(StrEnum):
-    """What the per-node plan does for one package (`planning/node_plan.py`)."""
+    """What the per-node plan does for one package (`planning/node/node_plan.py`)."""
 
     INSTALL = "install"
     UPGRADE = "upgrade"
@@ -182,7 +182,7 @@ class PlanAction(StrEnum):
 
 
 class NodeMarkKind(StrEnum):
-    """What a rollout (or a node workflow) shows on a node it cannot update (`planning/node_marks.py`)."""
+    """What a rollout (or a node workflow) shows on a node it cannot update (`planning/node/node_marks.py`)."""
 
     # `noderoll.io/state` unreadable: condition StateMalformed True, Warning Event, label blocked.
     STATE_MALFORMED = "state-malformed"

@@ -1,7 +1,7 @@
 """Graph helpers on names (a dependency graph of Packages). Pure.
 
 Here, at the bottom with the contract types, so both `api/validation.py` (a cycle is an invalid spec)
-and `planning/dependencies.py` (order of work) use one implementation without `api` importing
+and `planning/node/dependencies.py` (order of work) use one implementation without `api` importing
 `planning` (import contract `layers`).
 """
 

@@ -9,7 +9,7 @@ Rules (NodeWright's `fudgeInterruptWithPriority`, kept):
   for an interrupt window, e.g. to run `post-interrupt`), but it never needs a drain.
 A merged interrupt needs a drain when its type disrupts workloads (anything but `noop`).
 In `api` (like the cycle finder `api/graph.py`), below both of its users: the node plan
-(`planning/node_plan.py`, the node workflow) and the NodeWright importer (`api/nodewright_interrupts.py`).
+(`planning/node/node_plan.py`, the node workflow) and the NodeWright importer (`api/nodewright_interrupts.py`).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ RUNTIME_REQUIRED_TAINT_KEY = "noderoll.io/runtime-required"
 RUNTIME_REQUIRED_TAINT_VALUE = "true"
 RUNTIME_REQUIRED_TAINT_EFFECT = "NoSchedule"
 # Node label (value "true"): gate the node with the runtime-required taint on every change of a
-# runtimeRequired Package, not only when it joins (planning/runtime_taint.py).
+# runtimeRequired Package, not only when it joins (planning/node/runtime_taint.py).
 RUNTIME_REQUIRED_GATE_LABEL = "noderoll.io/runtime-required-gate"
 FINALIZER = "noderoll.io/uninstall"
 # Deletion protection (like Kubernetes' pvc-protection): on a DeploymentPolicy while Packages name it,

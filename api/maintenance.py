@@ -9,7 +9,7 @@ closes Saturday 02:00. Because the rule reads the wall clock, daylight saving ti
 clock on the wall would: on the night the clocks go forward a window of 01:00-04:00 lasts two
 hours, and one inside the skipped hour does not open that night; on the night they go back a
 window of 01:00-04:00 lasts four hours. The rules (`is_open`, `next_opening`, `closes_at`) are
-`planning/maintenance.py`.
+`planning/rollout/maintenance.py`.
 
 Time zone names are looked up with Python's `zoneinfo`: the operating system's database
 (`/usr/share/zoneinfo`, Debian package `tzdata`), else the PyPI package `tzdata` (a noderoll

@@ -30,9 +30,9 @@ rules (`rules[]`: a known `action`, `timeoutSeconds` with `WaitForCompletion` on
 valid `namespaces`, a valid `podSelector`, no rule after a catch-all) and `onDrainTimeout`.
 GPU health before uncordon (`verify`, `api/verify.py`) and other maintenance respected (`respect`,
 `api/respect.py`): their own sections below.
-The batch maths lives in `planning/batches.py` (rolling: `planning/rolling.py`), the window and
-gate rules in `planning/maintenance.py` and `planning/gates.py`, the floors and topology limits in
-`planning/disruption.py`; these models stay data.
+The batch maths lives in `planning/rollout/batches.py` (rolling: `planning/rollout/rolling.py`), the window and
+gate rules in `planning/rollout/maintenance.py` and `planning/rollout/gates.py`, the floors and topology limits in
+`planning/rollout/disruption.py`; these models stay data.
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ objects are what `nodeMaintenance` reads. A plain cordon by someone else is no t
 (`node.kubernetes.io/unschedulable` is not in the list: noderoll's own cordon carries it too).
 
 Checked here: each key is a valid taint key, at most once, and not noderoll's own
-(`noderoll.io/...`). The rules are `planning/respect.py` (`held_by`, `may_start`); the listing reads
+(`noderoll.io/...`). The rules are `planning/rollout/respect.py` (`held_by`, `may_start`); the listing reads
 the NodeMaintenance objects (`kube/node_maintenance.py`). What the fleet then does with such a node
 (waits, counts it against every budget) is the fleet's decision core.
 """

@@ -1,6 +1,6 @@
 """Status shapes of Package and DeploymentPolicy (what the bridge writes). Pure (no I/O).
 
-`planning/status.py` renders a `PackageStatus` from a rollout's progress; the bridge patches the
+`planning/views/status.py` renders a `PackageStatus` from a rollout's progress; the bridge patches the
 status subresource with `PackageStatus.dump()`. Conditions follow Kubernetes conventions
 (metav1.Condition fields, `Ready` with `observedGeneration`).
 
@@ -125,7 +125,7 @@ class NodeReason(StatusModel):
 
 
 class DrainBlockedNode(StatusModel):
-    """A target node whose drain waits on someone else's pods (`planning.drain.DrainBlock`)."""
+    """A target node whose drain waits on someone else's pods (`planning.node.drain.DrainBlock`)."""
 
     node: str
     reason: str  # api.enums.DrainReason: EvictionRefused | WaitingForProtectedPods | WaitingForCompletion
@@ -134,7 +134,7 @@ class DrainBlockedNode(StatusModel):
 
 
 class GateFailureStatus(StatusModel):
-    """The analysis gate that halted the fleet (`planning.gates.GateFailure`)."""
+    """The analysis gate that halted the fleet (`planning.rollout.gates.GateFailure`)."""
 
     gate: str
     query: str
@@ -146,7 +146,7 @@ class GateFailureStatus(StatusModel):
 
 
 class RollbackStatus(StatusModel):
-    """The rollback of a failed canary (`planning.fleet_rollback.RollbackReport`)."""
+    """The rollback of a failed canary (`planning.rollout.fleet_rollback.RollbackReport`)."""
 
     wave: int = 0
     phase: RolloutPhase = RolloutPhase.ROLLING_BACK
@@ -235,7 +235,7 @@ class PackageStatus(StatusModel):
 
 
 class CapacityStatus(StatusModel):
-    """One capacity floor of the policy's fleet (`planning.disruption.CapacityUse`)."""
+    """One capacity floor of the policy's fleet (`planning.rollout.disruption.CapacityUse`)."""
 
     compartment: str
     resource: str
@@ -247,7 +247,7 @@ class CapacityStatus(StatusModel):
 
 
 class WaitStatus(StatusModel):
-    """Nodes a floor or topology limit held back at the latest batch plan (`planning.disruption.WaitNote`)."""
+    """Nodes a floor or topology limit held back at the latest batch plan (`planning.rollout.disruption.WaitNote`)."""
 
     compartment: str
     rule: str

@@ -29,7 +29,7 @@ from typing import Any
 
 from api import keys
 
-# The cycle search is shared with the per-node planner; planning.dependencies imports nothing from api.
+# The cycle search is shared with the per-node planner; planning.node.dependencies imports nothing from api.
 from api.graph import find_cycle
 from api.package import Package, PackageSpec
 from api.policy import DeploymentPolicy

@@ -37,7 +37,7 @@ the record and noderoll's cordon as they are: a node whose GPUs failed goes back
 verify passed or an operator uncordoned it (`noderoll node reset` forgets the record).
 
 Checked here: `image` is an image reference, `timeoutSeconds` 1-86400, `onFailure` one of the two
-values. The rules of when a verify runs and what its outcome does are `planning/verify.py`; the pod
+values. The rules of when a verify runs and what its outcome does are `planning/node/verify.py`; the pod
 is `activities/verify_pod.py`. An example image: `deploy/examples/verify/gpu-health` (DCGM's
 `dcgmi diag -r 1` where `dcgmi` exists, `nvidia-smi` otherwise).
 """

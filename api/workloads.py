@@ -6,9 +6,9 @@ fails the window.
 
 * `noticeSeconds` (0-86400, default 0): at least this long before the window evicts or deletes a
   pod, the pod carries the annotation `noderoll.io/eviction-at` (RFC 3339) and the node the condition
-  `noderoll.io/MaintenanceScheduled=True` (planning/eviction_notice.py). Only windows that drain give
+  `noderoll.io/MaintenanceScheduled=True` (planning/node/eviction_notice.py). Only windows that drain give
   a notice; one that finds no pod to evict does not wait for it.
-* `rules[]`: per pod the first rule that matches decides (planning/drain_rules.py). A rule matches
+* `rules[]`: per pod the first rule that matches decides (planning/node/drain_rules.py). A rule matches
   a pod when every criterion it sets holds: `namespaces` (a non-empty list of namespace names; left
   out: every namespace), `podSelector` (a label selector; left out: every pod), `gpuPods` (`true`:
   pods that request or limit a positive quantity of any `*/gpu` extended resource in any container,

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from planning.fleet_status import FleetProgress
+from planning.views.fleet_status import FleetProgress
 
 SAMPLE_SECONDS = 2.0
 

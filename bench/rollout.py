@@ -42,7 +42,7 @@ from bench.scenario import (
 )
 from bench.summary import disruptions, summarize
 from planning.fleet.codec import progress_from_json
-from planning.fleet_status import FleetProgress
+from planning.views.fleet_status import FleetProgress
 from protocol.names import QUERY_PROGRESS, fleet_workflow_id
 from protocol.node_settings import EAGER_START_ENV
 

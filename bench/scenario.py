@@ -24,9 +24,9 @@ from api.node_state import NodeState
 from api.package import PackageSpec
 from api.policy import DeploymentPolicySpec
 from fleetsim.context import jitter_factor
-from planning.batches import PlannerInput, new_planner, next_batch, record_batch_result
-from planning.compartments import NodeInfo
-from planning.node_plan import NodePlanInput, plan_node
+from planning.node.node_plan import NodePlanInput, plan_node
+from planning.rollout.batches import PlannerInput, new_planner, next_batch, record_batch_result
+from planning.rollout.compartments import NodeInfo
 from protocol.names import fleet_workflow_id
 
 PACKAGES_DIR = Path(__file__).resolve().parent / "packages"

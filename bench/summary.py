@@ -13,7 +13,7 @@ from typing import Any
 from bench import apimetrics, cpu_timeline, histories, makespan_parts
 from bench.scenario import Scenario
 from bench.window_time import median_breakdown
-from planning.fleet_status import FleetProgress
+from planning.views.fleet_status import FleetProgress
 
 MIB = 2**20
 

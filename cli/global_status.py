@@ -18,7 +18,7 @@ from temporalio.client import WorkflowQueryRejectedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from cli.ops_client import Ops, OpsError
-from planning.global_codec import global_view_from_json, global_view_to_json
+from planning.clusters.global_codec import global_view_from_json, global_view_to_json
 from protocol import names
 from protocol.clusters import GlobalView
 

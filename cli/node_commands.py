@@ -35,7 +35,7 @@ import kube
 from api import keys
 from cli.ops_client import Ops, OpsError, add_connection_flags
 from cli.ops_commands import run_ops
-from planning.node_plan import RERUN_STAGES
+from planning.node.node_plan import RERUN_STAGES
 from protocol import names
 from protocol.fleet import NodeReset, Rerun
 from protocol.node import Route, signal_node_workflow

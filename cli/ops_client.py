@@ -42,10 +42,10 @@ from api.status import PackageStatus
 from kube.node_snapshot import node_facts
 from kube.pod_wait import pod_outcome
 from localstack.state import resolve_connection
-from planning.drain import DrainBlock, DrainCondition, drain_block, read_drain_condition
 from planning.fleet.codec import progress_from_json
-from planning.fleet_status import FleetProgress, NodeProgress, read_at
-from planning.status import RolloutProgress
+from planning.node.drain import DrainBlock, DrainCondition, drain_block, read_drain_condition
+from planning.views.fleet_status import FleetProgress, NodeProgress, read_at
+from planning.views.status import RolloutProgress
 from protocol import names
 from protocol.fleet import Filter
 from service.temporal_client import connect
@@ -134,7 +134,7 @@ class PackageView:
 @dataclass
 class NodeRow:
     """One Node as the CLI shows it (`noderoll nodes`, `status`, the demo): its noderoll status label, cordon
-    and readiness, and every package recorded on it. Not `planning.targets.NodeView` (the planners' input)."""
+    and readiness, and every package recorded on it. Not `planning.node.targets.NodeView` (the planners' input)."""
 
     name: str
     status: str
@@ -311,7 +311,7 @@ class Ops:
     async def query_fleet(self, fleet: str) -> FleetProgress:
         """The running fleet's `progress` query; NoAnswer (saying why) when it cannot answer."""
         answer = progress_from_json(await self.ask_fleet(fleet, names.QUERY_PROGRESS))
-        # The ETA as of now, not as of the fleet's last workflow task (planning.eta.eta_at).
+        # The ETA as of now, not as of the fleet's last workflow task (planning.views.eta.eta_at).
         return read_at(answer, datetime.now(UTC).isoformat())
 
     async def ask_fleet(self, fleet: str, query: str) -> Any:

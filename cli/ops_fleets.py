@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cli.ops_client import NoAnswer, NodeRow, Ops, OpsError, PackageView, progress_from_status
-from planning.fleet_status import FleetProgress
-from planning.status import package_view as package_progress
+from planning.views.fleet_status import FleetProgress
+from planning.views.status import package_view as package_progress
 from protocol import names
 from protocol.fleet import Filter
 

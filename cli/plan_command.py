@@ -4,7 +4,7 @@ Reads the Packages and DeploymentPolicies the cluster holds, with the objects of
 applied) merged over them by kind and name, and every Node; asks each running fleet for the desired
 state it holds (`desired_state`) and what it measured (`progress`: its window durations for the
 ETA). The fleets' desired states are assembled as the bridge assembles them
-(`crd_bridge.fleets.desired_fleet`), and each is planned by `planning.rollout_plan.plan_fleet`, the
+(`crd_bridge.fleets.desired_fleet`), and each is planned by `planning.views.rollout_plan.plan_fleet`, the
 fleet's own rules. Changes nothing. With `--cluster NAME` the fleets asked are the cluster's
 (`fleet/<cluster>/<policy>`), and the plan orders nodes by that id, as the cluster's fleet does.
 
@@ -48,8 +48,8 @@ from cli.ops_client import NoAnswer, Ops, OpsError, add_connection_flags
 from cli.ops_commands import run_ops
 from crd_bridge.fleets import FleetFacts, PackageFacts, desired_fleet, raw_fleet
 from kube.node_snapshot import node_facts, node_view
-from planning.eta import Timings, duration_text
-from planning.rollout_plan import FleetPlan, PlanInput, plan_fleet
+from planning.views.eta import Timings, duration_text
+from planning.views.rollout_plan import FleetPlan, PlanInput, plan_fleet
 from protocol.fleet import FleetSpec
 from protocol.names import DEFAULT_FLEET, QUERY_FLEET_SPEC, fleet_workflow_id
 

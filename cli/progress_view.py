@@ -24,9 +24,9 @@ from api.node_state import PackageNodeState
 from api.package import Limits
 from cli.ops_client import NodeRow, PackageView
 from cli.ops_fleets import QUERY_SOURCE, FleetView
-from planning.drain import drains_window
-from planning.eta import Eta, duration_text
-from planning.fleet_status import NodeProgress
+from planning.node.drain import drains_window
+from planning.views.eta import Eta, duration_text
+from planning.views.fleet_status import NodeProgress
 from protocol import names
 from protocol.node_settings import (
     DEFAULT_INTERRUPT_TIMEOUT_SECONDS,

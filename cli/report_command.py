@@ -5,8 +5,8 @@ every node it handed a window to (`node/<node>`, since the fleet's first run) fr
 (`cli.rollout_history`; with `--cluster NAME` the cluster's `fleet/<cluster>/<policy>` and
 `node/<cluster>/<node>`), the nodes' records (`noderoll.io/state`), and the canary, phase and
 message from the fleet's `progress` (or, when it no longer runs, from its Packages' and policy's
-statuses); `planning.rollout_report.build_report` makes the timeline and
-`planning.report_html.render_html` the page. Exit codes: 0 written, 1 no such fleet or no cluster.
+statuses); `planning.views.rollout_report.build_report` makes the timeline and
+`planning.views.report_html.render_html` the page. Exit codes: 0 written, 1 no such fleet or no cluster.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from cli.ops_client import NoAnswer, Ops, OpsError, add_connection_flags
 from cli.ops_commands import run_ops
 from cli.ops_fleets import package_fleet
 from cli.rollout_history import fleet_histories, node_histories
-from planning.report_html import render_html
-from planning.rollout_report import ReportInput, RunHistory, build_report
+from planning.views.report_html import render_html
+from planning.views.rollout_report import ReportInput, RunHistory, build_report
 from protocol.names import fleet_workflow_id
 
 # Node histories read at once (each is one or a few Temporal calls).

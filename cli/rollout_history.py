@@ -19,7 +19,7 @@ from temporalio.api.common.v1 import Payloads
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 
-from planning.rollout_report import ActivityRun, RunHistory, Signal
+from planning.views.rollout_report import ActivityRun, RunHistory, Signal
 from protocol import names
 
 

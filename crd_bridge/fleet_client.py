@@ -19,7 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from crd_bridge.decisions import RolloutState
 from planning.fleet.codec import progress_from_json
-from planning.fleet_status import FleetProgress, read_at
+from planning.views.fleet_status import FleetProgress, read_at
 from protocol import names
 from protocol.fleet import FleetInput, FleetSpec, NodeReset
 from protocol.node import Route, cluster_attributes, signal_node_workflow
@@ -88,7 +88,7 @@ class Fleets:
     async def progress(self, fleet: str) -> FleetProgress:
         """The fleet's answer to the `progress` query."""
         answer = progress_from_json(await self.handle(fleet).query(names.QUERY_PROGRESS))
-        # The ETA as of now, not as of the fleet's last workflow task (planning.eta.eta_at).
+        # The ETA as of now, not as of the fleet's last workflow task (planning.views.eta.eta_at).
         return read_at(answer, datetime.now(UTC).isoformat())
 
     async def desired(self, fleet: str) -> FleetSpec | None:

@@ -23,7 +23,7 @@ is in a window: its reboot's NotReady is noderoll's). It goes, as `availability_
 fleets one of whose Packages targets the node (`fleets_targeting`: the same selector match as for
 `nodes_changed`, and the fleets uninstalling a deleted Package there).
 
-The runtime-required taint rule itself is `planning.runtime_taint`; here a Node object (API JSON)
+The runtime-required taint rule itself is `planning.node.runtime_taint`; here a Node object (API JSON)
 and the bridge's valid Packages are turned into its input.
 """
 
@@ -39,8 +39,8 @@ from api.node_state import parse_node_state
 from api.package import Package, PackageSpec
 from kube.node_snapshot import NodeFacts, node_facts
 from kube.node_snapshot import node_view as as_view
-from planning.runtime_taint import RuntimePackage, RuntimeTaintInput
-from planning.targets import UNSCHEDULABLE_TAINT_KEY, NodeView, is_candidate
+from planning.node.runtime_taint import RuntimePackage, RuntimeTaintInput
+from planning.node.targets import UNSCHEDULABLE_TAINT_KEY, NodeView, is_candidate
 from protocol.fleet import FleetSpec, NodeReset
 from protocol.names import fleet_name
 
@@ -64,7 +64,7 @@ def targeting_change(old: NodeView | None, new: NodeView) -> bool:
 def _selectable_labels(node: NodeView) -> dict[str, str]:
     # noderoll's own status label is no selector input: counting it made every state write a signal.
     # Drain-ahead's mark likewise (each batch's marks would signal every fleet of the node).
-    # A skipped window's label likewise (planning/fleet_state.py asks a skipped node again on `retry` only).
+    # A skipped window's label likewise (planning/rollout/fleet_state.py asks a skipped node again on `retry` only).
     return {k: v for k, v in node.labels.items()
             if k not in (keys.NODE_STATUS_LABEL, keys.UPCOMING_KEY, keys.SKIPPED_LABEL)}
 

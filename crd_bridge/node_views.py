@@ -1,7 +1,7 @@
 """The bridge's per-Node view, kept up to date from the Node watch. Pure data (no I/O).
 
 The status poller needs, every round and for every Package, each Node as the planners see it
-(`planning.targets.NodeView`: labels, taints, the state annotation) and the Nodes whose drain is
+(`planning.node.targets.NodeView`: labels, taints, the state annotation) and the Nodes whose drain is
 blocked (`noderoll.io/Draining`). Building them from the cached objects on every poll converted
 every Node once per Package per round: a third of the bridge's CPU at 1,000 nodes (issue #26,
 docs/benchmarks.md). Here each Node is converted once per watch event that changes it (ADDED,
@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crd_bridge.node_changes import node_view
-from planning.drain import read_drain_condition
-from planning.targets import NodeView
+from planning.node.drain import read_drain_condition
+from planning.node.targets import NodeView
 
 NODE_KIND = "Node"  # crd_bridge.watcher's (not imported: the cache stays free of the client)
 

@@ -6,7 +6,7 @@ debounced: the fleets of the Packages concerned are collected and signalled once
 nodes joining at once cost one signal per fleet, not one per node). `availability_changed` (a node
 cordoned, uncordoned or turned NotReady/Ready by someone else) is coalesced over a short interval
 (`crd_bridge.availability`): one signal per fleet carrying every node noted since. The
-runtime-required taint is decided per Node by `planning.runtime_taint` on the cached object and written with
+runtime-required taint is decided per Node by `planning.node.runtime_taint` on the cached object and written with
 `kube.taints.set_runtime_required_taint`, guarded by that object's resourceVersion: a Node
 that changed since is left alone, and its newer version (the watch event marks the taints dirty)
 is decided again.
@@ -35,7 +35,7 @@ from crd_bridge.reconciler import Reconciler
 from kube.node_snapshot import node_facts
 from kube.node_snapshot import node_view as as_view
 from kube.taints import SetTaintInput, set_runtime_required_taint
-from planning.runtime_taint import RuntimePackage, TaintChange, decide_runtime_taint
+from planning.node.runtime_taint import RuntimePackage, TaintChange, decide_runtime_taint
 from protocol.fleet import NodeReset
 from protocol.names import SIGNAL_AVAILABILITY_CHANGED, SIGNAL_NODES_CHANGED, fleet_name
 

@@ -14,8 +14,8 @@ import metrics
 from api.enums import RolloutPhase
 from api.node_state import parse_node_state
 from metrics import NodeCount
-from planning.fleet_status import FleetProgress as FleetReport
-from planning.status import RolloutProgress
+from planning.views.fleet_status import FleetProgress as FleetReport
+from planning.views.status import RolloutProgress
 
 ROLLOUT_PHASES = tuple(p.value for p in RolloutPhase)
 

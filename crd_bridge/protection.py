@@ -14,7 +14,7 @@ pod uses: an object that others use is not removed while they do.
 * A Package being deleted that has users keeps its place in its fleet as it is (no uninstall yet):
   its dependents keep what they need. Its uninstall starts once no user *holds* it; a user being
   uninstalled by the same fleet does not hold it, because the node window uninstalls dependents
-  before their dependencies (`planning.node_plan`), so a prune of both costs one window per node.
+  before their dependencies (`planning.node.node_plan`), so a prune of both costs one window per node.
   A user in another fleet holds it until that user is gone: dependents are uninstalled first.
 * While an object has users its status carries the condition `InUse` (True; reason `InUse`, or
   `DeletionBlocked` while its deletion waits; the message names the users); once they are gone it

@@ -54,10 +54,10 @@ from crd_bridge.protection import (
 from crd_bridge.status_writer import StatusWrite, without_empty_strings, write_status
 from crd_bridge.validation import PackageCheck, check_package, parse_policy, references
 from metrics import forget_package
-from planning.fleet_rollback import rollback_event
-from planning.fleet_status import FleetProgress
-from planning.gates import failure_text
-from planning.status import global_halt_event, render_invalid_package_status, render_policy_status
+from planning.rollout.fleet_rollback import rollback_event
+from planning.rollout.gates import failure_text
+from planning.views.fleet_status import FleetProgress
+from planning.views.status import global_halt_event, render_invalid_package_status, render_policy_status
 from protocol.fleet import FleetSpec
 from protocol.names import DEFAULT_FLEET, global_workflow_id
 

@@ -1,13 +1,13 @@
 """Status of running fleets: query `progress`, render each Package's and the policy's status, publish metrics. Does I/O.
 
 Every `status_seconds` the leader asks each active fleet for its `progress` and, for every Package
-object the fleet carries, writes the status rendered by `planning.status.render_package_status`
+object the fleet carries, writes the status rendered by `planning.views.status.render_package_status`
 from `progress.packages[name]` (only when it changed: the writer compares). `observedGeneration`
 is the generation the fleet rolls out for that Package, so `kubectl wait --for=condition=Ready`
 means "this generation rolled out". A Package being deleted whose fleet reports it uninstalled is
 reconciled at once (its finalizer goes). The DeploymentPolicy gets its fleet's phase, wave, batch
 and nodes. The target nodes whose drain waits come from the cached Nodes' `noderoll.io/Draining`
-condition (`planning.drain.drain_blocks`: the fleet does not know about a drain until its node
+condition (`planning.node.drain.drain_blocks`: the fleet does not know about a drain until its node
 answers). A fleet that ended (its last Package went) leaves the active list. Nodes are read from
 the views the Node watch keeps (`ObjectCache.nodes`), not converted again on every poll.
 """
@@ -30,9 +30,9 @@ from crd_bridge.protection import with_condition
 from crd_bridge.reconciler import Reconciler
 from crd_bridge.status_writer import StatusWrite, without_empty_strings, write_status
 from metrics import set_package_nodes
-from planning.drain import drain_blocks
-from planning.status import package_view, render_package_status
-from planning.targets import is_candidate
+from planning.node.drain import drain_blocks
+from planning.node.targets import is_candidate
+from planning.views.status import package_view, render_package_status
 from protocol.names import DEFAULT_FLEET
 
 log = logging.getLogger("noderoll.bridge.status")

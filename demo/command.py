@@ -38,7 +38,7 @@ from demo.view import LiveSnapshot, change_lines, observe, render_live
 from fleetsim.nodes import node_name
 from localstack.provision import ProvisionError
 from localstack.state import StackInfo, default_state_dir, load_stack_info
-from planning.status import RolloutProgress
+from planning.views.status import RolloutProgress
 from protocol import names
 
 # One fleet queried every poll: fast enough to watch, light on a busy workflow's query buffer.

@@ -37,8 +37,8 @@ from rich.console import Console
 from demo.resources import DemoObjects
 from localstack.prometheus import PrometheusServer, free_port, prometheus_binary
 from localstack.state import load_stack_info
-from planning.gates import failure_text
-from planning.status import RolloutProgress
+from planning.rollout.gates import failure_text
+from planning.views.status import RolloutProgress
 from protocol import names
 
 METRIC = "noderoll_demo_gpu_xid_errors"

@@ -18,8 +18,8 @@ from rich.table import Table
 from api.enums import State
 from cli.progress_view import disruption_totals, disruptions_text, plural
 from demo.view import GPU, LiveSnapshot
-from planning.fleet_status import FleetProgress
-from planning.status import RolloutProgress
+from planning.views.fleet_status import FleetProgress
+from planning.views.status import RolloutProgress
 from protocol import names
 
 

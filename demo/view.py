@@ -34,9 +34,9 @@ from cli.progress_view import (
     phase_text,
     plural,
 )
-from planning.disruption import describe, noun
-from planning.fleet_status import FleetProgress, NodeProgress
-from planning.status import RolloutProgress
+from planning.rollout.disruption import describe, noun
+from planning.views.fleet_status import FleetProgress, NodeProgress
+from planning.views.status import RolloutProgress
 from protocol import names
 
 # Node states in the fleet's progress that mean "not reached by a window yet".

@@ -4,7 +4,7 @@
 
 It talks to the fleet workflow `fleet/<policy>` exactly as the `noderoll` CLI and the bridge do: the
 contract signals `pause` and `resume` with a `protocol.fleet.Filter` payload (`{"packages": [...]}`)
-and the `progress` query, read into `planning.fleet_status.FleetProgress`. The connection defaults as
+and the `progress` query, read into `planning.views.fleet_status.FleetProgress`. The connection defaults as
 the CLI's do: `--temporal-address`, else NODEROLL_TEMPORAL_ADDRESS, else the running dev stack
 (`scripts/noderoll dev up`, `scripts/noderoll demo --keep`); `--temporal-namespace`, else
 NODEROLL_TEMPORAL_NAMESPACE, else `default`. Exit 0 when the pause showed in progress and the Package
@@ -26,7 +26,7 @@ from api.enums import RolloutPhase
 from cli.process_exit import exit_process
 from localstack.state import resolve_connection
 from planning.fleet.codec import progress_from_json
-from planning.fleet_status import FleetProgress
+from planning.views.fleet_status import FleetProgress
 from protocol import names
 from protocol.fleet import Filter
 

@@ -15,7 +15,7 @@ from kubernetes.client.exceptions import ApiException
 import kube
 from api.keys import EVICTION_AT_ANNOTATION, PACKAGE_POD_NAMESPACE, STAGE_COMPONENT, STAGE_COMPONENT_LABEL
 from kube.nodes import node_not_found
-from planning.drain_rules import PodFacts, uses_gpu
+from planning.node.drain_rules import PodFacts, uses_gpu
 
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 MERGE_PATCH = "application/merge-patch+json"
@@ -86,7 +86,7 @@ def _resources(pod: client.V1Pod) -> list[dict[str, Any]]:
 
 
 def pod_facts(pod: client.V1Pod) -> PodFacts:
-    """What the drain rules read of a pod (planning/drain_rules.py). Pure conversion."""
+    """What the drain rules read of a pod (planning/node/drain_rules.py). Pure conversion."""
     meta = pod.metadata
     annotations, labels = meta.annotations or {}, meta.labels or {}
     return PodFacts(

@@ -4,7 +4,7 @@
 JSON (the bridge's watch cache), and answers a `NodeFacts` with every part any caller reads:
 the node window (`activities.nodes.snapshot`: cordon, boot id, Ready), the fleet's target selection
 (`activities.fleet`), the node marks (`activities.node_marks`) and the bridge
-(`crd_bridge.node_changes`). `node_view` turns it into the pure core's `planning.targets.NodeView`.
+(`crd_bridge.node_changes`). `node_view` turns it into the pure core's `planning.node.targets.NodeView`.
 Taints are `{"key", "value", "effect"}` with "" for an absent part. The node window's wire type
 `protocol.node_activities.ReadNodeResult` is a projection of it (`activities.nodes.snapshot`;
 workflows import the wire types, so they cannot import this module).
@@ -24,7 +24,7 @@ from api.keys import (
     NODE_STATE_ANNOTATION,
     NODE_STATUS_LABEL,
 )
-from planning.targets import NodeView
+from planning.node.targets import NodeView
 
 
 @dataclass

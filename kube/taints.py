@@ -1,6 +1,6 @@
 """The runtime-required taint on Nodes: add or remove `noderoll.io/runtime-required`. Does I/O.
 
-Used by the bridge, which decides per node with `planning.runtime_taint.decide_runtime_taint`.
+Used by the bridge, which decides per node with `planning.node.runtime_taint.decide_runtime_taint`.
 Idempotent: adding a taint that is there, or removing one that is not, writes nothing. The write is
 a JSON patch guarded by `test` on the node's resourceVersion, so a concurrent edit of the node
 (kubelet, another controller) makes it fail. Given `resource_version` (the version the decision

@@ -2,7 +2,7 @@
 
 `set_upcoming(node, fleet, want, taint)` adds or removes `fleet`'s entry in the annotation
 `noderoll.io/upcoming-for` and makes the label `noderoll.io/upcoming=true` and the taint
-`noderoll.io/upcoming:PreferNoSchedule` follow the entries (`planning.drain_ahead.owners_after`).
+`noderoll.io/upcoming:PreferNoSchedule` follow the entries (`planning.rollout.drain_ahead.owners_after`).
 One merge patch carrying the resourceVersion it was decided on: a node changed in between (a window
 cordoning it, the kubelet) answers 409 and is read and decided again. Idempotent: a node that shows
 the claim already is not written; a node that does not exist is skipped.
@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 import kube
 from api.keys import UPCOMING_FOR_ANNOTATION, UPCOMING_KEY, UPCOMING_TAINT_EFFECT, UPCOMING_VALUE
 from kube.nodes import find_node
-from planning.drain_ahead import owners_after
+from planning.rollout.drain_ahead import owners_after
 
 CONFLICT_RETRIES = 8
 MERGE_PATCH = "application/merge-patch+json"

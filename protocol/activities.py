@@ -14,7 +14,7 @@ from protocol.fleet import PackageEntry, WindowRequest
 
 @dataclass
 class ListFleetNodesInput:
-    """List the Nodes and classify them for the fleet's Packages (`planning.fleet_targets`)."""
+    """List the Nodes and classify them for the fleet's Packages (`planning.rollout.fleet_targets`)."""
 
     packages: list[PackageEntry]
     # node -> Packages its window in flight carries (those stay the fleet's whatever the taints).
@@ -23,7 +23,7 @@ class ListFleetNodesInput:
     label_keys: list[str] = field(default_factory=list)
     # Server-side label selector narrowing the list ("" = every node).
     label_selector: str = ""
-    # Capacity floors and topology limits (planning/disruption.py): report per node why it is down and
+    # Capacity floors and topology limits (planning/rollout/disruption.py): report per node why it is down and
     # its allocatable units of `resources`.
     supply: bool = False
     resources: list[str] = field(default_factory=list)
@@ -34,11 +34,11 @@ class ListFleetNodesInput:
 
 @dataclass
 class ListFleetNodesResult:
-    """`planning.fleet_targets.FleetSelection` as JSON (the workflow converts it)."""
+    """`planning.rollout.fleet_targets.FleetSelection` as JSON (the workflow converts it)."""
 
     selection: dict[str, Any] = field(default_factory=dict)
     listed: int = 0
-    # `planning.node_marks.NodeMark`s as JSON: what blocked nodes must show and do not show yet.
+    # `planning.node.node_marks.NodeMark`s as JSON: what blocked nodes must show and do not show yet.
     marks: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -104,7 +104,7 @@ class DescribeWorkflowRunsResult:
 class MarkBlockedNodesInput:
     """Show on each node what its mark says (decided again on a fresh read).
 
-    Each mark is the JSON of a `planning.node_marks.NodeMark` (`planning.fleet.codec` converts):
+    Each mark is the JSON of a `planning.node.node_marks.NodeMark` (`planning.fleet.codec` converts):
     this module stays a leaf."""
 
     marks: list[dict[str, Any]]
@@ -128,7 +128,7 @@ class ReportToGlobalInput:
 
 @dataclass
 class MarkUpcomingNodesInput:
-    """Drain-ahead (`planning.drain_ahead`): claim `mark` and release `unmark` for `fleet` (its workflow id)."""
+    """Drain-ahead (`planning.rollout.drain_ahead`): claim `mark` and release `unmark` for `fleet` (its workflow id)."""
 
     fleet: str
     mark: list[str] = field(default_factory=list)
@@ -149,7 +149,7 @@ class MarkUpcomingNodesResult:
 class NodeAvailability:
     """One node as capacity floors, topology limits and the count budget see it now."""
 
-    # Why its capacity does not count ("" = it counts): planning.disruption's DOWN_* reasons.
+    # Why its capacity does not count ("" = it counts): planning.rollout.disruption's DOWN_* reasons.
     down: str = ""
     # Allocatable units of the floors' resources.
     capacity: dict[str, int] = field(default_factory=dict)

@@ -25,7 +25,7 @@ class ClusterReport:
 
     cluster: str
     fleet_workflow_id: str
-    # The change set (`planning.cluster_turns.change_id`: every Package's revision; "" = none yet).
+    # The change set (`planning.clusters.cluster_turns.change_id`: every Package's revision; "" = none yet).
     change: str
     # api.clusters.ClusterState value: waiting, running, complete or failed.
     state: str

@@ -28,10 +28,10 @@ import api.status  # noqa: E402
 import api.verify  # noqa: E402
 import api.workloads  # noqa: E402
 import crd_bridge.protection  # noqa: E402
-import planning.fleet_rerun  # noqa: E402
-import planning.fleet_rollback  # noqa: E402
-import planning.node_reset  # noqa: E402
-import planning.runtime_taint  # noqa: E402
+import planning.node.node_reset  # noqa: E402
+import planning.node.runtime_taint  # noqa: E402
+import planning.rollout.fleet_rerun  # noqa: E402
+import planning.rollout.fleet_rollback  # noqa: E402
 
 CRDS = [("packages", api.package), ("deploymentpolicies", api.policy)]
 
@@ -155,7 +155,7 @@ def render() -> str:
     lines += [line.rstrip() for line in (api.respect.__doc__ or "").strip().splitlines()[2:]]
     lines.append("")
     lines += ["## Canary rollback (`canary.onFailure: rollback`)", ""]
-    lines += [line.rstrip() for line in (planning.fleet_rollback.__doc__ or "").strip().splitlines()[2:]]
+    lines += [line.rstrip() for line in (planning.rollout.fleet_rollback.__doc__ or "").strip().splitlines()[2:]]
     lines += ["", "Design: [ADR 0009](adr/0009-canary-rollback.md); how to operate it: "
               "[operations.md](operations.md#canary-rollback).", ""]
     lines += ["## Admission: the validating webhook", ""]
@@ -174,13 +174,13 @@ def render() -> str:
     lines += ["", "The rules are `crd_bridge/protection.py`; how to see and lift a block:",
               "[operations.md](operations.md#deletion-protection).", ""]
     lines += ["## Reruns (`noderoll rerun`, annotation `noderoll.io/rerun`)", ""]
-    lines += [line.rstrip() for line in (planning.fleet_rerun.__doc__ or "").strip().splitlines()[2:]]
+    lines += [line.rstrip() for line in (planning.rollout.fleet_rerun.__doc__ or "").strip().splitlines()[2:]]
     lines += ["", "## Node reset (`noderoll node reset`, annotation `noderoll.io/reset`)", ""]
-    lines += [line.rstrip() for line in (planning.node_reset.__doc__ or "").strip().splitlines()[2:]]
+    lines += [line.rstrip() for line in (planning.node.node_reset.__doc__ or "").strip().splitlines()[2:]]
     lines += ["", "Every operator verb, with and without the CLI: [operations.md](operations.md#operator-verbs).", ""]
     lines += ["## The runtime-required taint", ""]
-    lines += [line.rstrip() for line in (planning.runtime_taint.__doc__ or "").strip().splitlines()[2:]]
-    lines += ["", "The rule is `planning/runtime_taint.py`; the bridge applies it to every Node.", ""]
+    lines += [line.rstrip() for line in (planning.node.runtime_taint.__doc__ or "").strip().splitlines()[2:]]
+    lines += ["", "The rule is `planning/node/runtime_taint.py`; the bridge applies it to every Node.", ""]
     lines.extend(_node_keys())
     lines += ["## Status written by noderoll", ""]
     lines += [line.rstrip() for line in (api.status.__doc__ or "").strip().splitlines()[2:]]

@@ -11,7 +11,7 @@ Signals (contract, each with an optional `Filter` {"packages": [...], "nodes": [
 (requests not yet started are withdrawn), `retry` (erroring or blocked nodes are asked again),
 `rerun` (a `Rerun`: a complete Package runs again on its nodes, once per id); from the bridge `desired`,
 `nodes_changed` and `availability_changed`; from node workflows `window_result`; from `global/<policy>`
-`global_turn`. Query `progress`: a `planning.fleet_status.FleetProgress`; query `desired_state`.
+`global_turn`. Query `progress`: a `planning.views.fleet_status.FleetProgress`; query `desired_state`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from api.enums import RolloutPhase
     from planning.fleet.commands import Complete, ContinueAsNew
-    from planning.fleet.eta import fleet_eta
     from planning.fleet.machine import FleetMachine
     from planning.fleet.messages import (
         Answer,
@@ -34,7 +33,8 @@ with workflow.unsafe.imports_passed_through():
         RerunAsked,
         TurnGiven,
     )
-    from planning.fleet_status import FleetProgress, fleet_progress, has_eta
+    from planning.views.fleet_eta import fleet_eta
+    from planning.views.fleet_status import FleetProgress, fleet_progress, has_eta
     from protocol import names
     from protocol.clusters import GlobalTurn
     from protocol.fleet import AvailabilityChanged as AvailabilityPayload
@@ -84,7 +84,7 @@ class FleetWorkflow:
 
     @workflow.signal(name=names.SIGNAL_RERUN)
     def rerun(self, request: Rerun) -> None:
-        """Run a complete Package again on its nodes (or the given ones), once per id (planning.fleet_rerun)."""
+        """Run a complete Package again on its nodes (or the given ones), once per id (planning.rollout.fleet_rerun)."""
         self._machine.receive(RerunAsked(request))
 
     @workflow.signal(name=names.SIGNAL_NODES_CHANGED)
@@ -109,7 +109,7 @@ class FleetWorkflow:
 
     @workflow.query(name=names.QUERY_PROGRESS)
     def progress(self) -> FleetProgress:
-        """Per Package, per node and for the fleet (planning.fleet_status).
+        """Per Package, per node and for the fleet (planning.views.fleet_status).
 
         Computed once per workflow task: the state changes only in one, and a query sees the last task's
         history length and time (so the key changes with every task). The bridge asks every 3 s; during
@@ -118,8 +118,8 @@ class FleetWorkflow:
         run = self._run
         key = (workflow.info().get_current_history_length(), workflow.now(), run.phase)
         if self._progress is None or self._progress[0] != key:
-            # The ETA runs the fleet's machine ahead on a copy (planning.fleet.eta); readers move it to
-            # their own clock (planning.eta.eta_at).
+            # The ETA runs the fleet's machine ahead on a copy (planning.views.fleet_eta); readers move it to
+            # their own clock (planning.views.eta.eta_at).
             eta = fleet_eta(run) if has_eta(run.phase) else None
             report = fleet_progress(run.state, run.phase, workflow.now().isoformat(), run.fleet_id, eta)
             self._progress = (key, report)

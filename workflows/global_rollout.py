@@ -3,7 +3,7 @@
 Started by the first cluster that reports (activity `report_to_global`, signal-with-start
 `cluster_report` on task queue `noderoll-global`, which the worker of every named cluster polls: it
 calls no activity, so whichever cluster's worker is up runs it; ADR 0017). Every decision is
-`planning/global_rollout.py`: which copy of `spec.clusters` runs, which stage each change set is
+`planning/clusters/global_rollout.py`: which copy of `spec.clusters` runs, which stage each change set is
 granted, soaks, halts. The workflow only sequences:
 
 * `cluster_report` (a `ClusterReport`) from a cluster's fleet: recorded; a failure under
@@ -31,8 +31,8 @@ from datetime import timedelta
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from planning import global_rollout as rules
-    from planning.global_codec import global_state_from_json, global_state_to_json
+    from planning.clusters import global_rollout as rules
+    from planning.clusters.global_codec import global_state_from_json, global_state_to_json
     from protocol import names
     from protocol.clusters import ClusterReport, GlobalInput, GlobalTurn, GlobalView
     from protocol.fleet import Filter

@@ -34,7 +34,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from api.enums import State
-    from planning.window import window_key
+    from planning.node.window import window_key
     from protocol import errors, names
     from protocol.fleet import NodeReset, PackageOutcome, WindowCancel, WindowRequest, WindowResult
     from protocol.node import NodeWorkflowInput

@@ -1,7 +1,7 @@
 """Call site of `mark_blocked_nodes` for fleets and node workflows. Deterministic, no I/O.
 
 `mark_nodes(marks)`: show on the nodes what the marks say (no activity at all when there is nothing
-to show): the marks a fleet's listing returned (`planning.node_marks.listing_marks`, decided in the
+to show): the marks a fleet's listing returned (`planning.node.node_marks.listing_marks`, decided in the
 activity `list_fleet_nodes`; the fleet machine asks with `MarkBlocked`) and the mark of a node workflow
 holding its own node. A failed mark is logged, never fatal: the next listing asks again, and the Package
 status names the node either way.
@@ -17,7 +17,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from planning.fleet.codec import marks_to_json
-    from planning.node_marks import NodeMark
+    from planning.node.node_marks import NodeMark
     from protocol.activities import MarkBlockedNodesInput, MarkBlockedNodesResult
     from workflows.api_retries import outlasting
 

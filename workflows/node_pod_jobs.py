@@ -15,9 +15,9 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from api.enums import Stage
     from api.interrupts import InterruptRequest, merge_interrupts
-    from planning.node_plan import StageStep
-    from planning.pod_steps import pod_modes
-    from planning.window import package_limits
+    from planning.node.node_plan import StageStep
+    from planning.node.pod_steps import pod_modes
+    from planning.node.window import package_limits
     from protocol.node_activities import NextPod, PrestartedPod, StageJob
     from workflows.node_window_types import WindowContext, WindowLedger
 

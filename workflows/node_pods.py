@@ -37,9 +37,9 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from api.enums import Stage, State
     from api.interrupts import InterruptRequest, merge_interrupts
-    from planning.node_plan import StageStep
-    from planning.pod_steps import phase_progress, pod_modes, pod_progress
-    from planning.window import EntryUpdate, log_tail, package_limits, retry_backoff
+    from planning.node.node_plan import StageStep
+    from planning.node.pod_steps import phase_progress, pod_modes, pod_progress
+    from planning.node.window import EntryUpdate, log_tail, package_limits, retry_backoff
     from protocol.node_activities import (
         NextPod,
         RunInterruptInput,

@@ -3,7 +3,7 @@
 `node/<node>` receives `reset` (a `protocol.fleet.NodeReset`, signal-with-start: `noderoll node
 reset`, `temporal workflow signal-with-start`, or the bridge for the Node annotation
 `noderoll.io/reset`) and applies it when no window runs, in the order received: read the node
-(`read_node`), decide the record left (`planning.node_reset.reset_state`, pure) and write it with
+(`read_node`), decide the record left (`planning.node.node_reset.reset_state`, pure) and write it with
 the usual state write (`write_node_state`: annotation and label in one patch, the conditions
 `Updating`/`Erroring` and `StateMalformed` False, a `StateReset` Event). So the node workflow stays
 the single writer of `noderoll.io/state`, and a reset never lands in the middle of a window.
@@ -17,7 +17,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from api.keys import RESET_ANNOTATION
-    from planning.node_reset import reset_state
+    from planning.node.node_reset import reset_state
     from protocol import errors
     from protocol.fleet import NodeReset
     from protocol.node_activities import NodeEvent, NodeInput, ReadNodeResult, WriteNodeStateInput

@@ -4,7 +4,7 @@ the window's ledger. Deterministic, no I/O (the pod is the activity `run_verify_
 The window's sequencer (`workflows/node_window.py`) runs `run_verify` once the stages and the merged
 interrupt are done, and `close_verify` before its final state write; the stage pods
 (`workflows/node_pods.py`) ask `next_verify_pod` for the pod their last activity creates ahead
-(ADR 0022). When a verify runs and what its outcome does are `planning/verify.py`'s rules; a window
+(ADR 0022). When a verify runs and what its outcome does are `planning/node/verify.py`'s rules; a window
 whose request carries no verify, on a node without a failed verify recorded, does nothing here (the
 histories recorded before it replay unchanged).
 """
@@ -19,8 +19,8 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from activities.stage_pod import VERIFY_MODE
     from api.keys import CORDONED_BY_VALUE
-    from planning import verify as rules
-    from planning.window import log_tail, stage_tolerations
+    from planning.node import verify as rules
+    from planning.node.window import log_tail, stage_tolerations
     from protocol.node_activities import NextPod, RunVerifyPodInput, RunVerifyPodResult, StageJob
     from workflows.api_retries import WAIT_RETRY
     from workflows.node_pod_jobs import NextPods
@@ -78,7 +78,7 @@ async def run_verify(ctx: WindowContext, ledger: WindowLedger, next_pods: NextPo
 
 
 def close_verify(ctx: WindowContext, ledger: WindowLedger) -> None:
-    """Apply the verify's end to the ledger (planning.verify.close): the record in the node's state,
+    """Apply the verify's end to the ledger (planning.node.verify.close): the record in the node's state,
     noderoll's cordon (kept, or lifted although this window's own cordon call did not take it), the
     window's Event, and the failure that fails its Packages."""
     installed = [n for n in ledger.healthy(ctx.window.packages) if n in ledger.state.packages]

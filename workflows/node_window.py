@@ -1,7 +1,7 @@
 """One node window for a fleet's `WindowRequest`, executed inside the node workflow. Deterministic, no I/O
 (every side effect is an activity called by name).
 
-`run_window` plans the node with `planning.node_plan` (every Package of the request in ONE window:
+`run_window` plans the node with `planning.node.node_plan` (every Package of the request in ONE window:
 dependency order, one merged interrupt, configInterrupts included), answers the Packages with
 nothing to do or that cannot run, and runs the window with `WindowRun`:
 
@@ -39,11 +39,11 @@ with workflow.unsafe.imports_passed_through():
     from api.node_state import PackageNodeState, config_hashes, dump_node_state, held_reason, parse_node_state
     from api.package import PackageSpec
     from api.workloads import WorkloadsSpec
-    from planning import verify as verify_rules
-    from planning.drain_rules import SKIPPED_DRAIN_TIMEOUT
-    from planning.node_marks import NodeMark
-    from planning.node_plan import NodePlanInput, plan_node
-    from planning.window import EntryUpdate, drain_settings, node_status, protected_selectors
+    from planning.node import verify as verify_rules
+    from planning.node.drain_rules import SKIPPED_DRAIN_TIMEOUT
+    from planning.node.node_marks import NodeMark
+    from planning.node.node_plan import NodePlanInput, plan_node
+    from planning.node.window import EntryUpdate, drain_settings, node_status, protected_selectors
     from protocol import errors
     from protocol.fleet import PackageOutcome, WindowRequest, WindowResult
     from protocol.node import NodeWorkflowInput
@@ -121,7 +121,7 @@ async def run_window(settings: NodeWorkflowInput, request: WindowRequest, snapsh
         return WindowResult(node, request.request_id, _all(request, State.ERRORING, f"{errors.INVALID_SPEC}: {problem}"))
     uninstall = frozenset(o.name for o in request.packages if o.uninstall and o.name in specs)
     # `noderoll rerun`: Packages the fleet asks to run again although they are complete (node_plan rules);
-    # and those whose window failed its GPU verify, when this one verifies (`retry`: planning/verify.py).
+    # and those whose window failed its GPU verify, when this one verifies (`retry`: planning/node/verify.py).
     rerun = {**verify_rules.reruns(recorded, [n for n in specs if n not in uninstall], verify is not None),
              **{o.name: o.rerun_stage for o in request.packages if o.rerun and o.name in specs}}
     plan = plan_node(NodePlanInput(node=node, recorded=recorded, desired=specs, uninstall=uninstall, rerun=rerun))

@@ -17,9 +17,9 @@ from api.node_state import NodeState
 from api.package import PackageSpec
 from api.verify import VerifySpec
 from api.workloads import WorkloadsSpec
-from planning.node_plan import NodePlan, NodeWindow
-from planning.verify import VerifyOutcome
-from planning.window import (
+from planning.node.node_plan import NodePlan, NodeWindow
+from planning.node.verify import VerifyOutcome
+from planning.node.window import (
     EntryUpdate,
     TimeLimits,
     package_limits,

@@ -6,10 +6,10 @@ exactly those before it, so recorded histories replay:
 
 * `give_notice`, after the cordon and the wait for protected pods: with `noticeSeconds`, the activity
   `announce_eviction` annotates the pods the drain will evict and sets the node's condition
-  (planning/eviction_notice.py), then a durable timer waits `noticeSeconds` from the moment they were
+  (planning/node/eviction_notice.py), then a durable timer waits `noticeSeconds` from the moment they were
   told (none when no pod was told: pods that come later get their own notice from the drain);
 * `drain_input` / `drain_seconds`: the drain carries the rules and the notice, and may take the
-  longest `WaitForCompletion` timeout and `noticeSeconds` longer (planning/drain_rules.py `drain_bound`);
+  longest `WaitForCompletion` timeout and `noticeSeconds` longer (planning/node/drain_rules.py `drain_bound`);
 * `skips` / `skip`: with `onDrainTimeout: Skip`, a drain (or protected-pods wait) that ran out of
   time gives the node up: every Package of the window keeps its record as before the window and is
   answered `blocked`; the close uncordons (our cordon only), labels the node `noderoll.io/skipped`,
@@ -26,7 +26,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from api.enums import DrainTimeoutAction
-    from planning.drain_rules import drain_bound, skips_node
+    from planning.node.drain_rules import drain_bound, skips_node
     from protocol.node_activities import AnnounceEvictionInput, AnnounceEvictionResult, DrainNodeInput
     from workflows.api_retries import API_TIMEOUT, WAIT_RETRY
     from workflows.node_window_types import WindowContext, WindowLedger

@@ -7,15 +7,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from planning import disruption
-from planning import fleet_rollback as rollbacks
-from planning import fleet_state as fs
-from planning.disruption import listing_label_keys
 from planning.fleet.codec import marks_from_json, marks_to_json, selection_from_json
 from planning.fleet.commands import DescribeRuns, ListNodes, MarkBlocked, RequestWindows, Wait, Withdraw
 from planning.fleet.inbox import apply_inbox
 from planning.fleet.run import ONE_SECOND, RELIST_MIN_INTERVAL, FleetRun, Steps
-from planning.fleet_targets import FleetSelection
+from planning.rollout import disruption
+from planning.rollout import fleet_rollback as rollbacks
+from planning.rollout import fleet_state as fs
+from planning.rollout.disruption import listing_label_keys
+from planning.rollout.fleet_targets import FleetSelection
 from protocol import names
 from protocol.activities import (
     DescribeWorkflowRunsInput,
@@ -71,7 +71,7 @@ def start_wave(run: FleetRun, held: Callable[[], Steps[bool]]) -> Steps[None]:
             break
     if (yield from held()):
         return  # spec.clusters: the change set that arrived meanwhile waits for its turn (planning.fleet.turns)
-    # Runs recorded before the rule (planning.fleet_rollback: unproven changes) replay without it.
+    # Runs recorded before the rule (planning.rollout.fleet_rollback: unproven changes) replay without it.
     recount = yield from run.patched(UNPROVEN_CHANGES_PATCH)
     fs.start_wave(state, selection, run.policy, run.fleet_id, recount)
     state.message = (f"wave {state.wave}: {len(fs.startable(state))} node(s) to update"

@@ -1,8 +1,8 @@
 """Drain-ahead of one fleet run: mark the nodes expected next, hold their windows until the marks are old
 enough. Pure (machine steps over a `FleetRun`; the marks are written by the command `MarkUpcoming`).
 
-Every decision is `planning.drain_ahead.plan` over the fleet's state; these steps gather its input (the
-batch nodes the fleet may hand over now, the predicted next batch, `planning.fleet_state.preview_next`,
+Every decision is `planning.rollout.drain_ahead.plan` over the fleet's state; these steps gather its input (the
+batch nodes the fleet may hand over now, the predicted next batch, `planning.rollout.fleet_state.preview_next`,
 and when it is expected) and keep its result: `FleetState.upcoming`, `FleetRun.ahead_ready` (the nodes
 whose windows may start) and `FleetRun.ahead_wake` (when the marks next change; the fleet's waits end
 then). A policy without `drainAhead` and a fleet without marks issue no command here.
@@ -13,10 +13,10 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from api.enums import CanaryPhase, Promotion
-from planning import batches, drain_ahead
-from planning import fleet_state as fs
 from planning.fleet.commands import Failed, MarkUpcoming
 from planning.fleet.run import FleetRun, Steps
+from planning.rollout import batches, drain_ahead
+from planning.rollout import fleet_state as fs
 from protocol.activities import MarkUpcomingNodesInput, MarkUpcomingNodesResult
 
 # After marks failed for good: when to try again (the nodes they concern wait meanwhile).
@@ -40,7 +40,7 @@ def _to_send(run: FleetRun) -> list[str]:
 
 
 def _next(run: FleetRun, seconds: int, to_send: list[str]) -> tuple[list[str], datetime | None]:
-    """The predicted next batch and when it is expected to start (module docstring of planning.drain_ahead)."""
+    """The predicted next batch and when it is expected to start (module docstring of planning.rollout.drain_ahead)."""
     state = run.state
     planner = state.planner
     if planner is None or state.paused or state.halted or state.rollback is not None or state.wave_wanted:

@@ -13,10 +13,10 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from planning.fleet_state import FleetState
-from planning.fleet_status import FleetProgress
-from planning.fleet_targets import FleetSelection
-from planning.node_marks import NodeMark
+from planning.node.node_marks import NodeMark
+from planning.rollout.fleet_state import FleetState
+from planning.rollout.fleet_targets import FleetSelection
+from planning.views.fleet_status import FleetProgress
 
 _STATE = TypeAdapter(FleetState)
 _SELECTION = TypeAdapter(FleetSelection)

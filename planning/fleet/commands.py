@@ -3,7 +3,7 @@
 The machine (`planning.fleet.machine`) yields one command at a time. Effects (`Show`, `Log`) are carried
 out at once and answered with None; the others are answered with their result (`Command.result` names
 its type) once carried out. The fleet workflow (`workflows/fleet.py`) carries them out with Temporal,
-`planning.fleet.simulate` with a simulated fleet. The order of the commands is the order of the
+`planning.views.simulate` with a simulated fleet. The order of the commands is the order of the
 workflow's Temporal commands, which recorded histories replay against.
 """
 

@@ -6,7 +6,7 @@ a rolling fleet tops up between listings. Nodes may meanwhile have been cordoned
 NotReady. So for a policy with capacity floors or topology limits, right before windows are handed out
 (`send_checked`) the machine reads the nodes again (`ReadSupply`, the activity `read_node_supply`), takes
 what it read into its view of the nodes (`take_supply`), and admits the nodes to send one by one against
-the floors and topology limits with the fleet's windows out (`admit`, `planning.disruption.Tally`, the same
+the floors and topology limits with the fleet's windows out (`admit`, `planning.rollout.disruption.Tally`, the same
 rules the planner used). A node that no longer fits is not handed out: it leaves the batch (first in line
 for the next one, which the planner picks on the view just read), keeps its drain-ahead mark while it waits
 (`FleetState.held`), and the fleet says why (`BatchPlannerState.waits`, the fleet's message).
@@ -27,11 +27,11 @@ from dataclasses import replace
 
 from api.enums import CanaryPhase
 from api.policy import DeploymentPolicySpec
-from planning import batches, disruption
-from planning import fleet_state as fs
 from planning.fleet.acts import send
 from planning.fleet.commands import Failed, ReadSupply
 from planning.fleet.run import FleetRun, Steps
+from planning.rollout import batches, disruption
+from planning.rollout import fleet_state as fs
 from protocol.activities import NodeAvailability, ReadNodeSupplyInput, ReadNodeSupplyResult
 
 BUDGET_AT_HAND_OUT_PATCH = "budget-at-hand-out"
@@ -56,7 +56,7 @@ def take_supply(state: fs.FleetState, nodes: Mapping[str, NodeAvailability]) -> 
 def admit(state: fs.FleetState, policy: DeploymentPolicySpec,
           nodes: Collection[str]) -> tuple[list[str], list[disruption.Wait]]:
     """Of `nodes` (in order), those that may enter a window now with the fleet's windows out, and why the
-    others may not (the planner's rules: `planning.batches.Admission`)."""
+    others may not (the planner's rules: `planning.rollout.batches.Admission`)."""
     admission = batches.Admission(fs.supply(state, policy))
     fits = [n for n in nodes if admission.admit(n)]
     return fits, admission.waits

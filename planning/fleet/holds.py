@@ -1,7 +1,7 @@
 """What holds a fleet's next batch: maintenance windows and analysis gates. Pure (machine steps over a
 `FleetRun`).
 
-Every decision is a function of `planning/maintenance.py` and `planning/gates.py`; these steps sequence
+Every decision is a function of `planning/rollout/maintenance.py` and `planning/rollout/gates.py`; these steps sequence
 them, with waits (`planning.fleet.acts.wait`) and gate samples (`QueryGate`, the activity `query_prometheus`):
 
 * before a batch is handed out (`held`): the gates of the evaluation point (after the canary's
@@ -20,12 +20,12 @@ from __future__ import annotations
 
 from api.analysis import AnalysisGate
 from api.enums import CanaryPhase, GateWhen, RolloutPhase
-from planning import batches, maintenance
-from planning import fleet_state as fs
-from planning import gates as gate_rules
 from planning.fleet.acts import wait, withdraw
 from planning.fleet.commands import GateSample, QueryGate
 from planning.fleet.run import ONE_SECOND, FleetRun, Steps
+from planning.rollout import batches, maintenance
+from planning.rollout import fleet_state as fs
+from planning.rollout import gates as gate_rules
 from protocol.activities import QueryPrometheusResult
 from protocol.fleet import Filter
 

@@ -5,8 +5,7 @@ reruns and the global workflow's turns, applied in arrival order. Pure (a machin
 from __future__ import annotations
 
 from api.enums import RolloutPhase
-from planning import cluster_turns as turns
-from planning import fleet_state as fs
+from planning.clusters import cluster_turns as turns
 from planning.fleet.messages import (
     Answer,
     AvailabilityChanged,
@@ -17,7 +16,8 @@ from planning.fleet.messages import (
     TurnGiven,
 )
 from planning.fleet.run import FleetRun, Steps
-from planning.fleet_rerun import STAGES, rerun_from_annotation
+from planning.rollout import fleet_state as fs
+from planning.rollout.fleet_rerun import STAGES, rerun_from_annotation
 from protocol import names
 from protocol.fleet import FleetSpec, Rerun
 

@@ -2,24 +2,24 @@
 
 One fleet per DeploymentPolicy (`fleet/default` for Packages naming none: one node at a time). Its
 desired state is a `FleetSpec` (the policy and every Package naming it), handed over by the bridge. The
-loop (observe -> plan -> act): list and classify the nodes (`ListNodes`, `planning.fleet_targets`), plan
-batches (`planning.batches`: canary first, strategy sizes capped by each compartment's budget; `rolling`:
-the budget's windows at all times, `planning.rolling`), hand each node of a batch ONE `WindowRequest`
+loop (observe -> plan -> act): list and classify the nodes (`ListNodes`, `planning.rollout.fleet_targets`), plan
+batches (`planning.rollout.batches`: canary first, strategy sizes capped by each compartment's budget; `rolling`:
+the budget's windows at all times, `planning.rollout.rolling`), hand each node of a batch ONE `WindowRequest`
 carrying every Package pending there (`RequestWindows`), take the answers, evaluate the batch (grow,
 shrink, halt), until no node has work left in the wave. A change of the desired state starts a new wave
-once the windows in flight have answered (`planning.fleet_state`). The fleet stays open while it has
+once the windows in flight have answered (`planning.rollout.fleet_state`). The fleet stays open while it has
 Packages (joining nodes, spec changes, a re-list every `relist_seconds`) and ends once it has none and no
 window is out.
 
 Budgets: a batch never holds more nodes of a compartment than its budget and a new batch starts only when
 nothing is in flight, so the fleet never disrupts more nodes at once than the budget, whatever the number
 of Packages (ADR 0007, 0013). Capacity floors and topology limits (ADR 0015) cap each batch by the latest
-listing (`planning.disruption`), and are checked again on a fresh read of the nodes when a window is
+listing (`planning.rollout.disruption`), and are checked again on a fresh read of the nodes when a window is
 handed out (`planning.fleet.handout`, ADR 0023); when they hold every node the fleet reports `Waiting`.
 
 `FleetMachine` wraps the loop: `start(input, now)` and then `feed(answer, now)` for the answer of each
 command it returns (`planning.fleet.commands`); `receive(message)` queues a message. The fleet workflow,
-`noderoll plan` and the ETA (`planning.fleet.simulate`) drive this same machine.
+`noderoll plan` and the ETA (`planning.views.simulate`) drive this same machine.
 """
 
 from __future__ import annotations
@@ -29,9 +29,6 @@ from typing import Any
 
 from api import keys
 from api.enums import CanaryPhase, Promotion, RolloutPhase
-from planning import batches, disruption, rolling
-from planning import fleet_state as fs
-from planning.eta import record_batch_end
 from planning.fleet import acts, ahead, holds, rollbacks, turns
 from planning.fleet.codec import state_from_json
 from planning.fleet.commands import Command, Complete, ContinueAsNew, WaitHandlers
@@ -39,6 +36,9 @@ from planning.fleet.handout import refresh_supply, send_checked
 from planning.fleet.inbox import apply_inbox
 from planning.fleet.messages import Message
 from planning.fleet.run import ONE_SECOND, FleetRun, Steps
+from planning.rollout import batches, disruption, rolling
+from planning.rollout import fleet_state as fs
+from planning.views.eta import record_batch_end
 from protocol.fleet import FleetInput
 
 
@@ -192,7 +192,7 @@ def _planned_batch(run: FleetRun, planner: batches.BatchPlannerState) -> Steps[l
 
 
 def _next_batch(run: FleetRun, planner: batches.BatchPlannerState) -> list[str]:
-    """The next batch; for `rolling` past its canary, the budget's windows (planning/rolling.py)."""
+    """The next batch; for `rolling` past its canary, the budget's windows (planning/rollout/rolling.py)."""
     state = run.state
     supply = fs.supply(state, run.policy)
     canary_due = planner.canary_count and planner.canary_phase is CanaryPhase.NONE

@@ -1,7 +1,7 @@
 """The rollback of a failed canary (`canary.onFailure: rollback`, ADR 0009). Pure (machine steps over a
 `FleetRun`).
 
-Every decision is a function of `planning/fleet_rollback.py` (through `planning.fleet_state`); these
+Every decision is a function of `planning/rollout/fleet_rollback.py` (through `planning.rollout.fleet_state`); these
 steps sequence them:
 
 * when the canary batch is evaluated as failed and the policy says `rollback`, the rollback is
@@ -19,11 +19,11 @@ from __future__ import annotations
 from datetime import datetime
 
 from api.enums import CanaryFailure, RolloutPhase
-from planning import batches
-from planning import fleet_rollback as rollbacks
-from planning import fleet_state as fs
 from planning.fleet.acts import hand_over, wait_unfinished, withdraw
 from planning.fleet.run import FleetRun, Steps
+from planning.rollout import batches
+from planning.rollout import fleet_rollback as rollbacks
+from planning.rollout import fleet_state as fs
 
 
 def canary_failed(run: FleetRun, planner: batches.BatchPlannerState) -> Steps[None]:

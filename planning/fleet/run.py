@@ -1,6 +1,6 @@
 """What one run of the fleet machine holds, in one place: `FleetRun`. Pure.
 
-`FleetRun` is the run's state: its input, the fleet's memory (`planning.fleet_state.FleetState`, carried
+`FleetRun` is the run's state: its input, the fleet's memory (`planning.rollout.fleet_state.FleetState`, carried
 through continue-as-new), the policy it runs under, its phase, the inbox the workflow's signal handlers
 fill (`planning.fleet.messages`), the loop's flags and the clock (`now`, set by the driver before every
 event). Every part of the machine (`planning/fleet/*.py`) receives the `FleetRun` it acts on; none holds
@@ -21,15 +21,15 @@ from pydantic import ValidationError
 
 from api.enums import CanaryPhase, RolloutPhase
 from api.policy import DeploymentPolicySpec
-from planning import cluster_turns as turns
-from planning import fleet_state as fs
-from planning import gates as gate_rules
-from planning import maintenance, rolling
-from planning.compartments import DEFAULT_POLICY
+from planning.clusters import cluster_turns as turns
 from planning.fleet.codec import state_to_json
 from planning.fleet.commands import Command, HistoryFull, Log, Patched, Show
 from planning.fleet.messages import Message, NodesChanged
-from planning.fleet_status import details_line
+from planning.rollout import fleet_state as fs
+from planning.rollout import gates as gate_rules
+from planning.rollout import maintenance, rolling
+from planning.rollout.compartments import DEFAULT_POLICY
+from planning.views.fleet_status import details_line
 from protocol import names
 from protocol.fleet import FleetInput
 
@@ -96,7 +96,7 @@ class FleetRun:
         return self.now.isoformat()
 
     def change(self) -> str:
-        """The change set of the desired state (`planning.cluster_turns.change_id`; "" without one)."""
+        """The change set of the desired state (`planning.clusters.cluster_turns.change_id`; "" without one)."""
         spec = self.state.spec
         return turns.change_id({e.name: fs.package_revision(e) for e in spec.packages}) if spec else ""
 

@@ -19,7 +19,7 @@ issues exactly the commands it issued before (the first coordinated decision rec
 from __future__ import annotations
 
 from api.enums import RolloutPhase
-from planning import cluster_turns as turns
+from planning.clusters import cluster_turns as turns
 from planning.fleet.acts import wait
 from planning.fleet.commands import ReportToGlobal
 from planning.fleet.run import FleetRun, Steps

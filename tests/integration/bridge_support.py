@@ -23,7 +23,7 @@ from temporalio.service import RPCError
 from api import keys
 from localstack.state import StackInfo
 from planning.fleet.codec import progress_from_json
-from planning.fleet_status import FleetProgress
+from planning.views.fleet_status import FleetProgress
 from protocol import names
 from tests.helpers.processes import TEST_LABEL, NoderollProcesses
 

@@ -22,8 +22,8 @@ from api import keys
 from cli.rollout_history import fleet_histories
 from localstack.state import StackInfo
 from planning.fleet.codec import progress_from_json
-from planning.rollout_report import Signal
-from planning.status import RolloutProgress
+from planning.views.rollout_report import Signal
+from planning.views.status import RolloutProgress
 from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet

@@ -6,7 +6,7 @@
 * schema defaults are applied by the apiserver (drain timeout 600 s, strategy defaults);
 * every schema-level catalogue document is refused by the apiserver with its expected message (the
   semantic ones pass the schema and meet the admission webhook: tests/integration/test_webhook.py).
-* a status rendered by planning/status.py is stored by the status subresource without pruning,
+* a status rendered by planning/views/status.py is stored by the status subresource without pruning,
   and `kubectl get pkg -o wide` shows the printer columns.
 All writes but the last test's are dry runs; that one creates a paused Package targeting no node.
 """
@@ -26,7 +26,7 @@ from kubernetes.client.rest import ApiException
 from api import keys
 from api.enums import CanaryPhase, RolloutPhase
 from api.validation import validate_documents
-from planning.status import RolloutProgress, render_package_status
+from planning.views.status import RolloutProgress, render_package_status
 from tests.catalogue import Entry, load
 from tests.helpers import assert_eventually, unique_name
 from tests.helpers.packages import example_image, package_spec
@@ -180,7 +180,7 @@ def test_apiserver_refuses_schema_level_documents(
 def test_rendered_status_is_stored_unpruned_and_shown_in_columns(
     local_stack: Any, kube_api_client: client.ApiClient, crds: list[str]
 ) -> None:
-    """planning.status output fits the status schema: the apiserver stores it without pruning a field."""
+    """planning.views.status output fits the status schema: the apiserver stores it without pruning a field."""
     custom = client.CustomObjectsApi(kube_api_client)
     name = unique_name("status-check")
     body = {

@@ -31,7 +31,7 @@ from api.enums import RolloutPhase
 from fleetsim.faults import Fault
 from fleetsim.fleet import Fleet
 from localstack.state import StackInfo
-from planning.fleet_status import FleetProgress
+from planning.views.fleet_status import FleetProgress
 from protocol import names
 from tests.helpers import assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet

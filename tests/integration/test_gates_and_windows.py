@@ -33,7 +33,7 @@ from temporalio.client import Client
 from localstack.prometheus import PrometheusServer, free_port, prometheus_binary
 from localstack.provision import ProvisionError
 from localstack.state import StackInfo
-from planning.fleet_status import FleetProgress
+from planning.views.fleet_status import FleetProgress
 from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
@@ -161,7 +161,7 @@ async def test_gate_halts_on_a_bad_value_and_passes_after_it_recovers_and_resume
             report: FleetProgress = await fleet_progress(temporal_client, policy)
             track = report.gates["gpu-errors"]
             assert track.passed and track.last_value == "0", track  # a later evaluation passed on its own
-            # Waited for: a Package is Complete once its nodes are (`planning.fleet_status._package_phase`),
+            # Waited for: a Package is Complete once its nodes are (`planning.views.fleet_status._package_phase`),
             # the policy once its fleet has ended the wave (the fleet's own phase, set in a later
             # workflow task and shown from the bridge's next poll), and the bridge writes the two objects
             # one after the other: a read right after the Package turned Ready saw the policy still

@@ -33,7 +33,7 @@ import kube
 from api import keys
 from fleetsim.context import RUN_SECONDS_ANNOTATION
 from localstack.state import StackInfo
-from planning.drain_rules import SKIPPED_DRAIN_TIMEOUT, parse_time
+from planning.node.drain_rules import SKIPPED_DRAIN_TIMEOUT, parse_time
 from protocol import names
 from protocol.fleet import PackageOrder
 from protocol.node_activities import DrainNodeResult

@@ -44,9 +44,9 @@ from temporalio.service import RPCError
 from api import keys
 from fleetsim.faults import Fault
 from localstack.state import StackInfo
+from planning.clusters.global_codec import global_view_from_json
 from planning.fleet.codec import progress_from_json
-from planning.fleet_status import FleetProgress
-from planning.global_codec import global_view_from_json
+from planning.views.fleet_status import FleetProgress
 from protocol import names
 from protocol.clusters import GlobalView
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name

@@ -50,7 +50,7 @@ from fleetsim.faults import Fault
 from kube.nodes import patch_node_with_retry
 from localstack.state import StackInfo
 from planning.fleet.codec import marks_to_json
-from planning.node_marks import NodeMark, decide_mark
+from planning.node.node_marks import NodeMark, decide_mark
 from protocol import errors
 from protocol.activities import MarkBlockedNodesInput
 from protocol.node_activities import (

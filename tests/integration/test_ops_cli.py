@@ -27,7 +27,7 @@ from demo import processes as procs
 from demo.resources import DemoNames, DemoObjects, DemoTuning, demo_objects
 from fleetsim.nodes import node_name
 from localstack.state import StackInfo
-from planning.compartments import stable_order
+from planning.rollout.compartments import stable_order
 from protocol import names as protocol_names
 from protocol.node_settings import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
 from service.temporal_client import connect

@@ -28,7 +28,7 @@ from temporalio.client import Client
 from api import keys
 from fleetsim.fleet import Fleet
 from localstack.state import StackInfo
-from planning.compartments import stable_order
+from planning.rollout.compartments import stable_order
 from protocol import names
 from protocol.fleet import FleetInput
 from tests.helpers import new_task_queue, unique_name

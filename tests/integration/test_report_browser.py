@@ -28,7 +28,7 @@ from temporalio.client import Client
 
 from fleetsim.faults import Fault
 from localstack.state import StackInfo
-from planning.compartments import stable_order
+from planning.rollout.compartments import stable_order
 from protocol.names import fleet_workflow_id
 from tests.helpers import assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet

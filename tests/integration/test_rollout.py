@@ -27,7 +27,7 @@ from api import keys
 from api.enums import RolloutPhase
 from localstack.state import StackInfo
 from planning.fleet.codec import progress_from_json
-from planning.status import RolloutProgress
+from planning.views.status import RolloutProgress
 from protocol import names
 from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet

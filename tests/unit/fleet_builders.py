@@ -1,4 +1,4 @@
-"""Builders for the fleet's pure logic (planning/fleet_targets.py, fleet_state.py, fleet_status.py).
+"""Builders for the fleet's pure logic (planning/rollout/fleet_targets.py, fleet_state.py, fleet_status.py).
 
 Plain functions returning the real value types; nothing here talks to Temporal or Kubernetes.
 """
@@ -12,8 +12,8 @@ from typing import Any
 from api.enums import State
 from api.package import PackageSpec
 from api.policy import DeploymentPolicySpec
-from planning.fleet_targets import FleetPackage, FleetSelection, NodeTargets
-from planning.targets import NodeView
+from planning.node.targets import NodeView
+from planning.rollout.fleet_targets import FleetPackage, FleetSelection, NodeTargets
 from protocol.fleet import FleetSpec, PackageEntry, PackageOutcome, WindowResult
 
 GPU = {"pool": "gpu"}

@@ -1,5 +1,5 @@
 """A fake fleet that drives the fleet machine (planning/fleet/machine.py) the way the workflow does, written
-apart from planning/fleet/simulate.py, for the machine's property tests (tests/unit/test_fleet_machine.py).
+apart from planning/views/simulate.py, for the machine's property tests (tests/unit/test_fleet_machine.py).
 
 `Harness` plays Kubernetes and the node workflows: Nodes (`NodeView`s) that listings classify with the real
 target selection, node workflows that answer each request after the node's own window time (every Package
@@ -21,14 +21,21 @@ from api.enums import CanaryPhase
 from api.node_state import config_hashes
 from api.package import PackageSpec
 from api.policy import DeploymentPolicySpec
-from planning import batches, disruption
 from planning.fleet import commands as c
 from planning.fleet.codec import selection_to_json
 from planning.fleet.machine import FleetMachine
 from planning.fleet.messages import Answer, AvailabilityChanged, Desired, NodesChanged
-from planning.fleet_targets import FleetPackage, FleetQuery, NodeTargets, down_reason, select_fleet, units
-from planning.gates import SampleOutcome
-from planning.targets import NodeView
+from planning.node.targets import NodeView
+from planning.rollout import batches, disruption
+from planning.rollout.fleet_targets import (
+    FleetPackage,
+    FleetQuery,
+    NodeTargets,
+    down_reason,
+    select_fleet,
+    units,
+)
+from planning.rollout.gates import SampleOutcome
 from protocol.activities import (
     DescribeWorkflowRunsResult,
     ListFleetNodesResult,

@@ -1,4 +1,4 @@
-"""Batch planning (planning/compartments.py, planning/batches.py): rules and properties."""
+"""Batch planning (planning/rollout/compartments.py, planning/rollout/batches.py): rules and properties."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from api.enums import CanaryPhase, StrategyType
 from api.policy import DeploymentPolicySpec
-from planning.batches import (
+from planning.rollout.batches import (
     BatchPlannerState,
     PlannerInput,
     PlannerPhase,
@@ -26,7 +26,7 @@ from planning.batches import (
     record_batch_result,
     resume_after_halt,
 )
-from planning.compartments import (
+from planning.rollout.compartments import (
     DEFAULT_POLICY,
     NodeInfo,
     absolute_budget,

@@ -24,7 +24,7 @@ from bench.reqcount import classify
 from bench.resources import cores_busy, per_window
 from bench.scenario import Scenario, batch_sizes, ideal_makespan, node_critical_path, package_manifests
 from bench.summary import disruptions, splits_of, summarize
-from planning.fleet_status import FleetProgress, NodeProgress
+from planning.views.fleet_status import FleetProgress, NodeProgress
 
 METRICS = """\
 # HELP apiserver_request_total [STABLE] Counter of apiserver requests

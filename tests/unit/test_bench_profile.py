@@ -7,7 +7,7 @@ from bench.profile import summarize
 SAMPLE = """\
 process 10:"python -m cli worker";<module> (/r/cli/main.py:3);run (/r/activities/fleet.py:60);send (/usr/lib/python3.11/ssl.py:1) 6
 process 10:"python -m cli worker";<module> (/r/cli/main.py:3);read (/r/kube/nodes.py:20);call_api (/v/lib/python3.11/site-packages/kubernetes/client/api/core_v1_api.py:9) 3
-process 10:"python -m cli worker";<module> (/r/cli/main.py:3);select (/r/planning/targets.py:7) 1
+process 10:"python -m cli worker";<module> (/r/cli/main.py:3);select (/r/planning/node/targets.py:7) 1
 process 10:"python -m cli worker";poll (/v/lib/python3.11/site-packages/temporalio/worker/_workflow.py:1) 2
 garbage line without a count
 """

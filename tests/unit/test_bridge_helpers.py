@@ -21,7 +21,7 @@ from crd_bridge.node_changes import (
 from crd_bridge.status_writer import status_patch, without_empty_strings
 from crd_bridge.validation import check_package, references
 from crd_bridge.watcher import SYNC, WatchEvent
-from planning.targets import NodeView
+from planning.node.targets import NodeView
 
 
 def package(name: str, generation: int = 1, **spec: Any) -> dict[str, Any]:

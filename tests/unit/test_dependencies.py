@@ -1,4 +1,4 @@
-"""Dependency order on one node (planning/dependencies.py)."""
+"""Dependency order on one node (planning/node/dependencies.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api.graph import find_cycle
-from planning.dependencies import DependencyCycleError, ready_packages, topological_order
+from planning.node.dependencies import DependencyCycleError, ready_packages, topological_order
 
 
 def test_order_puts_dependencies_first_ties_by_name() -> None:

@@ -1,4 +1,4 @@
-"""Capacity floors and topology limits (planning/disruption.py) and the batch planner under them: rules and
+"""Capacity floors and topology limits (planning/rollout/disruption.py) and the batch planner under them: rules and
 hypothesis properties (mixed 4- and 8-GPU nodes, racks, nodes down on their own)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from api.enums import StrategyType
 from api.policy import DeploymentPolicySpec
-from planning.batches import (
+from planning.rollout.batches import (
     PlannerInput,
     PlannerPhase,
     new_planner,
@@ -21,8 +21,8 @@ from planning.batches import (
     promote_canary,
     record_batch_result,
 )
-from planning.compartments import NodeInfo
-from planning.disruption import (
+from planning.rollout.compartments import NodeInfo
+from planning.rollout.disruption import (
     DOWN_CORDONED,
     DOWN_NOT_READY,
     DOWN_WINDOW,
@@ -40,8 +40,8 @@ from planning.disruption import (
     supply_of,
     topology_keys,
 )
-from planning.fleet_targets import NodeTargets
-from planning.rolling import record_finished, top_up
+from planning.rollout.fleet_targets import NodeTargets
+from planning.rollout.rolling import record_finished, top_up
 
 GPU = "nvidia.com/gpu"
 RACK = "example.com/rack"
@@ -349,7 +349,7 @@ def test_rolling_top_ups_never_break_a_floor_or_a_topology_limit(
     case: tuple[DeploymentPolicySpec, dict[str, NodeSupply], dict[str, dict[str, str]]], seed: int,
 ) -> None:
     """`rolling` keeps the budget's windows running with no batch barrier: every top-up is admitted by
-    the rules with the windows still out counted down (planning/rolling.py over planning.batches.Admission)."""
+    the rules with the windows still out counted down (planning/rollout/rolling.py over planning.rollout.batches.Admission)."""
     pol, raw, labels = case
     rolling_spec = pol.model_dump(by_alias=True, exclude_none=True)
     for part in [rolling_spec["default"], *rolling_spec.get("compartments", [])]:

@@ -78,7 +78,7 @@ def _documented_phases(label: str) -> set[str]:
 
 
 def test_the_temporal_ui_section_lists_the_phases_the_workflows_upsert() -> None:
-    fleet_sources = [*(ROOT / "planning" / "fleet").glob("*.py"), ROOT / "planning" / "fleet_rollback.py"]
+    fleet_sources = [*(ROOT / "planning" / "fleet").glob("*.py"), ROOT / "planning" / "rollout" / "fleet_rollback.py"]
     fleet = {RolloutPhase[n].value for p in fleet_sources for n in re.findall(r"RolloutPhase\.([A-Z_]+)", p.read_text())}
     assert _documented_phases("`NoderollPhase` of a fleet") == fleet
     node_sources = [p for p in (ROOT / "workflows").glob("node*.py")]

@@ -1,4 +1,4 @@
-"""Drain-ahead (planning/drain_ahead.py, planning.fleet_state.preview_next): which nodes are marked, when
+"""Drain-ahead (planning/rollout/drain_ahead.py, planning.rollout.fleet_state.preview_next): which nodes are marked, when
 their windows may start, when marks go, and the shared claim on a Node; with hypothesis properties."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api.policy import DeploymentPolicySpec
-from planning import batches
-from planning import fleet_state as fs
-from planning.drain_ahead import (
+from planning.rollout import batches
+from planning.rollout import fleet_state as fs
+from planning.rollout.drain_ahead import (
     DURATIONS_KEPT,
     UNMARK_EVERY,
     AheadInput,
@@ -21,7 +21,7 @@ from planning.drain_ahead import (
     owners_after,
     plan,
 )
-from planning.fleet_targets import FleetSelection, NodeTargets
+from planning.rollout.fleet_targets import FleetSelection, NodeTargets
 from tests.unit.fleet_builders import a_fleet_spec, an_entry
 
 T0 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""A drain that waits, as reported (planning/drain.py) and rendered (Package status, the ops CLI)."""
+"""A drain that waits, as reported (planning/node/drain.py) and rendered (Package status, the ops CLI)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from cli.progress_view import (
     progress_json,
 )
 from demo.view import LiveSnapshot, change_lines
-from planning.drain import (
+from planning.node.drain import (
     DrainBlock,
     DrainCondition,
     DrainNotice,
@@ -33,7 +33,7 @@ from planning.drain import (
     protected_pods_message,
     read_drain_condition,
 )
-from planning.status import RolloutProgress, render_package_status
+from planning.views.status import RolloutProgress, render_package_status
 
 WINDOW_START = "2026-01-01T10:00:00.500000+00:00"
 REFUSED = "eviction refused for pod(s) web/web-0 by PodDisruptionBudget(s): web/web (disruptionsAllowed=0, ...)"

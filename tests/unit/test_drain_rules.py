@@ -1,5 +1,5 @@
-"""The drain rules of `spec.workloads` (planning/drain_rules.py) and the eviction notice
-(planning/eviction_notice.py): which rule decides a pod, what each round of a drain does, who is told.
+"""The drain rules of `spec.workloads` (planning/node/drain_rules.py) and the eviction notice
+(planning/node/eviction_notice.py): which rule decides a pod, what each round of a drain does, who is told.
 Pure: tables and hypothesis properties."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from api.enums import DrainAction, DrainTimeoutAction
 from api.workloads import DrainRule
-from planning.drain_rules import (
+from planning.node.drain_rules import (
     SKIPPED_DRAIN_TIMEOUT,
     PodFacts,
     PodRule,
@@ -31,7 +31,7 @@ from planning.drain_rules import (
     skips_node,
     uses_gpu,
 )
-from planning.eviction_notice import condition_message, notices
+from planning.node.eviction_notice import condition_message, notices
 from protocol import errors
 
 T0 = datetime(2025, 3, 1, 10, 0, 0, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""The ETA (planning/eta.py, planning/fleet/eta.py): the fleet's machine run ahead, measured p50 per window
+"""The ETA (planning/views/eta.py, planning/views/fleet_eta.py): the fleet's machine run ahead, measured p50 per window
 kind, defaults said as such, moved to the moment it is read."""
 
 from __future__ import annotations
@@ -11,9 +11,11 @@ import pytest
 from api.enums import RolloutPhase
 from api.package import PackageSpec
 from api.policy import DeploymentPolicySpec
-from planning import batches
-from planning import fleet_state as fs
-from planning.eta import (
+from planning.fleet.run import FleetRun
+from planning.rollout import batches
+from planning.rollout import fleet_state as fs
+from planning.rollout.fleet_targets import FleetPackage, FleetQuery, select_fleet
+from planning.views.eta import (
     KEPT,
     Eta,
     SimulatedRun,
@@ -25,12 +27,10 @@ from planning.eta import (
     record_window,
     simulated_eta,
 )
-from planning.fleet.eta import fleet_eta
-from planning.fleet.run import FleetRun
-from planning.fleet_status import fleet_progress, read_at
-from planning.fleet_targets import FleetPackage, FleetQuery, select_fleet
-from planning.rollout_plan import PlanInput, plan_fleet
-from planning.status import render_package_status, render_policy_status
+from planning.views.fleet_eta import fleet_eta
+from planning.views.fleet_status import fleet_progress, read_at
+from planning.views.rollout_plan import PlanInput, plan_fleet
+from planning.views.status import render_package_status, render_policy_status
 from protocol.fleet import FleetInput
 from tests.unit.fleet_builders import a_fleet_spec, a_node, a_result, an_entry
 

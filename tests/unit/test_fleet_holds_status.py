@@ -1,5 +1,5 @@
 """What a waiting or gate-halted fleet reports: its progress, the Temporal UI details note, and the
-statuses the bridge renders from it (planning/fleet_status.py, planning/status.py). Pure."""
+statuses the bridge renders from it (planning/views/fleet_status.py, planning/views/status.py). Pure."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from typing import Any
 
 from api.enums import RolloutPhase
 from api.policy import DeploymentPolicySpec
-from planning import fleet_state as fs
-from planning.fleet_status import details_note, fleet_progress
-from planning.fleet_targets import FleetSelection, NodeTargets
-from planning.gates import GateFailure
-from planning.status import render_package_status, render_policy_status
+from planning.rollout import fleet_state as fs
+from planning.rollout.fleet_targets import FleetSelection, NodeTargets
+from planning.rollout.gates import GateFailure
+from planning.views.fleet_status import details_note, fleet_progress
+from planning.views.status import render_package_status, render_policy_status
 from protocol.fleet import FleetSpec, PackageEntry
 
 NOW = "2025-01-06T12:00:00+00:00"
@@ -89,7 +89,7 @@ def test_a_package_with_nothing_left_shows_no_halt() -> None:
 
 
 def test_a_fleet_held_by_its_gpu_budgets_says_why_in_the_temporal_ui() -> None:
-    from planning.disruption import WaitNote
+    from planning.rollout.disruption import WaitNote
 
     state = state_with_work()
     assert state.planner is not None

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from api.policy import DeploymentPolicySpec
-from planning.eta import Timings
-from planning.rollout_plan import PlanInput, plan_fleet
+from planning.views.eta import Timings
+from planning.views.rollout_plan import PlanInput, plan_fleet
 from tests.unit.fleet_builders import an_entry
 from tests.unit.fleet_machine_harness import START, Harness, Node, Outside
 

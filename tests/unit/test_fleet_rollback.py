@@ -1,5 +1,5 @@
-"""The rollback of a failed canary (planning/fleet_rollback.py) and how a fleet's state carries it
-(planning/fleet_state.py): previous specs per wave, the rollback windows, answers, signals. Pure."""
+"""The rollback of a failed canary (planning/rollout/fleet_rollback.py) and how a fleet's state carries it
+(planning/rollout/fleet_state.py): previous specs per wave, the rollback windows, answers, signals. Pure."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 
 from api.enums import CanaryPhase, RolloutPhase
 from api.policy import DeploymentPolicySpec
-from planning import batches
-from planning import fleet_rollback as rb
-from planning import fleet_state as fs
 from planning.fleet.codec import state_from_json, state_to_json
-from planning.fleet_targets import FleetSelection, NodeTargets
+from planning.rollout import batches
+from planning.rollout import fleet_rollback as rb
+from planning.rollout import fleet_state as fs
+from planning.rollout.fleet_targets import FleetSelection, NodeTargets
 from protocol.fleet import Filter, FleetSpec, PackageEntry, PackageOutcome, WindowResult
 
 POLICY: dict[str, Any] = {"default": {"budget": {"count": 2}}, "canary": {"count": 1, "onFailure": "rollback"}}

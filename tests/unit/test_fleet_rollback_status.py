@@ -6,11 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 from api.enums import RolloutPhase, State
-from planning import fleet_rollback as rb
-from planning import fleet_state as fs
-from planning.fleet_status import details_note, fleet_progress
-from planning.fleet_targets import NodeTargets
-from planning.status import render_package_status, render_policy_status
+from planning.rollout import fleet_rollback as rb
+from planning.rollout import fleet_state as fs
+from planning.rollout.fleet_targets import NodeTargets
+from planning.views.fleet_status import details_note, fleet_progress
+from planning.views.status import render_package_status, render_policy_status
 from tests.unit.test_fleet_rollback import answer, rolled_back_state, send
 
 NOW = "2025-01-06T12:00:00+00:00"

@@ -15,13 +15,13 @@ from api.keys import NODE_STATUS_LABEL, SKIPPED_LABEL
 from cli.ops_client import PackageView, progress_from_status
 from cli.progress_view import package_detail, skipped_text
 from crd_bridge.node_changes import targeting_change
-from planning import fleet_state as fs
-from planning.drain_rules import SKIPPED_DRAIN_TIMEOUT
-from planning.fleet_state import FleetState, InFlight
-from planning.fleet_status import NodeProgress, fleet_progress
-from planning.fleet_targets import fingerprint
-from planning.status import SKIPPED_SHOWN, RolloutProgress, render_package_status
-from planning.targets import NodeView
+from planning.node.drain_rules import SKIPPED_DRAIN_TIMEOUT
+from planning.node.targets import NodeView
+from planning.rollout import fleet_state as fs
+from planning.rollout.fleet_state import FleetState, InFlight
+from planning.rollout.fleet_targets import fingerprint
+from planning.views.fleet_status import NodeProgress, fleet_progress
+from planning.views.status import SKIPPED_SHOWN, RolloutProgress, render_package_status
 from protocol.fleet import Filter, FleetSpec, WindowResult
 from tests.unit.fleet_builders import (
     a_fleet_spec,

@@ -1,4 +1,4 @@
-"""What a fleet remembers (planning/fleet_state.py): each rule of its docstring, as tables.
+"""What a fleet remembers (planning/rollout/fleet_state.py): each rule of its docstring, as tables.
 
 The random sequences (a hypothesis state machine) are in test_fleet_state_machine.py.
 """
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from api.enums import CanaryPhase, State
-from planning import fleet_state as fs
-from planning.fleet_state import FleetState, InFlight, NodeRecord
+from planning.rollout import fleet_state as fs
+from planning.rollout.fleet_state import FleetState, InFlight, NodeRecord
 from protocol.fleet import Filter, FleetSpec
 from tests.unit.fleet_builders import (
     a_fleet_spec,

@@ -1,5 +1,5 @@
 """Random sequences of spec changes, listings, requests, answers, operator signals and lost node
-workflows against planning/fleet_state.py (a hypothesis state machine), with the docstring's rules as
+workflows against planning/rollout/fleet_state.py (a hypothesis state machine), with the docstring's rules as
 invariants. Listings come from the real target selection over Nodes whose state annotation records
 what the answers completed; requests are handed out as the fleet machine does (`planning.fleet.acts`).
 """
@@ -18,9 +18,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from api.enums import State
 from api.package import PackageSpec
-from planning import fleet_state as fs
-from planning.fleet_targets import FleetPackage, FleetQuery, FleetSelection, select_fleet
-from planning.targets import NodeView
+from planning.node.targets import NodeView
+from planning.rollout import fleet_state as fs
+from planning.rollout.fleet_targets import FleetPackage, FleetQuery, FleetSelection, select_fleet
 from protocol.fleet import Filter, FleetSpec, PackageEntry
 from tests.unit.fleet_builders import a_policy, a_result, a_spec, taint
 

@@ -1,4 +1,4 @@
-"""A fleet's progress (planning/fleet_status.py): each rule of its docstring, and the budget property."""
+"""A fleet's progress (planning/views/fleet_status.py): each rule of its docstring, and the budget property."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api.enums import RolloutPhase, State
-from planning import batches
-from planning import fleet_state as fs
-from planning.fleet_state import Disruptions, FleetState, InFlight, NodeRecord
-from planning.fleet_status import details_line, fleet_progress
+from planning.rollout import batches
+from planning.rollout import fleet_state as fs
+from planning.rollout.fleet_state import Disruptions, FleetState, InFlight, NodeRecord
+from planning.views.fleet_status import details_line, fleet_progress
 from protocol.fleet import FleetSpec, PackageEntry
 from tests.unit.fleet_builders import a_fleet_spec, a_policy, a_result, a_selection, an_entry, targets
 

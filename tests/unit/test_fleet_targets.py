@@ -1,4 +1,4 @@
-"""Target selection of a fleet (planning/fleet_targets.py): each rule of its docstring, then properties."""
+"""Target selection of a fleet (planning/rollout/fleet_targets.py): each rule of its docstring, then properties."""
 
 from __future__ import annotations
 
@@ -12,7 +12,9 @@ from hypothesis import strategies as st
 from api.keys import NODE_IGNORE_LABEL, RUNTIME_REQUIRED_TAINT_KEY
 from api.node_state import parse_node_state
 from api.versions import same_version
-from planning.fleet_targets import (
+from planning.node.node_plan import complete_version, plan_package
+from planning.node.targets import NodeView
+from planning.rollout.fleet_targets import (
     FleetPackage,
     FleetQuery,
     FleetSelection,
@@ -21,8 +23,6 @@ from planning.fleet_targets import (
     fingerprint,
     select_fleet,
 )
-from planning.node_plan import complete_version, plan_package
-from planning.targets import NodeView
 from tests.unit.fleet_builders import GPU, a_node, a_package, entry_record, recorded, taint
 
 CPU = {"pool": "cpu"}

@@ -1,4 +1,4 @@
-"""Analysis gates: the condition language (api/analysis.py), the bookkeeping (planning/gates.py) and
+"""Analysis gates: the condition language (api/analysis.py), the bookkeeping (planning/rollout/gates.py) and
 the answers of Prometheus' API as the activity reads them (activities/prometheus.py)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from activities.prometheus import parse_answer, query_url
 from api.analysis import AnalysisGate, Operator, parse_condition
 from api.enums import GateWhen
 from api.policy import DeploymentPolicySpec
-from planning import gates as g
+from planning.rollout import gates as g
 from protocol.activities import PromSeries, QueryPrometheusResult
 from protocol.errors import (
     PROMETHEUS_QUERY_ERROR,

@@ -1,5 +1,5 @@
-"""The promotion across clusters: `planning.global_rollout` (the global workflow's decisions) and
-`planning.cluster_turns` (a fleet's side). Pure: builders and tables, plus properties (hypothesis)."""
+"""The promotion across clusters: `planning.clusters.global_rollout` (the global workflow's decisions) and
+`planning.clusters.cluster_turns` (a fleet's side). Pure: builders and tables, plus properties (hypothesis)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from api.clusters import ClustersSpec
 from api.enums import RolloutPhase
-from planning import cluster_turns as turns
-from planning import global_rollout as rules
+from planning.clusters import cluster_turns as turns
+from planning.clusters import global_rollout as rules
 from protocol.clusters import ClusterReport, GlobalTurn, GlobalView
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
@@ -230,7 +230,7 @@ def test_change_id_follows_the_revisions_only() -> None:
 
 
 def test_status_global_rollout_renders_the_view_one_based() -> None:
-    from planning.status import RolloutProgress, global_rollout_status, render_package_status
+    from planning.views.status import RolloutProgress, global_rollout_status, render_package_status
 
     state = state_with(report("canary-1", "complete"), report("eu-1"))
     state.halted = "cluster eu-2 failed change c1: 1 node erroring"
@@ -245,7 +245,7 @@ def test_status_global_rollout_renders_the_view_one_based() -> None:
 
 
 def test_a_global_halt_is_announced_once_per_reason() -> None:
-    from planning.status import global_halt_event
+    from planning.views.status import global_halt_event
 
     halted = GlobalView(policy="gpu", phase="Halted", halted="cluster eu-2 failed change c1: 1 node erroring")
     assert global_halt_event(None, halted) == halted.halted  # the status does not show it yet

@@ -7,7 +7,7 @@ import pytest
 
 from api.package import PackageSpec
 from api.validation import validate_documents
-from planning.window import TimeLimits, package_limits, window_limits
+from planning.node.window import TimeLimits, package_limits, window_limits
 from protocol.node import node_workflow_input
 from protocol.node_settings import INTERRUPT_TIMEOUT_ENV, PROTECTED_PODS_TIMEOUT_ENV, STAGE_TIMEOUT_ENV
 from tests.helpers.packages import example_image

@@ -1,4 +1,4 @@
-"""Maintenance windows: the model's checks (api/maintenance.py) and the rules (planning/maintenance.py).
+"""Maintenance windows: the model's checks (api/maintenance.py) and the rules (planning/rollout/maintenance.py).
 
 The rule is the wall clock of the window's time zone; the tables pin it down around daylight
 saving time transitions (Europe/Berlin: 2025-03-30 02:00 -> 03:00 and 2025-10-26 03:00 -> 02:00;
@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from api.enums import Weekday
 from api.maintenance import MaintenanceWindow, check_overlaps, overlap
 from api.policy import DeploymentPolicySpec
-from planning.maintenance import closes_at, describe_opening, is_open, next_opening
+from planning.rollout.maintenance import closes_at, describe_opening, is_open, next_opening
 
 
 def w(start: str, end: str, days: list[str] | None = None, tz: str = "UTC") -> MaintenanceWindow:

@@ -156,8 +156,8 @@ def test_node_counts_from_state_annotations() -> None:
 
 
 def test_publish_progress_and_budget_from_query_answers() -> None:
-    from planning.fleet_status import BudgetUse, FleetProgress
-    from planning.status import RolloutProgress
+    from planning.views.fleet_status import BudgetUse, FleetProgress
+    from planning.views.status import RolloutProgress
 
     pkg = "unit-progress"
     progress_metrics.publish_progress(pkg, RolloutProgress(phase=RolloutPhase.PROGRESSING, batch_number=2, batch_size=4))
@@ -169,8 +169,8 @@ def test_publish_progress_and_budget_from_query_answers() -> None:
 
 
 def test_publish_fleet_gpu_floors_and_nodes_held() -> None:
-    from planning.disruption import CapacityUse, WaitNote
-    from planning.fleet_status import FleetProgress
+    from planning.rollout.disruption import CapacityUse, WaitNote
+    from planning.views.fleet_status import FleetProgress
 
     held = FleetProgress(capacity=[CapacityUse("h100", "nvidia.com/gpu", 1800, 1795, 1840)],
                          waits=[WaitNote("h100", "floor", 3, "..."), WaitNote("h100", "topology", 2, "...")])

@@ -1,4 +1,4 @@
-"""What a blocked node shows, and the guards of its writer (planning/node_marks.py)."""
+"""What a blocked node shows, and the guards of its writer (planning/node/node_marks.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from api.enums import NodeMarkKind
-from planning.node_marks import NodeMark, decide_mark, listing_marks
-from planning.targets import NodeView
+from planning.node.node_marks import NodeMark, decide_mark, listing_marks
+from planning.node.targets import NodeView
 
 GARBAGE = "{{{ not json"
 COMPLETE = json.dumps({"packages": {"pkg": {"version": "1.0.0", "stage": "config", "state": "complete"}}})

@@ -1,4 +1,4 @@
-"""The per-node plan (planning/node_plan.py): actions, stage sequences, resumption, windows."""
+"""The per-node plan (planning/node/node_plan.py): actions, stage sequences, resumption, windows."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from api.enums import InterruptType, PlanAction, Stage, State
 from api.interrupts import InterruptRequest, merge_interrupts
 from api.node_state import NodeState, PackageNodeState, config_hashes
 from api.package import PackageSpec
-from planning.node_plan import NodePlanInput, plan_node, plan_package
+from planning.node.node_plan import NodePlanInput, plan_node, plan_package
 
 A, U, C, INT, P, X = (
     Stage.APPLY,
@@ -308,7 +308,7 @@ def test_uninstall_under_way_continues_where_it_stopped() -> None:
     assert plan_package("p", requested, failed, uninstall=False).stages == (X, INT)
 
 
-# --- canary rollback (planning/fleet_rollback.py): the previous spec over a failed new one ---------------
+# --- canary rollback (planning/rollout/fleet_rollback.py): the previous spec over a failed new one ---------------
 
 
 def failed(version: str, stage: Stage, action: PlanAction, **extra: Any) -> PackageNodeState:

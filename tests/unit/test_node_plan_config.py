@@ -1,4 +1,4 @@
-"""Finished versus unfinished recorded operations and config changes (planning/node_plan.py rule 4, issue #12).
+"""Finished versus unfinished recorded operations and config changes (planning/node/node_plan.py rule 4, issue #12).
 
 A finished operation plus a new desired config is a new config operation (always its `config`
 stage); an unfinished one resumes where it stopped, from `config` again when the desired config is
@@ -17,7 +17,7 @@ from api.enums import InterruptType, PlanAction, Stage, State
 from api.interrupts import InterruptRequest
 from api.node_state import PackageNodeState, config_hashes
 from api.package import PackageSpec
-from planning.node_plan import plan_package, stage_sequence
+from planning.node.node_plan import plan_package, stage_sequence
 
 A, U, C, INT, P, X = (
     Stage.APPLY, Stage.UPGRADE, Stage.CONFIG, Stage.INTERRUPT, Stage.POST_INTERRUPT, Stage.UNINSTALL,

@@ -19,7 +19,7 @@ from api.enums import NodeStatus, Stage, State
 from api.node_state import NodeState, PackageNodeState
 from api.package import PackageSpec
 from kube.pod_wait import pod_outcome
-from planning.window import (
+from planning.node.window import (
     EntryUpdate,
     drain_settings,
     log_tail,

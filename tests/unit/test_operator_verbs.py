@@ -8,13 +8,13 @@ from api.enums import NodeStatus, PlanAction, Stage
 from api.node_state import NodeState, PackageNodeState, config_hashes, dump_node_state
 from api.package import PackageSpec
 from crd_bridge.node_changes import forgotten_records, packages_to_notify, reset_from_annotation
-from planning import fleet_rerun
-from planning import fleet_state as fs
-from planning.batch_state import BatchPlannerState
-from planning.fleet_targets import NodeTargets
-from planning.node_plan import NodePlanInput, plan_node
-from planning.node_reset import reset_state
-from planning.targets import NodeView
+from planning.node.node_plan import NodePlanInput, plan_node
+from planning.node.node_reset import reset_state
+from planning.node.targets import NodeView
+from planning.rollout import fleet_rerun
+from planning.rollout import fleet_state as fs
+from planning.rollout.batch_state import BatchPlannerState
+from planning.rollout.fleet_targets import NodeTargets
 from protocol.fleet import FleetSpec, PackageEntry, PackageOutcome, Rerun, WindowResult
 from protocol.version import identity_version, worker_identity
 

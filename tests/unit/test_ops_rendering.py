@@ -36,10 +36,10 @@ from demo.summary import NodeEvidence, Outcome, fleet_summary, gpu_rows, package
 from demo.view import GpuWatch, LiveSnapshot, budget_line, change_lines, observe, render_live
 from fleetsim.context import PREFIX_LABEL
 from fleetsim.workloads import PROTECTED_LABEL
-from planning.disruption import CapacityUse, WaitNote
-from planning.eta import Eta
-from planning.fleet_status import FleetProgress, NodeProgress
-from planning.status import RolloutProgress, package_view, render_package_status
+from planning.rollout.disruption import CapacityUse, WaitNote
+from planning.views.eta import Eta
+from planning.views.fleet_status import FleetProgress, NodeProgress
+from planning.views.status import RolloutProgress, package_view, render_package_status
 
 
 def _text(renderable: object) -> str:

@@ -22,8 +22,8 @@ from cli.plan_command import (
     render_plan,
     unknown_fleet,
 )
-from planning.compartments import stable_order
-from planning.rollout_plan import PlanInput, plan_fleet
+from planning.rollout.compartments import stable_order
+from planning.views.rollout_plan import PlanInput, plan_fleet
 from protocol.names import fleet_workflow_id
 from tests.unit.fleet_builders import a_node, a_spec, taint
 

@@ -1,4 +1,4 @@
-"""planning.pod_steps: the containers of a pod of several stages, and how far a finished one got."""
+"""planning.node.pod_steps: the containers of a pod of several stages, and how far a finished one got."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from api.enums import Stage
-from planning.node_plan import StageStep
-from planning.pod_steps import PodProgress, pod_modes, pod_progress
+from planning.node.node_plan import StageStep
+from planning.node.pod_steps import PodProgress, pod_modes, pod_progress
 
 APPLY = StageStep(Stage.APPLY, "apply", "apply-check")
 CONFIG = StageStep(Stage.CONFIG, "config", "config-check")
@@ -44,7 +44,7 @@ def test_a_prefix_of_the_modes_is_progress_up_to_the_first_unfinished_step(count
 
 
 def test_a_phase_pod_is_read_package_by_package_up_to_the_first_that_failed() -> None:
-    from planning.pod_steps import PhaseProgress, phase_progress
+    from planning.node.pod_steps import PhaseProgress, phase_progress
 
     steps = {"a": STEPS, "b": STEPS, "c": (APPLY,)}
     every = ["apply", "apply-check", "config", "config-check"]

@@ -1,4 +1,4 @@
-"""Other maintenance respected (`spec.respect`): the model, planning/respect.py, the listing's down
+"""Other maintenance respected (`spec.respect`): the model, planning/rollout/respect.py, the listing's down
 reason, and which NodeMaintenance objects hold a node (kube/node_maintenance.py, its pure part)."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from api.package import PackageSpec
 from api.policy import DeploymentPolicySpec
 from api.respect import DEFAULT_TAINTS, TAINT_OWNERS, RespectSpec
 from kube.node_maintenance import NODEROLL_REQUESTOR, held_nodes_of
-from planning.disruption import DOWN_CORDONED, DOWN_WINDOW
-from planning.fleet_targets import FleetPackage, FleetQuery, down_reason, select_fleet
-from planning.respect import DOWN_MAINTENANCE, Hold, Respect, may_start, respect_of
-from planning.targets import NodeView
+from planning.node.targets import NodeView
+from planning.rollout.disruption import DOWN_CORDONED, DOWN_WINDOW
+from planning.rollout.fleet_targets import FleetPackage, FleetQuery, down_reason, select_fleet
+from planning.rollout.respect import DOWN_MAINTENANCE, Hold, Respect, may_start, respect_of
 from tests.helpers.packages import example_image
 
 

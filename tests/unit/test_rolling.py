@@ -1,4 +1,4 @@
-"""planning.rolling: the budget's windows at all times, the next node as soon as one ends, the
+"""planning.rollout.rolling: the budget's windows at all times, the next node as soon as one ends, the
 failure threshold over the last N finished windows."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api.policy import DeploymentPolicySpec
-from planning import batches, rolling
-from planning.batches import NodeInfo, PlannerInput
-from planning.disruption import CompartmentLimits, NodeSupply, Spread, Supply
+from planning.rollout import batches, rolling
+from planning.rollout.batches import NodeInfo, PlannerInput
+from planning.rollout.disruption import CompartmentLimits, NodeSupply, Spread, Supply
 
 
 def planner(nodes: int, budget: int = 3, **strategy: object) -> batches.BatchPlannerState:

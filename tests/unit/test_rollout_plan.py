@@ -1,12 +1,12 @@
-"""`noderoll plan`'s simulation (planning/rollout_plan.py): the fleet's own rules, every window succeeding."""
+"""`noderoll plan`'s simulation (planning/views/rollout_plan.py): the fleet's own rules, every window succeeding."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from planning.compartments import stable_order
-from planning.eta import Timings
-from planning.rollout_plan import PlanInput, plan_fleet
+from planning.rollout.compartments import stable_order
+from planning.views.eta import Timings
+from planning.views.rollout_plan import PlanInput, plan_fleet
 from protocol.names import fleet_workflow_id
 from tests.unit.fleet_builders import a_fleet_spec, a_node, an_entry, recorded, taint
 

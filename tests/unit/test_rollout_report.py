@@ -1,4 +1,4 @@
-"""The report's timeline and page (planning/rollout_report.py, planning/report_html.py), from plain histories."""
+"""The report's timeline and page (planning/views/rollout_report.py, planning/views/report_html.py), from plain histories."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from planning.report_html import render_html
-from planning.rollout_report import ActivityRun, ReportInput, RunHistory, Signal, build_report
+from planning.views.report_html import render_html
+from planning.views.rollout_report import ActivityRun, ReportInput, RunHistory, Signal, build_report
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 

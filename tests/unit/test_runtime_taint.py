@@ -1,4 +1,4 @@
-"""The runtime-required taint rule (planning/runtime_taint.py): cases by name, then properties."""
+"""The runtime-required taint rule (planning/node/runtime_taint.py): cases by name, then properties."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ from hypothesis import strategies as st
 from api.keys import NODE_IGNORE_LABEL, RUNTIME_REQUIRED_GATE_LABEL, RUNTIME_REQUIRED_TAINT_KEY
 from api.node_state import config_hashes
 from api.package import PackageSpec
-from planning.runtime_taint import (
+from planning.node.runtime_taint import (
     RuntimePackage,
     RuntimeTaintInput,
     RuntimeTaintResult,
     TaintChange,
     decide_runtime_taint,
 )
-from planning.targets import NodeView
+from planning.node.targets import NodeView
 
 T0 = datetime(2024, 7, 1, 12, tzinfo=UTC)
 GPU = {"pool": "gpu"}

@@ -1,4 +1,4 @@
-"""Package status rendering (planning/status.py): conditions and counts."""
+"""Package status rendering (planning/views/status.py): conditions and counts."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from api.enums import CanaryPhase, RolloutPhase
 from api.problems import ValidationProblem
 from api.status import PackageStatus
-from planning.status import (
+from planning.views.status import (
     BLOCKED_SHOWN,
     RolloutProgress,
     package_view,
@@ -198,8 +198,8 @@ def test_policy_status_valid_condition() -> None:
 
 
 def test_policy_status_shows_the_gpu_floors_and_why_nodes_wait() -> None:
-    from planning.disruption import CapacityUse, WaitNote
-    from planning.fleet_status import FleetProgress
+    from planning.rollout.disruption import CapacityUse, WaitNote
+    from planning.views.fleet_status import FleetProgress
 
     fleet = FleetProgress(policy="gpu", phase=RolloutPhase.WAITING, message="waiting: 8 of 16 GPUs would remain",
                           capacity=[CapacityUse("default", "nvidia.com/gpu", 16, 16, 24, ["n2 (NotReady)"], 1)],

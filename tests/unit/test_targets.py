@@ -1,4 +1,4 @@
-"""Toleration semantics of the per-node targeting rules (planning/targets.py); the rules applied to
+"""Toleration semantics of the per-node targeting rules (planning/node/targets.py); the rules applied to
 nodes and Packages are tested through the fleet's selection (test_fleet_targets.py)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from api.package import Toleration
-from planning.targets import tolerates
+from planning.node.targets import tolerates
 
 
 def taint(key: str, effect: str = "NoSchedule", value: str = "") -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""The GPU verify (`spec.verify`): the model, the rules of planning/verify.py, the pod's manifest, and
+"""The GPU verify (`spec.verify`): the model, the rules of planning/node/verify.py, the pod's manifest, and
 what a failed verify does to the node's label, reset and targeting."""
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from api.node_state import NodeState, PackageNodeState, VerifyFailed, dump_node_
 from api.package import PackageSpec
 from api.policy import DeploymentPolicySpec
 from api.verify import VerifyFailure, VerifySpec
-from planning import verify as rules
-from planning.node_reset import reset_state
-from planning.targets import needs_work
-from planning.window import node_status
+from planning.node import verify as rules
+from planning.node.node_reset import reset_state
+from planning.node.targets import needs_work
+from planning.node.window import node_status
 from protocol.node_activities import StageJob
 from tests.helpers.packages import example_image
 

@@ -1,15 +1,15 @@
 """Fake activities for fleet workflow tests, registered under the real names.
 
 `FakeNodes` plays the Kubernetes listing and the node workflows: `list_fleet_nodes` runs the real
-target selection (`planning.fleet_targets.select_fleet`) over fake Nodes whose state annotation
+target selection (`planning.rollout.fleet_targets.select_fleet`) over fake Nodes whose state annotation
 the fake keeps; `request_windows` records every request and, for nodes in `auto`, answers at once
 as a node workflow would: every Package complete (recorded on the fake node at its version and
 config), or erroring for nodes in `fail` (and, on any node, for Packages of a version in
 `fail_versions`); the test answers other nodes itself with `finish`. As the real activity,
 `list_fleet_nodes` also returns the marks the blocked nodes do not show yet
-(`planning.node_marks.listing_marks`), and `mark_blocked_nodes` writes them as the real one decides
+(`planning.node.node_marks.listing_marks`), and `mark_blocked_nodes` writes them as the real one decides
 (`decide_mark`) on the fake Node's label and StateMalformed condition, recording each mark written.
-`mark_upcoming_nodes` keeps drain-ahead's claims per node (`planning.drain_ahead.owners_after`) and puts
+`mark_upcoming_nodes` keeps drain-ahead's claims per node (`planning.rollout.drain_ahead.owners_after`) and puts
 the label and taint on the fake Node; `events` orders every claim, release and request.
 """
 
@@ -25,10 +25,17 @@ from temporalio.client import Client
 from api.keys import UPCOMING_KEY, UPCOMING_TAINT_EFFECT, UPCOMING_VALUE
 from api.node_state import config_hashes
 from api.package import PackageSpec
-from planning.drain_ahead import owners_after
-from planning.fleet_targets import FleetPackage, FleetQuery, FleetSelection, down_reason, select_fleet, units
-from planning.node_marks import NodeMark, decide_mark, listing_marks
-from planning.targets import NodeView
+from planning.node.node_marks import NodeMark, decide_mark, listing_marks
+from planning.node.targets import NodeView
+from planning.rollout.drain_ahead import owners_after
+from planning.rollout.fleet_targets import (
+    FleetPackage,
+    FleetQuery,
+    FleetSelection,
+    down_reason,
+    select_fleet,
+    units,
+)
 from protocol.activities import (
     DescribeWorkflowRunsInput,
     DescribeWorkflowRunsResult,

@@ -20,7 +20,7 @@ from temporalio.worker import Worker
 
 from api.enums import RolloutPhase, State
 from planning.fleet.codec import progress_from_json
-from planning.fleet_status import FleetProgress
+from planning.views.fleet_status import FleetProgress
 from protocol import names
 from protocol.fleet import Filter, FleetInput, FleetSpec, PackageEntry
 from tests.helpers import assert_eventually_async, new_task_queue, unique_name

@@ -26,7 +26,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from api.enums import RolloutPhase, State
-from planning.fleet_status import FleetProgress
+from planning.views.fleet_status import FleetProgress
 from protocol import names
 from protocol.activities import PromSeries, QueryPrometheusInput, QueryPrometheusResult
 from protocol.errors import PROMETHEUS_UNAVAILABLE

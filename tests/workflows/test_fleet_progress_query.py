@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-import planning.fleet_status
+import planning.views.fleet_status
 from api.enums import RolloutPhase, State
 from protocol.fleet import FleetSpec
 from tests.helpers import assert_eventually_async, unique_name
@@ -22,13 +22,13 @@ pytestmark = pytest.mark.workflows
 def counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Count the calls of `fleet_progress` (the workflow imports it through the sandbox, unchanged)."""
     calls = [0]
-    real: Callable[..., Any] = planning.fleet_status.fleet_progress
+    real: Callable[..., Any] = planning.views.fleet_status.fleet_progress
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         calls[0] += 1
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(planning.fleet_status, "fleet_progress", counted)
+    monkeypatch.setattr(planning.views.fleet_status, "fleet_progress", counted)
     return calls
 
 

@@ -3,7 +3,7 @@
 tests/histories/fleet/ holds histories recorded with the fleet code before the canary rollback
 (ADR 0009), on the time-skipping server with the fakes of `fleet_fakes`:
 `fleet_canary-halt-then-policy-edit`: a canary fails (onFailure halt), then a policy edit starts a
-wave that, under the old rule, had no canary (`planning.fleet_rollback`: unproven changes now count
+wave that, under the old rule, had no canary (`planning.rollout.fleet_rollback`: unproven changes now count
 as changed again, behind `workflow.patched`). A workflow change that fails here needs
 `workflow.patched` (or is a deliberate break: re-record).
 """

@@ -18,9 +18,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from api.enums import CanaryPhase, RolloutPhase
 from api.policy import DeploymentPolicySpec
-from planning import fleet_state as fs
 from planning.fleet.codec import state_to_json
-from planning.fleet_targets import FleetSelection, NodeTargets
+from planning.rollout import fleet_state as fs
+from planning.rollout.fleet_targets import FleetSelection, NodeTargets
 from protocol import names
 from protocol.fleet import FleetSpec
 from tests.helpers import assert_eventually_async, unique_name

@@ -25,7 +25,7 @@ from temporalio.worker import Worker
 
 from activities.global_reports import report_to_global
 from api.enums import RolloutPhase
-from planning.global_codec import global_view_from_json
+from planning.clusters.global_codec import global_view_from_json
 from protocol import names
 from protocol.clusters import GlobalView
 from protocol.fleet import FleetInput, FleetSpec

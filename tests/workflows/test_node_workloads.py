@@ -10,7 +10,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from api.node_state import parse_node_state
-from planning.drain_rules import SKIPPED_DRAIN_TIMEOUT
+from planning.node.drain_rules import SKIPPED_DRAIN_TIMEOUT
 from protocol import errors
 from tests.workflows.node_fakes import FakeNode
 from tests.workflows.node_harness import Harness, harness, order
