@@ -11,9 +11,10 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from protocol.activities import DescribeWorkflowRunsInput, DescribeWorkflowRunsResult
+from protocol.activity_refs import DESCRIBE_WORKFLOW_RUNS
 
 
-@activity.defn(name="describe_workflow_runs")
+@activity.defn(name=DESCRIBE_WORKFLOW_RUNS.name)
 async def describe_workflow_runs(input: DescribeWorkflowRunsInput) -> DescribeWorkflowRunsResult:
     """Return which of the given workflow ids have no running latest run (closed or unknown)."""
     client = activity.client()

@@ -60,6 +60,7 @@ from planning.node.drain_rules import (
     plan_round,
 )
 from protocol import errors
+from protocol.activity_refs import DRAIN_NODE, WAIT_PROTECTED_PODS
 from protocol.node_activities import (
     DrainNodeInput,
     DrainNodeResult,
@@ -153,7 +154,7 @@ class _Report:
             log.warning("Draining condition of %s not ended: %s", self.node, err)
 
 
-@activity.defn(name="wait_protected_pods")
+@activity.defn(name=WAIT_PROTECTED_PODS.name)
 @keep_alive
 def wait_protected_pods(input: WaitProtectedPodsInput) -> WaitProtectedPodsResult:
     """Wait until no Running/Pending pod on the node matches the selectors; bounded by timeout_seconds."""
@@ -236,7 +237,7 @@ def blocking_pdbs(pods: list[client.V1Pod]) -> list[str]:
     return [view.describe() for view in pdbs_covering(pods)]
 
 
-@activity.defn(name="drain_node")
+@activity.defn(name=DRAIN_NODE.name)
 @keep_alive
 def drain_node(input: DrainNodeInput) -> DrainNodeResult:
     """Evict every evictable pod of the node and wait until they are gone; bounded by timeout_seconds.

@@ -24,6 +24,7 @@ from api.workloads import DrainRule
 from kube.node_pods import NodePods, pod_facts, set_eviction_at
 from kube.nodes import node_not_found
 from planning.node.eviction_notice import EVENT_SCHEDULED, REASON_SCHEDULED, condition_message, notices
+from protocol.activity_refs import ANNOUNCE_EVICTION
 from protocol.node_activities import AnnounceEvictionInput, AnnounceEvictionResult, NodeEvent
 
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
@@ -41,7 +42,7 @@ def _patch_condition(node: str, condition: dict[str, Any]) -> str:
     return str((written.get("metadata") or {}).get("uid") or "")
 
 
-@activity.defn(name="announce_eviction")
+@activity.defn(name=ANNOUNCE_EVICTION.name)
 def announce_eviction(input: AnnounceEvictionInput) -> AnnounceEvictionResult:
     """Annotate every pod the drain will evict with its eviction time, then set the node's condition."""
     rules = [DrainRule.model_validate(r) for r in input.rules]

@@ -46,12 +46,13 @@ from protocol.activities import (
     ReadNodeSupplyResult,
     RequestWindowsInput,
 )
+from protocol.activity_refs import LIST_FLEET_NODES, READ_NODE_SUPPLY, REQUEST_WINDOWS
 
 _SELECTION = TypeAdapter(FleetSelection)
 _MARKS = TypeAdapter(list[NodeMark])
 
 
-@activity.defn(name="list_fleet_nodes")
+@activity.defn(name=LIST_FLEET_NODES.name)
 def list_fleet_nodes(input: ListFleetNodesInput) -> ListFleetNodesResult:
     """Every Node that a Package of the fleet targets, classified per Package (module docstring)."""
     packages = {
@@ -75,7 +76,7 @@ def list_fleet_nodes(input: ListFleetNodesInput) -> ListFleetNodesResult:
         marks=_MARKS.dump_python(marks, mode="json"))
 
 
-@activity.defn(name="read_node_supply")
+@activity.defn(name=READ_NODE_SUPPLY.name)
 def read_node_supply(input: ReadNodeSupplyInput) -> ReadNodeSupplyResult:
     """How each of `input.nodes` stands now for the budgets (module docstring)."""
     wanted, keys = set(input.nodes), set(input.label_keys)
@@ -88,7 +89,7 @@ def read_node_supply(input: ReadNodeSupplyInput) -> ReadNodeSupplyResult:
     return result
 
 
-@activity.defn(name="request_windows")
+@activity.defn(name=REQUEST_WINDOWS.name)
 async def request_windows(input: RequestWindowsInput) -> None:
     """Signal-with-start `node/<node>` with each request (heartbeats per node)."""
     await signal_node_workflows(input.nodes, input.requests, input.task_queue, input.cluster)

@@ -16,10 +16,11 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from protocol import names
 from protocol.activities import ReportToGlobalInput
+from protocol.activity_refs import REPORT_TO_GLOBAL
 from protocol.clusters import GlobalInput
 
 
-@activity.defn(name="report_to_global")
+@activity.defn(name=REPORT_TO_GLOBAL.name)
 async def report_to_global(input: ReportToGlobalInput) -> None:
     """Signal-with-start `global/<policy>` with the cluster's report."""
     client = activity.client()

@@ -30,6 +30,7 @@ from kube.nodes import node_not_found, read_node
 from kube.pod_wait import WATCH_SECONDS, PodOutcome, PodWait
 from kube.watching import BOOKMARK, Watched, watch_from
 from protocol import errors
+from protocol.activity_refs import RUN_INTERRUPT
 from protocol.node_activities import RunInterruptInput, RunInterruptResult
 
 # How a node that is gone during its reboot is reported (NodeNotFound).
@@ -129,7 +130,7 @@ def confirm_reboot(input: RunInterruptInput, name: str, current: client.V1Node |
         current = _next_node(current, seconds, lambda n: back_after_reboot(n, input.boot_id_before))
 
 
-@activity.defn(name="run_interrupt")
+@activity.defn(name=RUN_INTERRUPT.name)
 @keep_alive
 def run_interrupt(input: RunInterruptInput) -> RunInterruptResult:
     """Run the interrupt pod (or adopt the one the stage pod before created: `input.prestarted`); a

@@ -27,6 +27,7 @@ from kube.nodes import CONFLICT_RETRIES, find_node
 from planning.node.node_marks import NodeMark, decide_mark
 from planning.node.targets import NodeView
 from protocol.activities import MarkBlockedNodesInput, MarkBlockedNodesResult
+from protocol.activity_refs import MARK_BLOCKED_NODES
 from protocol.node_activities import NodeEvent
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -74,7 +75,7 @@ def _mark_one(mark: NodeMark) -> bool:
     raise RuntimeError(f"mark node {mark.node}: still conflicting after {CONFLICT_RETRIES} attempts")
 
 
-@activity.defn(name="mark_blocked_nodes")
+@activity.defn(name=MARK_BLOCKED_NODES.name)
 def mark_blocked_nodes(input: MarkBlockedNodesInput) -> MarkBlockedNodesResult:
     """Write each mark that still applies (module docstring); heartbeats once per node."""
     result = MarkBlockedNodesResult()

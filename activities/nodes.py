@@ -38,6 +38,7 @@ from kube.node_snapshot import node_facts
 from kube.nodes import node_not_found, patch_node_with_retry
 from kube.nodes import read_node as read_node_or_fail
 from planning.node.node_marks import READABLE_MESSAGE, REASON_READABLE
+from protocol.activity_refs import CORDON_NODE, READ_NODE, UNCORDON_NODE, WRITE_NODE_STATE
 from protocol.node_activities import (
     CordonNodeResult,
     NodeEvent,
@@ -74,13 +75,13 @@ def seen_node(seen: ReadNodeResult | None) -> client.V1Node | None:
         spec=client.V1NodeSpec(unschedulable=seen.unschedulable or None))
 
 
-@activity.defn(name="read_node")
+@activity.defn(name=READ_NODE.name)
 def read_node(input: NodeInput) -> ReadNodeResult:
     """Snapshot of the node (missing node: non-retryable `NodeNotFound`)."""
     return snapshot(get_node(input.node))
 
 
-@activity.defn(name="cordon_node")
+@activity.defn(name=CORDON_NODE.name)
 def cordon_node(input: NodeInput) -> CordonNodeResult:
     """Mark the node unschedulable and record that noderoll did it; leave someone else's cordon alone."""
     outcome = CordonNodeResult(cordoned_by_noderoll=False)
@@ -102,7 +103,7 @@ def cordon_node(input: NodeInput) -> CordonNodeResult:
     return outcome
 
 
-@activity.defn(name="uncordon_node")
+@activity.defn(name=UNCORDON_NODE.name)
 def uncordon_node(input: NodeInput) -> UncordonNodeResult:
     """Undo noderoll's own cordon (annotation present); a node cordoned by anyone else stays cordoned
     (`kube.cordon.lift_own_cordon`)."""
@@ -122,7 +123,7 @@ def node_condition(kind: str, on: bool, reason: str, message: str) -> dict[str, 
     }
 
 
-@activity.defn(name="write_node_state")
+@activity.defn(name=WRITE_NODE_STATE.name)
 def write_node_state(input: WriteNodeStateInput) -> ReadNodeResult:
     """Write one state transition (`write_state`); the node as written, in what `cordon_node` reads
     (`cordon_view`: its cordon and resourceVersion), so the cordon after it needs no read."""

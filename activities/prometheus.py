@@ -31,6 +31,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeats import beat, keep_alive
 from protocol.activities import PromSeries, QueryPrometheusInput, QueryPrometheusResult
+from protocol.activity_refs import QUERY_PROMETHEUS
 from protocol.errors import (
     PROMETHEUS_NOT_CONFIGURED,
     PROMETHEUS_QUERY_ERROR,
@@ -91,7 +92,7 @@ def parse_answer(address: str, status: int, body: bytes) -> QueryPrometheusResul
                 "like [5m] or wrap them in a function such as rate())", PROMETHEUS_RESULT_TYPE)
 
 
-@activity.defn(name="query_prometheus")
+@activity.defn(name=QUERY_PROMETHEUS.name)
 @keep_alive
 def query_prometheus(input: QueryPrometheusInput) -> QueryPrometheusResult:
     """Run one instant query for gate `input.gate` (module rules: address, failure classes)."""

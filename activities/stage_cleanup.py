@@ -45,6 +45,7 @@ from api.keys import (
     STAGE_NODE_LABEL,
     STAGE_PACKAGE_LABEL,
 )
+from protocol.activity_refs import DELETE_STAGE_JOBS
 from protocol.node_activities import DeleteStageJobsInput, DeleteStageJobsResult
 
 # Served from the apiserver's watch cache (module docstring).
@@ -104,7 +105,7 @@ def _delete_pods(selector: str, keep: set[str]) -> list[str]:
     return deleted
 
 
-@activity.defn(name="delete_stage_jobs")
+@activity.defn(name=DELETE_STAGE_JOBS.name)
 def delete_stage_jobs(input: DeleteStageJobsInput) -> DeleteStageJobsResult:
     """Delete the stage pods and ConfigMaps of `input.packages` on `input.node` but `input.keep`."""
     if not input.packages:

@@ -38,6 +38,7 @@ from api.enums import InterruptType
 from api.stage_containers import container_name, split_container
 from kube.pod_wait import PodOutcome
 from protocol import errors
+from protocol.activity_refs import RUN_STAGE_POD
 from protocol.node_activities import RunInterruptInput, RunStagePodInput, RunStagePodResult, StageJob
 
 
@@ -115,7 +116,7 @@ def run_phase_pod(input: RunStagePodInput) -> RunStagePodResult:
                              package=undone.package, completed_by_package=completed)
 
 
-@activity.defn(name="run_stage_pod")
+@activity.defn(name=RUN_STAGE_POD.name)
 @keep_alive
 def run_stage_pod(input: RunStagePodInput) -> RunStagePodResult:
     """Run the stages of `input.job.modes` in one pod pinned to the node (the interrupt last when set;

@@ -12,9 +12,10 @@ from temporalio import activity
 
 from kube.upcoming import set_upcoming
 from protocol.activities import MarkUpcomingNodesInput, MarkUpcomingNodesResult
+from protocol.activity_refs import MARK_UPCOMING_NODES
 
 
-@activity.defn(name="mark_upcoming_nodes")
+@activity.defn(name=MARK_UPCOMING_NODES.name)
 def mark_upcoming_nodes(input: MarkUpcomingNodesInput) -> MarkUpcomingNodesResult:
     """Claim `input.mark` and release `input.unmark` for `input.fleet` (module docstring)."""
     result = MarkUpcomingNodesResult()

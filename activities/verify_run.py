@@ -17,13 +17,14 @@ from temporalio import activity
 from activities.heartbeats import keep_alive
 from activities.pod_create import ensure_pod
 from activities.stage_wait import previous_pod, wait_job
+from protocol.activity_refs import RUN_VERIFY_POD
 from protocol.node_activities import RunVerifyPodInput, RunVerifyPodResult
 
 # Past the pod's own deadline (the kubelet's verdict normally comes first).
 DEADLINE_MARGIN_SECONDS = 30
 
 
-@activity.defn(name="run_verify_pod")
+@activity.defn(name=RUN_VERIFY_POD.name)
 @keep_alive
 def run_verify_pod(input: RunVerifyPodInput) -> RunVerifyPodResult:
     """Run the window's verify pod on the node and wait until it ends (module docstring)."""

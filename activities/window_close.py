@@ -22,12 +22,13 @@ from temporalio import activity
 from activities.eviction_notice import withdraw_notice
 from activities.nodes import write_state
 from activities.stage_cleanup import delete_stage_jobs
+from protocol.activity_refs import CLOSE_WINDOW
 from protocol.node_activities import CloseWindowInput, CloseWindowResult
 
 log = logging.getLogger(__name__)
 
 
-@activity.defn(name="close_window")
+@activity.defn(name=CLOSE_WINDOW.name)
 def close_window(input: CloseWindowInput) -> CloseWindowResult:
     """The final state (and the uncordon, in the same patch), then the stage pods' deletion."""
     write_state(input.state, uncordon=input.uncordon)

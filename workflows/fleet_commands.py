@@ -47,6 +47,15 @@ with workflow.unsafe.imports_passed_through():
         ReadNodeSupplyResult,
         RequestWindowsInput,
     )
+    from protocol.activity_refs import (
+        DESCRIBE_WORKFLOW_RUNS,
+        LIST_FLEET_NODES,
+        MARK_UPCOMING_NODES,
+        QUERY_PROMETHEUS,
+        READ_NODE_SUPPLY,
+        REPORT_TO_GLOBAL,
+        REQUEST_WINDOWS,
+    )
     from protocol.errors import PROMETHEUS_NOT_CONFIGURED, PROMETHEUS_QUERY_ERROR, PROMETHEUS_RESULT_TYPE
     from protocol.fleet import FleetInput
     from workflows.api_retries import outlasting
@@ -124,31 +133,31 @@ class FleetCommands:
     async def _activity(self, command: Command) -> Any:
         if isinstance(command, ListNodes):
             return await workflow.execute_activity(
-                "list_fleet_nodes", command.input, result_type=ListFleetNodesResult,
+                LIST_FLEET_NODES.name, command.input, result_type=ListFleetNodesResult,
                 start_to_close_timeout=ACTIVITY_TIMEOUT, heartbeat_timeout=HEARTBEAT, summary="list and classify nodes")
         if isinstance(command, MarkBlocked):
             await mark_blocked(command.input)
             return None
         if isinstance(command, DescribeRuns):
             return await workflow.execute_activity(
-                "describe_workflow_runs", command.input, result_type=DescribeWorkflowRunsResult,
+                DESCRIBE_WORKFLOW_RUNS.name, command.input, result_type=DescribeWorkflowRunsResult,
                 start_to_close_timeout=ACTIVITY_TIMEOUT,
                 summary=f"check {len(command.input.workflow_ids)} node workflow(s)")
         if isinstance(command, ReportToGlobal):
             await workflow.execute_activity(
-                "report_to_global", command.input, start_to_close_timeout=REPORT_TIMEOUT,
+                REPORT_TO_GLOBAL.name, command.input, start_to_close_timeout=REPORT_TIMEOUT,
                 summary=f"report {command.what} to global/{command.input.policy}")
             return None
         try:
             if isinstance(command, MarkUpcoming):
                 mark = command.input
                 return await workflow.execute_activity(
-                    "mark_upcoming_nodes", mark, result_type=MarkUpcomingNodesResult,
+                    MARK_UPCOMING_NODES.name, mark, result_type=MarkUpcomingNodesResult,
                     start_to_close_timeout=ACTIVITY_TIMEOUT, heartbeat_timeout=HEARTBEAT, retry_policy=NODE_CALL_RETRY,
                     summary=f"mark {len(mark.mark)} node(s) upcoming, unmark {len(mark.unmark)}")
             if isinstance(command, ReadSupply):
                 return await workflow.execute_activity(
-                    "read_node_supply", command.input, result_type=ReadNodeSupplyResult,
+                    READ_NODE_SUPPLY.name, command.input, result_type=ReadNodeSupplyResult,
                     start_to_close_timeout=ACTIVITY_TIMEOUT, heartbeat_timeout=HEARTBEAT, retry_policy=NODE_CALL_RETRY,
                     summary=f"read {len(command.input.nodes)} node(s) before a hand-out")
         except ActivityError as err:
@@ -160,7 +169,7 @@ class FleetCommands:
         for start in range(0, len(command.nodes), REQUEST_CHUNK):
             chunk = command.nodes[start:start + REQUEST_CHUNK]
             await workflow.execute_activity(
-                "request_windows",
+                REQUEST_WINDOWS.name,
                 RequestWindowsInput(requests=command.requests[start:start + REQUEST_CHUNK], nodes=chunk,
                                     task_queue=self.input.node_task_queue, cluster=self.input.cluster),
                 start_to_close_timeout=ACTIVITY_TIMEOUT, heartbeat_timeout=HEARTBEAT,
@@ -181,7 +190,7 @@ class FleetCommands:
         gate = command.gate
         try:
             result = await workflow.execute_activity(
-                "query_prometheus", QueryPrometheusInput(gate.query, gate.address or "", gate.name),
+                QUERY_PROMETHEUS.name, QueryPrometheusInput(gate.query, gate.address or "", gate.name),
                 result_type=QueryPrometheusResult, start_to_close_timeout=GATE_QUERY_TIMEOUT,
                 heartbeat_timeout=timedelta(seconds=30), retry_policy=GATE_RETRY,
                 summary=f"gate {gate.name}: {gate.query}"[:200],

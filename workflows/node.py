@@ -36,6 +36,7 @@ with workflow.unsafe.imports_passed_through():
     from api.enums import State
     from planning.node.window import window_key
     from protocol import errors, names
+    from protocol.activity_refs import READ_NODE
     from protocol.fleet import NodeReset, PackageOutcome, WindowCancel, WindowRequest, WindowResult
     from protocol.node import NodeWorkflowInput
     from protocol.node_activities import NodeInput, ReadNodeResult
@@ -185,7 +186,7 @@ class NodeWorkflow:
             self._carried = carried
             workflow.upsert_search_attributes([PACKAGE_KEY.value_set(carried)])
         try:
-            snapshot = await short_call("read_node", NodeInput(input.node), ReadNodeResult, "read node")
+            snapshot = await short_call(READ_NODE.name, NodeInput(input.node), ReadNodeResult, "read node")
         except ActivityError as err:
             cause = err.cause
             if not (isinstance(cause, ApplicationError) and cause.type == errors.NODE_NOT_FOUND):

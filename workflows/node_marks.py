@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from planning.fleet.codec import marks_to_json
     from planning.node.node_marks import NodeMark
     from protocol.activities import MarkBlockedNodesInput, MarkBlockedNodesResult
+    from protocol.activity_refs import MARK_BLOCKED_NODES
     from workflows.api_retries import outlasting
 
 MARK_TIMEOUT = timedelta(minutes=2)
@@ -36,7 +37,7 @@ async def mark_blocked(input: MarkBlockedNodesInput) -> None:
     """Run `mark_blocked_nodes` with `input`; a failure is logged."""
     try:
         await workflow.execute_activity(
-            "mark_blocked_nodes", input, result_type=MarkBlockedNodesResult,
+            MARK_BLOCKED_NODES.name, input, result_type=MarkBlockedNodesResult,
             start_to_close_timeout=MARK_TIMEOUT, heartbeat_timeout=timedelta(seconds=60), retry_policy=MARK_RETRY,
             summary=f"mark {len(input.marks)} blocked node(s)")
     except ActivityError as err:

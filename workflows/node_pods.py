@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from planning.node.node_plan import StageStep
     from planning.node.pod_steps import phase_progress, pod_modes, pod_progress
     from planning.node.window import EntryUpdate, log_tail, package_limits, retry_backoff
+    from protocol.activity_refs import RUN_INTERRUPT, RUN_STAGE_POD
     from protocol.node_activities import (
         NextPod,
         RunInterruptInput,
@@ -202,7 +203,7 @@ class PodStages:
         timeout = sum(job.timeout_seconds for job in jobs) + WAIT_MARGIN_SECONDS
         try:
             result: RunStagePodResult = await workflow.execute_activity(
-                "run_stage_pod", RunStagePodInput(jobs[0], ctx.snapshot.boot_id, 0, following=jobs[1:],
+                RUN_STAGE_POD.name, RunStagePodInput(jobs[0], ctx.snapshot.boot_id, 0, following=jobs[1:],
                                                   prestarted=self.next_pods.take(NextPod(jobs[0], jobs[1:])),
                                                   then=then),
                 result_type=RunStagePodResult,
@@ -267,7 +268,7 @@ class PodStages:
         ctx.set_phase("Running")
         try:
             result: RunStagePodResult = await workflow.execute_activity(
-                "run_stage_pod", RunStagePodInput(job, ctx.snapshot.boot_id, reboot_timeout),
+                RUN_STAGE_POD.name, RunStagePodInput(job, ctx.snapshot.boot_id, reboot_timeout),
                 result_type=RunStagePodResult,
                 start_to_close_timeout=timedelta(seconds=job.timeout_seconds + reboot_timeout + WAIT_MARGIN_SECONDS),
                 heartbeat_timeout=timedelta(seconds=ctx.settings.heartbeat_seconds),
@@ -323,7 +324,7 @@ class PodStages:
             prestarted = self.next_pods.take(NextPod(job))
             try:
                 result = await workflow.execute_activity(
-                    "run_interrupt",
+                    RUN_INTERRUPT.name,
                     RunInterruptInput(job, ctx.snapshot.boot_id, reboot_timeout, prestarted, then),
                     result_type=RunInterruptResult,
                     start_to_close_timeout=timedelta(seconds=reboot_timeout + job.timeout_seconds + WAIT_MARGIN_SECONDS),

@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from api.keys import RESET_ANNOTATION
     from planning.node.node_reset import reset_state
     from protocol import errors
+    from protocol.activity_refs import READ_NODE, WRITE_NODE_STATE
     from protocol.fleet import NodeReset
     from protocol.node_activities import NodeEvent, NodeInput, ReadNodeResult, WriteNodeStateInput
     from workflows.api_retries import API_RETRY, API_TIMEOUT
@@ -31,7 +32,7 @@ async def apply_reset(node: str, request: NodeReset) -> str:
     """Forget what `request` names on `node`; returns what was done (for the log)."""
     try:
         snapshot = await workflow.execute_activity(
-            "read_node", NodeInput(node), result_type=ReadNodeResult,
+            READ_NODE.name, NodeInput(node), result_type=ReadNodeResult,
             start_to_close_timeout=API_TIMEOUT, retry_policy=API_RETRY, summary="read node (reset)")
     except ActivityError as err:
         cause = err.cause
@@ -43,7 +44,7 @@ async def apply_reset(node: str, request: NodeReset) -> str:
     event = NodeEvent("StateReset", f"reset {request.id}: {outcome.message}{who}", key=f"reset/{request.id}")
     clear = [RESET_ANNOTATION] if request.id.startswith(ANNOTATION_RESET_PREFIX) else []
     await workflow.execute_activity(
-        "write_node_state",
+        WRITE_NODE_STATE.name,
         WriteNodeStateInput(node=node, state_annotation=outcome.annotation, status=outcome.status.value,
                             updating=False, erroring=outcome.erroring, message=f"reset: {outcome.message}",
                             events=[event], clear_annotations=clear),

@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from api.keys import CORDONED_BY_VALUE
     from planning.node import verify as rules
     from planning.node.window import log_tail, stage_tolerations
+    from protocol.activity_refs import RUN_VERIFY_POD
     from protocol.node_activities import NextPod, RunVerifyPodInput, RunVerifyPodResult, StageJob
     from workflows.api_retries import WAIT_RETRY
     from workflows.node_pod_jobs import NextPods
@@ -63,7 +64,7 @@ async def run_verify(ctx: WindowContext, ledger: WindowLedger, next_pods: NextPo
     ctx.set_phase("Running")
     try:
         result: RunVerifyPodResult = await workflow.execute_activity(
-            "run_verify_pod", RunVerifyPodInput(job, next_pods.take(NextPod(job))),
+            RUN_VERIFY_POD.name, RunVerifyPodInput(job, next_pods.take(NextPod(job))),
             result_type=RunVerifyPodResult,
             start_to_close_timeout=timedelta(seconds=job.timeout_seconds + WAIT_MARGIN_SECONDS),
             heartbeat_timeout=timedelta(seconds=ctx.settings.heartbeat_seconds), retry_policy=WAIT_RETRY,

@@ -45,6 +45,15 @@ with workflow.unsafe.imports_passed_through():
     from planning.node.node_plan import NodePlanInput, plan_node
     from planning.node.window import EntryUpdate, drain_settings, node_status, protected_selectors
     from protocol import errors
+    from protocol.activity_refs import (
+        CLOSE_WINDOW,
+        CORDON_NODE,
+        DELETE_STAGE_JOBS,
+        DRAIN_NODE,
+        UNCORDON_NODE,
+        WAIT_PROTECTED_PODS,
+        WRITE_NODE_STATE,
+    )
     from protocol.fleet import PackageOutcome, WindowRequest, WindowResult
     from protocol.node import NodeWorkflowInput
     from protocol.node_activities import (
@@ -172,7 +181,7 @@ class WindowRun:
         recorded before it was returned)."""
         state = self._state_input(in_window, events)
         written: ReadNodeResult | None = await short_call(
-            "write_node_state", state, ReadNodeResult | None, f"state {state.status}", retry)  # type: ignore[arg-type]
+            WRITE_NODE_STATE.name, state, ReadNodeResult | None, f"state {state.status}", retry)  # type: ignore[arg-type]
         return written
 
     def _state_input(self, in_window: bool, events: list[NodeEvent]) -> WriteNodeStateInput:
@@ -217,14 +226,14 @@ class WindowRun:
         the drain creates `pods`' first pod once it succeeded."""
         specs = [self.ctx.specs[n] for n in self.ctx.window.packages]
         self.ctx.set_phase("Draining")
-        cordon = await short_call("cordon_node", NodeInput(self.node, seen=self.written or cordon_view(self.ctx.snapshot)),
+        cordon = await short_call(CORDON_NODE.name, NodeInput(self.node, seen=self.written or cordon_view(self.ctx.snapshot)),
                                   CordonNodeResult, "cordon")
         self.ledger.cordoned = cordon.cordoned_by_noderoll
         selectors = protected_selectors(specs)
         if selectors:
             timeout = self.ctx.limits(list(self.ctx.window.packages)).protected_pods
             await workflow.execute_activity(
-                "wait_protected_pods", WaitProtectedPodsInput(self.node, selectors, timeout),
+                WAIT_PROTECTED_PODS.name, WaitProtectedPodsInput(self.node, selectors, timeout),
                 result_type=WaitProtectedPodsResult,
                 start_to_close_timeout=timedelta(seconds=timeout + 120), heartbeat_timeout=self._heartbeat(),
                 retry_policy=WAIT_RETRY, summary="wait for protected pods")
@@ -233,7 +242,7 @@ class WindowRun:
         # The window's first stage pod is created by the drain once the node is drained (ADR 0022).
         then = first_pod(self.ctx)
         drained = await workflow.execute_activity(
-            "drain_node",
+            DRAIN_NODE.name,
             self.workloads.drain_input(DrainNodeInput(
                 self.node, drain.timeout_seconds, drain.grace_period_seconds, drain.delete_empty_dir_data, then=then)),
             result_type=DrainNodeResult,
@@ -341,7 +350,7 @@ class WindowRun:
         state = self._state_input(False, self._final_events(left_cordoned))
         try:
             result = await workflow.execute_activity(
-                "close_window",
+                CLOSE_WINDOW.name,
                 CloseWindowInput(state, self.ledger.cordoned and not left_cordoned, deletion, self.ledger.noticed),
                 result_type=CloseWindowResult, start_to_close_timeout=API_TIMEOUT, retry_policy=CLOSE_RETRY,
                 summary=f"close: state {state.status}")
@@ -360,7 +369,7 @@ class WindowRun:
         packages = deletion.packages
         try:
             await workflow.execute_activity(
-                "delete_stage_jobs", deletion,
+                DELETE_STAGE_JOBS.name, deletion,
                 result_type=DeleteStageJobsResult, start_to_close_timeout=API_TIMEOUT, retry_policy=API_RETRY,
                 summary="delete stage Jobs")
         except ActivityError as err:
@@ -373,7 +382,7 @@ class WindowRun:
         try:
             if self.ledger.cordoned and not left_cordoned:
                 await workflow.execute_activity(
-                    "uncordon_node", NodeInput(self.node), result_type=UncordonNodeResult,
+                    UNCORDON_NODE.name, NodeInput(self.node), result_type=UncordonNodeResult,
                     start_to_close_timeout=API_TIMEOUT, retry_policy=CLOSE_RETRY, summary="uncordon")
             await self._write(False, self._final_events(left_cordoned), CLOSE_RETRY)
         except ActivityError as err:

@@ -27,6 +27,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from api.enums import DrainTimeoutAction
     from planning.node.drain_rules import drain_bound, skips_node
+    from protocol.activity_refs import ANNOUNCE_EVICTION
     from protocol.node_activities import AnnounceEvictionInput, AnnounceEvictionResult, DrainNodeInput
     from workflows.api_retries import API_TIMEOUT, WAIT_RETRY
     from workflows.node_window_types import WindowContext, WindowLedger
@@ -50,7 +51,7 @@ class WorkloadSteps:
         notice_at = workflow.now() + timedelta(seconds=self.spec.notice_seconds)
         self.ledger.noticed = True  # whatever happens next, the close takes the notice back
         told: AnnounceEvictionResult = await workflow.execute_activity(
-            "announce_eviction",
+            ANNOUNCE_EVICTION.name,
             AnnounceEvictionInput(self.ctx.node, notice_at.isoformat(), [r.dump() for r in self.rules], self.ctx.fleet),
             result_type=AnnounceEvictionResult, start_to_close_timeout=API_TIMEOUT, retry_policy=WAIT_RETRY,
             summary=f"eviction notice until {notice_at.isoformat()}")

@@ -50,6 +50,14 @@ from protocol.activities import (
     ReadNodeSupplyResult,
     RequestWindowsInput,
 )
+from protocol.activity_refs import (
+    DESCRIBE_WORKFLOW_RUNS,
+    LIST_FLEET_NODES,
+    MARK_BLOCKED_NODES,
+    MARK_UPCOMING_NODES,
+    READ_NODE_SUPPLY,
+    REQUEST_WINDOWS,
+)
 from protocol.fleet import PackageOutcome, WindowRequest, WindowResult
 from protocol.names import SIGNAL_WINDOW_RESULT
 
@@ -112,7 +120,7 @@ class FakeNodes:
         return cls(nodes=nodes, **kwargs)  # type: ignore[arg-type]
 
     def activities(self) -> list[object]:
-        @activity.defn(name="list_fleet_nodes")
+        @activity.defn(name=LIST_FLEET_NODES.name)
         async def list_fleet_nodes(input: ListFleetNodesInput) -> ListFleetNodesResult:
             self.listings += 1
             packages = {e.name: FleetPackage(PackageSpec.model_validate(e.spec), e.uninstall, e.paused)
@@ -127,7 +135,7 @@ class FakeNodes:
             return ListFleetNodesResult(_SELECTION.dump_python(selection, mode="json", exclude_defaults=True), len(views),
                                         _MARKS.dump_python(marks, mode="json"))
 
-        @activity.defn(name="mark_blocked_nodes")
+        @activity.defn(name=MARK_BLOCKED_NODES.name)
         async def mark_blocked_nodes(input: MarkBlockedNodesInput) -> MarkBlockedNodesResult:
             written = []
             for mark in _MARKS.validate_python(input.marks):
@@ -143,7 +151,7 @@ class FakeNodes:
                 written.append(mark.node)
             return MarkBlockedNodesResult(written)
 
-        @activity.defn(name="mark_upcoming_nodes")
+        @activity.defn(name=MARK_UPCOMING_NODES.name)
         async def mark_upcoming_nodes(input: MarkUpcomingNodesInput) -> MarkUpcomingNodesResult:
             result = MarkUpcomingNodesResult()
             for node, want in [*((n, False) for n in input.unmark), *((n, True) for n in input.mark)]:
@@ -162,7 +170,7 @@ class FakeNodes:
                 (result.marked if want else result.unmarked).append(node)
             return result
 
-        @activity.defn(name="request_windows")
+        @activity.defn(name=REQUEST_WINDOWS.name)
         async def request_windows(input: RequestWindowsInput) -> None:
             for node, request in zip(input.nodes, input.requests, strict=True):
                 self.events.append(("request", node))
@@ -171,7 +179,7 @@ class FakeNodes:
                 if self.auto:
                     await self.finish_one(activity.client(), node)
 
-        @activity.defn(name="read_node_supply")
+        @activity.defn(name=READ_NODE_SUPPLY.name)
         async def read_node_supply(input: ReadNodeSupplyInput) -> ReadNodeSupplyResult:
             self.supply_reads += 1
             views = {n.name: n.view() for n in self.nodes.values() if n.name in input.nodes}
@@ -179,7 +187,7 @@ class FakeNodes:
                                                                 {k: v.labels[k] for k in input.label_keys if k in v.labels})
                                          for name, v in views.items()})
 
-        @activity.defn(name="describe_workflow_runs")
+        @activity.defn(name=DESCRIBE_WORKFLOW_RUNS.name)
         async def describe_workflow_runs(input: DescribeWorkflowRunsInput) -> DescribeWorkflowRunsResult:
             closed = [w for w in input.workflow_ids if w.removeprefix("node/") in self.closed]
             return DescribeWorkflowRunsResult(closed=closed, statuses=dict.fromkeys(closed, "TERMINATED"))

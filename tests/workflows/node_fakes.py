@@ -17,6 +17,21 @@ from temporalio import activity
 from activities.pod_create import pod_name
 from protocol import errors
 from protocol.activities import MarkBlockedNodesInput, MarkBlockedNodesResult
+from protocol.activity_refs import (
+    ANNOUNCE_EVICTION,
+    CLOSE_WINDOW,
+    CORDON_NODE,
+    DELETE_STAGE_JOBS,
+    DRAIN_NODE,
+    MARK_BLOCKED_NODES,
+    READ_NODE,
+    RUN_INTERRUPT,
+    RUN_STAGE_POD,
+    RUN_VERIFY_POD,
+    UNCORDON_NODE,
+    WAIT_PROTECTED_PODS,
+    WRITE_NODE_STATE,
+)
 from protocol.node_activities import (
     AnnounceEvictionInput,
     AnnounceEvictionResult,
@@ -118,14 +133,14 @@ class FakeNode:
         script = self.exits.get(mode)
         return script.pop(0) if script else 0
 
-    @activity.defn(name="read_node")
+    @activity.defn(name=READ_NODE.name)
     def read_node(self, input: NodeInput) -> ReadNodeResult:
         self.calls.append(("read_node", input))
         self._api_down("read_node")
         return ReadNodeResult(name=self.name, unschedulable=self.unschedulable, cordoned_by=self.cordoned_by,
                               boot_id=self.boot_id, ready=True, state_annotation=self.state_annotation)
 
-    @activity.defn(name="cordon_node")
+    @activity.defn(name=CORDON_NODE.name)
     def cordon_node(self, input: NodeInput) -> CordonNodeResult:
         self.calls.append(("cordon_node", input))
         self._api_down("cordon_node")
@@ -134,7 +149,7 @@ class FakeNode:
         self.unschedulable, self.cordoned_by = True, "noderoll"
         return CordonNodeResult(True, False)
 
-    @activity.defn(name="uncordon_node")
+    @activity.defn(name=UNCORDON_NODE.name)
     def uncordon_node(self, input: NodeInput) -> UncordonNodeResult:
         self.calls.append(("uncordon_node", input))
         self._api_down("uncordon_node")
@@ -143,7 +158,7 @@ class FakeNode:
         self.unschedulable, self.cordoned_by = False, ""
         return UncordonNodeResult(True)
 
-    @activity.defn(name="write_node_state")
+    @activity.defn(name=WRITE_NODE_STATE.name)
     def write_node_state(self, input: WriteNodeStateInput) -> None:
         self.calls.append(("write_node_state", input))
         self.writes.append(input)
@@ -151,7 +166,7 @@ class FakeNode:
             self.state_annotation = input.state_annotation
         self.status_label = input.status
 
-    @activity.defn(name="close_window")
+    @activity.defn(name=CLOSE_WINDOW.name)
     def close_window(self, input: CloseWindowInput) -> CloseWindowResult:
         self.calls.append(("close_window", input))
         self._api_down("close_window")
@@ -170,12 +185,12 @@ class FakeNode:
         return sum(1 for name, arg in self.calls
                    if name == "uncordon_node" or (name == "close_window" and arg.uncordon))
 
-    @activity.defn(name="wait_protected_pods")
+    @activity.defn(name=WAIT_PROTECTED_PODS.name)
     def wait_protected_pods(self, input: WaitProtectedPodsInput) -> WaitProtectedPodsResult:
         self.calls.append(("wait_protected_pods", input))
         return WaitProtectedPodsResult(0.0)
 
-    @activity.defn(name="announce_eviction")
+    @activity.defn(name=ANNOUNCE_EVICTION.name)
     def announce_eviction(self, input: AnnounceEvictionInput) -> AnnounceEvictionResult:
         self.calls.append(("announce_eviction", input))
         return AnnounceEvictionResult({pod: input.notice_at for pod in self.notice_pods})
@@ -185,7 +200,7 @@ class FakeNode:
         [found] = [arg for called, arg in self.calls if called == name]
         return found
 
-    @activity.defn(name="drain_node")
+    @activity.defn(name=DRAIN_NODE.name)
     def drain_node(self, input: DrainNodeInput) -> DrainNodeResult:
         self.calls.append(("drain_node", input))
         self._api_down("drain_node")
@@ -194,7 +209,7 @@ class FakeNode:
                                self.drain_error)
         return DrainNodeResult(evicted=["default/workload"], next_pod=self._prestart(input.then))
 
-    @activity.defn(name="run_interrupt")
+    @activity.defn(name=RUN_INTERRUPT.name)
     def run_interrupt(self, input: RunInterruptInput) -> RunInterruptResult:
         self.calls.append(("run_interrupt", input))
         self._adopt(input.prestarted, pod_name(input.job))
@@ -205,7 +220,7 @@ class FakeNode:
         return RunInterruptResult(pod_name(input.job), code, boot_id_after=self.boot_id,
                                   next_pod=self._prestart(input.then) if code == 0 else None)
 
-    @activity.defn(name="run_stage_pod")
+    @activity.defn(name=RUN_STAGE_POD.name)
     def run_stage_pod(self, input: RunStagePodInput) -> RunStagePodResult:
         self.calls.append(("run_stage_pod", input))
         job = input.job
@@ -241,7 +256,7 @@ class FakeNode:
             result.boot_id_after = self.boot_id
         return result
 
-    @activity.defn(name="run_verify_pod")
+    @activity.defn(name=RUN_VERIFY_POD.name)
     def run_verify_pod(self, input: RunVerifyPodInput) -> RunVerifyPodResult:
         """The GPU verify: exits as `exits["verify"]` scripts (0 when not scripted); -1: no result."""
         self.calls.append(("run_verify_pod", input))
@@ -252,13 +267,13 @@ class FakeNode:
         code = self._exit("verify")
         return RunVerifyPodResult(name, code, "GPU 0: Fail" if code else "PASS")
 
-    @activity.defn(name="delete_stage_jobs")
+    @activity.defn(name=DELETE_STAGE_JOBS.name)
     def delete_stage_jobs(self, input: DeleteStageJobsInput) -> DeleteStageJobsResult:
         self.calls.append(("delete_stage_jobs", input))
         self.cleanups.append((list(input.packages), list(input.keep)))
         return DeleteStageJobsResult(kept=list(input.keep))
 
-    @activity.defn(name="mark_blocked_nodes")
+    @activity.defn(name=MARK_BLOCKED_NODES.name)
     def mark_blocked_nodes(self, input: MarkBlockedNodesInput) -> MarkBlockedNodesResult:
         self.calls.append(("mark_blocked_nodes", input))
         return MarkBlockedNodesResult([m["node"] for m in input.marks])

@@ -29,6 +29,7 @@ from api.enums import RolloutPhase, State
 from planning.views.fleet_status import FleetProgress
 from protocol import names
 from protocol.activities import PromSeries, QueryPrometheusInput, QueryPrometheusResult
+from protocol.activity_refs import QUERY_PROMETHEUS
 from protocol.errors import PROMETHEUS_UNAVAILABLE
 from protocol.fleet import FleetInput, FleetSpec
 from tests.helpers import assert_eventually_async, new_task_queue, unique_name
@@ -52,7 +53,7 @@ class FakePrometheus:
     calls: list[tuple[str, datetime]] = field(default_factory=list)
 
     def activity(self) -> Callable[..., Any]:
-        @activity.defn(name="query_prometheus")
+        @activity.defn(name=QUERY_PROMETHEUS.name)
         async def query_prometheus(input: QueryPrometheusInput) -> QueryPrometheusResult:
             self.calls.append((input.query, activity.info().current_attempt_scheduled_time))
             if isinstance(self.answer, Exception):

@@ -20,6 +20,7 @@ from temporalio.worker import Worker
 
 from protocol import names
 from protocol.activities import ListFleetNodesInput, ListFleetNodesResult
+from protocol.activity_refs import LIST_FLEET_NODES
 from protocol.fleet import FleetInput, FleetSpec
 from tests.helpers import assert_eventually_async, new_task_queue, unique_name
 from tests.workflows.fleet_fakes import FakeNodes
@@ -41,7 +42,7 @@ async def test_a_package_arriving_during_the_first_listing_shares_the_window(
     fake_list, *others = nodes.activities()
     sent: list[bool] = []
 
-    @activity.defn(name="list_fleet_nodes")
+    @activity.defn(name=LIST_FLEET_NODES.name)
     async def list_fleet_nodes(input: ListFleetNodesInput) -> ListFleetNodesResult:
         if not sent:
             # The bridge's second hand-over, while this (first) listing runs.
