@@ -89,7 +89,7 @@ WINDOW_STAGE = "window"
 # recorded before them (a Job per stage, no targetConfig, stage Jobs kept) do not, and none is open.
 CONFIG_STAGE_ON_CONFIG_CHANGE = "config-stage-on-config-change"
 STAGES_IN_ONE_POD = "stages-in-one-pod"
-DELETE_STAGE_JOBS = "delete-stage-jobs"
+DELETE_STAGE_JOBS_PATCH = "delete-stage-jobs"
 # Issue #26 item 2: uncordon, the final state and the stage pods' deletion in one activity
 # (`close_window`); windows recorded before it replay their three activities.
 CLOSE_IN_ONE_CALL = "close-in-one-call"
@@ -346,7 +346,7 @@ class WindowRun:
         mends (the node gone, a 4xx) are only logged, and so is a failed deletion."""
         deletion = self._deletion()
         if deletion is not None:
-            workflow.deprecate_patch(DELETE_STAGE_JOBS)
+            workflow.deprecate_patch(DELETE_STAGE_JOBS_PATCH)
         state = self._state_input(False, self._final_events(left_cordoned))
         try:
             result = await workflow.execute_activity(
@@ -365,7 +365,7 @@ class WindowRun:
         deletion = self._deletion()
         if deletion is None:
             return
-        workflow.deprecate_patch(DELETE_STAGE_JOBS)
+        workflow.deprecate_patch(DELETE_STAGE_JOBS_PATCH)
         packages = deletion.packages
         try:
             await workflow.execute_activity(
