@@ -24,7 +24,6 @@ from temporalio import activity
 
 from activities.node_requests import signal_node_workflows
 from api.package import PackageSpec
-from api.respect import RespectSpec
 from kube.node_maintenance import held_nodes
 from kube.node_snapshot import node_view
 from kube.nodes import list_node_facts
@@ -37,7 +36,7 @@ from planning.rollout.fleet_targets import (
     select_fleet,
     units,
 )
-from planning.rollout.respect import respect_of
+from planning.rollout.respect import respect_from_json
 from protocol.activities import (
     ListFleetNodesInput,
     ListFleetNodesResult,
@@ -59,9 +58,7 @@ def list_fleet_nodes(input: ListFleetNodesInput) -> ListFleetNodesResult:
         e.name: FleetPackage(PackageSpec.model_validate(e.spec), uninstall=e.uninstall, paused=e.paused)
         for e in input.packages
     }
-    # None: the fleet did not say (no respect); {}: its policy has none (the defaults).
-    spec = RespectSpec.model_validate(input.respect) if input.respect else None
-    respect = None if input.respect is None else respect_of(spec)
+    respect = respect_from_json(input.respect)
     held = held_nodes() if respect is not None and respect.node_maintenance else {}
     views = [node_view(n, held.get(n.name, "")) for n in list_node_facts(input.label_selector, activity.heartbeat)]
     in_flight = {node: frozenset(names) for node, names in input.in_flight.items()}
@@ -80,13 +77,16 @@ def list_fleet_nodes(input: ListFleetNodesInput) -> ListFleetNodesResult:
 def read_node_supply(input: ReadNodeSupplyInput) -> ReadNodeSupplyResult:
     """How each of `input.nodes` stands now for the budgets (module docstring)."""
     wanted, keys = set(input.nodes), set(input.label_keys)
+    respect = respect_from_json(input.respect)
+    held = held_nodes() if respect is not None and respect.node_maintenance else {}
     result = ReadNodeSupplyResult()
     for facts in list_node_facts("", activity.heartbeat):
-        view = node_view(facts)
+        view = node_view(facts, held.get(facts.name, ""))
         if view.name in wanted:
-            result.nodes[view.name] = NodeAvailability(
-                down_reason(view), units(view, input.resources), {k: v for k, v in view.labels.items() if k in keys})
+            result.nodes[view.name] = NodeAvailability(down_reason(view, respect), units(view, input.resources),
+                                                       {k: v for k, v in view.labels.items() if k in keys})
     return result
+
 
 
 @activity.defn(name=REQUEST_WINDOWS.name)

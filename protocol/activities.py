@@ -164,6 +164,8 @@ class ReadNodeSupplyInput:
     nodes: list[str]
     label_keys: list[str] = field(default_factory=list)
     resources: list[str] = field(default_factory=list)
+    # As `ListFleetNodesInput.respect`: report a node other maintenance holds with that reason (None: not asked).
+    respect: dict[str, Any] | None = None
 
 
 @dataclass

@@ -46,6 +46,13 @@ from api.respect import DEFAULT_TAINTS  # noqa: E402
 from api.verify import VERIFY_DEFAULT_SECONDS, VERIFY_MAX_SECONDS, VerifyFailure  # noqa: E402
 from api.versions import VALID_VERSION_HINT  # noqa: E402
 from api.workloads import NOTICE_MAX_SECONDS, WAIT_MAX_SECONDS  # noqa: E402
+from planning.rollout.disruption import (  # noqa: E402
+    RULE_COUNT,
+    RULE_FLOOR,
+    RULE_MAINTENANCE,
+    RULE_TOPOLOGY,
+    RULE_UNREAD,
+)
 from protocol.node_settings import (  # noqa: E402
     DEFAULT_INTERRUPT_TIMEOUT_SECONDS,
     DEFAULT_PROTECTED_PODS_TIMEOUT_SECONDS,
@@ -882,12 +889,15 @@ def policy_crd() -> Schema:
                 ),
             ),
             "waiting": array(
-                "Nodes the capacity floors and topology limits held back at the latest batch plan.",
+                "Nodes held back at the latest batch plan or hand-out: by the capacity floors and topology limits, "
+                "by the count budget full of nodes down for other reasons, by another maintenance, or because "
+                "the nodes could not be read before their windows.",
                 obj(
                     "One compartment and rule.",
                     {
                         "compartment": string("Compartment of the held nodes."),
-                        "rule": string("floor or topology.", enum=["floor", "topology"]),
+                        "rule": string("floor, topology, count, maintenance or unread.",
+                                       enum=[RULE_FLOOR, RULE_TOPOLOGY, RULE_COUNT, RULE_MAINTENANCE, RULE_UNREAD]),
                         "nodes": integer("Nodes held back.", minimum=0),
                         "reason": string("The first reason (e.g. rack r12 has 1 node in a window (max 1))."),
                     },

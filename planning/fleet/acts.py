@@ -44,7 +44,7 @@ def list_nodes(run: FleetRun) -> Steps[FleetSelection]:
         label_keys=listing_label_keys(run.policy),
         supply=bool(disruption.limits_of(run.policy)),
         resources=disruption.floor_resources(run.policy),
-        respect=run.policy.respect.dump() if run.policy.respect else {},
+        respect=run.respect_json(),
     ))
     run.listed_at = run.now
     run.resolved = True
@@ -161,7 +161,7 @@ def _resend(run: FleetRun, nodes: list[str]) -> Steps[None]:
             orders, reruns = fs.package_orders(state, node, packages)
         state.in_flight[node] = fs.InFlight(request_id, packages, run.stamp(), flight.resent + 1, reruns,
                                             rollback=flight.rollback)
-        requests.append(fs.window_request(state, fleet_id, request_id, orders, node))
+        requests.append(fs.window_request(state, fleet_id, orders, node))
         targets.append(node)
     yield from hand_over(requests, targets)
 

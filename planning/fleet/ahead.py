@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from api.enums import CanaryPhase, Promotion
 from planning.fleet.commands import Failed, MarkUpcoming
-from planning.fleet.run import FleetRun, Steps
+from planning.fleet.run import RESPECT_PATCH, FleetRun, Steps
 from planning.rollout import batches, drain_ahead
 from planning.rollout import fleet_state as fs
 from protocol.activities import MarkUpcomingNodesInput, MarkUpcomingNodesResult
@@ -64,7 +64,8 @@ def _next(run: FleetRun, seconds: int, to_send: list[str]) -> tuple[list[str], d
     # The prediction is made once per batch (and canary phase): it is a copy of the planner run ahead.
     key = f"{state.wave}:{planner.batch_number}:{planner.canary_phase.value}:{bool(planner.current)}"
     if run.ahead_preview_for != key:
-        run.ahead_preview, run.ahead_preview_for = fs.preview_next(state, run.policy), key
+        run.ahead_preview = fs.preview_next(state, run.policy, run.patches.get(RESPECT_PATCH, False))
+        run.ahead_preview_for = key
     return run.ahead_preview, start
 
 

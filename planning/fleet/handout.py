@@ -24,23 +24,28 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import replace
+from datetime import timedelta
 
 from api.enums import CanaryPhase
 from api.policy import DeploymentPolicySpec
-from planning.fleet.acts import send
+from planning.fleet.acts import send, wait
 from planning.fleet.commands import Failed, ReadSupply
-from planning.fleet.run import FleetRun, Steps
+from planning.fleet.run import RESPECT_PATCH, FleetRun, Steps
 from planning.rollout import batches, disruption
 from planning.rollout import fleet_state as fs
 from protocol.activities import NodeAvailability, ReadNodeSupplyInput, ReadNodeSupplyResult
 
 BUDGET_AT_HAND_OUT_PATCH = "budget-at-hand-out"
-RULE_UNREAD = "unread"
+# After a hand-out where no node fitted: how long before the fleet plans again (unless a message comes).
+HOLD_PAUSE = timedelta(seconds=10)
 
 
-def checks_budget(policy: DeploymentPolicySpec) -> bool:
-    """The policy has floors or topology limits: its hand-outs read the nodes first."""
-    return bool(disruption.limits_of(policy))
+def checks_budget(run: FleetRun) -> Steps[bool]:
+    """The fleet's hand-outs read the nodes first: its policy has floors or topology limits, or (runs with the
+    rule) other people's cordons and maintenance count against its count budgets, whatever its policy."""
+    if disruption.limits_of(run.policy):
+        return True
+    return (yield from run.patched(RESPECT_PATCH))
 
 
 def take_supply(state: fs.FleetState, nodes: Mapping[str, NodeAvailability]) -> None:
@@ -53,12 +58,22 @@ def take_supply(state: fs.FleetState, nodes: Mapping[str, NodeAvailability]) -> 
         state.targets[name] = replace(listed, down=seen.down, capacity=dict(seen.capacity), labels=labels)
 
 
-def admit(state: fs.FleetState, policy: DeploymentPolicySpec,
-          nodes: Collection[str]) -> tuple[list[str], list[disruption.Wait]]:
+def admit(state: fs.FleetState, policy: DeploymentPolicySpec, nodes: Collection[str],
+          others: disruption.Others | None = None) -> tuple[list[str], list[disruption.Wait]]:
     """Of `nodes` (in order), those that may enter a window now with the fleet's windows out, and why the
-    others may not (the planner's rules: `planning.rollout.batches.Admission`)."""
-    admission = batches.Admission(fs.supply(state, policy))
-    fits = [n for n in nodes if admission.admit(n)]
+    others may not (the planner's rules: `planning.rollout.batches.Admission`; with `others`, the count
+    budgets with the nodes down for others' reasons, and other maintenance)."""
+    admission = batches.Admission(fs.supply(state, policy), others)
+    planner = state.planner
+    comps = planner.compartments if planner is not None and others is not None else {}
+
+    def compartment(node: str) -> batches.CompartmentState | None:
+        name = planner.compartment_of(node) if planner is not None else None
+        return comps.get(name) if name is not None else None
+
+    for node in sorted(state.in_flight):
+        admission.count(node, compartment(node))
+    fits = [n for n in nodes if admission.admit(n, compartment(n))]
     return fits, admission.waits
 
 
@@ -90,7 +105,7 @@ def read_supply(run: FleetRun) -> Steps[str]:
     state = run.state
     result: ReadNodeSupplyResult | Failed = yield ReadSupply(ReadNodeSupplyInput(
         nodes=sorted(state.targets), label_keys=disruption.topology_keys(run.policy),
-        resources=disruption.floor_resources(run.policy)))
+        resources=disruption.floor_resources(run.policy), respect=run.respect_json()))
     if isinstance(result, Failed):
         yield from run.log(f"reading the nodes before a hand-out failed: {result.reason}", warning=True)
         return result.reason
@@ -102,7 +117,7 @@ def read_supply(run: FleetRun) -> Steps[str]:
 def refresh_supply(run: FleetRun) -> Steps[None]:
     """Before planning a batch or a top-up: read the nodes when the bridge reported a change of their
     availability since the last read (only for a policy whose budgets read them, in runs with the rule)."""
-    if not run.availability_changed or not checks_budget(run.policy):
+    if not run.availability_changed or not (yield from checks_budget(run)):
         return
     if (yield from run.patched(BUDGET_AT_HAND_OUT_PATCH)):
         yield from read_supply(run)
@@ -112,22 +127,27 @@ def refresh_supply(run: FleetRun) -> Steps[None]:
 
 def send_checked(run: FleetRun, nodes: list[str]) -> Steps[None]:
     """Hand `nodes` their windows, each only if its budget holds on a fresh read (module docstring)."""
-    if not nodes or not checks_budget(run.policy) or not (yield from run.patched(BUDGET_AT_HAND_OUT_PATCH)):
+    if not nodes or not (yield from checks_budget(run)) or not (yield from run.patched(BUDGET_AT_HAND_OUT_PATCH)):
         yield from send(run, nodes)
         return
     problem = yield from read_supply(run)
     if problem:
-        waits = [disruption.Wait(n, RULE_UNREAD, state_compartment(run, n), f"the nodes could not be read: {problem}")
+        waits = [disruption.Wait(n, disruption.RULE_UNREAD, state_compartment(run, n), f"the nodes could not be read: {problem}")
                  for n in nodes]
         hold(run.state, waits)
         run.state.message = f"holding {len(nodes)} node(s): the nodes could not be read before their windows"
+        yield from wait(run, HOLD_PAUSE)
         return
-    fits, waits = admit(run.state, run.policy, nodes)
+    fits, waits = admit(run.state, run.policy, nodes, (yield from run.others()))
     if waits:
         hold(run.state, waits)
         run.state.message = (f"{len(waits)} node(s) no longer fit at hand-out and wait: "
                              f"{disruption.describe(disruption.notes(waits))}")
         yield from run.log(run.state.message)
+    if not fits:
+        # Nothing starts: the next plan is made on what was just read, after a pause (or a message), not in a loop.
+        yield from wait(run, HOLD_PAUSE)
+        return
     yield from send(run, fits)
 
 

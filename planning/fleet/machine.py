@@ -188,18 +188,19 @@ def _ready(run: FleetRun, planner: batches.BatchPlannerState, next_relist: datet
 def _planned_batch(run: FleetRun, planner: batches.BatchPlannerState) -> Steps[list[str]]:
     """The next batch, on the nodes as the bridge last reported them (a read first after an availability change)."""
     yield from refresh_supply(run)
-    return _next_batch(run, planner)
+    others = yield from run.others()
+    return _next_batch(run, planner, others)
 
 
-def _next_batch(run: FleetRun, planner: batches.BatchPlannerState) -> list[str]:
+def _next_batch(run: FleetRun, planner: batches.BatchPlannerState, others: disruption.Others | None) -> list[str]:
     """The next batch; for `rolling` past its canary, the budget's windows (planning/rollout/rolling.py)."""
     state = run.state
     supply = fs.supply(state, run.policy)
     canary_due = planner.canary_count and planner.canary_phase is CanaryPhase.NONE
     if rolling.is_rolling(planner) and not canary_due:
-        rolling.top_up(planner, fs.startable(state), supply)
+        rolling.top_up(planner, fs.startable(state), supply, others)
         return planner.current_batch
-    return batches.next_batch(planner, fs.startable(state), fs.canary_cover(state), supply)
+    return batches.next_batch(planner, fs.startable(state), fs.canary_cover(state), supply, others)
 
 
 def _roll(run: FleetRun, planner: batches.BatchPlannerState, next_relist: datetime) -> Steps[None]:
@@ -220,7 +221,8 @@ def _roll(run: FleetRun, planner: batches.BatchPlannerState, next_relist: dateti
             holds.open_gates(run, False, planner)
     if not state.paused and run.windows_open() and not (yield from holds.gates_hold(run)):
         yield from refresh_supply(run)
-        rolling.top_up(planner, fs.startable(state), fs.supply(state, run.policy))
+        others = yield from run.others()
+        rolling.top_up(planner, fs.startable(state), fs.supply(state, run.policy), others)
         if planner.waits:
             state.message = disruption.describe(planner.waits)
         todo = [n for n in planner.current_batch if n in fs.startable(state)]

@@ -25,9 +25,9 @@ from planning.clusters import cluster_turns as turns
 from planning.fleet.codec import state_to_json
 from planning.fleet.commands import Command, HistoryFull, Log, Patched, Show
 from planning.fleet.messages import Message, NodesChanged
+from planning.rollout import disruption, maintenance, rolling
 from planning.rollout import fleet_state as fs
 from planning.rollout import gates as gate_rules
-from planning.rollout import maintenance, rolling
 from planning.rollout.compartments import DEFAULT_POLICY
 from planning.views.fleet_status import details_line
 from protocol import names
@@ -39,6 +39,9 @@ Steps = Generator[Command, Any, T]
 
 # Runs recorded before a rolling fleet re-listed on `nodes_changed` while rolling replay without it.
 ROLLING_RELIST_PATCH = "rolling-relists-while-rolling"
+# Runs recorded before other maintenance counted (issue 44: nodes cordoned by someone else or held by
+# another maintenance take slots of the count budget, a held node is not started) replay without it.
+RESPECT_PATCH = "respect-other-maintenance"
 HISTORY_EVENT_LIMIT = 10_000
 # The earliest time (a listing or a watchdog round that has not happened yet).
 NEVER = datetime.min.replace(tzinfo=UTC)
@@ -116,6 +119,16 @@ class FleetRun:
         if patch_id not in self.patches:
             self.patches[patch_id] = bool((yield Patched(patch_id)))
         return self.patches[patch_id]
+
+    def others(self) -> Steps[disruption.Others | None]:
+        """What other people and controllers hold, for the planner (None in runs recorded before the rule)."""
+        if not (yield from self.patched(RESPECT_PATCH)):
+            return None
+        return fs.others(self.state, self.policy)
+
+    def respect_json(self) -> dict[str, Any]:
+        """The policy's `spec.respect` as listings and reads take it ({}: the defaults)."""
+        return self.policy.respect.dump() if self.policy.respect else {}
 
     def should_continue_as_new(self) -> Steps[bool]:
         full = yield HistoryFull(self.input.history_limit or HISTORY_EVENT_LIMIT)

@@ -51,7 +51,7 @@ from planning.rollout.batch_state import (
     Verdict,
 )
 from planning.rollout.compartments import NodeInfo, assign_compartments, order_key
-from planning.rollout.disruption import Supply, Tally, Wait, notes
+from planning.rollout.disruption import RULE_COUNT, RULE_MAINTENANCE, Others, Supply, Tally, Wait, notes
 
 # Re-exported: callers import the planner's types from here.
 __all__ = [
@@ -141,30 +141,53 @@ def planner_phase(state: BatchPlannerState, remaining: Collection[str]) -> Plann
 
 
 class Admission:
-    """Floors and topology limits while one batch is picked (admit-all without a `Supply`)."""
+    """Count budgets, floors, topology limits and other maintenance while one batch is picked: a node is
+    admitted when no other maintenance holds it, its compartment's count budget has a slot (nodes down for
+    others' reasons take slots: `Others`), and the floors and topology limits hold with it (`Supply`)."""
 
-    def __init__(self, supply: Supply | None) -> None:
+    def __init__(self, supply: Supply | None, others: Others | None = None) -> None:
         self.tally = Tally(supply) if supply is not None else None
+        self.others = others or Others()
+        # Compartment -> the nodes disrupted at once there: down for others' reasons, then those admitted.
+        self.disrupted: dict[str, set[str]] = {c: set(nodes) for c, nodes in self.others.busy.items()}
         self.waits: list[Wait] = []
         self.held: set[str] = set()
 
-    def admit(self, node: str) -> bool:
+    def slot(self, comp: CompartmentState, node: str) -> bool:
+        """`node` fits `comp`'s count budget (a node already disrupted takes no further slot)."""
+        taken = self.disrupted.get(comp.name, set())
+        return node in taken or len(taken) < comp.budget
+
+    def _wait(self, wait: Wait) -> None:
+        if wait.node not in self.held:
+            self.held.add(wait.node)
+            self.waits.append(wait)
+
+    def admit(self, node: str, comp: CompartmentState | None = None) -> bool:
         """True (and the node counted out) when it may enter a window with the nodes admitted so far."""
-        if self.tally is None:
-            return True
-        wait = self.tally.check(node)
-        if wait is not None:
-            if node not in self.held:
-                self.held.add(node)
-                self.waits.append(wait)
+        why = self.others.held.get(node)
+        if why is not None:
+            self._wait(Wait(node, RULE_MAINTENANCE, comp.name if comp else "", why))
             return False
-        self.tally.take(node)
+        if comp is not None and not self.slot(comp, node):
+            self._wait(Wait(node, RULE_COUNT, comp.name, self.others.full_text(comp.name, comp.budget)))
+            return False
+        if self.tally is not None:
+            wait = self.tally.check(node)
+            if wait is not None:
+                self._wait(wait)
+                return False
+            self.tally.take(node)
+        if comp is not None:
+            self.disrupted.setdefault(comp.name, set()).add(node)
         return True
 
-    def count(self, node: str) -> None:
+    def count(self, node: str, comp: CompartmentState | None = None) -> None:
         """`node` is taken already (in the set, not yet in a window): it counts as out for the nodes after it."""
         if self.tally is not None:
             self.tally.take(node)
+        if comp is not None:
+            self.disrupted.setdefault(comp.name, set()).add(node)
 
 
 def _take_canary(
@@ -178,13 +201,10 @@ def _take_canary(
     )
     taken: dict[str, list[str]] = {}
 
-    def fits(comp: str) -> bool:
-        return len(taken.get(comp, [])) < state.compartments[comp].budget
-
     for _, node, comp in pool:
         if sum(len(v) for v in taken.values()) >= state.canary_count:
             break
-        if fits(comp) and admission.admit(node):
+        if admission.admit(node, state.compartments[comp]):
             taken.setdefault(comp, []).append(node)
     # Every group in `cover` (e.g. the nodes carrying one changed Package) gets a canary node,
     # within the budgets, even when that makes the canary larger than `canary.count`.
@@ -192,32 +212,35 @@ def _take_canary(
         if any(n in group for nodes in taken.values() for n in nodes):
             continue
         for _, node, comp in pool:
-            if node in group and fits(comp) and node not in admission.held and admission.admit(node):
+            if node in group and node not in admission.held and admission.admit(node, state.compartments[comp]):
                 taken.setdefault(comp, []).append(node)
                 break
     return taken
 
 
 def take_admitted(comp: CompartmentState, left: list[str], size: int, admission: Admission) -> list[str]:
-    """Up to `size` nodes of `left`, in order, each admitted by the floors and topology limits."""
+    """Up to `size` nodes of `left`, in order, each admitted by the count budget, the floors and topology
+    limits and other maintenance."""
     taken: list[str] = []
     for node in left:
         if len(taken) >= size:
             break
-        if admission.admit(node):
+        if admission.admit(node, comp):
             taken.append(node)
     return taken
 
 
 def next_batch(
     state: BatchPlannerState, remaining: Collection[str], cover: Sequence[Collection[str]] = (),
-    supply: Supply | None = None,
+    supply: Supply | None = None, others: Others | None = None,
 ) -> list[str]:
     """The next nodes to start, from `remaining` (nodes that still need the package).
 
     `cover`: groups of nodes of which the canary must take at least one each (a fleet passes,
     per Package its wave changes, the nodes that would carry it). `supply`: the fleet's nodes as
-    the capacity floors and topology limits see them (None: the policy has neither).
+    the capacity floors and topology limits see them (None: the policy has neither). `others`: nodes down
+    for someone else's reason, which take slots of the count budgets, and nodes another maintenance holds,
+    which are not started (None: neither is counted).
 
     Returns the batch that is out again when one is (idempotent), and [] when the planner is
     halted, holding a canary, has nothing left, or the floors and topology limits hold every node
@@ -227,7 +250,7 @@ def next_batch(
         return state.current_batch
     if state.current:
         return state.current_batch
-    admission = Admission(supply)
+    admission = Admission(supply, others)
     if state.canary_count and state.canary_phase is CanaryPhase.NONE:
         batch = _take_canary(state, remaining, cover, admission)
         if batch:

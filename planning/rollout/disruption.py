@@ -34,10 +34,17 @@ from planning.rollout.compartments import NodeInfo, assign_compartments, selecto
 
 # Why a node's capacity does not count (`NodeSupply.down`; "" = it counts).
 DOWN_WINDOW = "in a window"
+# The prefix of `planning.rollout.respect`'s reasons (kept here too: respect imports this module's siblings).
+DOWN_MAINTENANCE = "held by other maintenance"
 DOWN_CORDONED = "cordoned"
 DOWN_NOT_READY = "NotReady"
 RULE_FLOOR = "floor"
 RULE_TOPOLOGY = "topology"
+# The count budget full of nodes down for someone else's reason; a node another maintenance holds.
+RULE_COUNT = "count"
+RULE_MAINTENANCE = "maintenance"
+# The nodes could not be read before their windows (planning.fleet.handout): nothing starts unchecked.
+RULE_UNREAD = "unread"
 # Down nodes named in a message or a status (all are counted).
 DOWN_SHOWN = 3
 
@@ -129,6 +136,30 @@ class WaitNote:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class Others:
+    """What other people and controllers hold, as a fleet's budgets count it (`spec.respect`, issue 44):
+    per compartment the nodes down for someone else's reason (cordoned, held by another maintenance; not
+    in this fleet's windows) with that reason, which take slots of its count budget; and the nodes another
+    maintenance holds (node -> why), which are not started."""
+
+    busy: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    held: Mapping[str, str] = field(default_factory=dict)
+
+    def full_text(self, compartment: str, budget: int) -> str:
+        """Why a compartment's count budget has no slot left: the nodes that fill it (the first few)."""
+        busy = [f"{n} ({why})" for n, why in sorted(self.busy.get(compartment, {}).items())]
+        more = f" and {len(busy) - DOWN_SHOWN} more" if len(busy) > DOWN_SHOWN else ""
+        where = "" if compartment == DEFAULT_COMPARTMENT else f" of compartment {compartment}"
+        return (f"{_plural(len(busy), 'node')}{where} down for other reasons ({', '.join(busy[:DOWN_SHOWN])}{more}) "
+                f"fill its budget of {budget}")
+
+
+def is_held_by_others(down: str) -> bool:
+    """`down` says another maintenance holds the node (`planning.rollout.respect.DOWN_MAINTENANCE`)."""
+    return down.startswith(DOWN_MAINTENANCE)
+
+
 def limits_of(policy: DeploymentPolicySpec) -> dict[str, CompartmentLimits]:
     """Compartment -> its floor and topology limits; compartments without either are left out."""
     budgets = [(DEFAULT_COMPARTMENT, policy.default.budget), *((c.name, c.budget) for c in policy.compartments)]
@@ -177,14 +208,21 @@ def supply_of(policy: DeploymentPolicySpec, listed: Mapping[str, Listed], compar
     if not limits:
         return None
     keys = topology_keys(policy)
-    unknown = [NodeInfo(name, node.labels) for name, node in sorted(listed.items()) if name not in compartments]
-    assigned = {**assign_compartments(policy, unknown), **compartments}
+    assigned = every_compartment(policy, listed, compartments)
     nodes = {
         name: NodeSupply(assigned[name], dict(node.capacity), {k: node.labels[k] for k in keys if k in node.labels},
                          node.down)
         for name, node in listed.items()
     }
     return Supply(limits, nodes, frozenset(in_windows))
+
+
+def every_compartment(policy: DeploymentPolicySpec, listed: Mapping[str, Listed],
+                      compartments: Mapping[str, str]) -> dict[str, str]:
+    """Node -> compartment for every listed node: the planner's assignment, and for the nodes it does not
+    know (not eligible: every Package blocked, waiting or paused there) the same rules'."""
+    unknown = [NodeInfo(name, node.labels) for name, node in sorted(listed.items()) if name not in compartments]
+    return {**assign_compartments(policy, unknown), **compartments}
 
 
 def noun(resource: str) -> str:

@@ -327,9 +327,31 @@ def supply(state: FleetState, policy: DeploymentPolicySpec) -> disruption.Supply
     return disruption.supply_of(policy, state.targets, compartments, state.in_flight)
 
 
-def preview_next(state: FleetState, policy: DeploymentPolicySpec) -> list[str]:
+def others(state: FleetState, policy: DeploymentPolicySpec) -> disruption.Others:
+    """What other people and controllers hold among the fleet's listed nodes, as the latest listing or read
+    shows it (this fleet's windows left out): per compartment the nodes cordoned or held by another
+    maintenance, which take slots of its count budget (a node whose Packages are all blocked there too), and
+    the nodes another maintenance holds, not to be started."""
+    planner = state.planner
+    known = {n: c.name for c in planner.compartments.values() for n in c.nodes} if planner else {}
+    busy: dict[str, dict[str, str]] = {}
+    held: dict[str, str] = {}
+    down = {n: t for n, t in state.targets.items() if t.down and n not in state.in_flight}
+    if not down:
+        return disruption.Others()
+    assigned = disruption.every_compartment(policy, state.targets, known)
+    for node, listed in sorted(down.items()):
+        if disruption.is_held_by_others(listed.down):
+            held[node] = listed.down
+        if listed.down == disruption.DOWN_CORDONED or node in held:
+            busy.setdefault(assigned[node], {})[node] = listed.down
+    return disruption.Others(busy, held)
+
+
+def preview_next(state: FleetState, policy: DeploymentPolicySpec, respect: bool = False) -> list[str]:
     """The batch the planner would give after the batch out, if that batch succeeds (and a canary is
-    promoted), over the latest listing with this fleet's windows ended. Changes nothing in `state`."""
+    promoted), over the latest listing with this fleet's windows ended (`respect`: counting `others`).
+    Changes nothing in `state`."""
     if state.planner is None:
         return []
     planner = copy.deepcopy(state.planner)
@@ -341,7 +363,8 @@ def preview_next(state: FleetState, policy: DeploymentPolicySpec) -> list[str]:
     snap = supply(state, policy)
     snap = disruption.after_windows(snap, ended) if snap is not None else None
     cover = [[n for n in group if n not in ended] for group in canary_cover(state)]
-    return batches.next_batch(planner, startable(state) - ended, [g for g in cover if g], snap)
+    return batches.next_batch(planner, startable(state) - ended, [g for g in cover if g], snap,
+                              others(state, policy) if respect else None)
 
 
 def canary_cover(state: FleetState) -> list[list[str]]:
@@ -377,12 +400,17 @@ def order_of(state: FleetState, node: str) -> int:
     return state.node_order.setdefault(node, len(state.node_order))
 
 
-def window_request(state: FleetState, fleet: str, request: str, orders: list[PackageOrder], node: str) -> WindowRequest:
-    """The request of one window on `node` (every request the fleet sends is built here), with what the
-    policy asks of the window itself (`spec.workloads`, `spec.verify`)."""
+def window_request(state: FleetState, fleet: str, orders: list[PackageOrder], node: str) -> WindowRequest:
+    """The request of the window in flight on `node` (every request the fleet sends is built here), with
+    what the policy asks of the window itself (`spec.workloads`, `spec.verify`).
+
+    A rollback's window asks for no GPU verify: it takes the change off a node whose verify may be what
+    failed, and that failure stays recorded on the node (`verifyFailed`) rather than failing the rollback.
+    """
     policy = (state.spec.policy or {}) if state.spec else {}
-    return WindowRequest(fleet, request, orders, state.wave, order_of(state, node), workloads=policy.get("workloads"),
-                         verify=policy.get("verify"))
+    flight = state.in_flight[node]
+    return WindowRequest(fleet, flight.request_id, orders, state.wave, order_of(state, node),
+                         workloads=policy.get("workloads"), verify=None if flight.rollback else policy.get("verify"))
 
 
 def hand_out(state: FleetState, fleet: str, nodes: Collection[str], now: str) -> list[tuple[str, WindowRequest]]:
@@ -399,7 +427,7 @@ def hand_out(state: FleetState, fleet: str, nodes: Collection[str], now: str) ->
         request = request_id(state, fleet, node)
         state.in_flight[node] = InFlight(request, packages, now, reruns=reruns)
         state.held.pop(node, None)
-        handed.append((node, window_request(state, fleet, request, orders, node)))
+        handed.append((node, window_request(state, fleet, orders, node)))
     if handed:
         record_hand_out(state.timings, now)
     return handed

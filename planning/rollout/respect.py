@@ -13,13 +13,13 @@ controller? Pure (no I/O).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from api.respect import DEFAULT_TAINTS, TAINT_OWNERS, RespectSpec
 from planning.node.targets import NodeView
+from planning.rollout.disruption import DOWN_MAINTENANCE
 
-# Why a node's capacity does not count: another maintenance holds it (the rest of the reason says which).
-DOWN_MAINTENANCE = "held by other maintenance"
 HOLD_TAINT = "taint"
 HOLD_NODE_MAINTENANCE = "NodeMaintenance"
 
@@ -30,6 +30,12 @@ class Respect:
 
     taints: frozenset[str] = field(default_factory=lambda: frozenset(DEFAULT_TAINTS))
     node_maintenance: bool = True
+
+
+def respect_from_json(data: Mapping[str, object] | None) -> Respect | None:
+    """The settings a listing or read is asked with (`ListFleetNodesInput.respect`): None, not asked; {}, the
+    policy has none (the defaults); else the policy's `spec.respect` as JSON."""
+    return None if data is None else respect_of(RespectSpec.model_validate(data) if data else None)
 
 
 def respect_of(spec: RespectSpec | None) -> Respect:

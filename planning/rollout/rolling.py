@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from api.enums import CanaryPhase, StrategyType
 from planning.rollout.batch_state import BatchPlannerState, CompartmentState
 from planning.rollout.batches import Admission, take_admitted
-from planning.rollout.disruption import Supply, notes
+from planning.rollout.disruption import Others, Supply, notes
 
 
 def is_rolling(state: BatchPlannerState) -> bool:
@@ -43,19 +43,23 @@ def rolls_now(state: BatchPlannerState) -> bool:
                                                             CanaryPhase.AWAITING_PROMOTION)
 
 
-def top_up(state: BatchPlannerState, remaining: Collection[str], supply: Supply | None = None) -> list[str]:
+def top_up(state: BatchPlannerState, remaining: Collection[str], supply: Supply | None = None,
+           others: Others | None = None) -> list[str]:
     """Add nodes of `remaining` to the window set so each compartment that is not halted has
     `min(budget, nodes left)` in it; returns the nodes added (in each compartment's order).
 
     `supply`: the fleet's nodes as the capacity floors and topology limits see them, its windows out
-    included (ADR 0015); a node they would break waits (`state.waits` says why), as in a batch."""
+    included (ADR 0015); a node they would break waits (`state.waits` says why), as in a batch. `others`:
+    nodes down for someone else's reason take slots of the count budget, and a node another maintenance
+    holds is not started (`planning.rollout.batches.next_batch`)."""
     if state.halted:
         return []
-    admission = Admission(supply)
+    admission = Admission(supply, others)
     # Nodes of the set not handed out yet (drain-ahead's lead, a hold) are not in a window yet, but will be:
     # they count as out, or a node added beside one would break a floor or topology limit with it.
-    for node in state.current_batch:
-        admission.count(node)
+    for comp in state.compartments.values():
+        for node in state.current.get(comp.name, []):
+            admission.count(node, comp)
     # The window set starting from empty counts as a batch (the fleet's status numbers them).
     starting = not state.current
     added: list[str] = []

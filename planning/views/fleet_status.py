@@ -48,7 +48,7 @@ from dataclasses import dataclass, field, replace
 
 from api.enums import CanaryPhase, RolloutPhase, State
 from planning.rollout import fleet_rollback as rollbacks
-from planning.rollout.disruption import CapacityUse, WaitNote, describe
+from planning.rollout.disruption import CapacityUse, WaitNote, describe, is_held_by_others
 from planning.rollout.fleet_state import FleetState, entries, package_revision
 from planning.rollout.gates import GateFailure, GateTrack, failure_text
 from planning.views.eta import Eta, Timings, eta_at
@@ -188,6 +188,8 @@ def _package_state(state: FleetState, node: str, package: str) -> tuple[str, str
         return State.BLOCKED.value, targets.waiting[package]
     if node in state.departed:
         return State.SKIPPED.value, state.departed[node]
+    if is_held_by_others(targets.down):
+        return State.WAITING.value, targets.down  # not started while another maintenance holds it
     return State.WAITING.value, ""
 
 

@@ -38,6 +38,7 @@ from planning.rollout.fleet_targets import (
     select_fleet,
     units,
 )
+from planning.rollout.respect import Respect, respect_from_json
 from planning.views.eta import Timings, WindowShape, kind_of, window_seconds
 from protocol.activities import (
     ListFleetNodesInput,
@@ -199,12 +200,12 @@ class SnapshotWorld:
         views = [self._view(n) for n in sorted(self.views)]
         in_flight = {n: frozenset(p) for n, p in input.in_flight.items()}
         selection = select_fleet(FleetQuery(packages, views, in_flight, frozenset(input.label_keys), input.supply,
-                                            frozenset(input.resources)))
+                                            frozenset(input.resources), respect_from_json(input.respect)))
         return ListFleetNodesResult(selection=selection_to_json(selection), listed=len(views))
 
     def read(self, input: ReadNodeSupplyInput) -> ReadNodeSupplyResult:
-        keys = set(input.label_keys)
-        return ReadNodeSupplyResult({n: _availability(self._view(n), input.resources, keys)
+        keys, respect = set(input.label_keys), respect_from_json(input.respect)
+        return ReadNodeSupplyResult({n: _availability(self._view(n), input.resources, keys, respect)
                                      for n in input.nodes if n in self.views})
 
     def open_window(self, node: str, request: WindowRequest) -> tuple[float, WindowResult]:
@@ -224,8 +225,10 @@ class SnapshotWorld:
         self.views[node] = replace(view, state_annotation=recorded_after(view.state_annotation, request, result))
 
 
-def _availability(view: NodeView, resources: Sequence[str], keys: set[str]) -> NodeAvailability:
-    return NodeAvailability(down_reason(view), units(view, resources), {k: v for k, v in view.labels.items() if k in keys})
+def _availability(view: NodeView, resources: Sequence[str], keys: set[str], respect: Respect | None) -> NodeAvailability:
+    return NodeAvailability(down_reason(view, respect), units(view, resources),
+                            {k: v for k, v in view.labels.items() if k in keys})
+
 
 
 # --- the ETA: the fleet's own view of its nodes -------------------------------------------------------

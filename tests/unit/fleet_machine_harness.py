@@ -36,6 +36,7 @@ from planning.rollout.fleet_targets import (
     units,
 )
 from planning.rollout.gates import SampleOutcome
+from planning.rollout.respect import respect_from_json
 from protocol.activities import (
     DescribeWorkflowRunsResult,
     ListFleetNodesResult,
@@ -48,6 +49,8 @@ from tests.unit.fleet_builders import a_fleet_spec
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
 GPU = "nvidia.com/gpu"
+# A respected taint of the default list (cluster-autoscaler deleting the node).
+HELD_TAINT = "ToBeDeletedByClusterAutoscaler"
 
 
 @dataclass
@@ -60,16 +63,21 @@ class Node:
     recorded: dict[str, dict[str, Any]] = field(default_factory=dict)
     cordoned: bool = False
     ready: bool = True
+    # Held by another maintenance: the cluster autoscaler's taint (PreferNoSchedule, so that the Packages are
+    # not blocked by it: the fleet must hold the node itself).
+    held: bool = False
 
     def view(self, in_window: bool) -> NodeView:
         state = json.dumps({"packages": self.recorded})
-        return NodeView(self.name, dict(self.labels), (), state, "in-progress" if in_window else "", False,
+        taints = [{"key": HELD_TAINT, "value": "", "effect": "PreferNoSchedule"}] if self.held else []
+        return NodeView(self.name, dict(self.labels), taints, state, "in-progress" if in_window else "", False,
                         self.ready, self.cordoned, {GPU: str(self.gpus)} if self.gpus else {})
 
 
 @dataclass(frozen=True)
 class Outside:
-    """Someone else changes a node at `at` seconds: `cordon`, `uncordon`, `notready`, `ready`."""
+    """Someone else changes a node at `at` seconds: `cordon`, `uncordon`, `notready`, `ready`, `hold` (another
+    maintenance's taint) and `release`."""
 
     at: float
     node: str
@@ -113,12 +121,13 @@ class Harness:
         query = command.input
         packages = {e.name: FleetPackage(_spec(e.spec), e.uninstall, e.paused) for e in query.packages}
         selection = select_fleet(FleetQuery(packages, self.views(), {n: frozenset(p) for n, p in query.in_flight.items()},
-                                            frozenset(query.label_keys), query.supply, frozenset(query.resources)))
+                                            frozenset(query.label_keys), query.supply, frozenset(query.resources),
+                                            respect_from_json(query.respect)))
         return ListFleetNodesResult(selection_to_json(selection), len(self.nodes))
 
     def read(self, command: c.ReadSupply) -> ReadNodeSupplyResult:
-        keys = set(command.input.label_keys)
-        return ReadNodeSupplyResult({v.name: NodeAvailability(down_reason(v), units(v, command.input.resources),
+        keys, respect = set(command.input.label_keys), respect_from_json(command.input.respect)
+        return ReadNodeSupplyResult({v.name: NodeAvailability(down_reason(v, respect), units(v, command.input.resources),
                                                               {k: x for k, x in v.labels.items() if k in keys})
                                      for v in self.views() if v.name in command.input.nodes})
 
@@ -135,12 +144,20 @@ class Harness:
         supply = disruption.supply_of(self.policy, listed, compartments, set(self.out))
         admission = batches.Admission(supply)
         for node in nodes:
+            if self.nodes[node].held:
+                self.violations.append(f"{self.seconds_now():.0f}s {node}: started while another maintenance holds it")
             if not admission.admit(node):
                 self.violations.append(f"{self.seconds_now():.0f}s {node}: {admission.waits[-1].text}")
+        # The count budget: this fleet's windows and the nodes someone else cordoned or holds, at once.
         for name, comp in planner.compartments.items():
-            out = [n for n in [*self.out, *nodes] if compartments.get(n) == name]
-            if len(out) > comp.budget:
-                self.violations.append(f"{self.seconds_now():.0f}s compartment {name}: {len(out)} out, budget {comp.budget}")
+            others = {n for n, node in self.nodes.items() if compartments.get(n) == name and n not in self.out
+                      and (node.cordoned or node.held)}
+            # Only nodes that were up become disrupted (a node someone else cordoned takes no further slot).
+            added = {n for n in nodes if compartments.get(n) == name} - others
+            out = {n for n in self.out if compartments.get(n) == name} | added
+            if added and len(out | others) > comp.budget:
+                self.violations.append(f"{self.seconds_now():.0f}s compartment {name}: {len(out)} out and "
+                                       f"{len(others)} down for others' reasons, budget {comp.budget}")
 
     def hand_over(self, command: c.RequestWindows) -> None:
         planner = self.machine.run.state.planner
@@ -183,6 +200,8 @@ class Harness:
         node = self.nodes[event.node]
         if event.what in ("cordon", "uncordon"):
             node.cordoned = event.what == "cordon"
+        elif event.what in ("hold", "release"):
+            node.held = event.what == "hold"
         else:
             node.ready = event.what == "ready"
         self.machine.receive(AvailabilityChanged((event.node,)))

@@ -3,10 +3,12 @@
 The machine is driven by a fake fleet written apart from the plan's simulation
 (tests/unit/fleet_machine_harness.py): Nodes with GPUs and racks in one or two compartments, every strategy
 with or without a canary, count budgets, GPU floors, rack limits and drain-ahead, windows of random lengths,
-and other people cordoning nodes and nodes going NotReady while the fleet rolls.
+and other people cordoning nodes, nodes going NotReady and other maintenance holding nodes (a respected
+taint) while the fleet rolls.
 
 * No window the fleet starts breaks a budget: at every hand-out, on the Nodes as they are then, each node
-  handed out fits its compartment's count budget, floor and topology limits.
+  handed out fits its compartment's count budget (nodes cordoned by someone else or held by another
+  maintenance counted in it), floor and topology limits, and no node another maintenance holds is started.
 * `noderoll plan` is the machine's run: with the windows taking what the plan assumes, the plan's batches
   (for `rolling`: its start order), each node's request, the peak of windows out and the end are what the
   machine does with the fake fleet.
@@ -77,7 +79,7 @@ def outside_events(draw: st.DrawFn, names: list[str]) -> list[Outside]:
     for _ in range(draw(st.integers(0, 4))):
         node = draw(st.sampled_from(names))
         at = draw(st.integers(0, 900))
-        down, up = draw(st.sampled_from([("cordon", "uncordon"), ("notready", "ready")]))
+        down, up = draw(st.sampled_from([("cordon", "uncordon"), ("notready", "ready"), ("hold", "release")]))
         events.append(Outside(float(at), node, down))
         if draw(st.booleans()):
             events.append(Outside(float(at + draw(st.integers(5, 600))), node, up))
@@ -98,10 +100,14 @@ def test_no_window_the_fleet_starts_breaks_a_budget(data: st.DataObject) -> None
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(fleet=fleets(), minutes=st.integers(1, 5))
-def test_the_plan_is_the_machines_run(fleet: tuple[list[Node], dict[str, Any], list[Any]], minutes: int) -> None:
+@given(fleet=fleets(), minutes=st.integers(1, 5), held=st.lists(st.sampled_from(["", "cordon", "hold"]), max_size=2))
+def test_the_plan_is_the_machines_run(fleet: tuple[list[Node], dict[str, Any], list[Any]], minutes: int,
+                                      held: list[str]) -> None:
     nodes, policy, packages = fleet
     window = 60.0 * minutes
+    # Someone else's cordon and another maintenance's hold on the first nodes, from the start to the end.
+    for node, how in zip(nodes, held, strict=False):
+        node.cordoned, node.held = how == "cordon", how == "hold"
     # What the plan assumes a window takes (the fleet's measured p50 of every kind), and no gap.
     timings = Timings(windows={k: [window] for k in KINDS}, gaps=[0.0])
     harness = Harness.of(nodes, policy, packages, {n.name: window for n in nodes}).run()
@@ -123,5 +129,6 @@ def test_the_plan_is_the_machines_run(fleet: tuple[list[Node], dict[str, Any], l
 
 
 def _fresh(nodes: list[Node]) -> list[Node]:
-    """The nodes as they were before the harness ran its windows (nothing recorded, nobody's cordon)."""
-    return [Node(n.name, dict(n.labels), n.gpus) for n in nodes]
+    """The nodes as they were before the harness ran its windows (nothing recorded; others' cordons and holds
+    as they were)."""
+    return [Node(n.name, dict(n.labels), n.gpus, cordoned=n.cordoned, held=n.held) for n in nodes]

@@ -62,6 +62,17 @@ def test_every_request_carries_the_policys_workloads() -> None:
     assert [request.workloads for _node, request in fs.hand_out(plain, FLEET, ["n1"], NOW)] == [None]
 
 
+def test_a_rollback_window_asks_for_no_verify() -> None:
+    """The verify may be what failed: a rollback's window takes the change off without it (the failure
+    stays recorded on the node); every other window carries the policy's `spec.verify`."""
+    verify = {"image": "example/verify:1", "timeoutSeconds": 60, "onFailure": "Uncordon"}
+    state = in_wave(a_fleet_spec(an_entry("a"), policy={"default": {"budget": {"count": 2}}, "verify": verify}),
+                    ["n1", "n2"])
+    assert [request.verify for _node, request in fs.hand_out(state, FLEET, ["n1"], NOW)] == [verify]
+    state.in_flight["n2"] = InFlight("r-rollback", ["a"], NOW, rollback=True)
+    assert fs.window_request(state, FLEET, [], "n2").verify is None
+
+
 def test_a_skipped_node_is_neither_not_asked_again_when_it_changes_and_asked_again_on_retry() -> None:
     state = in_wave(a_fleet_spec(an_entry("a"), an_entry("b")), ["n1", "n2"])
     handed = dict(fs.hand_out(state, FLEET, ["n1", "n2"], NOW))

@@ -14,6 +14,8 @@ fails with "Timeout expired". Between skips the server's clock runs at real pace
   test_the_rollback_goes_out_while_paused_and_outside_the_maintenance_windows, 2026-12-05);
 * a signal sent just before a skip: its task may still be with the worker when the skip fires the
   timer that task cancels;
+* waiting on a workflow's result lets the server skip time to the next timer of any workflow, and a
+  workflow without timers times out (ten years on): tests wait with `closed` instead;
 * a workflow terminated while its task or an activity is with the worker: the server keeps its lock
   (the fleet's re-list in 5ed2c71; the end of test_progress_is_computed_once_per_workflow_task, caught
   by the probe of `tests/conftest.py` in two runs of two); `end` waits for the workflow to be idle
@@ -85,6 +87,23 @@ async def quiesce(handle: WorkflowHandle[Any, Any], within: float = 10.0) -> Non
         description = (await handle.describe()).raw_description
         if not description.pending_activities and not description.HasField("pending_workflow_task"):
             return
+        await asyncio.sleep(0.05)
+
+
+async def closed(handle: WorkflowHandle[Any, Any], within: float = 60.0) -> WorkflowExecutionStatus:
+    """Wait (at most `within` seconds) until the workflow's run is closed, without letting the server skip
+    time: waiting on `handle.result()` does, and then skips to the next timer of any workflow of the
+    session, which for a workflow that has no timer is its execution timeout, ten years by default on the
+    test server (a global workflow left waiting for a cluster timed out so while a test waited on a
+    fleet's result: test_global_stays_open_for_a_staged_cluster_it_never_heard_from, CI 2026-12-07)."""
+    deadline = asyncio.get_running_loop().time() + within
+    while True:
+        status = (await handle.describe()).status
+        if status != WorkflowExecutionStatus.RUNNING:
+            assert status is not None
+            return status
+        if asyncio.get_running_loop().time() >= deadline:
+            raise AssertionError(f"{handle.id} still running after {within} s")
         await asyncio.sleep(0.05)
 
 

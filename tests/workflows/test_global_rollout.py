@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
-from temporalio.client import WorkflowHandle
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -32,7 +32,7 @@ from protocol.fleet import FleetInput, FleetSpec
 from tests.helpers import assert_eventually_async, new_task_queue, unique_name
 from tests.workflows.fleet_fakes import FakeNodes
 from tests.workflows.node_harness import register_search_attributes
-from tests.workflows.skipping import end, skip
+from tests.workflows.skipping import closed, end, skip
 from tests.workflows.test_fleet import EXPONENTIAL, RELIST_NEVER, package, policy, progress
 from workflows.fleet import FleetWorkflow
 from workflows.global_rollout import GlobalRolloutWorkflow
@@ -258,7 +258,7 @@ async def test_global_ends_once_every_clusters_fleet_ended(temporal_test_env: Wo
             fleet_b = await start_fleet(env, queues["b"], "b", spec)
             await phase_is(fleet_b, RolloutPhase.COMPLETE)
             await fleet_a.signal(names.SIGNAL_FLEET_SPEC, empty)
-            await fleet_a.result()
+            assert await closed(fleet_a) == WorkflowExecutionStatus.COMPLETED
 
             async def a_ended() -> bool:
                 view = await global_view(env, name)
@@ -274,7 +274,7 @@ async def test_global_ends_once_every_clusters_fleet_ended(temporal_test_env: Wo
             await assert_eventually_async(a_ended, timeout=60)
             assert (await global_handle.describe()).status.name == "RUNNING"  # b's fleet is still there
             await fleet_b.signal(names.SIGNAL_FLEET_SPEC, empty)
-            await fleet_b.result()
+            assert await closed(fleet_b) == WorkflowExecutionStatus.COMPLETED
             await asyncio.wait_for(global_handle.result(), 60)  # completes: nothing left open for a deleted policy
             assert (await global_handle.describe()).status.name == "COMPLETED"
         finally:
@@ -296,13 +296,13 @@ async def test_global_stays_open_for_a_staged_cluster_it_never_heard_from(
             fleet_a = await start_fleet(env, queues["a"], "a", spec)
             await phase_is(fleet_a, RolloutPhase.COMPLETE)
             await fleet_a.signal(names.SIGNAL_FLEET_SPEC, empty)
-            await fleet_a.result()
+            assert await closed(fleet_a) == WorkflowExecutionStatus.COMPLETED
             await skip(env, 3600, global_handle)
             assert (await global_handle.describe()).status.name == "RUNNING"
             fleet_b = await start_fleet(env, queues["b"], "b", spec)
             await phase_is(fleet_b, RolloutPhase.COMPLETE)  # granted on a's complete, kept
             await fleet_b.signal(names.SIGNAL_FLEET_SPEC, empty)
-            await fleet_b.result()
+            assert await closed(fleet_b) == WorkflowExecutionStatus.COMPLETED
             await asyncio.wait_for(global_handle.result(), 60)
         finally:
             await end_all(env, f"fleet/a/{name}", f"fleet/b/{name}", f"global/{name}")
