@@ -41,6 +41,10 @@ and were recorded on the real stack (dev server, apiserver, fleetsim):
   tests/integration/test_plan_budgets.py (a scratch folder, copied): the fleet machine's fresh read of the
   nodes before each hand-out (patch `budget-at-hand-out`, issue 43), a node cordoned from outside during
   drain-ahead's lead.
+* fleet/fleet-respect-other-maintenance: `NODEROLL_RECORD_FLEET_HISTORIES=<dir>` with
+  tests/integration/test_respect_rollout.py (a scratch folder, copied): nodes held by a NodeMaintenance and
+  by the autoscaler's taint not started and counted against the count budget and the floor (patch
+  `respect-other-maintenance`, issue 44 item 5).
 * node/window-workloads-notice-rules: `NODEROLL_RECORD_HISTORIES=tests/histories/node` with
   tests/integration/test_gpu_workloads.py (a request carrying a policy's `spec.workloads`: the eviction
   notice's activity and timer, then a drain with rules; issue 44). No patch: the steps run only for
