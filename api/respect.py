@@ -35,9 +35,13 @@ objects are what `nodeMaintenance` reads. A plain cordon by someone else is no t
 (`node.kubernetes.io/unschedulable` is not in the list: noderoll's own cordon carries it too).
 
 Checked here: each key is a valid taint key, at most once, and not noderoll's own
-(`noderoll.io/...`). The rules are `planning/rollout/respect.py` (`held_by`, `may_start`); the listing reads
-the NodeMaintenance objects (`kube/node_maintenance.py`). What the fleet then does with such a node
-(waits, counts it against every budget) is the fleet's decision core.
+(`noderoll.io/...`). The rules are `planning/rollout/respect.py` (`held_by`, `may_start`); the listing and
+the read before each hand-out read the NodeMaintenance objects (`kube/node_maintenance.py`). The fleet
+does not start a held node (it keeps its place and mark) and counts it as unavailable by every budget
+kind: a slot of its compartment's count budget, its capacity down for a floor, out for a topology
+limit; a node cordoned by someone else takes a count-budget slot too. The policy's `status.waiting`
+says why (rule `maintenance`, naming the taint or the NodeMaintenance; rule `count` when the count
+budget is full of such nodes). `noderoll plan` reads the same objects and plans a held node as held.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """`noderoll plan [-f FILE]... [--fleet POLICY] [-o table|json]`: what the next wave of each fleet would do. Does I/O.
 
 Reads the Packages and DeploymentPolicies the cluster holds, with the objects of `-f` files (not yet
-applied) merged over them by kind and name, and every Node; asks each running fleet for the desired
+applied) merged over them by kind and name, every Node and the NodeMaintenance objects of other
+requestors (`spec.respect`; none where the CRD is absent); asks each running fleet for the desired
 state it holds (`desired_state`) and what it measured (`progress`: its window durations for the
 ETA). The fleets' desired states are assembled as the bridge assembles them
 (`crd_bridge.fleets.desired_fleet`), and each is planned by `planning.views.rollout_plan.plan_fleet`, the
@@ -31,8 +32,10 @@ import difflib
 import json
 import sys
 from datetime import UTC, datetime
+from http import HTTPStatus
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
 from pydantic import TypeAdapter, ValidationError
 from rich.console import Console, Group
 from rich.table import Table
@@ -47,6 +50,8 @@ from api.yaml_source import ParsedSource, SourceProblem, parse
 from cli.ops_client import NoAnswer, Ops, OpsError, add_connection_flags
 from cli.ops_commands import run_ops
 from crd_bridge.fleets import FleetFacts, PackageFacts, desired_fleet, raw_fleet
+from crd_bridge.protection import package_ref, usage
+from kube import node_maintenance
 from kube.node_snapshot import node_facts, node_view
 from planning.views.eta import Timings, duration_text
 from planning.views.rollout_plan import FleetPlan, PlanInput, plan_fleet
@@ -102,18 +107,24 @@ def _validated(kind: str, obj: dict[str, Any]) -> Package | DeploymentPolicy:
 
 
 def desired_fleets(objects: dict[tuple[str, str], dict[str, Any]], only: str | None) -> dict[str, FleetSpec]:
-    """Fleet -> its desired state, as the bridge would hand it over (Packages being deleted are left out).
+    """Fleet -> its desired state, as the bridge would hand it over: a Package being deleted (its finalizer
+    still on) is carried as an uninstall where its `uninstall` is enabled, and kept as it is while other
+    Packages depend on it (`crd_bridge.protection`), so the plan shows its uninstall windows.
 
     Only the objects of the fleets planned are validated: an invalid object of another fleet does not
     stop the plan of this one."""
+    found = usage(package_ref(o) for (kind, _), o in objects.items() if kind == keys.PACKAGE_KIND)
     packages: list[PackageFacts] = []
     for (kind, name), obj in sorted(objects.items()):
         fleet = raw_fleet(obj)
-        if kind != keys.PACKAGE_KIND or only not in (None, fleet) or (obj.get("metadata") or {}).get("deletionTimestamp"):
+        if kind != keys.PACKAGE_KIND or only not in (None, fleet):
             continue
         model = _validated(kind, obj)
         assert isinstance(model, Package)
-        packages.append(PackageFacts(name, fleet, model))
+        meta = obj.get("metadata") or {}
+        packages.append(PackageFacts(name, fleet, model, deleting=bool(meta.get("deletionTimestamp")),
+                                     has_finalizer=keys.FINALIZER in (meta.get("finalizers") or []),
+                                     held=name in found.held))
     out = {}
     for fleet in sorted({p.fleet for p in packages}):
         policy = None
@@ -168,6 +179,19 @@ async def running_fleet(ops: Ops, fleet: str) -> RunningFleet:
     return RunningFleet(spec, progress.timings, progress.wave)
 
 
+def held_by_node_maintenance(ops: Ops) -> dict[str, str]:
+    """Node -> the NodeMaintenance of another requestor holding it, as the fleet's listing reads them (a
+    policy that respects them plans the node as held); {} where the CRD is not installed or not readable."""
+    try:
+        answer = ops.custom.list_cluster_custom_object(node_maintenance.GROUP, node_maintenance.VERSION,
+                                                       node_maintenance.PLURAL)
+    except ApiException as err:
+        if err.status in (node_maintenance.FORBIDDEN, HTTPStatus.NOT_FOUND):
+            return {}
+        raise
+    return node_maintenance.held_nodes_of(answer.get("items") or [])
+
+
 async def build_plans(ops: Ops, files: FileObjects, only: str | None) -> list[FleetPlan]:
     """Every fleet's plan (module docstring)."""
     objects = {(keys.PACKAGE_KIND, o["metadata"]["name"]): o for o in await asyncio.to_thread(ops.list_packages)}
@@ -179,7 +203,9 @@ async def build_plans(ops: Ops, files: FileObjects, only: str | None) -> list[Fl
         known = known_fleets(objects, await ops.running_fleets())
         if only not in known:
             raise unknown_fleet(only, known, bool(files.objects))
-    nodes = [node_view(node_facts(n)) for n in (await asyncio.to_thread(ops.core.list_node)).items]
+    held = await asyncio.to_thread(held_by_node_maintenance, ops)
+    nodes = [node_view(node_facts(n), held.get(n.metadata.name, ""))
+             for n in (await asyncio.to_thread(ops.core.list_node)).items]
     now = datetime.now(UTC).isoformat()
     plans = []
     for fleet, desired in desired_fleets(objects, only).items():

@@ -74,7 +74,7 @@ class FleetInput:
     watchdog_seconds: int = 60
     # History length that triggers continue-as-new (0: the fleet's default; tests set it low).
     history_limit: int = 0
-    # Carried across continue-as-new: the fleet's state as JSON (workflows.fleet_state converts).
+    # Carried across continue-as-new: the fleet's state as JSON (planning.fleet.codec converts).
     carry: dict[str, Any] | None = None
     # The cluster name of the bridge that started it ("" = none): its id is `fleet/<cluster>/<policy>`,
     # its node workflows' `node/<cluster>/<node>` (ADR 0017).

@@ -373,8 +373,10 @@ def rollback_status() -> Schema:
 def eta_status() -> Schema:
     return obj(
         "When the fleet's wave is estimated to end, every window succeeding (noderoll plan and status show the same): "
-        "its remaining batches by the p50 of the fleet's measured windows per kind, else defaults per stage, drain and "
-        "reboot (source says which). Absent when nothing is left or the fleet is held.",
+        "the fleet's own decisions run ahead on a simulated fleet (the same budgets, floors, topology limits, "
+        "strategy and drain-ahead), each window lasting the p50 of the fleet's measured windows of its kind, else "
+        "defaults per stage, drain and reboot (source says which); taken from the fleet when the status is written "
+        "and moved on by the time since. Absent when nothing is left or the fleet is held.",
         {
             "finishAt": string("Estimated end of the wave (RFC 3339, to the minute).", format="date-time"),
             "batchesLeft": integer("Batches left, the one out included.", minimum=0),

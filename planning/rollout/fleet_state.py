@@ -1,8 +1,8 @@
 """What a fleet rollout remembers, and the rules that change it. Pure (no I/O, deterministic).
 
 `FleetState` is the whole memory of `fleet/<policy>` as plain dataclasses (carried through
-continue-as-new as JSON). The workflow (`workflows/fleet.py`) only sequences; every decision about
-waves, requests, results and retries is a function here, unit-tested without Temporal.
+continue-as-new as JSON). The fleet machine (`planning.fleet`, run by `workflows/fleet.py`) sequences;
+every decision about waves, requests, results and retries is a function here, unit-tested without Temporal.
 
 Waves: the fleet's desired state is its Packages' specs (a revision per Package: the spec without
 `paused`, plus the uninstall flag) and its policy. Any change of a revision or of the policy

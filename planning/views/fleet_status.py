@@ -117,7 +117,7 @@ class FleetProgress:
     gates: dict[str, GateTrack] = field(default_factory=dict)
     # The rollback of the wave's failed canary (`canary.onFailure: rollback`), None when there is none.
     rollback: rollbacks.RollbackReport | None = None
-    # When the wave's remaining batches end, all succeeding (planning.fleet_eta); None: nothing left,
+    # When the wave's remaining batches end, all succeeding (planning.views.fleet_eta); None: nothing left,
     # halted, or a report without a clock (the Temporal UI's details line).
     eta: Eta | None = None
     # What the ETA rests on: the fleet's measured window durations and gaps (`noderoll plan` uses them too).

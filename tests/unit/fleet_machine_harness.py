@@ -94,6 +94,9 @@ class Harness:
     seconds: dict[str, float]
     outside: list[Outside] = field(default_factory=list)
     fail: set[str] = field(default_factory=set)
+    # The first reads before a hand-out that fail (the apiserver not answering), and what the fleet held then.
+    unreadable: int = 0
+    unread_holds: list[dict[str, str]] = field(default_factory=list)
     clock: datetime = START
     handouts: list[tuple[float, int, bool, list[str]]] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
@@ -236,11 +239,15 @@ class Harness:
         machine = self.machine
         machine.receive(Desired(self.spec))
         command = machine.start(FleetInput(policy_name=self.spec.policy_name), self.clock)
+        unread = False
         for _ in range(steps):
             answer: Any = None
             if isinstance(command, c.Complete | c.ContinueAsNew):
                 break
             if isinstance(command, c.Wait):
+                if unread:  # the fleet holds what it could not check, then pauses
+                    self.unread_holds.append(dict(machine.run.state.held))
+                    unread = False
                 answer = self.wait(command)
                 if answer is None:
                     break
@@ -250,6 +257,10 @@ class Harness:
                 answer = False
             elif isinstance(command, c.ListNodes):
                 answer = self.listing(command)
+            elif isinstance(command, c.ReadSupply) and self.unreadable:
+                self.unreadable -= 1
+                answer = c.Failed("the apiserver did not answer")
+                unread = True
             elif isinstance(command, c.ReadSupply):
                 answer = self.read(command)
             elif isinstance(command, c.RequestWindows):

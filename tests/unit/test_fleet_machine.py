@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from api.policy import DeploymentPolicySpec
+from planning.fleet.handout import HOLD_PAUSE
 from planning.views.eta import Timings
 from planning.views.rollout_plan import PlanInput, plan_fleet
 from tests.unit.fleet_builders import an_entry
@@ -126,6 +127,24 @@ def test_the_plan_is_the_machines_run(fleet: tuple[list[Node], dict[str, Any], l
         n: [sorted(p.name for p in w.packages)] for n, w in plan.windows.items()}
     assert plan.totals.peak == harness.peak
     assert plan.eta is not None and plan.eta.seconds_left == harness.seconds_now()
+
+
+def test_nothing_starts_unchecked_while_the_nodes_cannot_be_read() -> None:
+    """A read before a hand-out that fails holds every node of the batch (rule `unread`, saying why) and
+    starts none; the fleet plans again after the pause and starts them once a read succeeds."""
+    nodes = [Node(f"n{i}", {"pool": "gpu", "rack": "r0"}, gpus=8) for i in range(4)]
+    policy = {"default": {"budget": {"count": 2, "minAvailable": {"resource": "nvidia.com/gpu", "percent": 50}},
+                          "strategy": {"type": "fixed", "initialBatch": 2}}}
+    packages = [an_entry("kernel", interrupt={"type": "reboot"}, nodeSelector={"matchLabels": {"pool": "gpu"}})]
+    harness = Harness.of(nodes, policy, packages, dict.fromkeys([n.name for n in nodes], 60.0), unreadable=2).run()
+    assert len(harness.unread_holds) == 2 and not harness.unreadable
+    for held in harness.unread_holds:
+        assert held and all(why.startswith("the nodes could not be read: the apiserver did not answer")
+                            for why in held.values()), held
+    first_at = harness.handouts[0][0]
+    assert first_at >= 2 * HOLD_PAUSE.total_seconds(), harness.handouts  # not before two pauses
+    assert sorted(n for *_, batch in harness.handouts for n in batch) == ["n0", "n1", "n2", "n3"]
+    assert not harness.violations
 
 
 def _fresh(nodes: list[Node]) -> list[Node]:

@@ -7,25 +7,30 @@ from __future__ import annotations
 import io
 import re
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
+from kubernetes.client.exceptions import ApiException
 from rich.console import Console
 
+from api import keys
 from cli.plan_command import (
     PlanError,
     desired_fleets,
+    held_by_node_maintenance,
     known_fleets,
     plan_json,
     read_manifests,
     render_plan,
     unknown_fleet,
 )
+from kube.node_snapshot import NodeFacts, node_view
 from planning.rollout.compartments import stable_order
 from planning.views.rollout_plan import PlanInput, plan_fleet
 from protocol.names import fleet_workflow_id
-from tests.unit.fleet_builders import a_node, a_spec, taint
+from tests.unit.fleet_builders import a_node, a_spec, recorded, taint
 
 NOW = "2025-01-01T00:00:00+00:00"
 
@@ -103,6 +108,54 @@ def test_an_invalid_object_of_another_fleet_does_not_stop_this_ones_plan() -> No
     assert list(desired_fleets(objects, "gpu")) == ["gpu"]
     with pytest.raises(PlanError, match="Package broken is invalid"):
         desired_fleets(objects, None)
+
+
+def test_a_package_being_deleted_is_planned_as_its_uninstall() -> None:
+    """As the bridge carries it: with `uninstall.enabled` its uninstall windows run on the nodes that have
+    it; kept as it is while another Package depends on it; left out once its finalizer is gone."""
+    deleting = {"deletionTimestamp": "2025-01-01T00:00:00Z", "finalizers": [keys.FINALIZER]}
+    kernel = a_package_object("kernel", uninstall={"enabled": True})
+    kernel["metadata"] |= deleting
+    objects = {("Package", "kernel"): kernel, ("DeploymentPolicy", "gpu"): a_policy_object()}
+    [entry] = desired_fleets(objects, None)["gpu"].packages
+    assert entry.name == "kernel" and entry.uninstall
+    nodes = [a_node("has", state=recorded(kernel="1.0.0")), a_node("never")]
+    plan = plan_fleet(PlanInput(desired_fleets(objects, None)["gpu"], nodes, NOW))
+    assert list(plan.windows) == ["has"] and [p.action for p in plan.windows["has"].packages] == ["uninstall"]
+    # Another Package depends on it: it stays installed (not uninstalled under its user).
+    user = a_package_object("driver", dependsOn={"kernel": "1.0.0"})
+    held = desired_fleets(objects | {("Package", "driver"): user}, None)["gpu"]
+    assert {e.name: e.uninstall for e in held.packages} == {"driver": False, "kernel": False}
+    # Its finalizer gone: nothing left to do for it.
+    kernel["metadata"]["finalizers"] = []
+    assert desired_fleets(objects | {("Package", "driver"): a_package_object("driver")}, None)["gpu"].packages[0].name \
+        == "driver"
+
+
+def test_a_node_under_another_requestors_node_maintenance_is_planned_held() -> None:
+    """The plan reads NodeMaintenance objects as the fleet's listing does: a policy that respects them
+    (the default) does not plan a window on the node it holds; a 404 (no CRD) is no maintenance."""
+
+    class Custom:
+        def __init__(self, answer: dict[str, Any] | None) -> None:
+            self.answer = answer
+
+        def list_cluster_custom_object(self, *_args: Any) -> dict[str, Any]:
+            if self.answer is None:
+                raise ApiException(status=404)
+            return self.answer
+
+    maintenance = {"items": [{"metadata": {"namespace": "ops", "name": "nic"},
+                              "spec": {"nodeName": "n1", "requestorID": "network.operator.com"}}]}
+    ops = SimpleNamespace(custom=Custom(maintenance))
+    held = held_by_node_maintenance(ops)  # type: ignore[arg-type]
+    assert list(held) == ["n1"] and "ops/nic" in held["n1"]
+    assert held_by_node_maintenance(SimpleNamespace(custom=Custom(None))) == {}  # type: ignore[arg-type]
+    objects = {("Package", "kernel"): a_package_object("kernel"), ("DeploymentPolicy", "gpu"): a_policy_object()}
+    facts = [NodeFacts(f"n{i}", labels={"pool": "gpu"}) for i in range(3)]
+    nodes = [node_view(f, held.get(f.name, "")) for f in facts]
+    plan = plan_fleet(PlanInput(desired_fleets(objects, None)["gpu"], nodes, NOW))
+    assert sorted(plan.windows) == ["n0", "n2"], plan.windows
 
 
 def test_a_policy_named_but_missing_is_an_error() -> None:

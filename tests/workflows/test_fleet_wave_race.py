@@ -6,8 +6,8 @@ the other often reach it as two `desired` signals some 40 ms apart (seen in 4 of
 wave lists its nodes. Expected: the Packages still share ONE window per node. Today the fleet sends
 the first batch (the canary) with the first Package alone before it looked at its inbox again, then
 started a second wave: the canary node got two windows (with two reboot Packages: two drains and
-two reboots). Fixed in `FleetActs._start_wave` (the inbox is applied after the listing, and the
-nodes listed again for a new desired state).
+two reboots). Fixed in the fleet machine's `planning.fleet.acts.start_wave` (the inbox is applied after
+the listing, and the nodes listed again for a new desired state).
 """
 
 from __future__ import annotations
