@@ -67,6 +67,8 @@ class BridgeOptions:
     # Nodes cordoned, uncordoned or turned NotReady/Ready by someone else within this long of the
     # first reach each fleet in one `availability_changed` (crd_bridge/availability.py).
     availability_seconds: float = COALESCE_SECONDS
+    # The fleets it starts re-list on `nodes_changed` at most this often (`FleetInput.relist_min_seconds`).
+    fleet_relist_min_seconds: int = 30
 
 
 @dataclass

@@ -41,6 +41,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                              "applied together roll out as one change set (env NODEROLL_SETTLE_SECONDS)")
     parser.add_argument("--status-seconds", type=float, default=3.0,
                         help="how often running fleets' progress is written to their Packages' and policy's status")
+    parser.add_argument("--fleet-relist-min-seconds", type=_positive_seconds,
+                        default=os.environ.get("NODEROLL_FLEET_RELIST_MIN_SECONDS", "30"),
+                        help="a fleet this bridge starts re-lists its nodes after node changes at most this often "
+                             "(env NODEROLL_FLEET_RELIST_MIN_SECONDS; default 30; a running fleet keeps its own)")
     parser.add_argument("--label-selector", default=os.environ.get("NODEROLL_BRIDGE_LABEL_SELECTOR", ""),
                         help="only Packages and DeploymentPolicies with these labels, e.g. shard=a "
                              "(env NODEROLL_BRIDGE_LABEL_SELECTOR; default: all)")
@@ -52,6 +56,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     parser.add_argument("--identity", default=f"{socket.gethostname()}-{os.getpid()}",
                         help="this replica's name in the Lease (default: host name and pid)")
     parser.set_defaults(func=run)
+
+
+def _positive_seconds(text: str) -> int:
+    """A whole number of seconds, at least 1 (argparse names the flag and the value when it is not)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1 second")
+    return value
 
 
 def settings_from_args(args: argparse.Namespace) -> ServiceSettings:
@@ -66,7 +81,7 @@ def options_from_args(args: argparse.Namespace) -> BridgeOptions:
         lease = LeaseSettings(identity=args.identity, namespace=args.lease_namespace, name=args.lease_name)
     return BridgeOptions(resync_seconds=args.resync_seconds, status_seconds=args.status_seconds,
                          settle_seconds=args.settle_seconds, lease=lease,
-                         label_selector=args.label_selector)
+                         label_selector=args.label_selector, fleet_relist_min_seconds=args.fleet_relist_min_seconds)
 
 
 async def serve(settings: ServiceSettings, options: BridgeOptions, stop: asyncio.Event) -> None:
@@ -75,7 +90,8 @@ async def serve(settings: ServiceSettings, options: BridgeOptions, stop: asyncio
     log.info("bridge on %s namespace=%s task_queue=%s cluster=%s kubeconfig=%s leader-election=%s",
              settings.temporal_address, settings.namespace, settings.task_queue, settings.cluster or "none",
              settings.kubeconfig or "in-cluster", "on" if options.lease else "off")
-    await Bridge(Fleets(started.client, settings.task_queue, settings.cluster), options).run(stop)
+    fleets = Fleets(started.client, settings.task_queue, settings.cluster, options.fleet_relist_min_seconds)
+    await Bridge(fleets, options).run(stop)
 
 
 def run(args: argparse.Namespace) -> int:

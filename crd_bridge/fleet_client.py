@@ -28,10 +28,13 @@ from protocol.node import Route, cluster_attributes, signal_node_workflow
 class Fleets:
     """Fleet workflows of one Temporal namespace, task queue and cluster ("" = none)."""
 
-    def __init__(self, client: Client, task_queue: str, cluster: str = "") -> None:
+    def __init__(self, client: Client, task_queue: str, cluster: str = "",
+                 relist_min_seconds: int = FleetInput.relist_min_seconds) -> None:
         self.client = client
         self.task_queue = task_queue
         self.cluster = cluster
+        # Given to the fleets this bridge starts (a running fleet keeps the value it started with).
+        self.relist_min_seconds = relist_min_seconds
 
     def workflow_id(self, fleet: str) -> str:
         """`fleet/<fleet>`, or `fleet/<cluster>/<fleet>` in a named cluster."""
@@ -62,7 +65,7 @@ class Fleets:
         shown = ", ".join(f"{e.name} {e.spec.get('version', '?')}" for e in spec.packages) or "no Packages"
         await self.client.start_workflow(
             names.FLEET_WORKFLOW_TYPE,
-            FleetInput(policy_name=spec.policy_name, cluster=self.cluster),
+            FleetInput(policy_name=spec.policy_name, cluster=self.cluster, relist_min_seconds=self.relist_min_seconds),
             id=self.workflow_id(spec.policy_name),
             task_queue=self.task_queue,
             start_signal=names.SIGNAL_FLEET_SPEC,

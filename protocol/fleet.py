@@ -72,6 +72,9 @@ class FleetInput:
     relist_seconds: int = 300
     # How often, while windows are out, the fleet checks that their node workflows still run.
     watchdog_seconds: int = 60
+    # At most one `nodes_changed` re-list per this many seconds (the bridge's --fleet-relist-min-seconds):
+    # a burst of node changes (a batch's own cordons and reboots) costs one listing, not one each.
+    relist_min_seconds: int = 30
     # History length that triggers continue-as-new (0: the fleet's default; tests set it low).
     history_limit: int = 0
     # Carried across continue-as-new: the fleet's state as JSON (planning.fleet.codec converts).

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from planning.fleet.codec import marks_from_json, marks_to_json, selection_from_json
 from planning.fleet.commands import DescribeRuns, ListNodes, MarkBlocked, RequestWindows, Wait, Withdraw
 from planning.fleet.inbox import apply_inbox
-from planning.fleet.run import ONE_SECOND, RELIST_MIN_INTERVAL, FleetRun, Steps
+from planning.fleet.run import ONE_SECOND, FleetRun, Steps
 from planning.rollout import disruption
 from planning.rollout import fleet_rollback as rollbacks
 from planning.rollout import fleet_state as fs
@@ -178,7 +178,7 @@ def wait(run: FleetRun, timeout: timedelta | None) -> Steps[bool]:
     """
     due: list[timedelta] = [] if timeout is None else [timeout]
     if (yield from run.relist_wanted()):
-        due.append(max(run.listed_at + RELIST_MIN_INTERVAL - run.now, ONE_SECOND))
+        due.append(max(run.listed_at + run.relist_gap - run.now, ONE_SECOND))
     if run.state.in_flight:
         due.append(max(run.next_watchdog - run.now, ONE_SECOND))
     due.extend(run.hold_wakeups())

@@ -176,7 +176,7 @@ def _ready(run: FleetRun, planner: batches.BatchPlannerState, next_relist: datet
                              f"{disruption.describe(planner.waits)}")
         yield from send_checked(run, (yield from ahead.sendable(run, batch)))
     elif planner.waits:
-        # Floors or topology limits hold every node: say why, and look again soon (RELIST_MIN_INTERVAL).
+        # Floors or topology limits hold every node: say why, and look again soon (`FleetRun.relist_gap`).
         state.message = disruption.describe(planner.waits)
         yield from run.set_phase(RolloutPhase.WAITING)
         run.relist = True

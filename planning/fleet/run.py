@@ -47,6 +47,7 @@ HISTORY_EVENT_LIMIT = 10_000
 NEVER = datetime.min.replace(tzinfo=UTC)
 ONE_SECOND = timedelta(seconds=1)
 # `nodes_changed` comes at every cordon of every node: re-list at most this often.
+# The default of `FleetInput.relist_min_seconds`; a run's own is `FleetRun.relist_gap`.
 RELIST_MIN_INTERVAL = timedelta(seconds=30)
 
 
@@ -190,7 +191,7 @@ class FleetRun:
         While a batch is out, node changes (mostly our own windows' cordons and reboots) wait for
         the re-listing before the next batch instead of costing a listing each. A rolling fleet has no
         next batch (its windows are always out), so it re-lists as it rolls, at most every
-        `RELIST_MIN_INTERVAL`: a node that joins, or whose blocking taint lifts (a new node's
+        `relist_gap`: a node that joins, or whose blocking taint lifts (a new node's
         `node.kubernetes.io/not-ready`), is not left out until the known nodes are done.
         """
         planner = self.state.planner
@@ -201,8 +202,13 @@ class FleetRun:
 
     def relist_due(self, next_relist: datetime) -> Steps[bool]:
         """A re-list now: a `nodes_changed` one past its rate limit, the periodic one, or one asked at once."""
-        return (((yield from self.relist_wanted()) and self.now >= self.listed_at + RELIST_MIN_INTERVAL)
+        return (((yield from self.relist_wanted()) and self.now >= self.listed_at + self.relist_gap)
                 or self.now >= next_relist or self.relist_now)
+
+    @property
+    def relist_gap(self) -> timedelta:
+        """The least time between two `nodes_changed` re-lists (`FleetInput.relist_min_seconds`, at least 1 s)."""
+        return max(timedelta(seconds=self.input.relist_min_seconds), ONE_SECOND)
 
     def windows_open(self) -> bool:
         """The policy's maintenance windows are open now (or it has none)."""
@@ -231,6 +237,7 @@ class FleetRun:
             node_task_queue=self.input.node_task_queue,
             relist_seconds=self.input.relist_seconds,
             watchdog_seconds=self.input.watchdog_seconds,
+            relist_min_seconds=self.input.relist_min_seconds,
             history_limit=self.input.history_limit,
             carry=state_to_json(self.state),
             cluster=self.input.cluster,

@@ -34,3 +34,17 @@ def test_flags_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert options.lease is not None and (options.lease.namespace, options.lease.identity) == ("noderoll", "me")
     assert (options.resync_seconds, options.label_selector) == (5.0, "shard=a")
     assert options_from_args(build_parser().parse_args(["bridge", "--no-leader-election"])).lease is None
+
+
+def test_fleet_relist_min_seconds_flag_environment_and_bad_values(monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("NODEROLL_FLEET_RELIST_MIN_SECONDS", raising=False)
+    assert options_from_args(build_parser().parse_args(["bridge"])).fleet_relist_min_seconds == 30
+    monkeypatch.setenv("NODEROLL_FLEET_RELIST_MIN_SECONDS", "7")
+    assert options_from_args(build_parser().parse_args(["bridge"])).fleet_relist_min_seconds == 7
+    args = build_parser().parse_args(["bridge", "--fleet-relist-min-seconds", "5"])
+    assert options_from_args(args).fleet_relist_min_seconds == 5
+    for bad, said in (("0", "0 must be at least 1 second"), ("soon", "'soon' is not a whole number of seconds")):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["bridge", "--fleet-relist-min-seconds", bad])
+        assert f"argument --fleet-relist-min-seconds: {said}" in capsys.readouterr().err

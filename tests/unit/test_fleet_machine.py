@@ -16,16 +16,20 @@ taint) while the fleet rolls.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from api.policy import DeploymentPolicySpec
 from planning.fleet.handout import HOLD_PAUSE
+from planning.fleet.run import FleetRun
 from planning.views.eta import Timings
 from planning.views.rollout_plan import PlanInput, plan_fleet
+from protocol.fleet import FleetInput
 from tests.unit.fleet_builders import an_entry
 from tests.unit.fleet_machine_harness import START, Harness, Node, Outside
 
@@ -145,6 +149,25 @@ def test_nothing_starts_unchecked_while_the_nodes_cannot_be_read() -> None:
     assert first_at >= 2 * HOLD_PAUSE.total_seconds(), harness.handouts  # not before two pauses
     assert sorted(n for *_, batch in harness.handouts for n in batch) == ["n0", "n1", "n2", "n3"]
     assert not harness.violations
+
+
+@pytest.mark.parametrize("gap", [30, 5])
+def test_node_changes_are_listed_at_most_once_per_relist_gap(gap: int) -> None:
+    """`FleetInput.relist_min_seconds` (the bridge's --fleet-relist-min-seconds; 30 by default): a
+    `nodes_changed` re-list is due once that long has passed since the last listing, not before; and a
+    continue-as-new keeps the value."""
+    run = FleetRun(input=FleetInput(policy_name="gpu", relist_min_seconds=gap), relist=True, listed_at=START)
+    later = START + timedelta(days=1)  # the periodic re-list: not due here
+
+    def due(seconds: float) -> bool:
+        run.now = START + timedelta(seconds=seconds)
+        steps = run.relist_due(later)
+        with pytest.raises(StopIteration) as ended:  # nothing to ask Temporal: no batch out
+            next(steps)
+        return bool(ended.value.value)
+
+    assert not due(gap - 1) and due(gap)
+    assert run.carry_over().relist_min_seconds == gap
 
 
 def _fresh(nodes: list[Node]) -> list[Node]:
