@@ -25,6 +25,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ import psutil
 from rich.console import Console
 from temporalio.client import Client
 
-from bench import resources
+from bench import decisions, resources
 from bench.calibrate import cpu_seconds_of_fixed_work
 from bench.drain import compare_drains
 from bench.floor import measure_floor
@@ -44,6 +45,11 @@ from service.temporal_client import connect
 from worker.tuning import pollers_from_env, sticky_schedule_to_start_from_env
 
 DEFAULT_SIZES = (50, 200, 1000)
+# fleetsim's Lease renewal period: 60 s, and 240 s above LARGE_FLEET nodes (10,000 nodes renewing every 60 s
+# are 167 writes a second; the local stack's node lifecycle controller waits 300 s for a renewal).
+SIM_HEARTBEAT_SECONDS = 60.0
+LARGE_SIM_HEARTBEAT_SECONDS = 240.0
+LARGE_FLEET = 2000
 console = Console(stderr=True)
 
 # The figures summarised when a size is repeated (`--nodes 200 200 200`): one run is not a result on a
@@ -53,7 +59,8 @@ SUMMARISED = (
     "no_interrupt_noderoll_requests_per_window", "history_events_per_window_median",
     "no_interrupt_history_events_per_window_median", "throughput_windows_per_s", "ratio_to_floor",
     "worker_peak_rss_mib", "bridge_peak_rss_mib", "apiserver_etcd_peak_rss_mib", "noderoll_cpu_share",
-    "fleetsim_cpu_share",
+    "fleetsim_cpu_share", "noderoll_cpu_seconds_per_window", "all_cpu_seconds_per_window", "noderoll_status_median_s",
+    "largest_payload_any_bytes", "eta_first_batch_error",
 )
 
 WIDTH = 120  # the summary's lines never exceed it (issue #26: no table cut to "…")
@@ -133,6 +140,22 @@ FIGURES: tuple[tuple[str, str, Any], ...] = (
     ("peak RSS worker / bridge / apiserver+etcd", "worker_peak_rss_mib",
      lambda r: _join(r, ("worker_peak_rss_mib", "bridge_peak_rss_mib", "apiserver_etcd_peak_rss_mib"), unit=" MiB")),
     ("objects left", "objects_left", lambda r: r["objects_left"]),
+    ("CPU s per window: noderoll (worker + bridge) / all", "noderoll_cpu_seconds_per_window",
+     lambda r: _join(r, ("noderoll_cpu_seconds_per_window", "all_cpu_seconds_per_window"))),
+    ("fleet runs / continue-as-new / events per run", "fleet_runs",
+     lambda r: f"{r['fleet_runs']} / {r['fleet_continue_as_new']} / {r['fleet_events_per_run']}"),
+    ("fleet workflow task p50 / p95 (s; queued, running)", "fleet_workflow_task_latency_s", lambda r: (
+        "{total_p50_s} / {total_p95_s} ({queued_p50_s}/{queued_p95_s}, {running_p50_s}/{running_p95_s})"
+        .format(**r["fleet_workflow_task_latency_s"]))),
+    ("largest payload (bytes) by kind", "largest_payload_bytes",
+     lambda r: ", ".join(f"{k} {v}" for k, v in r["largest_payload_bytes"].items())),
+    ("status object bytes (largest)", "status_object_bytes",
+     lambda r: ", ".join(f"{k} {v}" for k, v in r["status_object_bytes"].items())),
+    ("progress queries failed", "progress_query_failures", lambda r: r["progress_query_failures"]),
+    ("noderoll status s (while running)", "noderoll_status",
+     lambda r: " ".join(f"{s['seconds']}({s['exit_code']})" for s in r["noderoll_status"])),
+    ("noderoll plan of the wave s (exit)", "noderoll_plan",
+     lambda r: f"{r['noderoll_plan']['seconds']} ({r['noderoll_plan']['exit_code']})"),
     ("ETA error after batch 1", "eta_first_batch_error", lambda r: r["eta_first_batch_error"]),
     ("load average after", "load_average_after", lambda r: " ".join(str(x) for x in r["load_average_after"])),
     ("fixed work's CPU seconds after", "calibration_cpu_seconds_after",
@@ -170,6 +193,22 @@ def register(subparsers: Any) -> None:
     p.add_argument("--jitter-percent", type=float, default=0.0,
                    help="fleetsim's --jitter-percent: each node's stages and reboot take its own factor of "
                         "their time, in [1-P/100, 1+P/100] (default 0)")
+    p.add_argument("--budget-count", type=int,
+                   help="a count budget instead of --budget-percent: the same windows at once at every size (issue 45)")
+    p.add_argument("--floor-percent", type=int,
+                   help="a capacity floor: minAvailable of nvidia.com/gpu in percent (every hand-out reads the nodes)")
+    p.add_argument("--windows", type=int,
+                   help="sample the wave: halt the fleet once this many windows began, measure those (issue 45)")
+    p.add_argument("--sim-heartbeat-seconds", type=float,
+                   help="fleetsim's Lease renewal period per node (default 60, 240 above 2,000 nodes: the node "
+                        "lifecycle controller's grace is 300 s)")
+    p.add_argument("--plan-timeout", type=float, default=900.0,
+                   help="seconds `noderoll plan` of the wave may take before it is recorded as not finished")
+    p.add_argument("--decisions", action="store_true",
+                   help="no stack: run the fleet's decisions in process per size (bench/decisions.py, issue 45)")
+    p.add_argument("--decisions-budget", type=float, default=300.0,
+                   help="--decisions: seconds each measurement may take before it is recorded as not finished")
+    p.add_argument("--decisions-profile", action="store_true", help="--decisions: the machine's top functions")
     p.add_argument("--skip-throughput", action="store_true", help="no 0-second throughput rollout")
     p.add_argument("--skip-floor", action="store_true", help="no bare Temporal floor")
     p.add_argument("--skip-drain", action="store_true", help="no drain comparison")
@@ -215,7 +254,10 @@ def _environment(args: argparse.Namespace) -> dict[str, Any]:
         "cpus": psutil.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
         "python": platform.python_version(), "stage_seconds": args.stage_seconds, "packages": args.packages,
         "reboot_seconds": args.reboot_seconds, "strategy": args.strategy, "budget_percent": args.budget_percent,
-        "initial_batch": args.initial_batch, "delta": args.delta, "jitter_percent": args.jitter_percent, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "initial_batch": args.initial_batch, "delta": args.delta, "jitter_percent": args.jitter_percent,
+        "budget_count": args.budget_count, "floor_percent": args.floor_percent, "windows": args.windows,
+        "sim_heartbeat_seconds": args.sim_heartbeat_seconds,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "workers": args.workers, "pod_startup_seconds": args.pod_startup_seconds,
         # The workers' (and the floor's) workflow task polling: None is the SDK's.
         "workflow_task_pollers": pollers_from_env(),
@@ -245,8 +287,12 @@ async def _measure_size(args: argparse.Namespace, target: Target, temporal: Clie
     tag = uuid.uuid4().hex[:4]
     sc = Scenario(f"bench{size}-{tag}", size, args.stage_seconds, args.reboot_seconds, packages=args.packages,
                   strategy=args.strategy, budget_percent=args.budget_percent, initial_batch=args.initial_batch,
-                  delta=args.delta, jitter_percent=args.jitter_percent)
-    row = await run_rollout(target, sc, temporal, _log)
+                  delta=args.delta, jitter_percent=args.jitter_percent, budget_count=args.budget_count,
+                  floor_percent=args.floor_percent, windows=args.windows if args.windows and args.windows < size else None)
+    heartbeat = args.sim_heartbeat_seconds or (SIM_HEARTBEAT_SECONDS if size <= LARGE_FLEET else LARGE_SIM_HEARTBEAT_SECONDS)
+    row = await run_rollout(replace(target, sim_heartbeat_seconds=heartbeat), sc, temporal, _log)
+    row["sim_heartbeat_seconds"] = heartbeat
+    row["windows_sampled"] = sc.windows
     row["objects_left"] = objects_left(row.get("objects_before") or {}, row.get("objects_after") or {})
     _log(f"{size} nodes, {args.packages} package(s): makespan {row['makespan_s']} s, ideal "
          f"{row['ideal_makespan_s']} s, ratio {row['overhead_ratio']}; per node: windows {row['windows_per_node']}, "
@@ -300,7 +346,7 @@ async def _measure(args: argparse.Namespace, stack: StackInfo, workdir: Path) ->
     target = Target(stack.temporal_address, stack.kubeconfig, workdir, workers=max(1, args.workers),
                     components={name: c.pid for name, c in stack.components.items()},
                     pod_startup_seconds=max(0.0, args.pod_startup_seconds), profile=args.profile,
-                    cpu_timeline=args.cpu_timeline)
+                    cpu_timeline=args.cpu_timeline, plan_timeout_seconds=args.plan_timeout)
     report: dict[str, Any] = {"results": [], "environment": _environment(args)}
     if not args.skip_drain:
         _log("drain: one node, 10 pods, noderoll vs kubectl drain")
@@ -374,8 +420,32 @@ def render(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def run_decisions(args: argparse.Namespace) -> dict[str, Any]:
+    """`noderoll bench --decisions`: the fleet's decisions in process, per size (bench/decisions.py)."""
+    report: dict[str, Any] = {"decisions": [], "environment": _environment(args)}
+    for size in args.nodes:
+        sc = Scenario(f"bench{size}", size, args.stage_seconds, args.reboot_seconds, packages=args.packages,
+                      strategy=args.strategy, budget_percent=args.budget_percent, initial_batch=args.initial_batch,
+                      delta=args.delta, budget_count=args.budget_count, floor_percent=args.floor_percent)
+        _log(f"decisions: {size} nodes")
+        row = decisions.measure_size(sc, min(size, args.windows or size), args.decisions_budget,
+                                     args.decisions_profile)
+        _log(json.dumps(row))
+        report["decisions"].append(row)
+        _save(args, report)
+    rows = report["decisions"]
+    report["per_node_bytes"] = {kind: decisions.per_node_bytes(rows, kind)
+                                for kind in sorted({k for r in rows for k in r["largest_payload_bytes"]})}
+    _save(args, report)
+    return report
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry point of `noderoll bench`."""
+    if args.decisions:
+        report = run_decisions(args)
+        print(json.dumps(report, indent=2))
+        return 0
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="noderoll-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     console.print(f"bench: process logs in {workdir}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from bench import apimetrics, cpu_timeline, histories, makespan_parts
+from bench import apimetrics, cpu_timeline, histories, makespan_parts, resources
 from bench.scenario import Scenario
 from bench.window_time import median_breakdown
 from planning.views.fleet_status import FleetProgress
@@ -158,6 +158,11 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
         "cpu_seconds": cpu["seconds"],
         "cpu_share": share,
         "noderoll_cpu_share": round(share.get("worker", 0.0) + share.get("bridge", 0.0), 3),
+        # CPU seconds per window (issue 45: noderoll's is the worker's and the bridge's), and every component's.
+        "cpu_seconds_per_window": resources.per_window(cpu["seconds"], len(windows)),
+        "noderoll_cpu_seconds_per_window": round(
+            (cpu["seconds"].get("worker", 0.0) + cpu["seconds"].get("bridge", 0.0)) / n, 4),
+        "all_cpu_seconds_per_window": round(sum(cpu["seconds"].values()) / n, 4),
         "fleetsim_cpu_share": share.get("fleetsim", 0.0),
         "apiserver_etcd_peak_rss_mib": round(measured.get("stack_rss", 0) / MIB, 1),
         "stack_peak_rss_mib": {k: round(v / MIB, 1) for k, v in (measured.get("stack_peak_rss") or {}).items()},

@@ -1,0 +1,92 @@
+"""What a scale run (issue 45) measures beside the bench's figures: the fleet's runs and workflow-task
+latency, the largest payload of each kind, the status objects' and `progress` answers' sizes, and how long
+`noderoll status` and `noderoll plan` take (bench/cli_timing.py). `scale_figures` is pure; the timings start
+processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+
+from bench import cli_timing, fleet_history, histories
+from bench.sample import StatusSizes, count_runs
+from bench.scenario import Scenario, package_manifests
+
+# `noderoll status` is timed this many times once half the run's windows began (polling visibility this often).
+STATUS_PROBES = 3
+STATUS_PROBE_POLL_SECONDS = 5.0
+
+
+@dataclass
+class ProgressSizes:
+    """The `progress` answers' sizes (the query's payload, bytes), and the queries that failed."""
+
+    largest: int = 0
+    failures: int = 0
+    last_error: str = ""
+
+
+def fleet_history_counts(runs: list[list[Any]]) -> histories.FleetHistory:
+    """The fleet's history counts over its runs (`histories.fleet_history` of them one after the other)."""
+    return histories.fleet_history([e for run in runs for e in run])
+
+
+@dataclass(frozen=True)
+class Probes:
+    """What a run measured from outside: status objects' and `progress` answers' sizes, CLI timings."""
+
+    sizes: StatusSizes
+    answers: ProgressSizes
+    statuses: list[dict[str, Any]]
+    plan: dict[str, Any]
+
+
+def scale_figures(runs: list[list[Any]], windows: list[histories.WindowStats], probes: Probes) -> dict[str, Any]:
+    """What issue 45 records beside the bench's figures: the fleet's runs and workflow-task latency, the
+    largest payload of each kind, the status objects' sizes, `noderoll status` and `plan` times. Pure."""
+    sizes, answers, statuses, plan = probes.sizes, probes.answers, probes.statuses, probes.plan
+    summary = fleet_history.runs_summary(runs)
+    payloads = fleet_history.largest_payloads(runs)
+    payloads.note("window request (signal window)", max((w.request_bytes for w in windows), default=0))
+    payloads.note("progress query answer", answers.largest)
+    times = [s["seconds"] for s in statuses if s.get("exit_code") == 0]
+    return {
+        "fleet_runs": summary.runs,
+        "fleet_continue_as_new": summary.continue_as_new,
+        "fleet_events_per_run": summary.events_per_run,
+        "fleet_largest_history_bytes": summary.largest_history_bytes,
+        "fleet_workflow_task_latency_s": asdict(fleet_history.task_latency(runs)),
+        "largest_payload_bytes": dict(sorted(payloads.largest.items())),
+        "largest_payload_any_bytes": max(payloads.largest.values(), default=0),
+        "status_object_bytes": dict(sizes.largest),
+        "progress_query_failures": answers.failures,
+        "progress_query_last_error": answers.last_error,
+        "noderoll_status": statuses,
+        "noderoll_status_median_s": statistics.median(times) if times else None,
+        "noderoll_plan": plan,
+    }
+
+
+def time_plan(workdir: Path, sc: Scenario, connection: list[str], timeout: float) -> dict[str, Any]:
+    """`noderoll plan -f <the scenario's Packages> --fleet <name>`: the whole wave, before it starts."""
+    manifests = workdir / f"{sc.name}-packages.json"
+    manifests.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": package_manifests(sc)}))
+    return asdict(cli_timing.time_cli(["plan", "-f", str(manifests), "--fleet", sc.name, "-o", "json"], connection,
+                                      timeout))
+
+
+async def time_status(temporal: Client, task_queue: str, sc: Scenario, connection: list[str],
+                       found: list[dict[str, Any]]) -> None:
+    """`noderoll status --fleet <name>` three times once half the run's windows began (while they run)."""
+    half = max(1, (sc.windows or sc.nodes) // 2)
+    while await count_runs(temporal, task_queue) < half:
+        await asyncio.sleep(STATUS_PROBE_POLL_SECONDS)
+    for _ in range(STATUS_PROBES):
+        found.append(await asyncio.to_thread(cli_timing.status_run, sc.name, connection))
