@@ -406,9 +406,12 @@ def render(report: dict[str, Any]) -> list[str]:
     """The results as lines of at most WIDTH characters: per run, one figure per line. Pure."""
     lines: list[str] = []
     for index, row in enumerate(report["results"], 1):
+        budget = (f"{row['budget_count']} nodes" if row.get("budget_count") else f"{row.get('budget_percent', 25)}%")
+        floor = f", GPU floor {row['floor_percent']}%" if row.get("floor_percent") else ""
+        sample = f", the first {row['windows_sampled']} windows" if row.get("windows_sampled") else ""
         lines.append(_fit(f"noderoll bench, run {index}: {row.get('nodes')} nodes, {row.get('packages', '?')} "
                           f"package(s), strategy {row.get('strategy', 'exponential')}, budget "
-                          f"{row.get('budget_percent', 25)}%, jitter {row.get('jitter_percent', 0)}%"))
+                          f"{budget}{floor}, jitter {row.get('jitter_percent', 0)}%{sample}"))
         for label, key, read in FIGURES:
             if row.get(key) in (None, "", [], {}):
                 continue

@@ -110,9 +110,12 @@ def window_stats(node: str, events: Sequence[HistoryEvent]) -> WindowStats:
                if e.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED]
     local = sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
                 and e.marker_recorded_event_attributes.marker_name == LOCAL_ACTIVITY_MARKER)
+    # The request: the run's input (a node run starts with its first request, issue 26) or a `window` signal.
     requests = [e.workflow_execution_signaled_event_attributes.input.ByteSize() for e in events
                 if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
                 and e.workflow_execution_signaled_event_attributes.signal_name == SIGNAL_WINDOW]
+    requests += [e.workflow_execution_started_event_attributes.input.ByteSize() for e in events[:1]
+                 if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED]
     return WindowStats(node, last - first, len(events), len(types), first, last,
                        cordons=types.count("cordon_node"), drains=types.count("drain_node"),
                        interrupts=types.count("run_interrupt") + carried,

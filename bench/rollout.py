@@ -29,7 +29,7 @@ from temporalio.service import RPCError
 from api.keys import GROUP, NODE_STATUS_LABEL, PACKAGE_PLURAL, POLICY_PLURAL, VERSION
 from bench import apimetrics, cli_timing, fleet_history, histories, resources
 from bench.cpu_timeline import CpuTimeline
-from bench.eta import EtaSampler, eta_accuracy
+from bench.eta import EtaSampler, eta_accuracy, extrapolated_end
 from bench.procs import Connection, ProcessSet
 from bench.profile import Profiles
 from bench.sample import Sample, StatusSizes, run_sample
@@ -310,7 +310,12 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
         measured["objects_after"] = resources.count_objects(target.kubeconfig)
         row = summarize(sc, measured, windows)
         row.update(scale_figures(runs, windows, Probes(watch.sizes, answers, statuses, plan)))
-        row["eta"] = eta_accuracy(sampler.samples, started_epoch, started_epoch + measured["makespan_s"])
+        end = started_epoch + measured["makespan_s"]
+        if sc.sampled:
+            # The wave's end is past the sample: judged against its end extrapolated from the sample (bench/eta.py).
+            end = extrapolated_end(windows, row["batches"], sc.nodes) or end
+            row["eta_judged_against"] = "the wave's end extrapolated from the sample's full batches"
+        row["eta"] = eta_accuracy(sampler.samples, started_epoch, end)
         row["eta_first_batch_error"] = row["eta"]["first_batch_error"]
         if profiled:
             row["profile"] = profiled

@@ -92,6 +92,8 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
         "nodes": sc.nodes,
         "strategy": sc.strategy,
         "budget_percent": sc.budget_percent,
+        "budget_count": sc.budget_count,
+        "floor_percent": sc.floor_percent,
         "jitter_percent": sc.jitter_percent,
         "makespan_s": round(makespan, 1),
         # When the Package status first said Complete (a value well under makespan_s means it said so early).

@@ -114,3 +114,18 @@ def test_the_scale_figures_are_in_the_row_and_printed_within_120_columns() -> No
     text = "\n".join(lines)
     assert "noderoll plan of the wave s (exit)" in text and "3.5 (2)" in text
     assert "status object bytes (largest)" in text
+
+
+def test_a_sampled_waves_end_is_extrapolated_from_its_full_batches() -> None:
+    from bench.eta import extrapolated_end
+    from bench.histories import WindowStats
+
+    def window(i: int, start: float, answer: float) -> WindowStats:
+        return WindowStats(f"n{i}", answer - start, 60, 5, start, answer + 1, answered=answer)
+
+    # Batches 1, 2, then two full batches of 4 (each 50 s): 8 windows in 100 s, 0.08 windows/s.
+    windows = [window(0, 0, 50), window(1, 50, 100), window(2, 50, 100)]
+    windows += [window(3 + i, 100, 150) for i in range(4)] + [window(7 + i, 150, 200) for i in range(4)]
+    end = extrapolated_end(windows, [1, 2, 4, 4], nodes=51)
+    assert end == 200 + 40 / 0.08
+    assert extrapolated_end(windows[:7], [1, 2, 4], nodes=51) is None  # one full batch: no rate
