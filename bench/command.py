@@ -39,17 +39,19 @@ from bench.drain import compare_drains
 from bench.floor import measure_floor
 from bench.profile import render_profile
 from bench.rollout import Target, run_rollout
+from bench.scale_probes import (
+    LARGE_FLEET,
+    LARGE_SIM_HEARTBEAT_SECONDS,
+    SCALE_FIGURES,
+    SIM_HEARTBEAT_SECONDS,
+    register_scale_flags,
+)
 from bench.scenario import Scenario
 from localstack.state import StackInfo, load_stack_info
 from service.temporal_client import connect
 from worker.tuning import pollers_from_env, sticky_schedule_to_start_from_env
 
 DEFAULT_SIZES = (50, 200, 1000)
-# fleetsim's Lease renewal period: 60 s, and 240 s above LARGE_FLEET nodes (10,000 nodes renewing every 60 s
-# are 167 writes a second; the local stack's node lifecycle controller waits 300 s for a renewal).
-SIM_HEARTBEAT_SECONDS = 60.0
-LARGE_SIM_HEARTBEAT_SECONDS = 240.0
-LARGE_FLEET = 2000
 console = Console(stderr=True)
 
 # The figures summarised when a size is repeated (`--nodes 200 200 200`): one run is not a result on a
@@ -140,23 +142,7 @@ FIGURES: tuple[tuple[str, str, Any], ...] = (
     ("peak RSS worker / bridge / apiserver+etcd", "worker_peak_rss_mib",
      lambda r: _join(r, ("worker_peak_rss_mib", "bridge_peak_rss_mib", "apiserver_etcd_peak_rss_mib"), unit=" MiB")),
     ("objects left", "objects_left", lambda r: r["objects_left"]),
-    ("CPU s per window: noderoll (worker + bridge) / all", "noderoll_cpu_seconds_per_window",
-     lambda r: _join(r, ("noderoll_cpu_seconds_per_window", "all_cpu_seconds_per_window"))),
-    ("fleet runs / continue-as-new / events per run", "fleet_runs",
-     lambda r: f"{r['fleet_runs']} / {r['fleet_continue_as_new']} / {r['fleet_events_per_run']}"),
-    ("fleet workflow task p50 / p95 (s; queued, running)", "fleet_workflow_task_latency_s", lambda r: (
-        "{total_p50_s} / {total_p95_s} ({queued_p50_s}/{queued_p95_s}, {running_p50_s}/{running_p95_s})"
-        .format(**r["fleet_workflow_task_latency_s"]))),
-    ("largest payload (bytes) by kind", "largest_payload_bytes",
-     lambda r: ", ".join(f"{k} {v}" for k, v in r["largest_payload_bytes"].items())),
-    ("status object bytes (largest)", "status_object_bytes",
-     lambda r: ", ".join(f"{k} {v}" for k, v in r["status_object_bytes"].items())),
-    ("progress queries failed", "progress_query_failures", lambda r: r["progress_query_failures"]),
-    ("noderoll status s (while running)", "noderoll_status",
-     lambda r: " ".join(f"{s['seconds']}({s['exit_code']})" for s in r["noderoll_status"])),
-    ("noderoll plan of the wave s (exit)", "noderoll_plan",
-     lambda r: f"{r['noderoll_plan']['seconds']} ({r['noderoll_plan']['exit_code']})"),
-    ("ETA error after batch 1", "eta_first_batch_error", lambda r: r["eta_first_batch_error"]),
+    *SCALE_FIGURES,
     ("load average after", "load_average_after", lambda r: " ".join(str(x) for x in r["load_average_after"])),
     ("fixed work's CPU seconds after", "calibration_cpu_seconds_after",
      lambda r: r["calibration_cpu_seconds_after"]),
@@ -193,22 +179,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--jitter-percent", type=float, default=0.0,
                    help="fleetsim's --jitter-percent: each node's stages and reboot take its own factor of "
                         "their time, in [1-P/100, 1+P/100] (default 0)")
-    p.add_argument("--budget-count", type=int,
-                   help="a count budget instead of --budget-percent: the same windows at once at every size (issue 45)")
-    p.add_argument("--floor-percent", type=int,
-                   help="a capacity floor: minAvailable of nvidia.com/gpu in percent (every hand-out reads the nodes)")
-    p.add_argument("--windows", type=int,
-                   help="sample the wave: halt the fleet once this many windows began, measure those (issue 45)")
-    p.add_argument("--sim-heartbeat-seconds", type=float,
-                   help="fleetsim's Lease renewal period per node (default 60, 240 above 2,000 nodes: the node "
-                        "lifecycle controller's grace is 300 s)")
-    p.add_argument("--plan-timeout", type=float, default=900.0,
-                   help="seconds `noderoll plan` of the wave may take before it is recorded as not finished")
-    p.add_argument("--decisions", action="store_true",
-                   help="no stack: run the fleet's decisions in process per size (bench/decisions.py, issue 45)")
-    p.add_argument("--decisions-budget", type=float, default=300.0,
-                   help="--decisions: seconds each measurement may take before it is recorded as not finished")
-    p.add_argument("--decisions-profile", action="store_true", help="--decisions: the machine's top functions")
+    register_scale_flags(p)
     p.add_argument("--skip-throughput", action="store_true", help="no 0-second throughput rollout")
     p.add_argument("--skip-floor", action="store_true", help="no bare Temporal floor")
     p.add_argument("--skip-drain", action="store_true", help="no drain comparison")
@@ -423,30 +394,10 @@ def render(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def run_decisions(args: argparse.Namespace) -> dict[str, Any]:
-    """`noderoll bench --decisions`: the fleet's decisions in process, per size (bench/decisions.py)."""
-    report: dict[str, Any] = {"decisions": [], "environment": _environment(args)}
-    for size in args.nodes:
-        sc = Scenario(f"bench{size}", size, args.stage_seconds, args.reboot_seconds, packages=args.packages,
-                      strategy=args.strategy, budget_percent=args.budget_percent, initial_batch=args.initial_batch,
-                      delta=args.delta, budget_count=args.budget_count, floor_percent=args.floor_percent)
-        _log(f"decisions: {size} nodes")
-        row = decisions.measure_size(sc, min(size, args.windows or size), args.decisions_budget,
-                                     args.decisions_profile)
-        _log(json.dumps(row))
-        report["decisions"].append(row)
-        _save(args, report)
-    rows = report["decisions"]
-    report["per_node_bytes"] = {kind: decisions.per_node_bytes(rows, kind)
-                                for kind in sorted({k for r in rows for k in r["largest_payload_bytes"]})}
-    _save(args, report)
-    return report
-
-
 def run(args: argparse.Namespace) -> int:
     """Entry point of `noderoll bench`."""
     if args.decisions:
-        report = run_decisions(args)
+        report = decisions.run_sizes(args, _environment(args), lambda r: _save(args, r), _log)
         print(json.dumps(report, indent=2))
         return 0
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="noderoll-bench-"))

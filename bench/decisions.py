@@ -44,6 +44,7 @@ from planning.fleet.messages import Desired
 from planning.fleet.run import FleetRun
 from planning.node.targets import NodeView
 from planning.rollout.fleet_state import NodeRecord
+from planning.rollout.work_index import touch_all
 from planning.views import fleet_status
 from planning.views.eta import Timings
 from planning.views.fleet_eta import fleet_eta
@@ -66,6 +67,10 @@ T = TypeVar("T")
 REQUEST_CHUNK = 50
 # `progress` is measured after these shares of the sample's windows.
 PROBE_AT = (0.1, 0.5, 0.9)
+# The simulated windows take what the bench's measured (a two-Package reboot window: 45 s critical path and
+# about 10 s of overhead) and its batches' gaps: the fleet's listings and re-listings come as often as in a run.
+WINDOW_SECONDS = 55.0
+GAP_SECONDS = 3.0
 # A failed stage's message as a node window reports it (workflows/node_pods.py).
 ERROR_MESSAGE = "apply failed after 3 attempts (exit code 1)"
 ERRORING_NODES = 1000
@@ -143,7 +148,7 @@ class MeasuredWorld(SnapshotWorld):
     """`SnapshotWorld` that times itself, keeps the payload sizes, probes `progress` and stops the sample."""
 
     def __init__(self, nodes: list[NodeView], windows: int, probe: Callable[[], None]) -> None:
-        super().__init__(nodes, Timings())
+        super().__init__(nodes, Timings(windows={"reboot": [WINDOW_SECONDS]}, gaps=[GAP_SECONDS]))
         self.meter = Meter()
         self.sample = windows
         self.probe = probe
@@ -227,6 +232,7 @@ def status_sizes(run: FleetRun) -> dict[str, int]:
         erroring.in_flight.pop(node, None)
         erroring.records[node] = NodeRecord({p: State.ERRORING.value for p in packages},
                                             dict.fromkeys(packages, ERROR_MESSAGE))
+    touch_all(erroring)  # the records changed by hand: the fleet's views recompute every node
     return {**sizes(run.state, ""), **sizes(erroring, f" with {ERRORING_NODES} erroring")}
 
 
@@ -299,3 +305,23 @@ def per_node_bytes(rows: list[dict[str, Any]], kind: str) -> float | None:
         return None
     (n1, b1), (n2, b2) = min(found), max(found)
     return round((b2 - b1) / (n2 - n1), 1) if n2 != n1 else None
+
+
+def run_sizes(args: Any, environment: dict[str, Any], save: Callable[[dict[str, Any]], None],
+              log: Callable[[str], None]) -> dict[str, Any]:
+    """`noderoll bench --decisions`: every size of `args.nodes` in turn (module docstring), saved after each."""
+    report: dict[str, Any] = {"decisions": [], "environment": environment}
+    for size in args.nodes:
+        sc = Scenario(f"bench{size}", size, args.stage_seconds, args.reboot_seconds, packages=args.packages,
+                      strategy=args.strategy, budget_percent=args.budget_percent, initial_batch=args.initial_batch,
+                      delta=args.delta, budget_count=args.budget_count, floor_percent=args.floor_percent)
+        log(f"decisions: {size} nodes")
+        row = measure_size(sc, min(size, args.windows or size), args.decisions_budget, args.decisions_profile)
+        log(json.dumps(row))
+        report["decisions"].append(row)
+        save(report)
+    rows = report["decisions"]
+    report["per_node_bytes"] = {kind: per_node_bytes(rows, kind)
+                                for kind in sorted({k for r in rows for k in r["largest_payload_bytes"]})}
+    save(report)
+    return report

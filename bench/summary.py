@@ -28,6 +28,13 @@ def disruptions(sc: Scenario, nodes: list[str], windows: list[histories.WindowSt
         found[f"{kind}_per_node_histogram"] = histories.histogram(counts)
     if fleet is not None:
         for kind in ("drains", "interrupts"):
+            if fleet.disruption_nodes:
+                # The fleet's own sums (issue 45: its answer lists no node unless asked): nodes per count,
+                # the run's nodes it does not target counted at 0.
+                per = {int(k): v for k, v in fleet.disruption_nodes.get(kind, {}).items()}
+                per[0] = per.get(0, 0) + max(0, len(nodes) - fleet.total_nodes)
+                found[f"fleet_{kind}_per_node"] = " ".join(f"{k}×{v}" for k, v in sorted(per.items()) if v) or "-"
+                continue
             counts = {n: int(getattr(fleet.nodes[n], kind)) if n in fleet.nodes else 0 for n in nodes}
             found[f"fleet_{kind}_per_node"] = histories.histogram_text(counts)
         found["fleet_waves"] = fleet.wave

@@ -42,8 +42,12 @@ TESTS_ROOT = Path(__file__).parent
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The skip policy: every skip's reason printed, and one outside the Docker tier fails the run."""
+    """The skip policy: every skip's reason printed, and one outside the Docker tier fails the run. The fleet's
+    work index is checked against a computation from scratch at every use (planning/rollout/work_index.py)."""
     skip_policy.register(config)
+    from planning.rollout import work_index
+
+    work_index.CHECK = True
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

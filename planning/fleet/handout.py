@@ -43,8 +43,13 @@ def checks_budget(policy: DeploymentPolicySpec) -> bool:
     return bool(disruption.limits_of(policy))
 
 
-def take_supply(state: fs.FleetState, nodes: Mapping[str, NodeAvailability]) -> None:
-    """The fleet's view of its nodes with a fresh read's availability (nodes not read are left as they were)."""
+def take_supply(state: fs.FleetState, nodes: Mapping[str, NodeAvailability], down_complete: bool = False) -> None:
+    """The fleet's view of its nodes with a fresh read's availability (nodes not read are left as they were;
+    with `down_complete`, those the view had cordoned or in a window are neither any more)."""
+    if down_complete:
+        for name, listed in list(state.targets.items()):
+            if listed.down in (disruption.DOWN_CORDONED, disruption.DOWN_WINDOW) and name not in nodes:
+                state.targets[name] = replace(listed, down="")
     for name, seen in nodes.items():
         listed = state.targets.get(name)
         if listed is None:
@@ -85,18 +90,26 @@ def hold(state: fs.FleetState, waits: Collection[disruption.Wait]) -> None:
     planner.waits = disruption.notes(waits)
 
 
-def read_supply(run: FleetRun) -> Steps[str]:
-    """Read the fleet's nodes again and take what was read; "" or why the read failed."""
+def read_supply(run: FleetRun, candidates: Collection[str] = ()) -> Steps[str]:
+    """Read the fleet's nodes again and take what was read; "" or why the read failed. Only what may have
+    changed is read (issue 45): every node cordoned or in a window, the `candidates` to hand out, the nodes the
+    bridge reported changed and those the fleet's view has down for another reason (NotReady, held)."""
     state = run.state
+    asked = {*candidates, *run.availability_changed}
+    asked.update(n for n, t in state.targets.items() if t.down and t.down not in _SELECTED and n not in state.in_flight)
     result: ReadNodeSupplyResult | Failed = yield ReadSupply(ReadNodeSupplyInput(
-        nodes=sorted(state.targets), label_keys=disruption.topology_keys(run.policy),
-        resources=disruption.floor_resources(run.policy)))
+        nodes=sorted(asked & state.targets.keys()), label_keys=disruption.topology_keys(run.policy),
+        resources=disruption.floor_resources(run.policy), down_only=True))
     if isinstance(result, Failed):
         yield from run.log(f"reading the nodes before a hand-out failed: {result.reason}", warning=True)
         return result.reason
     run.availability_changed.clear()
-    take_supply(state, result.nodes)
+    take_supply(state, result.nodes, result.down_complete)
     return ""
+
+
+# Why a node is down that a `down_only` read selects by itself (the apiserver lists them all).
+_SELECTED = (disruption.DOWN_CORDONED, disruption.DOWN_WINDOW)
 
 
 def refresh_supply(run: FleetRun) -> Steps[None]:
@@ -105,7 +118,7 @@ def refresh_supply(run: FleetRun) -> Steps[None]:
     if not run.availability_changed or not checks_budget(run.policy):
         return
     if (yield from run.patched(BUDGET_AT_HAND_OUT_PATCH)):
-        yield from read_supply(run)
+        yield from read_supply(run, run.availability_changed)
     else:
         run.availability_changed.clear()
 
@@ -115,7 +128,7 @@ def send_checked(run: FleetRun, nodes: list[str]) -> Steps[None]:
     if not nodes or not checks_budget(run.policy) or not (yield from run.patched(BUDGET_AT_HAND_OUT_PATCH)):
         yield from send(run, nodes)
         return
-    problem = yield from read_supply(run)
+    problem = yield from read_supply(run, nodes)
     if problem:
         waits = [disruption.Wait(n, RULE_UNREAD, state_compartment(run, n), f"the nodes could not be read: {problem}")
                  for n in nodes]

@@ -45,6 +45,11 @@ NEVER = datetime.min.replace(tzinfo=UTC)
 ONE_SECOND = timedelta(seconds=1)
 # `nodes_changed` comes at every cordon of every node: re-list at most this often.
 RELIST_MIN_INTERVAL = timedelta(seconds=30)
+# A listing reads and classifies every node of the fleet: at scale a fleet lists at most once per this many
+# seconds per node (10,000 nodes: every 300 s, as its periodic re-list), so its listings cost the same per
+# second, and per window, at any size (issue 45). Runs recorded before the rule replay without it.
+LISTING_SECONDS_PER_NODE = 0.03
+LISTINGS_SCALE_PATCH = "listings-scale-with-the-fleet"
 
 
 @dataclass
@@ -188,8 +193,23 @@ class FleetRun:
 
     def relist_due(self, next_relist: datetime) -> Steps[bool]:
         """A re-list now: a `nodes_changed` one past its rate limit, the periodic one, or one asked at once."""
-        return (((yield from self.relist_wanted()) and self.now >= self.listed_at + RELIST_MIN_INTERVAL)
+        limit = max(RELIST_MIN_INTERVAL, (yield from self.listing_interval()))
+        return (((yield from self.relist_wanted()) and self.now >= self.listed_at + limit)
                 or self.now >= next_relist or self.relist_now)
+
+    def listing_interval(self) -> Steps[timedelta]:
+        """The least time between two listings of this fleet (LISTING_SECONDS_PER_NODE; none before the rule)."""
+        if not self.state.targets or not (yield from self.patched(LISTINGS_SCALE_PATCH)):
+            return timedelta()
+        return timedelta(seconds=len(self.state.targets) * LISTING_SECONDS_PER_NODE)
+
+    def listing_due(self) -> Steps[bool]:
+        """A listing before the next batch: asked at once, or the last one is `listing_interval` old."""
+        return self.relist_now or self.now >= self.listed_at + (yield from self.listing_interval())
+
+    def next_relist(self) -> Steps[datetime]:
+        """When the periodic re-list is due from now: `relist_seconds`, or the listing interval when longer."""
+        return self.now + max(timedelta(seconds=self.input.relist_seconds), (yield from self.listing_interval()))
 
     def windows_open(self) -> bool:
         """The policy's maintenance windows are open now (or it has none)."""

@@ -6,30 +6,80 @@ end their measured (or default) time after their hand-over, the batches after th
 fleet would hand out, with its soak, drain-ahead's lead, its maintenance windows and gate samples.
 The simulated end is the ETA (`planning.views.eta.simulated_eta`); `planning.views.eta.eta_at` moves it to the
 moment it is read.
+
+At scale (issue 45) the run ahead is bounded: it simulates at most `HORIZON` windows; the windows left after
+them are assumed to go at the rate the simulation's second half went (its answers over that time: past an
+exponential ramp every batch has the budget's size, a rolling fleet keeps its budget's windows), and each
+further batch to have the size of the last one simulated. `EtaKeeper` computes it again only when the fleet's
+batch (or phase, or halt) changed or `REFRESH` seconds of the fleet's time passed: the fleet's `progress` is
+asked every few seconds, and in between the readers move the last ETA to their own clock (`eta_at`).
 """
 
 from __future__ import annotations
 
-import copy
+import math
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
 
 from planning.fleet.run import FleetRun
+from planning.rollout.fleet_state import copy_for_simulation, remaining
 from planning.views.eta import Eta, SimulatedRun, simulated_eta
-from planning.views.simulate import simulate
+from planning.views.simulate import WINDOWS_LIMIT, SimulationLimits, simulate
 from planning.views.worlds import FleetViewWorld
 
+# Windows the ETA simulates ahead at most; beyond, it extrapolates (module docstring).
+HORIZON = 400
+# Seconds of the fleet's time after which the ETA is computed again even when its batch did not change.
+REFRESH = timedelta(seconds=60)
 
-def fleet_eta(live: FleetRun) -> Eta | None:
+
+def fleet_eta(live: FleetRun, horizon: int = HORIZON) -> Eta | None:
     """When `live`'s wave ends, every window succeeding (None: no wave, halted, or nothing left)."""
     state = live.state
     planner = state.planner
     if planner is None or planner.halted or state.halted or state.spec is None:
         return None
-    ahead = FleetRun(input=live.input, state=copy.deepcopy(state), policy=live.policy, phase=live.phase,
+    ahead = FleetRun(input=live.input, state=copy_for_simulation(state), policy=live.policy, phase=live.phase,
                      now=live.now, listed_at=live.listed_at, resolved=False)
     world = FleetViewWorld(state.targets, state.spec.packages, state.timings)
-    sim = simulate(ahead, world, live.now)
-    if sim.stopped != "done":
+    sim = simulate(ahead, world, live.now, limits=SimulationLimits(windows=horizon))
+    extra_seconds, extra_windows, extra_batches = 0.0, 0, 0
+    if sim.stopped == WINDOWS_LIMIT:
+        extra_windows = len(remaining(ahead.state))
+        extra_seconds = extra_windows / _rate(sim.answered)
+        last = ahead.state.planner.current_batch if ahead.state.planner else []
+        extra_batches = math.ceil(extra_windows / max(1, len(last) or sim.peak))
+    elif sim.stopped != "done":
         return None
-    batches = len({(h.batch, h.canary) for h in sim.handouts}) + (1 if state.in_flight else 0)
-    return simulated_eta(SimulatedRun(now=live.stamp(), seconds=sim.end, running_seconds=sim.running_end,
-                                      batches=batches, shapes=world.shapes_run, timings=state.timings))
+    batches = len({(h.batch, h.canary) for h in sim.handouts}) + (1 if state.in_flight else 0) + extra_batches
+    shapes = world.shapes_run + [world.shapes_run[-1]] * extra_windows if world.shapes_run else []
+    return simulated_eta(SimulatedRun(now=live.stamp(), seconds=sim.end + extra_seconds,
+                                      running_seconds=sim.running_end, batches=batches, shapes=shapes,
+                                      timings=state.timings))
+
+
+def _rate(answered: list[float]) -> float:
+    """Windows per second over the second half of the simulated answers."""
+    half = answered[len(answered) // 2:]
+    span = half[-1] - answered[len(answered) // 2 - 1] if len(answered) > 1 else 0.0
+    return len(half) / span if span > 0 else float(len(answered) or 1)
+
+
+@dataclass
+class EtaKeeper:
+    """The fleet's last ETA, computed again when due (module docstring)."""
+
+    key: tuple[Any, ...] = ()
+    at: datetime | None = None
+    eta: Eta | None = None
+
+    def get(self, run: FleetRun) -> Eta | None:
+        """The ETA of `run` now: the last one, or a new one when its batch changed or it is REFRESH old."""
+        state = run.state
+        planner = state.planner
+        key = (state.wave, planner.batch_number if planner else 0, planner.canary_phase if planner else None,
+               run.phase, state.halted, bool(state.in_flight))
+        if self.at is None or key != self.key or run.now - self.at >= REFRESH:
+            self.key, self.at, self.eta = key, run.now, fleet_eta(run)
+        return replace(self.eta) if self.eta is not None else None

@@ -33,6 +33,7 @@ from planning.rollout.fleet_targets import (
     NodeTargets,
     down_reason,
     select_fleet,
+    supply_read,
     units,
 )
 from planning.rollout.gates import SampleOutcome
@@ -118,9 +119,10 @@ class Harness:
 
     def read(self, command: c.ReadSupply) -> ReadNodeSupplyResult:
         keys = set(command.input.label_keys)
+        views = supply_read(self.views(), command.input.nodes, command.input.down_only)
         return ReadNodeSupplyResult({v.name: NodeAvailability(down_reason(v), units(v, command.input.resources),
                                                               {k: x for k, x in v.labels.items() if k in keys})
-                                     for v in self.views() if v.name in command.input.nodes})
+                                     for v in views}, down_complete=command.input.down_only)
 
     # --- the budget at every hand-out ----------------------------------------------------------------
 
