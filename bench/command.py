@@ -227,6 +227,7 @@ def _environment(args: argparse.Namespace) -> dict[str, Any]:
         "reboot_seconds": args.reboot_seconds, "strategy": args.strategy, "budget_percent": args.budget_percent,
         "initial_batch": args.initial_batch, "delta": args.delta, "jitter_percent": args.jitter_percent,
         "budget_count": args.budget_count, "floor_percent": args.floor_percent, "windows": args.windows,
+        "deadline_minutes": args.deadline_minutes,
         "sim_heartbeat_seconds": args.sim_heartbeat_seconds,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "workers": args.workers, "pod_startup_seconds": args.pod_startup_seconds,
@@ -317,7 +318,8 @@ async def _measure(args: argparse.Namespace, stack: StackInfo, workdir: Path) ->
     target = Target(stack.temporal_address, stack.kubeconfig, workdir, workers=max(1, args.workers),
                     components={name: c.pid for name, c in stack.components.items()},
                     pod_startup_seconds=max(0.0, args.pod_startup_seconds), profile=args.profile,
-                    cpu_timeline=args.cpu_timeline, plan_timeout_seconds=args.plan_timeout)
+                    cpu_timeline=args.cpu_timeline, plan_timeout_seconds=args.plan_timeout,
+                    deadline_minutes=args.deadline_minutes)
     report: dict[str, Any] = {"results": [], "environment": _environment(args)}
     if not args.skip_drain:
         _log("drain: one node, 10 pods, noderoll vs kubectl drain")

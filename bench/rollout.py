@@ -32,8 +32,9 @@ from bench.cpu_timeline import CpuTimeline
 from bench.eta import EtaSampler, eta_accuracy, extrapolated_end
 from bench.procs import Connection, ProcessSet
 from bench.profile import Profiles
-from bench.sample import Sample, StatusSizes, run_sample
+from bench.sample import Sample, StatusSizes, halt_and_drain, run_sample
 from bench.scale_probes import (
+    STATUS_PROBES,
     Probes,
     ProgressSizes,
     fleet_history_counts,
@@ -89,6 +90,8 @@ class Target:
     sim_heartbeat_seconds: float = 60.0
     # How long `noderoll plan` of the wave may take before the bench records it as not finished.
     plan_timeout_seconds: float = cli_timing.PLAN_TIMEOUT_SECONDS
+    # Minutes after the Packages' creation when the run halts its fleet and measures what ran (0: none).
+    deadline_minutes: float = 0.0
 
 
 class Kube:
@@ -169,16 +172,18 @@ class Watch:
     sc: Scenario
     procs: ProcessSet
     sizes: StatusSizes = field(default_factory=StatusSizes)
+    # Monotonic time after which the run stops waiting: its fleet is halted and what ran is measured.
+    deadline: float | None = None
 
 
-async def wait_complete(watch: Watch, timeout: float, log: Log) -> Completion:
+async def wait_complete(watch: Watch, timeout: float, log: Log) -> Completion | None:
     """Poll the Packages until every `status.phase` is Complete, then the nodes until all are done.
 
     Both are recorded: a status that says Complete while a node is still in its window is a bug
     the benchmark must not hide (the makespan is until the nodes are done).
     """
     kube, sc, procs = watch.kube, watch.sc, watch.procs
-    deadline = time.monotonic() + timeout
+    deadline = min(time.monotonic() + timeout, watch.deadline or float("inf"))
     last: dict[str, str] = {}
     complete: set[str] = set()
     said_complete: float | None = None
@@ -205,6 +210,8 @@ async def wait_complete(watch: Watch, timeout: float, log: Log) -> Completion:
             return Completion(said_complete, time.monotonic())
         # An asyncio sleep, so Ctrl-C (task cancellation) ends the run and its processes promptly.
         await asyncio.sleep(POLL_SECONDS)
+    if watch.deadline is not None:
+        return None  # the run's deadline: the caller halts the fleet and measures what ran
     raise TimeoutError(f"Packages {', '.join(sc.package_names)} not Complete on every node after {timeout:.0f}s "
                        f"(last: {last})")
 
@@ -260,15 +267,20 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
         for manifest in package_manifests(sc):
             kube.create(PACKAGE_PLURAL, manifest)
         ideal = ideal_makespan(sc, node_names)
-        watch = Watch(kube, sc, procs)
+        deadline = started + 60 * target.deadline_minutes if target.deadline_minutes else None
+        watch = Watch(kube, sc, procs, deadline=deadline)
+        sample = Sample(temporal, sc.name, task_queue, sc.windows or sc.nodes, deadline)
+        stopped_early = False
         try:
             if sc.sampled:
-                assert sc.windows is not None
-                end = await run_sample(Sample(temporal, sc.name, task_queue, sc.windows),
-                                       lambda: _poll_sampled(watch), log)
-                done = Completion(end.ended_at, end.ended_at)
+                end = await run_sample(sample, lambda: _poll_sampled(watch), log)
+                done, stopped_early = Completion(end.ended_at, end.ended_at), end.at_deadline
             else:
-                done = await wait_complete(watch, timeout=3 * ideal + 600, log=log)
+                completed = await wait_complete(watch, timeout=3 * ideal + 600, log=log)
+                if completed is None:
+                    end = await halt_and_drain(sample, lambda: _poll_sampled(watch), log, at_deadline=True)
+                    completed, stopped_early = Completion(end.ended_at, end.ended_at), True
+                done = completed
         finally:
             sampling.cancel()
             probing.cancel()
@@ -310,6 +322,10 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
         measured["objects_after"] = resources.count_objects(target.kubeconfig)
         row = summarize(sc, measured, windows)
         row.update(scale_figures(runs, windows, Probes(watch.sizes, answers, statuses, plan)))
+        row["stopped_at_deadline"] = stopped_early
+        # `noderoll status` once more with the windows ended (the fleet halted or complete): the machine quieter.
+        row["noderoll_status_after"] = [await asyncio.to_thread(cli_timing.status_run, sc.name, connection)
+                                        for _ in range(STATUS_PROBES)]
         end = started_epoch + measured["makespan_s"]
         if sc.sampled:
             # The wave's end is past the sample: judged against its end extrapolated from the sample (bench/eta.py).

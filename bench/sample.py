@@ -54,11 +54,13 @@ async def count_runs(temporal: Client, task_queue: str, running: bool = False) -
 
 @dataclass
 class SampleEnd:
-    """When the sampled run halted its fleet and when its last window closed (monotonic), and the windows."""
+    """When the sampled run halted its fleet and when its last window closed (monotonic), and the windows;
+    `at_deadline`: the halt came at the run's deadline, not after its windows (the fleet did not get there)."""
 
     halted_at: float
     ended_at: float
     windows_begun: int
+    at_deadline: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,26 +71,36 @@ class Sample:
     policy: str
     task_queue: str
     windows: int
+    # Monotonic time after which the fleet is halted whatever the windows begun (None: no deadline).
+    deadline: float | None = None
 
 
 async def run_sample(sample: Sample, poll: Callable[[], None], log: Callable[[str], None]) -> SampleEnd:
-    """Wait until `sample.windows` windows began, halt the fleet, wait until none runs (module docstring).
-
-    `poll` is called at every poll (the caller reads the status objects, checks its processes)."""
-    temporal, policy, task_queue = sample.temporal, sample.policy, sample.task_queue
+    """Wait until `sample.windows` windows began (or the deadline passed), halt the fleet, wait until none runs
+    (module docstring). `poll` is called at every poll (the caller reads the status objects, checks its processes)."""
+    temporal, task_queue = sample.temporal, sample.task_queue
     begun = 0
-    while begun < sample.windows:
+    while begun < sample.windows and (sample.deadline is None or time.monotonic() < sample.deadline):
         poll()
         await asyncio.sleep(POLL_SECONDS)
         begun = await count_runs(temporal, task_queue)
+    return await halt_and_drain(sample, poll, log, at_deadline=begun < sample.windows)
+
+
+async def halt_and_drain(sample: Sample, poll: Callable[[], None], log: Callable[[str], None],
+                         at_deadline: bool = False) -> SampleEnd:
+    """Halt the fleet and wait until none of its windows runs."""
+    temporal, policy, task_queue = sample.temporal, sample.policy, sample.task_queue
     await temporal.get_workflow_handle(fleet_workflow_id(policy)).signal(SIGNAL_HALT)
     halted = time.monotonic()
-    log(f"{policy}: {begun} windows began; fleet halted, waiting for them to close")
+    begun = await count_runs(temporal, task_queue)
+    why = "the run's deadline passed" if at_deadline else "the sample's windows began"
+    log(f"{policy}: {begun} windows began; {why}: fleet halted, waiting for them to close")
     deadline = halted + DRAIN_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         poll()
         await asyncio.sleep(POLL_SECONDS)
         if await count_runs(temporal, task_queue, running=True) == 0:
             begun = await count_runs(temporal, task_queue)
-            return SampleEnd(halted, time.monotonic(), begun)
+            return SampleEnd(halted, time.monotonic(), begun, at_deadline)
     raise TimeoutError(f"{policy}: windows still running {DRAIN_TIMEOUT_SECONDS:.0f} s after the halt")

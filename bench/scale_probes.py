@@ -110,6 +110,9 @@ def register_scale_flags(p: Any) -> None:
                         "lifecycle controller's grace is 300 s)")
     p.add_argument("--plan-timeout", type=float, default=900.0,
                    help="seconds `noderoll plan` of the wave may take before it is recorded as not finished")
+    p.add_argument("--deadline-minutes", type=float, default=0.0,
+                   help="halt the fleet this many minutes after the Packages' creation and measure what ran "
+                        "(a fleet that does not get there: issue 45's before-runs; 0: no deadline)")
     p.add_argument("--decisions", action="store_true",
                    help="no stack: run the fleet's decisions in process per size (bench/decisions.py, issue 45)")
     p.add_argument("--decisions-budget", type=float, default=300.0,
@@ -137,6 +140,9 @@ SCALE_FIGURES: tuple[tuple[str, str, Any], ...] = (
     ("progress queries failed", "progress_query_failures", lambda r: r["progress_query_failures"]),
     ("noderoll status s (while running)", "noderoll_status",
      lambda r: " ".join(f"{s['seconds']}({s['exit_code']})" for s in r["noderoll_status"])),
+    ("noderoll status s (windows ended)", "noderoll_status_after",
+     lambda r: " ".join(f"{s['seconds']}({s['exit_code']})" for s in r["noderoll_status_after"])),
+    ("stopped at the run's deadline", "stopped_at_deadline", lambda r: r["stopped_at_deadline"]),
     ("noderoll plan of the wave s (exit)", "noderoll_plan",
      lambda r: f"{r['noderoll_plan']['seconds']} ({r['noderoll_plan']['exit_code']})"),
     ("ETA error after batch 1", "eta_first_batch_error", lambda r: r["eta_first_batch_error"]),

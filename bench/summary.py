@@ -28,7 +28,7 @@ def disruptions(sc: Scenario, nodes: list[str], windows: list[histories.WindowSt
         found[f"{kind}_per_node_histogram"] = histories.histogram(counts)
     if fleet is not None:
         for kind in ("drains", "interrupts"):
-            if fleet.disruption_nodes:
+            if getattr(fleet, "disruption_nodes", None):
                 # The fleet's own sums (issue 45: its answer lists no node unless asked): nodes per count,
                 # the run's nodes it does not target counted at 0.
                 per = {int(k): v for k, v in fleet.disruption_nodes.get(kind, {}).items()}

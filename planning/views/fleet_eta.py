@@ -60,10 +60,12 @@ def fleet_eta(live: FleetRun, horizon: int = HORIZON) -> Eta | None:
 
 
 def _rate(answered: list[float]) -> float:
-    """Windows per second over the second half of the simulated answers."""
-    half = answered[len(answered) // 2:]
-    span = half[-1] - answered[len(answered) // 2 - 1] if len(answered) > 1 else 0.0
-    return len(half) / span if span > 0 else float(len(answered) or 1)
+    """Windows per second over the second half of the simulated answers: those after its first answer's moment
+    (a batch's windows answer together: the batch that ends then belongs to the first half) to the last."""
+    start = answered[len(answered) // 2] if answered else 0.0
+    later = [t for t in answered if t > start]
+    span = (later[-1] - start) if later else 0.0
+    return len(later) / span if span > 0 else float(len(answered) or 1)
 
 
 @dataclass

@@ -11,6 +11,9 @@ query saw). `NodeViews` keeps them, per fleet state (not one of its fields: deri
 recomputes only the nodes the state's rules reported changed since it last looked
 (`planning.rollout.work_index.take_changed`: an answer, a hand-out; every node after a listing, a signal or
 a new wave): the sums move by the changed nodes' differences.
+
+`CHECK`: tests set it; every refresh is then compared with views computed from scratch, and a difference (a
+change the state's rules did not report) fails loudly.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from planning.rollout.fleet_state import FleetState
 # A node's state from its Packages' states: the first that any Package has, in this order.
 NODE_STATE_ORDER = (State.ERRORING, State.IN_PROGRESS, State.WAITING, State.BLOCKED, State.COMPLETE)
 _ATTRIBUTE = "_node_views"
+# Tests set this: every refresh is checked against views computed from scratch.
+CHECK = False
 DISRUPTION_KINDS = ("windows", "cordons", "drains", "interrupts")
 _PROBLEMS = (State.BLOCKED.value, State.ERRORING.value)
 
@@ -186,7 +191,19 @@ def node_views(state: FleetState) -> NodeViews:
         views = NodeViews()
         state.__dict__[_ATTRIBUTE] = views
     views.refresh(state)
+    if CHECK:
+        fresh = NodeViews()
+        for node in state.targets:
+            fresh._update(state, node)
+        for part in ("nodes", "counts", "packages", "disruptions", "histograms"):
+            if _non_empty(getattr(fresh, part)) != _non_empty(getattr(views, part)):
+                raise AssertionError(f"node views out of date ({part}): {getattr(views, part)} != {getattr(fresh, part)}")
     return views
+
+
+def _non_empty(value: object) -> object:
+    """`value` without the empty dicts a sum leaves behind (for comparing views)."""
+    return {k: v for k, v in value.items() if v != {}} if isinstance(value, dict) else value
 
 
 def complete_nodes(state: FleetState) -> int:
