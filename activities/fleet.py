@@ -92,7 +92,7 @@ def read_node_supply(input: ReadNodeSupplyInput) -> ReadNodeSupplyResult:
         facts, wanted = _down_and_named(input.nodes), None
     else:
         facts, wanted = list_node_facts("", activity.heartbeat), set(input.nodes)
-    result = ReadNodeSupplyResult(down_complete=input.down_only)
+    result = ReadNodeSupplyResult()
     for fact in facts:
         view = node_view(fact)
         if wanted is None or view.name in wanted:

@@ -174,8 +174,6 @@ class ReadNodeSupplyInput:
 
 @dataclass
 class ReadNodeSupplyResult:
-    """Node -> how it stands now (nodes that no longer exist are left out). `down_complete`: every node that is
-    cordoned or in a window is in `nodes` (a `down_only` read): one not there is neither."""
+    """Node -> how it stands now (nodes that no longer exist are left out)."""
 
     nodes: dict[str, NodeAvailability] = field(default_factory=dict)
-    down_complete: bool = False

@@ -43,13 +43,8 @@ def checks_budget(policy: DeploymentPolicySpec) -> bool:
     return bool(disruption.limits_of(policy))
 
 
-def take_supply(state: fs.FleetState, nodes: Mapping[str, NodeAvailability], down_complete: bool = False) -> None:
-    """The fleet's view of its nodes with a fresh read's availability (nodes not read are left as they were;
-    with `down_complete`, those the view had cordoned or in a window are neither any more)."""
-    if down_complete:
-        for name, listed in list(state.targets.items()):
-            if listed.down in (disruption.DOWN_CORDONED, disruption.DOWN_WINDOW) and name not in nodes:
-                state.targets[name] = replace(listed, down="")
+def take_supply(state: fs.FleetState, nodes: Mapping[str, NodeAvailability]) -> None:
+    """The fleet's view of its nodes with a fresh read's availability (nodes not read are left as they were)."""
     for name, seen in nodes.items():
         listed = state.targets.get(name)
         if listed is None:
@@ -92,11 +87,12 @@ def hold(state: fs.FleetState, waits: Collection[disruption.Wait]) -> None:
 
 def read_supply(run: FleetRun, candidates: Collection[str] = ()) -> Steps[str]:
     """Read the fleet's nodes again and take what was read; "" or why the read failed. Only what may have
-    changed is read (issue 45): every node cordoned or in a window, the `candidates` to hand out, the nodes the
-    bridge reported changed and those the fleet's view has down for another reason (NotReady, held)."""
+    changed is read (issue 45): every node cordoned or in a window (the apiserver selects them), the `candidates`
+    to hand out, the nodes the bridge reported changed, and those the fleet's view has down and not in its own
+    window (to see them up again: a node that was in a window may be NotReady now, which no selection finds)."""
     state = run.state
     asked = {*candidates, *run.availability_changed}
-    asked.update(n for n, t in state.targets.items() if t.down and t.down not in _SELECTED and n not in state.in_flight)
+    asked.update(n for n, t in state.targets.items() if t.down and n not in state.in_flight)
     result: ReadNodeSupplyResult | Failed = yield ReadSupply(ReadNodeSupplyInput(
         nodes=sorted(asked & state.targets.keys()), label_keys=disruption.topology_keys(run.policy),
         resources=disruption.floor_resources(run.policy), down_only=True))
@@ -104,12 +100,8 @@ def read_supply(run: FleetRun, candidates: Collection[str] = ()) -> Steps[str]:
         yield from run.log(f"reading the nodes before a hand-out failed: {result.reason}", warning=True)
         return result.reason
     run.availability_changed.clear()
-    take_supply(state, result.nodes, result.down_complete)
+    take_supply(state, result.nodes)
     return ""
-
-
-# Why a node is down that a `down_only` read selects by itself (the apiserver lists them all).
-_SELECTED = (disruption.DOWN_CORDONED, disruption.DOWN_WINDOW)
 
 
 def refresh_supply(run: FleetRun) -> Steps[None]:

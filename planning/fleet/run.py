@@ -91,6 +91,8 @@ class FleetRun:
     availability_changed: set[str] = field(default_factory=set)
     # Answers of `Patched` so far (a patch is asked once per run, where the workflow asked it).
     patches: dict[str, bool] = field(default_factory=dict)
+    # The Temporal UI's details line is computed (False: a run ahead, the ETA's, which shows nothing).
+    show_details: bool = True
 
     @property
     def fleet_id(self) -> str:
@@ -130,7 +132,7 @@ class FleetRun:
 
     def set_phase(self, phase: RolloutPhase) -> Steps[None]:
         """The phase (`NoderollPhase`) and the current-details line of the Temporal UI."""
-        details = details_line(self.state, phase, self.fleet_id)
+        details = details_line(self.state, phase, self.fleet_id) if self.show_details else ""
         shown_details = details if details != self.details else None
         self.details = details
         shown_phase = phase if phase is not self.phase else None

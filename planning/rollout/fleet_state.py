@@ -370,10 +370,55 @@ def remaining(state: FleetState) -> Set[str]:
 
 def supply(state: FleetState, policy: DeploymentPolicySpec) -> disruption.Supply | None:
     """The latest listing as the policy's capacity floors and topology limits see it, with the fleet's
-    windows out (None when the policy has neither: `batches.next_batch` then admits every node)."""
+    windows out (None when the policy has neither: `batches.next_batch` then admits every node).
+
+    Asked at every hand-out; its nodes are kept (`_SupplyCache`, not a field) and only those whose targets
+    were replaced since are taken again (issue 45: building all 10,000 was most of a hand-out's cost).
+    """
     planner = state.planner
-    compartments = {n: c.name for c in planner.compartments.values() for n in c.nodes} if planner else {}
-    return disruption.supply_of(policy, state.targets, compartments, state.in_flight)
+    limits = disruption.limits_of(policy)
+    if not limits:
+        return None
+    # A new wave, a listing with joiners, a signal: `touch_all` (the planner's compartments may be new).
+    key = (work_index.index_of(state).epoch, repr(limits))
+    cache: _SupplyCache | None = state.__dict__.get(_SUPPLY)
+    if cache is None or cache.key != key:
+        compartments = {n: c.name for c in planner.compartments.values() for n in c.nodes} if planner else {}
+        full = disruption.supply_of(policy, state.targets, compartments, ())
+        assert full is not None
+        cache = _SupplyCache(key, compartments, full.limits, dict(full.nodes), dict(state.targets))
+        state.__dict__[_SUPPLY] = cache
+    else:
+        changed = {n: t for n, t in state.targets.items() if cache.seen.get(n) is not t}
+        gone = cache.seen.keys() - state.targets.keys()
+        if changed or gone:
+            if any(n not in cache.compartments for n in changed):
+                del state.__dict__[_SUPPLY]  # a node the planner does not know: assigned with the others again
+                return supply(state, policy)
+            part = disruption.supply_of(policy, changed, cache.compartments, ())
+            cache.nodes.update(part.nodes if part is not None else {})
+            for name in gone:
+                cache.nodes.pop(name, None)
+            cache.seen = dict(state.targets)
+    found = disruption.Supply(cache.limits, cache.nodes, frozenset(state.in_flight))
+    if work_index.CHECK:
+        fresh = disruption.supply_of(policy, state.targets, cache.compartments, state.in_flight)
+        assert fresh == found, "the fleet's supply is out of date"
+    return found
+
+
+_SUPPLY = "_supply"
+
+
+@dataclass
+class _SupplyCache:
+    """The nodes of `supply`, for the planner and policy of `key`, as of the targets `seen` (by identity)."""
+
+    key: tuple[int, str]
+    compartments: dict[str, str]
+    limits: Mapping[str, disruption.CompartmentLimits]
+    nodes: dict[str, disruption.NodeSupply]
+    seen: dict[str, NodeTargets]
 
 
 def preview_next(state: FleetState, policy: DeploymentPolicySpec) -> list[str]:

@@ -36,6 +36,8 @@ class WorkIndex:
     """Per fleet state: the startable nodes (None: not built), the nodes changed."""
 
     startable: set[str] | None = None
+    # Bumped by every `touch_all`: what other caches of the state key on (`fleet_state.supply`).
+    epoch: int = 0
     # Nodes touched since the views last took them; `all_changed`: every node may have changed.
     changed: set[str] = field(default_factory=set)
     all_changed: bool = True
@@ -81,6 +83,7 @@ def touch_all(state: Any) -> None:
     """Any node may have changed: the index starts over (rebuilt when next asked)."""
     index = index_of(state)
     index.startable = None
+    index.epoch += 1
     index.changed.clear()
     index.all_changed = True
 

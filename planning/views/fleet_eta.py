@@ -7,10 +7,13 @@ fleet would hand out, with its soak, drain-ahead's lead, its maintenance windows
 The simulated end is the ETA (`planning.views.eta.simulated_eta`); `planning.views.eta.eta_at` moves it to the
 moment it is read.
 
-At scale (issue 45) the run ahead is bounded: it simulates at most `HORIZON` windows; the windows left after
-them are assumed to go at the rate the simulation's second half went (its answers over that time: past an
-exponential ramp every batch has the budget's size, a rolling fleet keeps its budget's windows), and each
-further batch to have the size of the last one simulated. `EtaKeeper` computes it again only when the fleet's
+At scale (issue 45) the run ahead is bounded: it lists no node (its world is the fleet's view, which a
+listing would not change), shows no details line, and simulates at most `HORIZON` windows or, on a fleet of
+N nodes, `HANDOUT_WORK` / N hand-outs (a hand-out weighs every node against the floors and topology limits);
+the windows left after them are assumed to go at the rate the simulation's second half went (its answers over
+that time: past an exponential ramp every batch has the budget's size, a rolling fleet keeps its budget's
+windows; with too few answers, the windows out at once over a window's time), and each further batch to have
+the size of the last one simulated. `EtaKeeper` computes it again only when the fleet's
 batch (or phase, or halt) changed or `REFRESH` seconds of the fleet's time passed: the fleet's `progress` is
 asked every few seconds, and in between the readers move the last ETA to their own clock (`eta_at`).
 """
@@ -28,8 +31,12 @@ from planning.views.eta import Eta, SimulatedRun, simulated_eta
 from planning.views.simulate import WINDOWS_LIMIT, SimulationLimits, simulate
 from planning.views.worlds import FleetViewWorld
 
-# Windows the ETA simulates ahead at most; beyond, it extrapolates (module docstring).
+# Windows the ETA simulates ahead at most, and the hand-outs (times the fleet's nodes): beyond, it extrapolates.
 HORIZON = 400
+HANDOUT_WORK = 30_000
+# The run ahead lists no node: its last listing is as if ten years ahead, its periodic re-list as far.
+NOT_LISTED = timedelta(days=3650)
+NO_RELIST_SECONDS = int(NOT_LISTED.total_seconds())
 # Seconds of the fleet's time after which the ETA is computed again even when its batch did not change.
 REFRESH = timedelta(seconds=60)
 
@@ -40,14 +47,17 @@ def fleet_eta(live: FleetRun, horizon: int = HORIZON) -> Eta | None:
     planner = state.planner
     if planner is None or planner.halted or state.halted or state.spec is None:
         return None
-    ahead = FleetRun(input=live.input, state=copy_for_simulation(state), policy=live.policy, phase=live.phase,
-                     now=live.now, listed_at=live.listed_at, resolved=False)
+    ahead = FleetRun(input=replace(live.input, relist_seconds=NO_RELIST_SECONDS), state=copy_for_simulation(state),
+                     policy=live.policy, phase=live.phase, now=live.now, listed_at=live.now + NOT_LISTED, resolved=False,
+                     patches=dict(live.patches), show_details=False)
     world = FleetViewWorld(state.targets, state.spec.packages, state.timings)
-    sim = simulate(ahead, world, live.now, limits=SimulationLimits(windows=horizon))
+    limits = SimulationLimits(windows=horizon, handouts=max(3, HANDOUT_WORK // max(1, len(state.targets))))
+    sim = simulate(ahead, world, live.now, ahead.input, limits=limits)
     extra_seconds, extra_windows, extra_batches = 0.0, 0, 0
     if sim.stopped == WINDOWS_LIMIT:
         extra_windows = len(remaining(ahead.state))
-        extra_seconds = extra_windows / _rate(sim.answered)
+        window = world.seconds_of(ahead.state) or 1.0
+        extra_seconds = extra_windows / _rate(sim.answered, sim.peak / window)
         last = ahead.state.planner.current_batch if ahead.state.planner else []
         extra_batches = math.ceil(extra_windows / max(1, len(last) or sim.peak))
     elif sim.stopped != "done":
@@ -59,13 +69,14 @@ def fleet_eta(live: FleetRun, horizon: int = HORIZON) -> Eta | None:
                                       timings=state.timings))
 
 
-def _rate(answered: list[float]) -> float:
+def _rate(answered: list[float], at_once: float) -> float:
     """Windows per second over the second half of the simulated answers: those after its first answer's moment
-    (a batch's windows answer together: the batch that ends then belongs to the first half) to the last."""
+    (a batch's windows answer together: the batch that ends then belongs to the first half) to the last; with
+    fewer than two moments of answers, `at_once` (the windows out at once over a window's time)."""
     start = answered[len(answered) // 2] if answered else 0.0
     later = [t for t in answered if t > start]
     span = (later[-1] - start) if later else 0.0
-    return len(later) / span if span > 0 else float(len(answered) or 1)
+    return len(later) / span if span > 0 else max(at_once, 1e-6)
 
 
 @dataclass

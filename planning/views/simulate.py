@@ -52,7 +52,7 @@ ASSUMED_GATES = "every analysis gate sample passes"
 DONE_PHASES = (RolloutPhase.COMPLETE, RolloutPhase.FAILED)
 # Waits in a row with nothing out after which a run stops (a fleet that only re-lists).
 IDLE_WAITS = 1_000
-# `Simulation.stopped` when `SimulationLimits.windows` windows answered.
+# `Simulation.stopped` when `SimulationLimits.windows` windows answered (or `handouts` hand-outs were made).
 WINDOWS_LIMIT = "limit: windows"
 
 
@@ -77,11 +77,13 @@ class World(Protocol):
 
 @dataclass(frozen=True)
 class SimulationLimits:
-    """Where a simulation gives up: simulated time, commands carried out, and (0: none) windows answered."""
+    """Where a simulation gives up: simulated time, commands carried out, and (0: none) windows answered or
+    hand-outs made."""
 
     horizon: timedelta = timedelta(days=366)
     commands: int = 1_000_000
     windows: int = 0
+    handouts: int = 0
 
 
 @dataclass
@@ -262,7 +264,8 @@ class _Driver:
             if isinstance(command, c.Complete | c.ContinueAsNew):
                 self.sim.stopped = "done"
                 break
-            if self.limits.windows and len(self.sim.answered) >= self.limits.windows:
+            if ((self.limits.windows and len(self.sim.answered) >= self.limits.windows)
+                    or (self.limits.handouts and len(self.sim.handouts) >= self.limits.handouts)):
                 self.sim.stopped = WINDOWS_LIMIT
                 break
             if isinstance(command, c.HistoryFull):

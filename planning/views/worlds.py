@@ -206,8 +206,7 @@ class SnapshotWorld:
     def read(self, input: ReadNodeSupplyInput) -> ReadNodeSupplyResult:
         keys = set(input.label_keys)
         views = supply_read([self._view(n) for n in sorted(self.views)], input.nodes, input.down_only)
-        return ReadNodeSupplyResult({v.name: _availability(v, input.resources, keys) for v in views},
-                                    down_complete=input.down_only)
+        return ReadNodeSupplyResult({v.name: _availability(v, input.resources, keys) for v in views})
 
     def open_window(self, node: str, request: WindowRequest) -> tuple[float, WindowResult]:
         window, result = plan_window(request, self.views[node])
@@ -259,6 +258,10 @@ class FleetViewWorld:
         self.shapes_run.append(shape)
         return seconds
 
+    def seconds_of(self, state: object) -> float:
+        """The time of the windows run so far (the last shape's), 0 before any."""
+        return window_seconds(self.shapes_run[-1], self.timings) if self.shapes_run else 0.0
+
     def _shown(self, name: str) -> NodeTargets:
         listed = self.targets[name]
         return replace(listed, down=DOWN_WINDOW) if name in self.out else listed
@@ -274,8 +277,7 @@ class FleetViewWorld:
         shown = {n: self._shown(n) for n in self.targets}
         return ReadNodeSupplyResult({n: NodeAvailability(t.down, dict(t.capacity), dict(t.labels))
                                      for n, t in shown.items()
-                                     if n in wanted or (input.down_only and t.down in (DOWN_CORDONED, DOWN_WINDOW))},
-                                    down_complete=input.down_only)
+                                     if n in wanted or (input.down_only and t.down in (DOWN_CORDONED, DOWN_WINDOW))})
 
     def open_window(self, node: str, request: WindowRequest) -> tuple[float, WindowResult]:
         self.out.add(node)

@@ -122,7 +122,7 @@ class Harness:
         views = supply_read(self.views(), command.input.nodes, command.input.down_only)
         return ReadNodeSupplyResult({v.name: NodeAvailability(down_reason(v), units(v, command.input.resources),
                                                               {k: x for k, x in v.labels.items() if k in keys})
-                                     for v in views}, down_complete=command.input.down_only)
+                                     for v in views})
 
     # --- the budget at every hand-out ----------------------------------------------------------------
 

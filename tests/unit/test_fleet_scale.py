@@ -14,7 +14,7 @@ from bench.decisions import START, fleet_spec, synthetic_nodes
 from bench.scenario import Scenario
 from planning.fleet import carry
 from planning.fleet.codec import selection_from_json, selection_to_json, state_from_json, state_to_json
-from planning.fleet.handout import take_supply
+from planning.fleet.handout import read_supply, take_supply
 from planning.fleet.messages import Desired
 from planning.fleet.run import FleetRun
 from planning.rollout import fleet_state as fs
@@ -26,7 +26,7 @@ from planning.views.fleet_eta import EtaKeeper, fleet_eta
 from planning.views.fleet_status import fleet_progress, with_nodes
 from planning.views.simulate import simulate
 from planning.views.worlds import SnapshotWorld
-from protocol.activities import NodeAvailability
+from protocol.activities import NodeAvailability, ReadNodeSupplyResult
 from protocol.fleet import FleetInput, ProgressFilter
 from tests.unit.fleet_builders import a_node
 
@@ -151,11 +151,23 @@ def test_a_down_only_read_selects_what_is_cordoned_or_in_a_window_and_the_named(
              a_node("d")]
     assert [n.name for n in supply_read(nodes, ["d"], down_only=True)] == ["b", "c", "d"]
     assert [n.name for n in supply_read(nodes, ["d"], down_only=False)] == ["d"]
-    state = fs.FleetState(targets={"a": NodeTargets(down=DOWN_CORDONED), "b": NodeTargets(down=DOWN_WINDOW),
-                                   "c": NodeTargets(down=DOWN_NOT_READY), "d": NodeTargets()})
-    take_supply(state, {"b": NodeAvailability(DOWN_CORDONED)}, down_complete=True)
-    # a is no longer cordoned (the read lists every cordoned node); c's NotReady is not the read's to clear.
-    assert {n: t.down for n, t in state.targets.items()} == {"a": "", "b": DOWN_CORDONED, "c": DOWN_NOT_READY, "d": ""}
+    # Before a hand-out the fleet asks, beside what is cordoned or in a window, for the candidates, the nodes the
+    # bridge reported, and every node its view has down outside its own windows (to see it up again).
+    run = FleetRun(input=FleetInput(policy_name="p"), state=fs.FleetState(targets={
+        "a": NodeTargets(down=DOWN_CORDONED), "b": NodeTargets(down=DOWN_WINDOW), "c": NodeTargets(down=DOWN_NOT_READY),
+        "d": NodeTargets(), "e": NodeTargets(down=DOWN_WINDOW), "f": NodeTargets(), "g": NodeTargets()}))
+    run.state.in_flight["e"] = fs.InFlight("r")
+    run.availability_changed.add("f")
+    steps = read_supply(run, ["d"])
+    command = next(steps)
+    assert command.input.down_only and command.input.nodes == ["a", "b", "c", "d", "f"]
+    with pytest.raises(StopIteration):
+        steps.send(ReadNodeSupplyResult({"a": NodeAvailability(""), "c": NodeAvailability(DOWN_NOT_READY)}))
+    assert {n: t.down for n, t in run.state.targets.items()} == {
+        "a": "", "b": DOWN_WINDOW, "c": DOWN_NOT_READY, "d": "", "e": DOWN_WINDOW, "f": "", "g": ""}
+    assert not run.availability_changed
+    take_supply(run.state, {"b": NodeAvailability("")})
+    assert run.state.targets["b"].down == ""
 
 
 def test_the_work_index_check_catches_a_change_nobody_reported() -> None:

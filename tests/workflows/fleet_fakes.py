@@ -179,7 +179,7 @@ class FakeNodes:
             return ReadNodeSupplyResult({v.name: NodeAvailability(down_reason(v), units(v, input.resources),
                                                                   {k: v.labels[k] for k in input.label_keys
                                                                    if k in v.labels})
-                                         for v in views}, down_complete=input.down_only)
+                                         for v in views})
 
         @activity.defn(name="describe_workflow_runs")
         async def describe_workflow_runs(input: DescribeWorkflowRunsInput) -> DescribeWorkflowRunsResult:
