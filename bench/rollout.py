@@ -114,6 +114,14 @@ class Kube:
     def nodes(self, run: str) -> list[client.V1Node]:
         return self.core.list_node(label_selector=f"{RUN_LABEL}={run}").items
 
+    def nodes_json(self, run: str) -> list[dict[str, Any]]:
+        """The run's Nodes as raw JSON (10,000 typed Nodes take the client seconds to build)."""
+        response = self.core.list_node(label_selector=f"{RUN_LABEL}={run}", _preload_content=False)
+        try:
+            return json.loads(response.data).get("items") or []
+        finally:
+            response.release_conn()
+
     def remove(self, plural: str, name: str) -> None:
         """Delete a cluster object, dropping finalizers first (the benchmark's processes are gone)."""
         try:
@@ -155,6 +163,29 @@ class Completion:
 
     status_complete: float  # monotonic
     nodes_done: float  # monotonic
+
+
+# Taints the node lifecycle controller puts on a node that is not Ready yet (a node just registered has them
+# for seconds; at 10,000 nodes for minutes): a run starts once none of its nodes has one.
+UNSETTLED_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+SETTLE_TIMEOUT_SECONDS = 1200.0
+
+
+async def settled_nodes(kube: Kube, run: str, log: Log) -> list[str]:
+    """The run's nodes, once none has a not-ready or unreachable taint (the controller removes them after
+    registration; a listing that saw them would find the fleet blocked and mark every node, once, then unmark
+    it: a cost of registering 10,000 nodes at once, not of rolling them). Sorted names."""
+    deadline = time.monotonic() + SETTLE_TIMEOUT_SECONDS
+    while True:
+        items = kube.nodes_json(run)
+        tainted = sum(1 for n in items if any(t.get("key") in UNSETTLED_TAINTS for t in (n.get("spec") or {}).get(
+            "taints") or []))
+        if not tainted or time.monotonic() > deadline:
+            if tainted:
+                log(f"{run}: {tainted} node(s) still tainted not-ready after {SETTLE_TIMEOUT_SECONDS:.0f} s")
+            return sorted(n["metadata"]["name"] for n in items)
+        log(f"{run}: {tainted} of {len(items)} node(s) still tainted not-ready; waiting")
+        await asyncio.sleep(10)
 
 
 def _nodes_done(kube: Kube, run: str) -> bool:
@@ -242,7 +273,7 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
         for name in ("kube-apiserver", "etcd"):
             if name in target.components:
                 procs.external[name] = target.components[name]
-        node_names = sorted(n.metadata.name for n in kube.nodes(sc.name))
+        node_names = await settled_nodes(kube, sc.name, log)
         kube.create(POLICY_PLURAL, policy_manifest(sc))
         # `noderoll plan` of the whole wave, before the Packages exist (the run does not pay for it).
         plan = await asyncio.to_thread(time_plan, target.workdir, sc, connection, target.plan_timeout_seconds)

@@ -146,8 +146,11 @@ def package_detail(view: PackageView) -> Group:
         head.add_row("limits", limits_text(view.limits))
     head.add_row("source", view.source)
     parts: list[RenderableType] = [head]
-    for title, reasons in (("blocked nodes", p.blocked), ("erroring nodes", p.erroring)):
+    for title, reasons, total in (("blocked nodes", p.blocked, p.blocked_count),
+                                  ("erroring nodes", p.erroring, p.erroring_count)):
         if reasons:
+            if total > len(reasons):  # capped: the first nodes of each reason (planning.views.capped)
+                title = f"{title} ({len(reasons)} shown of {total}: the first of each reason)"
             table = Table(title=title, title_justify="left")
             table.add_column("NODE")
             table.add_column("REASON", overflow="fold")
