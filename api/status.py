@@ -72,6 +72,12 @@ plan, `status.capacity` per floor (`compartment`, `resource`, `available` with t
 (`floor`, `topology`) the nodes held back and the first reason (`1,792 of 1,800 GPUs would remain`,
 `rack r12 has 1 node in a window (max 1)`). The message says the same (`waiting: ...`); while the
 rules hold every node the fleet and its Packages show phase `Waiting` without `nextWindow`.
+
+Size (issue 45): a status stays under 64 KB whatever the fleet's size. `blockedNodes` and `erroringNodes`
+list the first 5 nodes (by name) of each of the first 10 reasons (most nodes first), each reason cut to 200
+characters; `blockedReasons` and `erroringReasons` give those reasons with their node counts, and `nodes`
+counts every node (`planning.views.capped`). `drainBlockedNodes` lists the first 20 nodes by name, with their
+number in `drainBlockedNodeCount` when there are more; `skippedNodes` the first 20 (`skippedNodeCount`).
 """
 
 from __future__ import annotations
@@ -122,6 +128,13 @@ class NodeReason(StatusModel):
 
     node: str
     reason: str
+
+
+class ReasonStatus(StatusModel):
+    """A reason nodes are blocked or erroring, and how many have it (`planning.views.capped`)."""
+
+    reason: str
+    nodes: int
 
 
 class DrainBlockedNode(StatusModel):
@@ -219,9 +232,15 @@ class PackageStatus(StatusModel):
     nodes: NodeCounts = Field(default_factory=NodeCounts)
     current_batch: BatchStatus = Field(default_factory=BatchStatus)
     canary: CanaryStatus = Field(default_factory=CanaryStatus)
+    # The first 5 nodes of each of the first 10 reasons (every one is counted in `nodes`), and those reasons
+    # with their node counts (None: no such node); issue 45.
     blocked_nodes: list[NodeReason] = Field(default_factory=list)
     erroring_nodes: list[NodeReason] = Field(default_factory=list)
+    blocked_reasons: list[ReasonStatus] | None = None
+    erroring_reasons: list[ReasonStatus] | None = None
+    # The first 20 by name, and how many there are when that is more (None: all are listed).
     drain_blocked_nodes: list[DrainBlockedNode] = Field(default_factory=list)
+    drain_blocked_node_count: int | None = None
     # Nodes whose window gave them up when their drain timed out (`spec.workloads.onDrainTimeout: Skip`):
     # the first few by name, and how many there are (None: none).
     skipped_nodes: list[NodeReason] | None = None

@@ -25,6 +25,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,12 +33,19 @@ import psutil
 from rich.console import Console
 from temporalio.client import Client
 
-from bench import resources
+from bench import decisions, resources
 from bench.calibrate import cpu_seconds_of_fixed_work
 from bench.drain import compare_drains
 from bench.floor import measure_floor
 from bench.profile import render_profile
 from bench.rollout import Target, run_rollout
+from bench.scale_probes import (
+    LARGE_FLEET,
+    LARGE_SIM_HEARTBEAT_SECONDS,
+    SCALE_FIGURES,
+    SIM_HEARTBEAT_SECONDS,
+    register_scale_flags,
+)
 from bench.scenario import Scenario
 from localstack.state import StackInfo, load_stack_info
 from service.temporal_client import connect
@@ -53,7 +61,8 @@ SUMMARISED = (
     "no_interrupt_noderoll_requests_per_window", "history_events_per_window_median",
     "no_interrupt_history_events_per_window_median", "throughput_windows_per_s", "ratio_to_floor",
     "worker_peak_rss_mib", "bridge_peak_rss_mib", "apiserver_etcd_peak_rss_mib", "noderoll_cpu_share",
-    "fleetsim_cpu_share",
+    "fleetsim_cpu_share", "noderoll_cpu_seconds_per_window", "all_cpu_seconds_per_window", "noderoll_status_median_s",
+    "largest_payload_any_bytes", "eta_first_batch_error",
 )
 
 WIDTH = 120  # the summary's lines never exceed it (issue #26: no table cut to "…")
@@ -133,7 +142,7 @@ FIGURES: tuple[tuple[str, str, Any], ...] = (
     ("peak RSS worker / bridge / apiserver+etcd", "worker_peak_rss_mib",
      lambda r: _join(r, ("worker_peak_rss_mib", "bridge_peak_rss_mib", "apiserver_etcd_peak_rss_mib"), unit=" MiB")),
     ("objects left", "objects_left", lambda r: r["objects_left"]),
-    ("ETA error after batch 1", "eta_first_batch_error", lambda r: r["eta_first_batch_error"]),
+    *SCALE_FIGURES,
     ("load average after", "load_average_after", lambda r: " ".join(str(x) for x in r["load_average_after"])),
     ("fixed work's CPU seconds after", "calibration_cpu_seconds_after",
      lambda r: r["calibration_cpu_seconds_after"]),
@@ -170,6 +179,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--jitter-percent", type=float, default=0.0,
                    help="fleetsim's --jitter-percent: each node's stages and reboot take its own factor of "
                         "their time, in [1-P/100, 1+P/100] (default 0)")
+    register_scale_flags(p)
     p.add_argument("--skip-throughput", action="store_true", help="no 0-second throughput rollout")
     p.add_argument("--skip-floor", action="store_true", help="no bare Temporal floor")
     p.add_argument("--skip-drain", action="store_true", help="no drain comparison")
@@ -215,7 +225,11 @@ def _environment(args: argparse.Namespace) -> dict[str, Any]:
         "cpus": psutil.cpu_count(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
         "python": platform.python_version(), "stage_seconds": args.stage_seconds, "packages": args.packages,
         "reboot_seconds": args.reboot_seconds, "strategy": args.strategy, "budget_percent": args.budget_percent,
-        "initial_batch": args.initial_batch, "delta": args.delta, "jitter_percent": args.jitter_percent, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "initial_batch": args.initial_batch, "delta": args.delta, "jitter_percent": args.jitter_percent,
+        "budget_count": args.budget_count, "floor_percent": args.floor_percent, "windows": args.windows,
+        "deadline_minutes": args.deadline_minutes,
+        "sim_heartbeat_seconds": args.sim_heartbeat_seconds,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "workers": args.workers, "pod_startup_seconds": args.pod_startup_seconds,
         # The workers' (and the floor's) workflow task polling: None is the SDK's.
         "workflow_task_pollers": pollers_from_env(),
@@ -245,8 +259,12 @@ async def _measure_size(args: argparse.Namespace, target: Target, temporal: Clie
     tag = uuid.uuid4().hex[:4]
     sc = Scenario(f"bench{size}-{tag}", size, args.stage_seconds, args.reboot_seconds, packages=args.packages,
                   strategy=args.strategy, budget_percent=args.budget_percent, initial_batch=args.initial_batch,
-                  delta=args.delta, jitter_percent=args.jitter_percent)
-    row = await run_rollout(target, sc, temporal, _log)
+                  delta=args.delta, jitter_percent=args.jitter_percent, budget_count=args.budget_count,
+                  floor_percent=args.floor_percent, windows=args.windows if args.windows and args.windows < size else None)
+    heartbeat = args.sim_heartbeat_seconds or (SIM_HEARTBEAT_SECONDS if size <= LARGE_FLEET else LARGE_SIM_HEARTBEAT_SECONDS)
+    row = await run_rollout(replace(target, sim_heartbeat_seconds=heartbeat), sc, temporal, _log)
+    row["sim_heartbeat_seconds"] = heartbeat
+    row["windows_sampled"] = sc.windows
     row["objects_left"] = objects_left(row.get("objects_before") or {}, row.get("objects_after") or {})
     _log(f"{size} nodes, {args.packages} package(s): makespan {row['makespan_s']} s, ideal "
          f"{row['ideal_makespan_s']} s, ratio {row['overhead_ratio']}; per node: windows {row['windows_per_node']}, "
@@ -300,7 +318,8 @@ async def _measure(args: argparse.Namespace, stack: StackInfo, workdir: Path) ->
     target = Target(stack.temporal_address, stack.kubeconfig, workdir, workers=max(1, args.workers),
                     components={name: c.pid for name, c in stack.components.items()},
                     pod_startup_seconds=max(0.0, args.pod_startup_seconds), profile=args.profile,
-                    cpu_timeline=args.cpu_timeline)
+                    cpu_timeline=args.cpu_timeline, plan_timeout_seconds=args.plan_timeout,
+                    deadline_minutes=args.deadline_minutes)
     report: dict[str, Any] = {"results": [], "environment": _environment(args)}
     if not args.skip_drain:
         _log("drain: one node, 10 pods, noderoll vs kubectl drain")
@@ -360,9 +379,12 @@ def render(report: dict[str, Any]) -> list[str]:
     """The results as lines of at most WIDTH characters: per run, one figure per line. Pure."""
     lines: list[str] = []
     for index, row in enumerate(report["results"], 1):
+        budget = (f"{row['budget_count']} nodes" if row.get("budget_count") else f"{row.get('budget_percent', 25)}%")
+        floor = f", GPU floor {row['floor_percent']}%" if row.get("floor_percent") else ""
+        sample = f", the first {row['windows_sampled']} windows" if row.get("windows_sampled") else ""
         lines.append(_fit(f"noderoll bench, run {index}: {row.get('nodes')} nodes, {row.get('packages', '?')} "
                           f"package(s), strategy {row.get('strategy', 'exponential')}, budget "
-                          f"{row.get('budget_percent', 25)}%, jitter {row.get('jitter_percent', 0)}%"))
+                          f"{budget}{floor}, jitter {row.get('jitter_percent', 0)}%{sample}"))
         for label, key, read in FIGURES:
             if row.get(key) in (None, "", [], {}):
                 continue
@@ -376,6 +398,10 @@ def render(report: dict[str, Any]) -> list[str]:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of `noderoll bench`."""
+    if args.decisions:
+        report = decisions.run_sizes(args, _environment(args), lambda r: _save(args, r), _log)
+        print(json.dumps(report, indent=2))
+        return 0
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="noderoll-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     console.print(f"bench: process logs in {workdir}")

@@ -6,6 +6,12 @@ first sample after each batch ended (the batch number moved on) and compares wha
 the real end: `error` = (predicted end − real end) / (real end − sample time), the error on the time
 that was left (0.25: the ETA said 25 % more than it took); `error_of_makespan` divides the same
 difference by the whole rollout instead. The done-when figure of issue 27 is the first batch's.
+
+A sampled run (issue 45: the first W windows of a 10,000-node wave, then a halt) never sees the wave's
+end. Its ETA is judged against the end extrapolated from the sample (`extrapolated_end`): after the
+exponential ramp every batch has the budget's size, so the wave goes on at the rate the sample's full
+batches ran (their windows over the time from the first one's start to the last one's answer), from the
+sample's last answer, for the nodes left.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.histories import WindowStats
 from planning.views.fleet_status import FleetProgress
 
 SAMPLE_SECONDS = 2.0
@@ -71,3 +78,24 @@ def eta_accuracy(samples: list[EtaSample], started: float, ended: float) -> dict
     first = next((j for j in judged if j["after_batch"] >= 1), None)
     return {"samples": len(samples), "after_batches": judged,
             "first_batch_error": first["error"] if first else None}
+
+
+def extrapolated_end(windows: list[WindowStats], batches: list[int], nodes: int) -> float | None:
+    """When a sampled wave would end (module docstring), epoch seconds; None without a full batch. Pure."""
+    if not windows or not batches:
+        return None
+    ordered = sorted(windows, key=lambda w: w.started)
+    full = max(batches)
+    spans: list[tuple[float, float, int]] = []
+    position = 0
+    for size in batches:
+        part = ordered[position:position + size]
+        position += size
+        if part and size == full:
+            spans.append((min(w.started for w in part), max(w.answer_at for w in part), len(part)))
+    if len(spans) < 2:
+        return None
+    steady = sum(n for _, _, n in spans)
+    rate = steady / max(1e-9, spans[-1][1] - spans[0][0])
+    last = max(w.answer_at for w in ordered)
+    return last + max(0, nodes - len(ordered)) / rate

@@ -22,7 +22,13 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
 from bench.window_time import WindowTime, window_time
-from protocol.names import NODE_WORKFLOW_PREFIX, NODE_WORKFLOW_TYPE, fleet_workflow_id, node_workflow_id
+from protocol.names import (
+    NODE_WORKFLOW_PREFIX,
+    NODE_WORKFLOW_TYPE,
+    SIGNAL_WINDOW,
+    fleet_workflow_id,
+    node_workflow_id,
+)
 
 FETCH_CONCURRENCY = 16
 
@@ -55,6 +61,8 @@ class WindowStats:
     # When it answered its fleet (the signal to the fleet initiated; 0: not found, use `closed`): the
     # node is out of its window then, and the fleet may start the next one before the run closes.
     answered: float = 0.0
+    # The request's payload (the `window` signal's `WindowRequest`) in bytes, as Temporal measures it.
+    request_bytes: int = 0
 
     @property
     def answer_at(self) -> float:
@@ -102,25 +110,37 @@ def window_stats(node: str, events: Sequence[HistoryEvent]) -> WindowStats:
                if e.event_type == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED]
     local = sum(1 for e in events if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
                 and e.marker_recorded_event_attributes.marker_name == LOCAL_ACTIVITY_MARKER)
+    # The request: the run's input (a node run starts with its first request, issue 26) or a `window` signal.
+    requests = [e.workflow_execution_signaled_event_attributes.input.ByteSize() for e in events
+                if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+                and e.workflow_execution_signaled_event_attributes.signal_name == SIGNAL_WINDOW]
+    requests += [e.workflow_execution_started_event_attributes.input.ByteSize() for e in events[:1]
+                 if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED]
     return WindowStats(node, last - first, len(events), len(types), first, last,
                        cordons=types.count("cordon_node"), drains=types.count("drain_node"),
                        interrupts=types.count("run_interrupt") + carried,
                        stage_pods=sum(types.count(t) for t in STAGE_ACTIVITIES), workflow_tasks=tasks,
                        local_activities=local, time=window_time(events), answered=max(answers, default=0.0),
-                       sticky_timeouts=sticky_timeouts, running_timeouts=running_timeouts)
+                       sticky_timeouts=sticky_timeouts, running_timeouts=running_timeouts,
+                       request_bytes=max(requests, default=0))
 
 
-async def node_windows(client: Client, nodes: Sequence[str], since: float) -> list[WindowStats]:
-    """Every run of the nodes' workflows started at or after `since` (epoch seconds): one per window."""
+async def node_windows(client: Client, nodes: Sequence[str], since: float, task_queue: str = "") -> list[WindowStats]:
+    """Every run of the nodes' workflows started at or after `since` (epoch seconds): one per window.
+
+    `task_queue`: the run's own (a sampled run, issue 45): its node runs are listed by it and only they are
+    read (a 10,000-node fleet whose first 1,000 windows ran has 9,000 nodes without one)."""
     wanted = {node_workflow_id(n) for n in nodes}
     stamp = datetime.fromtimestamp(since, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     runs: list[tuple[str, str]] = []
-    async for execution in client.list_workflows(f"WorkflowType = '{NODE_WORKFLOW_TYPE}' AND StartTime >= '{stamp}'"):
+    query = f"WorkflowType = '{NODE_WORKFLOW_TYPE}' AND StartTime >= '{stamp}'"
+    async for execution in client.list_workflows(query + (f" AND TaskQueue = '{task_queue}'" if task_queue else "")):
         if execution.id in wanted:
             runs.append((execution.id, execution.run_id))
-    # Visibility lags a little behind: a node whose run it does not list yet is read by id (latest run).
-    listed = {workflow_id for workflow_id, _ in runs}
-    runs += [(workflow_id, "") for workflow_id in sorted(wanted - listed)]
+    if not task_queue:
+        # Visibility lags a little behind: a node whose run it does not list yet is read by id (latest run).
+        listed = {workflow_id for workflow_id, _ in runs}
+        runs += [(workflow_id, "") for workflow_id in sorted(wanted - listed)]
     limit = asyncio.Semaphore(FETCH_CONCURRENCY)
 
     async def one(workflow_id: str, run_id: str) -> WindowStats | None:

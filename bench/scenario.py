@@ -9,6 +9,11 @@ gives every node ONE window for all of them (their stages in dependency order, o
 merged reboot). The ideal makespan is what a perfect orchestrator with the same batches would
 take: the number of batches times one node's critical path (every stage of every Package plus
 one interrupt), with zero time between stages, windows and batches.
+
+The scale scenario (issue 45): a count budget (`budget_count`: the same windows at once at every fleet
+size), a GPU floor (`floor_percent`: every hand-out reads the nodes first, ADR 0023) and a sample
+(`windows`: the first W windows of the wave, then a halt), so fleets of 200 to 10,000 nodes run the
+same batches and are compared window for window.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from protocol.names import fleet_workflow_id
 PACKAGES_DIR = Path(__file__).resolve().parent / "packages"
 IMAGE = "bench.local/bench-sleep:1.0.0"
 RUN_LABEL = "bench.noderoll.io/run"
+GPU_RESOURCE = "nvidia.com/gpu"
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,16 @@ class Scenario:
     # linear's delta; fleetsim's --jitter-percent (each node's stages and reboot times its own factor).
     delta: int = 1
     jitter_percent: float = 0.0
+    # A count budget instead of `budget_percent` (None: the percent); a floor of `nvidia.com/gpu` in percent
+    # (None: none); the windows sampled (None: the whole wave; else the fleet is halted once W windows began).
+    budget_count: int | None = None
+    floor_percent: int | None = None
+    windows: int | None = None
+
+    @property
+    def sampled(self) -> bool:
+        """The run is the first `windows` windows of a larger wave (halted then), not the whole wave."""
+        return self.windows is not None and self.windows < self.nodes
 
     @property
     def package_names(self) -> list[str]:
@@ -69,9 +85,12 @@ def policy_manifest(sc: Scenario) -> dict[str, Any]:
         strategy["growthFactor"] = sc.growth_factor
     if sc.strategy == "linear":
         strategy["delta"] = sc.delta
+    budget: dict[str, Any] = {"count": sc.budget_count} if sc.budget_count else {"percent": sc.budget_percent}
+    if sc.floor_percent:
+        budget["minAvailable"] = {"resource": GPU_RESOURCE, "percent": sc.floor_percent}
     return {
         "apiVersion": API_VERSION, "kind": POLICY_KIND, "metadata": {"name": sc.name, "labels": {RUN_LABEL: sc.name}},
-        "spec": {"default": {"budget": {"percent": sc.budget_percent}, "strategy": strategy}},
+        "spec": {"default": {"budget": budget, "strategy": strategy}},
     }
 
 
@@ -108,8 +127,8 @@ def node_critical_path(sc: Scenario) -> float:
 
 
 def planned_batches(sc: Scenario, node_names: list[str]) -> list[list[str]]:
-    """The batches (their nodes) the planner makes for the scenario when every node succeeds; [] for
-    rolling, which has none. Pure."""
+    """The batches (their nodes) the planner makes for the scenario when every node succeeds, up to the
+    one that reaches the sample's `windows` (the halt comes during it); [] for rolling, which has none. Pure."""
     if sc.strategy == "rolling":
         return []
     policy = DeploymentPolicySpec.model_validate(policy_manifest(sc)["spec"])
@@ -121,6 +140,8 @@ def planned_batches(sc: Scenario, node_names: list[str]) -> list[list[str]]:
         if not batch:
             return found
         found.append(list(batch))
+        if sc.windows is not None and sum(len(b) for b in found) >= sc.windows:
+            return found
         remaining -= set(batch)
         record_batch_result(state, set(batch), set())
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from bench import apimetrics, cpu_timeline, histories, makespan_parts
+from bench import apimetrics, cpu_timeline, histories, makespan_parts, resources
 from bench.scenario import Scenario
 from bench.window_time import median_breakdown
 from planning.views.fleet_status import FleetProgress
@@ -28,6 +28,13 @@ def disruptions(sc: Scenario, nodes: list[str], windows: list[histories.WindowSt
         found[f"{kind}_per_node_histogram"] = histories.histogram(counts)
     if fleet is not None:
         for kind in ("drains", "interrupts"):
+            if getattr(fleet, "disruption_nodes", None):
+                # The fleet's own sums (issue 45: its answer lists no node unless asked): nodes per count,
+                # the run's nodes it does not target counted at 0.
+                per = {int(k): v for k, v in fleet.disruption_nodes.get(kind, {}).items()}
+                per[0] = per.get(0, 0) + max(0, len(nodes) - fleet.total_nodes)
+                found[f"fleet_{kind}_per_node"] = " ".join(f"{k}×{v}" for k, v in sorted(per.items()) if v) or "-"
+                continue
             counts = {n: int(getattr(fleet.nodes[n], kind)) if n in fleet.nodes else 0 for n in nodes}
             found[f"fleet_{kind}_per_node"] = histories.histogram_text(counts)
         found["fleet_waves"] = fleet.wave
@@ -92,6 +99,8 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
         "nodes": sc.nodes,
         "strategy": sc.strategy,
         "budget_percent": sc.budget_percent,
+        "budget_count": sc.budget_count,
+        "floor_percent": sc.floor_percent,
         "jitter_percent": sc.jitter_percent,
         "makespan_s": round(makespan, 1),
         # When the Package status first said Complete (a value well under makespan_s means it said so early).
@@ -158,6 +167,11 @@ def summarize(sc: Scenario, measured: dict[str, Any], windows: list[histories.Wi
         "cpu_seconds": cpu["seconds"],
         "cpu_share": share,
         "noderoll_cpu_share": round(share.get("worker", 0.0) + share.get("bridge", 0.0), 3),
+        # CPU seconds per window (issue 45: noderoll's is the worker's and the bridge's), and every component's.
+        "cpu_seconds_per_window": resources.per_window(cpu["seconds"], len(windows)),
+        "noderoll_cpu_seconds_per_window": round(
+            (cpu["seconds"].get("worker", 0.0) + cpu["seconds"].get("bridge", 0.0)) / n, 4),
+        "all_cpu_seconds_per_window": round(sum(cpu["seconds"].values()) / n, 4),
         "fleetsim_cpu_share": share.get("fleetsim", 0.0),
         "apiserver_etcd_peak_rss_mib": round(measured.get("stack_rss", 0) / MIB, 1),
         "stack_peak_rss_mib": {k: round(v / MIB, 1) for k, v in (measured.get("stack_peak_rss") or {}).items()},

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -44,10 +45,10 @@ from kube.pod_wait import pod_outcome
 from localstack.state import resolve_connection
 from planning.fleet.codec import progress_from_json
 from planning.node.drain import DrainBlock, DrainCondition, drain_block, read_drain_condition
-from planning.views.fleet_status import FleetProgress, NodeProgress, read_at
+from planning.views.fleet_status import NODES_PAGE_MAX, FleetProgress, NodeProgress, read_at
 from planning.views.status import RolloutProgress
 from protocol import names
-from protocol.fleet import Filter
+from protocol.fleet import Filter, ProgressFilter
 from service.temporal_client import connect
 
 QUERY_TIMEOUT = timedelta(seconds=5)
@@ -308,13 +309,33 @@ class Ops:
         """The handle of `fleet/<fleet>` (`fleet/<cluster>/<fleet>`; latest run)."""
         return self.temporal.get_workflow_handle(names.fleet_workflow_id(fleet, self.target.cluster))
 
-    async def query_fleet(self, fleet: str) -> FleetProgress:
-        """The running fleet's `progress` query; NoAnswer (saying why) when it cannot answer."""
-        answer = progress_from_json(await self.ask_fleet(fleet, names.QUERY_PROGRESS))
+    async def query_fleet(self, fleet: str, nodes: ProgressFilter | None = None) -> FleetProgress:
+        """The running fleet's `progress` query (its summary; with `nodes`, also the nodes it asks for); NoAnswer
+        (saying why) when it cannot answer."""
+        args = () if nodes is None else (nodes,)
+        answer = progress_from_json(await self.ask_fleet(fleet, names.QUERY_PROGRESS, *args))
         # The ETA as of now, not as of the fleet's last workflow task (planning.views.eta.eta_at).
         return read_at(answer, datetime.now(UTC).isoformat())
 
-    async def ask_fleet(self, fleet: str, query: str) -> Any:
+    async def fleet_nodes(self, fleet: str, only: Collection[str] | None = None) -> dict[str, NodeProgress]:
+        """Every node of the running fleet (or the `only` ones) as it reports them, a page of the `progress`
+        query at a time (issue 45: a fleet lists its nodes only when asked, NODES_PAGE_MAX at most per answer)."""
+        found: dict[str, NodeProgress] = {}
+        if only is not None:
+            wanted = sorted(set(only))
+            for start in range(0, len(wanted), NODES_PAGE_MAX):
+                page = wanted[start:start + NODES_PAGE_MAX]
+                found.update((await self.query_fleet(fleet, ProgressFilter(nodes=page, limit=NODES_PAGE_MAX))).nodes)
+            return found
+        after = ""
+        while True:
+            answer = await self.query_fleet(fleet, ProgressFilter(all=True, after=after, limit=NODES_PAGE_MAX))
+            found.update(answer.nodes)
+            if not answer.nodes_next:
+                return found
+            after = answer.nodes_next
+
+    async def ask_fleet(self, fleet: str, query: str, *args: Any) -> Any:
         """The running fleet's answer to `query`; NoAnswer saying why when there is none: `running`
         False when no run of it is open (never started, or closed), True when it runs and did not answer.
 
@@ -323,7 +344,8 @@ class Ops:
         """
         handle = self.fleet(fleet)
         try:
-            return await handle.query(query, reject_condition=QueryRejectCondition.NOT_OPEN, rpc_timeout=QUERY_TIMEOUT)
+            return await handle.query(query, *args, reject_condition=QueryRejectCondition.NOT_OPEN,
+                                      rpc_timeout=QUERY_TIMEOUT)
         except WorkflowQueryRejectedError as err:
             status = err.status.name.lower() if err.status is not None else "closed"
             raise NoAnswer(f"{handle.id} is not running (its last run is {status})") from err

@@ -24,7 +24,7 @@ from typing import Any
 from rich.console import Console
 
 from api import keys
-from api.enums import CanaryPhase, RolloutPhase
+from api.enums import CanaryPhase, NodeStatus, RolloutPhase
 from cli import global_status, progress_view
 from cli.ops_client import Ops, OpsError, PackageView, drain_blocks, target_from_args
 from cli.ops_fleets import SignalTarget, attach_fleet_nodes, fleet_views, package_view, signal_target
@@ -82,7 +82,8 @@ def _json(data: Any) -> None:
 async def _add_drain_blocks(ops: Ops, views: list[PackageView]) -> None:
     """Drains that wait, read from the Nodes like the bridge does (the fleet learns of a node only
     when its window ends)."""
-    nodes = await asyncio.to_thread(ops.list_nodes)
+    # A drain blocks only a window that runs: the nodes labelled in a window, not every node (issue 45).
+    nodes = await asyncio.to_thread(ops.list_nodes, f"{keys.NODE_STATUS_LABEL}={NodeStatus.IN_PROGRESS.value}")
     for view in views:
         view.drain_blocked = drain_blocks(view.name, nodes)
 
@@ -203,7 +204,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
     async def body(ops: Ops) -> int:
         nodes = await asyncio.to_thread(ops.list_nodes, args.selector)
         fleets = await fleet_views(ops, args.fleet)
-        attach_fleet_nodes(nodes, fleets)
+        await attach_fleet_nodes(ops, nodes, fleets)
         if args.fleet:
             nodes = [n for n in nodes if args.fleet in n.fleets]
         if args.package:

@@ -22,7 +22,7 @@ from cli.ops_client import NoAnswer, NodeRow, Ops, OpsError, PackageView, progre
 from planning.views.fleet_status import FleetProgress
 from planning.views.status import package_view as package_progress
 from protocol import names
-from protocol.fleet import Filter
+from protocol.fleet import Filter, ProgressFilter
 
 QUERY_SOURCE = "temporal query"
 
@@ -71,9 +71,9 @@ def _from_status(name: str, obj: dict[str, Any], fleet: str, why: str) -> Packag
                        fleet=fleet)
 
 
-async def _answer(ops: Ops, fleet: str) -> tuple[FleetProgress | None, str]:
+async def _answer(ops: Ops, fleet: str, nodes: ProgressFilter | None = None) -> tuple[FleetProgress | None, str]:
     try:
-        return await ops.query_fleet(fleet), QUERY_SOURCE
+        return await ops.query_fleet(fleet, nodes), QUERY_SOURCE
     except NoAnswer as err:
         return None, str(err)
 
@@ -112,9 +112,10 @@ async def fleet_views(ops: Ops, only: str | None = None) -> list[FleetView]:
             for fleet, (progress, source) in zip(fleets, answers, strict=True)]
 
 
-async def fleet_view(ops: Ops, fleet: str, packages: list[str]) -> FleetView:
-    """One fleet and the given Packages of it (the demo's poll: one query and a read per Package)."""
-    progress, source = await _answer(ops, fleet)
+async def fleet_view(ops: Ops, fleet: str, packages: list[str], nodes: ProgressFilter | None = None) -> FleetView:
+    """One fleet and the given Packages of it (the demo's poll: one query and a read per Package); with `nodes`,
+    the nodes of the fleet it asks for too."""
+    progress, source = await _answer(ops, fleet, nodes)
     objects = {}
     for name in packages:
         obj = await asyncio.to_thread(ops.read_package, name)
@@ -159,12 +160,12 @@ async def signal_target(ops: Ops, package: str | None, fleet: str | None, nodes:
         else:
             fleet = package_fleet(obj)
     assert fleet is not None
-    progress, _ = await _answer(ops, fleet)
+    progress, _ = await _answer(ops, fleet, ProgressFilter(nodes=list(nodes)) if nodes else None)
     if progress is not None:
         unknown = sorted(set(nodes) - set(progress.nodes))
         if unknown:
             raise OpsError(f"not a node of {names.fleet_workflow_id(fleet)}: {', '.join(unknown)} "
-                           f"(it has {len(progress.nodes)} node(s); `noderoll nodes --fleet {fleet}` lists them)")
+                           f"(it has {progress.total_nodes} node(s); `noderoll nodes --fleet {fleet}` lists them)")
         if package is not None and package not in progress.packages:
             notes.append(f"{names.fleet_workflow_id(fleet)} does not carry {package} yet "
                          f"(is it Invalid? `noderoll status {package}`)")
@@ -172,12 +173,17 @@ async def signal_target(ops: Ops, package: str | None, fleet: str | None, nodes:
     return SignalTarget(fleet, scope, tuple(notes), progress)
 
 
-def attach_fleet_nodes(nodes: list[NodeRow], fleets: list[FleetView]) -> None:
-    """Give each node what every fleet that answered reports for it (state, disruptions)."""
+async def attach_fleet_nodes(ops: Ops, nodes: list[NodeRow], fleets: list[FleetView]) -> None:
+    """Give each node what every fleet that answered reports for it (state, disruptions): each fleet lists its
+    nodes a page at a time (`Ops.fleet_nodes`)."""
     for fleet in fleets:
         if fleet.progress is None:
             continue
+        try:
+            reports = await ops.fleet_nodes(fleet.name)
+        except NoAnswer:
+            continue
         for node in nodes:
-            reported = fleet.progress.nodes.get(node.name)
+            reported = reports.get(node.name)
             if reported is not None:
                 node.fleets[fleet.name] = reported

@@ -10,7 +10,6 @@ nodes` is `nodes_table` (with each fleet's node state and disruptions). The demo
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
@@ -22,6 +21,8 @@ from rich.text import Text
 from api.enums import RolloutPhase, State
 from api.node_state import PackageNodeState
 from api.package import Limits
+from cli import fleet_summary
+from cli.fleet_summary import plural
 from cli.ops_client import NodeRow, PackageView
 from cli.ops_fleets import QUERY_SOURCE, FleetView
 from planning.node.drain import drains_window
@@ -63,46 +64,6 @@ def batch_text(number: int, size: int) -> str:
     if not number:
         return "-"
     return f"#{number} ({size} node(s))" if size else f"#{number}"
-
-
-def plural(n: int, word: str) -> str:
-    """`1 drain`, `2 drains`."""
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
-
-
-def disruptions_text(nodes: Mapping[str, NodeProgress], interrupt: str = "interrupt") -> str:
-    """What the fleet's windows did to its nodes, grouped: `24 nodes, 1 drain and 1 reboot each`.
-
-    `interrupt` names the interrupt (the demo says `reboot` when that is what its Packages merge to).
-    """
-    if not nodes:
-        return "no nodes"
-    groups = Counter((p.drains, p.interrupts) for p in nodes.values())
-    parts = []
-    # Most common first; nodes not disrupted last.
-    for (drains, interrupts), n in sorted(groups.items(), key=lambda kv: (kv[0] == (0, 0), -kv[1], kv[0])):
-        if not drains and not interrupts:
-            parts.append(f"{plural(n, 'node')} not disrupted")
-            continue
-        each = " and ".join(x for x in (drains and plural(drains, "drain"), interrupts and plural(interrupts, interrupt))
-                            if x)
-        parts.append(f"{plural(n, 'node')}, {each}" + (" each" if n > 1 else ""))
-    return "; ".join(parts)
-
-
-def skipped_text(nodes: Mapping[str, NodeProgress], shown: int = 5) -> str:
-    """`skipped: 2 node(s) whose drain timed out: a, b (noderoll retry --nodes NODE)`; "" when none."""
-    names = sorted(n for n, p in nodes.items() if p.skipped)
-    if not names:
-        return ""
-    more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return (f"skipped: {len(names)} node(s) whose drain timed out: {', '.join(names[:shown])}{more} "
-            "(noderoll retry --nodes NODE)")
-
-
-def disruption_totals(nodes: Mapping[str, NodeProgress]) -> dict[str, int]:
-    """Windows, cordons, drains and interrupts summed over the nodes."""
-    return {key: sum(getattr(p, key) for p in nodes.values()) for key in ("windows", "cordons", "drains", "interrupts")}
 
 
 # --- packages ---------------------------------------------------------------------------------
@@ -185,8 +146,11 @@ def package_detail(view: PackageView) -> Group:
         head.add_row("limits", limits_text(view.limits))
     head.add_row("source", view.source)
     parts: list[RenderableType] = [head]
-    for title, reasons in (("blocked nodes", p.blocked), ("erroring nodes", p.erroring)):
+    for title, reasons, total in (("blocked nodes", p.blocked, p.blocked_count),
+                                  ("erroring nodes", p.erroring, p.erroring_count)):
         if reasons:
+            if total > len(reasons):  # capped: the first nodes of each reason (planning.views.capped)
+                title = f"{title} ({len(reasons)} shown of {total}: the first of each reason)"
             table = Table(title=title, title_justify="left")
             table.add_column("NODE")
             table.add_column("REASON", overflow="fold")
@@ -224,7 +188,7 @@ def fleet_json(view: FleetView) -> dict[str, Any]:
             phase=p.phase.value, wave=p.wave, batch_number=p.batch_number, batch_size=p.batch_size,
             canary_phase=str(p.canary_phase), canary_nodes=list(p.canary_nodes), message=p.message,
             total_nodes=p.total_nodes, counts=dict(p.counts), updated_at=p.updated_at,
-            disruptions=disruption_totals(p.nodes), eta=asdict(p.eta) if p.eta is not None else None,
+            disruptions=fleet_summary.fleet_disruptions(p), eta=asdict(p.eta) if p.eta is not None else None,
         )
     return data
 
@@ -251,9 +215,9 @@ def fleets_status(views: list[FleetView]) -> Group:
     parts: list[RenderableType] = []
     for view in views:
         parts.append(fleet_table(view))
-        if view.progress is not None and view.progress.nodes:
-            parts.append(Text(f"  disruptions: {disruptions_text(view.progress.nodes)}", style="dim"))
-            if skipped := skipped_text(view.progress.nodes):
+        if view.progress is not None and (view.progress.nodes or view.progress.total_nodes):
+            parts.append(Text(f"  disruptions: {fleet_summary.fleet_disruptions_text(view.progress)}", style="dim"))
+            if skipped := fleet_summary.fleet_skipped_text(view.progress):
                 parts.append(Text(f"  {skipped}", style="magenta"))
         if view.progress is not None and view.progress.eta is not None and view.progress.eta.finish_at:
             eta = view.progress.eta

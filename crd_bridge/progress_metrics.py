@@ -12,7 +12,7 @@ from datetime import datetime
 
 import metrics
 from api.enums import RolloutPhase
-from api.node_state import parse_node_state
+from api.node_state import NodeState, parse_node_state
 from metrics import NodeCount
 from planning.views.fleet_status import FleetProgress as FleetReport
 from planning.views.status import RolloutProgress
@@ -33,13 +33,17 @@ def node_counts(package: str, annotations: Iterable[str | None]) -> list[NodeCou
     """
     totals: dict[tuple[str, str], int] = {}
     for raw in annotations:
-        state, problem = parse_node_state(raw)
-        entry = state.packages.get(package)
-        key = (entry.state.value, entry.stage.value if entry.stage else "none") if entry else ("waiting", "none")
-        if problem:
-            key = ("blocked", "none")
+        key = count_key(package, *parse_node_state(raw))
         totals[key] = totals.get(key, 0) + 1
     return [NodeCount(state, stage, count) for (state, stage), count in sorted(totals.items())]
+
+
+def count_key(package: str, state: NodeState, problem: str) -> tuple[str, str]:
+    """The (state, stage) a node counts under for `package` (`node_counts`). Pure."""
+    if problem:
+        return ("blocked", "none")
+    entry = state.packages.get(package)
+    return (entry.state.value, entry.stage.value if entry.stage else "none") if entry else ("waiting", "none")
 
 
 def publish_progress(package: str, progress: RolloutProgress) -> None:

@@ -25,13 +25,12 @@ from api import keys
 from api.enums import ConditionType
 from crd_bridge.decisions import RolloutState
 from crd_bridge.fleets import raw_fleet
-from crd_bridge.progress_metrics import node_counts, publish_fleet, publish_progress
+from crd_bridge.progress_metrics import publish_fleet, publish_progress
 from crd_bridge.protection import with_condition
 from crd_bridge.reconciler import Reconciler
 from crd_bridge.status_writer import StatusWrite, without_empty_strings, write_status
 from metrics import set_package_nodes
 from planning.node.drain import drain_blocks
-from planning.node.targets import is_candidate
 from planning.views.status import package_view, render_package_status
 from protocol.names import DEFAULT_FLEET
 
@@ -107,8 +106,5 @@ class StatusPoller:
         check = self.reconciler.valid.get(name)
         if check is None or check.package is None:
             return
-        spec = check.package.spec
-        # The views the Node watch keeps (crd_bridge/node_views.py): nothing converted per poll.
-        views = self.reconciler.cache.nodes.views.values()
-        annotations = [v.state_annotation or None for v in views if is_candidate(spec, v.labels)]
-        set_package_nodes(name, node_counts(name, annotations))
+        # Kept by the Node watch (crd_bridge/node_views.py): nothing parsed or counted per poll (issue 45).
+        set_package_nodes(name, self.reconciler.cache.nodes.package_counts(name, check.package.spec))

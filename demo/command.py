@@ -38,8 +38,10 @@ from demo.view import LiveSnapshot, change_lines, observe, render_live
 from fleetsim.nodes import node_name
 from localstack.provision import ProvisionError
 from localstack.state import StackInfo, default_state_dir, load_stack_info
+from planning.views.fleet_status import NODES_PAGE_MAX
 from planning.views.status import RolloutProgress
 from protocol import names
+from protocol.fleet import ProgressFilter
 
 # One fleet queried every poll: fast enough to watch, light on a busy workflow's query buffer.
 POLL_SECONDS = 1.5
@@ -181,7 +183,8 @@ def _node_selector(record: procs.DemoRecord) -> str:
 
 
 async def _snapshot(ops: Ops, record: procs.DemoRecord, snapshot: LiveSnapshot) -> LiveSnapshot:
-    view = await fleet_view(ops, record.policy, record.packages)
+    # The demo shows every node (a few dozen): the fleet's answer lists them when asked (issue 45).
+    view = await fleet_view(ops, record.policy, record.packages, ProgressFilter(all=True, limit=NODES_PAGE_MAX))
     nodes = await asyncio.to_thread(ops.list_nodes, _node_selector(record))
     fresh = LiveSnapshot(record.policy, view.progress, {v.name: v.progress for v in view.packages}, nodes,
                          snapshot.elapsed, snapshot.interrupt, snapshot.batches, snapshot.boot_ids, snapshot.gpus)

@@ -16,7 +16,7 @@ from datetime import datetime
 from rich.table import Table
 
 from api.enums import State
-from cli.progress_view import disruption_totals, disruptions_text, plural
+from cli.fleet_summary import disruption_totals, disruptions_text, plural
 from demo.view import GPU, LiveSnapshot
 from planning.views.fleet_status import FleetProgress
 from planning.views.status import RolloutProgress

@@ -21,18 +21,17 @@ from rich.text import Text
 from api import keys
 from api.enums import NodeStatus, State
 from api.quantity import parse_quantity
+from cli.fleet_summary import disruptions_text, plural
 from cli.ops_client import NodeRow
 from cli.progress_view import (
     STATE_STYLE,
     ZONE_LABEL,
     batch_text,
     count,
-    disruptions_text,
     entry_cell,
     entry_text,
     node_flags,
     phase_text,
-    plural,
 )
 from planning.rollout.disruption import describe, noun
 from planning.views.fleet_status import FleetProgress, NodeProgress

@@ -22,18 +22,19 @@ import sys
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from api.enums import RolloutPhase
+from api.enums import RolloutPhase, State
 from cli.process_exit import exit_process
 from localstack.state import resolve_connection
 from planning.fleet.codec import progress_from_json
 from planning.views.fleet_status import FleetProgress
 from protocol import names
-from protocol.fleet import Filter
+from protocol.fleet import Filter, ProgressFilter
 
 
-async def progress(fleet: WorkflowHandle) -> FleetProgress:
-    """The fleet's `progress` query, as the typed report the bridge and the CLI read."""
-    return progress_from_json(await fleet.query(names.QUERY_PROGRESS))
+async def progress(fleet: WorkflowHandle, nodes: ProgressFilter | None = None) -> FleetProgress:
+    """The fleet's `progress` query, as the typed report the bridge and the CLI read: its summary, and with
+    `nodes` the nodes it asks for (one page)."""
+    return progress_from_json(await fleet.query(names.QUERY_PROGRESS, *(() if nodes is None else (nodes,))))
 
 
 def show(report: FleetProgress, package: str) -> str:
@@ -64,6 +65,9 @@ async def main(args: argparse.Namespace) -> int:
             break
         await asyncio.sleep(1)
     print("paused:", show(report, args.package))
+    windows = await progress(fleet, ProgressFilter(states=[State.IN_PROGRESS.value]))
+    print(f"  nodes in a window: {', '.join(windows.nodes) or 'none'}"
+          + (f" (and more after {windows.nodes_next})" if windows.nodes_next else ""))
     await fleet.signal(names.SIGNAL_RESUME, only)
     print("resumed:", show(await progress(fleet), args.package))
     return 0 if held else 1

@@ -10,7 +10,7 @@ built again instead of overwriting blindly.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from kubernetes import client
@@ -85,9 +85,10 @@ def read_node_json(name: str, missing: str = "does not exist") -> dict[str, Any]
         kube.raise_for(err, f"read node {name}")
 
 
-def list_node_facts(label_selector: str = "", on_page: Callable[[int], None] | None = None) -> list[NodeFacts]:
-    """Every Node (narrowed by `label_selector` when given) as `NodeFacts`, sorted by name, listed in
-    pages from etcd, so every write completed before the call shows; `on_page(count so far)` after
+def list_node_facts(label_selector: str = "", on_page: Callable[[int], None] | None = None,
+                    field_selector: str = "") -> list[NodeFacts]:
+    """Every Node (narrowed by `label_selector` and `field_selector` when given) as `NodeFacts`, sorted by name,
+    listed in pages from etcd, so every write completed before the call shows; `on_page(count so far)` after
     each page (the activities heartbeat there)."""
     nodes: list[NodeFacts] = []
     token: str | None = None
@@ -100,8 +101,8 @@ def list_node_facts(label_selector: str = "", on_page: Callable[[int], None] | N
         # Raw JSON (`node_facts` reads it as is): typed, each page's 500 nodes were built into the
         # client's models and taken apart again, a cost paid on every listing of a large fleet.
         try:
-            page = kube.untyped(kube.core().list_node, label_selector=label_selector or None, limit=PAGE_SIZE,
-                                _continue=token)
+            page = kube.untyped(kube.core().list_node, label_selector=label_selector or None,
+                                field_selector=field_selector or None, limit=PAGE_SIZE, _continue=token)
         except ApiException as err:
             kube.raise_for(err, "list nodes")
         nodes.extend(node_facts(n) for n in page.get("items") or [])
@@ -111,3 +112,18 @@ def list_node_facts(label_selector: str = "", on_page: Callable[[int], None] | N
         if not token:
             break
     return sorted(nodes, key=lambda n: n.name)
+
+
+def read_node_facts(names: Collection[str], on_node: Callable[[int], None] | None = None) -> list[NodeFacts]:
+    """The named Nodes as `NodeFacts` (one read each, from etcd; a Node that does not exist is left out),
+    sorted by name; `on_node(count so far)` after each (the activities heartbeat there)."""
+    found: list[NodeFacts] = []
+    for count, name in enumerate(sorted(set(names)), 1):
+        try:
+            found.append(node_facts(kube.untyped(kube.core().read_node, name)))
+        except ApiException as err:
+            if not kube.is_not_found(err):
+                kube.raise_for(err, f"read node {name}")
+        if on_node is not None:
+            on_node(count)
+    return found

@@ -159,13 +159,19 @@ class NodeAvailability:
 
 @dataclass
 class ReadNodeSupplyInput:
-    """A fresh read of the fleet's nodes before windows are handed out (the budget at hand-out, ADR 0023)."""
+    """A fresh read of the fleet's nodes before windows are handed out (the budget at hand-out, ADR 0023).
+
+    `down_only` (issue 45): read the nodes named in `nodes` and every node that is cordoned or in a node
+    window (selected by the apiserver: `spec.unschedulable`, `noderoll.io/status=in-progress`), not every node
+    of the fleet; without it (reads asked before the rule) every node named is read.
+    """
 
     nodes: list[str]
     label_keys: list[str] = field(default_factory=list)
     resources: list[str] = field(default_factory=list)
     # As `ListFleetNodesInput.respect`: report a node other maintenance holds with that reason (None: not asked).
     respect: dict[str, Any] | None = None
+    down_only: bool = False
 
 
 @dataclass

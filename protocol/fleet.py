@@ -101,6 +101,28 @@ class Filter:
 
 
 @dataclass
+class ProgressFilter:
+    """Optional argument of the fleet query `progress`: which nodes its answer lists (`FleetProgress.nodes`).
+
+    Without one (or with none of `nodes`, `states`, `all` set) the answer is the fleet's summary: its counts,
+    per Package and per compartment, its disruptions summed, and no node listed (issue 45: a 10,000-node
+    answer listing every node was 1.7 MB). With one it lists, in name order, the nodes named in `nodes`, those
+    in one of `states` (api.enums.State values) or, with `all`, every node; a page at a time: those after
+    `after`, at most `limit` (0: 500; at most 1,000). The answer's `nodes_next` is the `after` of the next page.
+    """
+
+    nodes: list[str] = field(default_factory=list)
+    states: list[str] = field(default_factory=list)
+    all: bool = False
+    after: str = ""
+    limit: int = 0
+
+    def lists_nodes(self) -> bool:
+        """The filter asks for nodes (else: the summary only)."""
+        return bool(self.nodes or self.states or self.all)
+
+
+@dataclass
 class Rerun:
     """Payload of the fleet signal `rerun`: run a completed Package again (once per `id`).
 

@@ -187,6 +187,18 @@ def node_reasons(description: str) -> Schema:
     )
 
 
+def reason_counts(kind: str) -> Schema:
+    return array(
+        f"The reasons nodes are {kind} and how many nodes have each: the first 10, most nodes first (omitted: "
+        f"no node is {kind}).",
+        obj(
+            "A reason and its node count.",
+            {"reason": string("Why (cut to 200 characters)."), "nodes": integer("Nodes with this reason.", minimum=0)},
+            required=["reason", "nodes"],
+        ),
+    )
+
+
 def package_spec() -> Schema:
     env = obj(
         "An environment variable.",
@@ -450,12 +462,18 @@ def package_status() -> Schema:
             "blockedNodes": node_reasons(
                 "Targeted nodes that cannot be updated now and why (an untolerated taint, an unreadable "
                 "noderoll.io/state, a dependency not complete there...); each carries noderoll.io/status=blocked "
-                "unless its own window runs or it is erroring (dependency waits keep their label)."
+                "unless its own window runs or it is erroring (dependency waits keep their label). The first 5 "
+                "nodes of each of the first 10 reasons (blockedReasons); every one is counted in nodes.blocked."
             ),
-            "erroringNodes": node_reasons("Nodes where a stage failed, with the error."),
+            "erroringNodes": node_reasons(
+                "Nodes where a stage failed, with the error: the first 5 nodes of each of the first 10 reasons "
+                "(erroringReasons); every one is counted in nodes.erroring."),
+            "blockedReasons": reason_counts("blocked"),
+            "erroringReasons": reason_counts("erroring"),
             "drainBlockedNodes": array(
                 "Target nodes whose drain waits on someone else's pods (from the node condition "
-                "noderoll.io/Draining): evictions refused by PodDisruptionBudgets, or protected pods still running.",
+                "noderoll.io/Draining): evictions refused by PodDisruptionBudgets, or protected pods still running; "
+                "the first 20 by name.",
                 obj(
                     "A node whose drain waits.",
                     {
@@ -467,6 +485,9 @@ def package_status() -> Schema:
                     required=["node", "reason"],
                 ),
             ),
+            "drainBlockedNodeCount": integer(
+                "How many nodes drainBlockedNodes would list in all, when that is more than it shows (omitted: "
+                "it shows them all)."),
             "skippedNodes": node_reasons(
                 "Nodes whose window gave them up when their drain timed out (spec.workloads.onDrainTimeout: Skip "
                 "of the DeploymentPolicy), the first 20 by name; all are also in blockedNodes."),

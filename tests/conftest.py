@@ -42,8 +42,15 @@ TESTS_ROOT = Path(__file__).parent
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The skip policy: every skip's reason printed, and one outside the Docker tier fails the run."""
+    """The skip policy: every skip's reason printed, and one outside the Docker tier fails the run. The fleet's
+    work index and node views are checked against a computation from scratch at every use
+    (planning/rollout/work_index.py, planning/views/fleet_nodes.py)."""
     skip_policy.register(config)
+    from planning.rollout import work_index
+    from planning.views import fleet_nodes
+
+    work_index.CHECK = True
+    fleet_nodes.CHECK = True
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

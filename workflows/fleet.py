@@ -33,12 +33,12 @@ with workflow.unsafe.imports_passed_through():
         RerunAsked,
         TurnGiven,
     )
-    from planning.views.fleet_eta import fleet_eta
-    from planning.views.fleet_status import FleetProgress, fleet_progress, has_eta
+    from planning.views.fleet_eta import EtaKeeper
+    from planning.views.fleet_status import FleetProgress, fleet_progress, has_eta, with_nodes
     from protocol import names
     from protocol.clusters import GlobalTurn
     from protocol.fleet import AvailabilityChanged as AvailabilityPayload
-    from protocol.fleet import Filter, FleetInput, FleetSpec, Rerun, WindowResult
+    from protocol.fleet import Filter, FleetInput, FleetSpec, ProgressFilter, Rerun, WindowResult
     from workflows.fleet_commands import FleetCommands
 
 EVERYTHING = Filter()
@@ -52,8 +52,9 @@ class FleetWorkflow:
         # Signal-with-start delivers `desired` before `run`: handlers only queue.
         self._machine = FleetMachine()
         self._run = self._machine.run
-        # The last `progress` answer, with the key of the workflow task it was computed after.
+        # The last `progress` answer, with the key of the workflow task it was computed after; its ETA's keeper.
         self._progress: tuple[tuple[int, datetime, RolloutPhase], FleetProgress] | None = None
+        self._eta = EtaKeeper()
 
     # --- messages ---------------------------------------------------------------------------
 
@@ -108,22 +109,23 @@ class FleetWorkflow:
         self._machine.receive(TurnGiven(turn))
 
     @workflow.query(name=names.QUERY_PROGRESS)
-    def progress(self) -> FleetProgress:
-        """Per Package, per node and for the fleet (planning.views.fleet_status).
+    def progress(self, nodes: ProgressFilter | None = None) -> FleetProgress:
+        """Per Package and for the fleet, and the nodes `nodes` asks for (planning.views.fleet_status).
 
-        Computed once per workflow task: the state changes only in one, and a query sees the last task's
-        history length and time (so the key changes with every task). The bridge asks every 3 s; during
-        long windows or while the fleet waits no task comes for minutes (ADR 0019).
+        The summary is computed once per workflow task: the state changes only in one, and a query sees the
+        last task's history length and time (so the key changes with every task). The bridge asks every 3 s;
+        during long windows or while the fleet waits no task comes for minutes (ADR 0019). It costs the nodes
+        that changed since the last one, not the fleet (issue 45).
         """
         run = self._run
         key = (workflow.info().get_current_history_length(), workflow.now(), run.phase)
         if self._progress is None or self._progress[0] != key:
-            # The ETA runs the fleet's machine ahead on a copy (planning.views.fleet_eta); readers move it to
-            # their own clock (planning.views.eta.eta_at).
-            eta = fleet_eta(run) if has_eta(run.phase) else None
+            # The ETA runs the fleet's machine ahead on a copy when due (planning.views.fleet_eta); readers move it
+            # to their own clock (planning.views.eta.eta_at).
+            eta = self._eta.get(run) if has_eta(run.phase) else None
             report = fleet_progress(run.state, run.phase, workflow.now().isoformat(), run.fleet_id, eta)
             self._progress = (key, report)
-        return self._progress[1]
+        return with_nodes(self._progress[1], run.state, nodes)
 
     @workflow.query(name=names.QUERY_FLEET_SPEC)
     def desired_state(self) -> FleetSpec | None:

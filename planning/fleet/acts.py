@@ -163,6 +163,7 @@ def _resend(run: FleetRun, nodes: list[str]) -> Steps[None]:
                                             rollback=flight.rollback)
         requests.append(fs.window_request(state, fleet_id, orders, node))
         targets.append(node)
+    fs.touch_nodes(state, targets)
     yield from hand_over(requests, targets)
 
 

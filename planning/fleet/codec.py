@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from planning.fleet import carry
 from planning.node.node_marks import NodeMark
 from planning.rollout.fleet_state import FleetState
 from planning.rollout.fleet_targets import FleetSelection
@@ -25,23 +26,23 @@ _MARKS = TypeAdapter(list[NodeMark])
 
 
 def state_to_json(state: FleetState) -> dict[str, Any]:
-    """`state` as JSON-able data (for continue-as-new)."""
-    return _STATE.dump_python(state, mode="json")
+    """`state` as JSON-able data for continue-as-new, compact at any fleet size (`planning.fleet.carry`)."""
+    return carry.pack(_STATE.dump_python(state, mode="json"))
 
 
 def state_from_json(data: dict[str, Any]) -> FleetState:
-    """The `FleetState` stored by `state_to_json`."""
-    return _STATE.validate_python(data)
+    """The `FleetState` stored by `state_to_json` (or as carried before it: the whole state as JSON)."""
+    return _STATE.validate_python(carry.unpack(data))
 
 
 def selection_from_json(data: dict[str, Any]) -> FleetSelection:
-    """The `FleetSelection` a `list_fleet_nodes` activity returned."""
-    return _SELECTION.validate_python(data)
+    """The `FleetSelection` a `list_fleet_nodes` activity returned (packed, or plain before issue 45)."""
+    return _SELECTION.validate_python(carry.unpack_selection(data))
 
 
 def selection_to_json(selection: FleetSelection) -> dict[str, Any]:
-    """`selection` as `list_fleet_nodes` returns it (defaults left out)."""
-    return _SELECTION.dump_python(selection, mode="json", exclude_defaults=True)
+    """`selection` as `list_fleet_nodes` returns it: defaults left out, packed (`planning.fleet.carry`)."""
+    return carry.pack_selection(_SELECTION.dump_python(selection, mode="json", exclude_defaults=True))
 
 
 def progress_from_json(data: Any) -> FleetProgress:

@@ -100,12 +100,17 @@ def hold(state: fs.FleetState, waits: Collection[disruption.Wait]) -> None:
     planner.waits = disruption.notes(waits)
 
 
-def read_supply(run: FleetRun) -> Steps[str]:
-    """Read the fleet's nodes again and take what was read; "" or why the read failed."""
+def read_supply(run: FleetRun, candidates: Collection[str] = ()) -> Steps[str]:
+    """Read the fleet's nodes again and take what was read; "" or why the read failed. Only what may have
+    changed is read (issue 45): every node cordoned or in a window (the apiserver selects them), the `candidates`
+    to hand out, the nodes the bridge reported changed, and those the fleet's view has down and not in its own
+    window (to see them up again: a node that was in a window may be NotReady now, which no selection finds)."""
     state = run.state
+    asked = {*candidates, *run.availability_changed}
+    asked.update(n for n, t in state.targets.items() if t.down and n not in state.in_flight)
     result: ReadNodeSupplyResult | Failed = yield ReadSupply(ReadNodeSupplyInput(
-        nodes=sorted(state.targets), label_keys=disruption.topology_keys(run.policy),
-        resources=disruption.floor_resources(run.policy), respect=run.respect_json()))
+        nodes=sorted(asked & state.targets.keys()), label_keys=disruption.topology_keys(run.policy),
+        resources=disruption.floor_resources(run.policy), respect=run.respect_json(), down_only=True))
     if isinstance(result, Failed):
         yield from run.log(f"reading the nodes before a hand-out failed: {result.reason}", warning=True)
         return result.reason
@@ -120,7 +125,7 @@ def refresh_supply(run: FleetRun) -> Steps[None]:
     if not run.availability_changed or not (yield from checks_budget(run)):
         return
     if (yield from run.patched(BUDGET_AT_HAND_OUT_PATCH)):
-        yield from read_supply(run)
+        yield from read_supply(run, run.availability_changed)
     else:
         run.availability_changed.clear()
 
@@ -130,7 +135,7 @@ def send_checked(run: FleetRun, nodes: list[str]) -> Steps[None]:
     if not nodes or not (yield from checks_budget(run)) or not (yield from run.patched(BUDGET_AT_HAND_OUT_PATCH)):
         yield from send(run, nodes)
         return
-    problem = yield from read_supply(run)
+    problem = yield from read_supply(run, nodes)
     if problem:
         waits = [disruption.Wait(n, disruption.RULE_UNREAD, state_compartment(run, n), f"the nodes could not be read: {problem}")
                  for n in nodes]

@@ -103,7 +103,7 @@ def run_fleet(run: FleetRun, input: FleetInput) -> Steps[None]:
         elif state.planner is not None and (yield from run.relist_due(next_relist)):
             yield from acts.refresh(run)
         if run.now >= next_relist:
-            next_relist = run.now + timedelta(seconds=input.relist_seconds)
+            next_relist = yield from run.next_relist()
         yield from acts.watchdog(run)
         if (yield from run.should_continue_as_new()):
             yield WaitHandlers()
@@ -165,8 +165,9 @@ def _ready(run: FleetRun, planner: batches.BatchPlannerState, next_relist: datet
         yield from acts.wait_unfinished(run, next_relist, keep_phase=True)
     elif state.in_flight:
         yield from acts.wait_unfinished(run, next_relist)
-    elif not run.resolved:
-        # Nodes may have joined, left or finished a dependency since the last listing.
+    elif not run.resolved and (yield from run.listing_due()):
+        # Nodes may have joined, left or finished a dependency since the last listing (at scale, a listing is
+        # at most every `FleetRun.listing_interval`: the batch is planned on the last one meanwhile).
         yield from acts.refresh(run)
     elif (yield from holds.held(run)):
         return  # a gate or the maintenance windows hold the next batch (it sampled or waited)
@@ -200,7 +201,9 @@ def _next_batch(run: FleetRun, planner: batches.BatchPlannerState, others: disru
     if rolling.is_rolling(planner) and not canary_due:
         rolling.top_up(planner, fs.startable(state), supply, others)
         return planner.current_batch
-    return batches.next_batch(planner, fs.startable(state), fs.canary_cover(state), supply, others)
+    # The canary's cover reads every startable node: only when a canary is to be picked.
+    cover = fs.canary_cover(state) if canary_due else []
+    return batches.next_batch(planner, fs.startable(state), cover, supply, others)
 
 
 def _roll(run: FleetRun, planner: batches.BatchPlannerState, next_relist: datetime) -> Steps[None]:

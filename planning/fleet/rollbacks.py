@@ -66,5 +66,6 @@ def _send(run: FleetRun, rollback: rollbacks.Rollback, nodes: list[str]) -> Step
         request_id = fs.request_id(state, fleet_id, node)
         state.in_flight[node] = fs.InFlight(request_id, [o.name for o in orders], run.stamp(), rollback=True)
         requests.append(fs.window_request(state, fleet_id, orders, node))
+    fs.touch_nodes(state, nodes)
     yield from run.log(f"rolling back {', '.join(nodes)}")
     yield from hand_over(requests, nodes)

@@ -49,6 +49,11 @@ ONE_SECOND = timedelta(seconds=1)
 # `nodes_changed` comes at every cordon of every node: re-list at most this often.
 # The default of `FleetInput.relist_min_seconds`; a run's own is `FleetRun.relist_gap`.
 RELIST_MIN_INTERVAL = timedelta(seconds=30)
+# A listing reads and classifies every node of the fleet: at scale a fleet lists at most once per this many
+# seconds per node (10,000 nodes: every 300 s, as its periodic re-list), so its listings cost the same per
+# second, and per window, at any size (issue 45). Runs recorded before the rule replay without it.
+LISTING_SECONDS_PER_NODE = 0.03
+LISTINGS_SCALE_PATCH = "listings-scale-with-the-fleet"
 
 
 @dataclass
@@ -90,6 +95,8 @@ class FleetRun:
     availability_changed: set[str] = field(default_factory=set)
     # Answers of `Patched` so far (a patch is asked once per run, where the workflow asked it).
     patches: dict[str, bool] = field(default_factory=dict)
+    # The Temporal UI's details line is computed (False: a run ahead, the ETA's, which shows nothing).
+    show_details: bool = True
 
     @property
     def fleet_id(self) -> str:
@@ -139,7 +146,7 @@ class FleetRun:
 
     def set_phase(self, phase: RolloutPhase) -> Steps[None]:
         """The phase (`NoderollPhase`) and the current-details line of the Temporal UI."""
-        details = details_line(self.state, phase, self.fleet_id)
+        details = details_line(self.state, phase, self.fleet_id) if self.show_details else ""
         shown_details = details if details != self.details else None
         self.details = details
         shown_phase = phase if phase is not self.phase else None
@@ -202,13 +209,28 @@ class FleetRun:
 
     def relist_due(self, next_relist: datetime) -> Steps[bool]:
         """A re-list now: a `nodes_changed` one past its rate limit, the periodic one, or one asked at once."""
-        return (((yield from self.relist_wanted()) and self.now >= self.listed_at + self.relist_gap)
+        limit = max(self.relist_gap, (yield from self.listing_interval()))
+        return (((yield from self.relist_wanted()) and self.now >= self.listed_at + limit)
                 or self.now >= next_relist or self.relist_now)
 
     @property
     def relist_gap(self) -> timedelta:
         """The least time between two `nodes_changed` re-lists (`FleetInput.relist_min_seconds`, at least 1 s)."""
         return max(timedelta(seconds=self.input.relist_min_seconds), ONE_SECOND)
+
+    def listing_interval(self) -> Steps[timedelta]:
+        """The least time between two listings of this fleet (LISTING_SECONDS_PER_NODE; none before the rule)."""
+        if not self.state.targets or not (yield from self.patched(LISTINGS_SCALE_PATCH)):
+            return timedelta()
+        return timedelta(seconds=len(self.state.targets) * LISTING_SECONDS_PER_NODE)
+
+    def listing_due(self) -> Steps[bool]:
+        """A listing before the next batch: asked at once, or the last one is `listing_interval` old."""
+        return self.relist_now or self.now >= self.listed_at + (yield from self.listing_interval())
+
+    def next_relist(self) -> Steps[datetime]:
+        """When the periodic re-list is due from now: `relist_seconds`, or the listing interval when longer."""
+        return self.now + max(timedelta(seconds=self.input.relist_seconds), (yield from self.listing_interval()))
 
     def windows_open(self) -> bool:
         """The policy's maintenance windows are open now (or it has none)."""

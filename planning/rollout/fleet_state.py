@@ -27,6 +27,9 @@ dependency paused by signal (or answered erroring or blocked) keeps its dependen
 `spec.paused` does in target selection.
 `upcoming` and `window_seconds`: drain-ahead's marks and the window durations its estimate reads
 (`planning/rollout/drain_ahead.py`); `preview_next` is the batch the planner would give next.
+Which nodes want a window (`wanted`, `startable`, `remaining`) is kept by `planning.rollout.work_index`: every
+rule here that changes what a node wants tells it (`touch_nodes`, `work_index.touch_all`), so the fleet's loop does not read
+every node at every step (issue 45).
 """
 
 from __future__ import annotations
@@ -34,14 +37,14 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Set
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from api.enums import CanaryPhase, State
 from api.policy import DeploymentPolicySpec
 from planning.clusters.cluster_turns import ClusterTurns
-from planning.rollout import batches, disruption
+from planning.rollout import batches, disruption, work_index
 from planning.rollout import drain_ahead as ahead
 from planning.rollout import fleet_rerun as rerun
 from planning.rollout import fleet_rollback as rollbacks
@@ -151,6 +154,27 @@ class FleetState:
     held: dict[str, str] = field(default_factory=dict)
 
 
+def copy_for_simulation(state: FleetState) -> FleetState:
+    """A copy of `state` that the fleet's machine can run ahead on (the ETA) without changing `state`.
+
+    A deep copy but for the nodes' targets: each `NodeTargets` is replaced, never changed in place, so the
+    copy's dict shares them (at 10,000 nodes copying them was most of the copy); the derived caches (the work
+    index, the node views) are not copied: the copy builds its own when asked.
+    """
+    caches = {k: v for k, v in state.__dict__.items() if k.startswith("_")}
+    targets = state.targets
+    try:
+        for key in caches:
+            del state.__dict__[key]
+        state.targets = {}
+        copied = copy.deepcopy(state)
+    finally:
+        state.targets = targets
+        state.__dict__.update(caches)
+    copied.targets = dict(targets)
+    return copied
+
+
 # --- desired state ---------------------------------------------------------------------------
 
 
@@ -183,6 +207,8 @@ def set_spec(state: FleetState, spec: FleetSpec) -> bool:
         replaced = entry.name in wanted and wanted[entry.name] != rolled
         if replaced and rolled == package_revision(entry):
             state.outgoing.setdefault(entry.name, entry)
+    if spec != state.spec:
+        work_index.touch_all(state)
     state.spec = spec
     if any(state.revisions.get(p) != r for p, r in wanted.items()) or policy_revision(spec) != state.policy_revision:
         state.wave_wanted = True
@@ -228,6 +254,7 @@ def start_wave(state: FleetState, selection: FleetSelection, policy: DeploymentP
         # Only the policy changed: the Packages passed their canary in an earlier wave.
         planner.canary_phase = CanaryPhase.PASSED
     state.planner = planner
+    work_index.touch_all(state)
 
 
 def refresh_targets(state: FleetState, selection: FleetSelection, policy: DeploymentPolicySpec) -> list[str]:
@@ -236,6 +263,7 @@ def refresh_targets(state: FleetState, selection: FleetSelection, policy: Deploy
     assert planner is not None
     known = {n for c in planner.compartments.values() for n in c.nodes}
     joined = batches.add_nodes(planner, policy, [n for n in selection.eligible() if n.name not in known])
+    departed_before = dict(state.departed)
     for node in sorted(known):
         if node in selection.nodes or node in state.departed:
             continue
@@ -243,21 +271,31 @@ def refresh_targets(state: FleetState, selection: FleetSelection, policy: Deploy
             state.departed[node] = DEPARTED_REASON
     for node in selection.nodes:
         state.departed.pop(node, None)
+    # The nodes whose view may change: their targets or departure changed, or an outcome is cleared below.
+    touched = {n for n in state.targets.keys() | selection.nodes.keys()
+               if state.targets.get(n) != selection.nodes.get(n)}
+    touched |= {n for n in departed_before.keys() | state.departed.keys()
+                if departed_before.get(n) != state.departed.get(n)}
     for node, record in state.records.items():
         current = selection.nodes.get(node)
         if current is None:
             continue
-        changed = bool(record.fingerprint) and current.fingerprint != record.fingerprint
+        changed_node = bool(record.fingerprint) and current.fingerprint != record.fingerprint
         # Asked again: a `blocked` answer once the node changed (annotation fixed, taint gone), and a
         # `complete` one whose record is gone from the node (reset by hand, reimaged: work pending again).
         again = [p for p, s in record.outcomes.items()
-                 if (s == State.BLOCKED.value and changed) or (s == State.COMPLETE.value and p in current.pending)]
+                 if (s == State.BLOCKED.value and changed_node) or (s == State.COMPLETE.value and p in current.pending)]
         for package in again:
             record.outcomes.pop(package)
             record.messages.pop(package, None)
-        if changed:
+            touched.add(node)
+        if changed_node:
             record.fingerprint = ""
     state.targets = dict(selection.nodes)
+    if joined:
+        work_index.touch_all(state)  # the planner's compartments changed (the views read them)
+    else:
+        touch_nodes(state, touched)
     forget_outcomes(state, rerun.resolve(state.reruns, state.targets))
     return joined
 
@@ -276,6 +314,17 @@ def wanted(state: FleetState, node: str) -> list[str]:
     signal, or answered erroring or blocked in this wave): its window would only answer it blocked,
     and the dependency's later window would then cost the node a second drain and interrupt.
     """
+    return _wanted(state, node)
+
+
+def touch_nodes(state: FleetState, nodes: Collection[str]) -> None:
+    """These nodes' wanted Packages or requests may have changed (work index): every change of `in_flight`
+    or `records` made outside this module says so."""
+    work_index.touch(state, list(nodes), _wanted)
+
+
+def _wanted(state: FleetState, node: str) -> list[str]:
+    """`wanted`, computed."""
     targets = state.targets.get(node)
     if targets is None or node in state.paused_nodes or node in state.departed:
         return []
@@ -309,22 +358,67 @@ def _with_their_dependencies(
     return kept
 
 
-def startable(state: FleetState) -> set[str]:
-    """Nodes that may get a request now: work wanted and none in flight."""
-    return {n for n in state.targets if n not in state.in_flight and wanted(state, n)}
+def startable(state: FleetState) -> Set[str]:
+    """Nodes that may get a request now: work wanted and none in flight (the work index's set: read only)."""
+    return work_index.startable(state, _wanted)
 
 
-def remaining(state: FleetState) -> set[str]:
-    """Nodes with work left in this wave: startable ones and those whose window is out."""
-    return startable(state) | set(state.in_flight)
+def remaining(state: FleetState) -> Set[str]:
+    """Nodes with work left in this wave: startable ones and those whose window is out (a view)."""
+    return work_index.Remaining(startable(state), state.in_flight.keys())
 
 
 def supply(state: FleetState, policy: DeploymentPolicySpec) -> disruption.Supply | None:
     """The latest listing as the policy's capacity floors and topology limits see it, with the fleet's
-    windows out (None when the policy has neither: `batches.next_batch` then admits every node)."""
+    windows out (None when the policy has neither: `batches.next_batch` then admits every node).
+
+    Asked at every hand-out; its nodes are kept (`_SupplyCache`, not a field) and only those whose targets
+    were replaced since are taken again (issue 45: building all 10,000 was most of a hand-out's cost).
+    """
     planner = state.planner
-    compartments = {n: c.name for c in planner.compartments.values() for n in c.nodes} if planner else {}
-    return disruption.supply_of(policy, state.targets, compartments, state.in_flight)
+    limits = disruption.limits_of(policy)
+    if not limits:
+        return None
+    # A new wave, a listing with joiners, a signal: `touch_all` (the planner's compartments may be new).
+    key = (work_index.index_of(state).epoch, repr(limits))
+    cache: _SupplyCache | None = state.__dict__.get(_SUPPLY)
+    if cache is None or cache.key != key:
+        compartments = {n: c.name for c in planner.compartments.values() for n in c.nodes} if planner else {}
+        full = disruption.supply_of(policy, state.targets, compartments, ())
+        assert full is not None
+        cache = _SupplyCache(key, compartments, full.limits, dict(full.nodes), dict(state.targets))
+        state.__dict__[_SUPPLY] = cache
+    else:
+        changed = {n: t for n, t in state.targets.items() if cache.seen.get(n) is not t}
+        gone = cache.seen.keys() - state.targets.keys()
+        if changed or gone:
+            if any(n not in cache.compartments for n in changed):
+                del state.__dict__[_SUPPLY]  # a node the planner does not know: assigned with the others again
+                return supply(state, policy)
+            part = disruption.supply_of(policy, changed, cache.compartments, ())
+            cache.nodes.update(part.nodes if part is not None else {})
+            for name in gone:
+                cache.nodes.pop(name, None)
+            cache.seen = dict(state.targets)
+    found = disruption.Supply(cache.limits, cache.nodes, frozenset(state.in_flight))
+    if work_index.CHECK:
+        fresh = disruption.supply_of(policy, state.targets, cache.compartments, state.in_flight)
+        assert fresh == found, "the fleet's supply is out of date"
+    return found
+
+
+_SUPPLY = "_supply"
+
+
+@dataclass
+class _SupplyCache:
+    """The nodes of `supply`, for the planner and policy of `key`, as of the targets `seen` (by identity)."""
+
+    key: tuple[int, str]
+    compartments: dict[str, str]
+    limits: Mapping[str, disruption.CompartmentLimits]
+    nodes: dict[str, disruption.NodeSupply]
+    seen: dict[str, NodeTargets]
 
 
 def others(state: FleetState, policy: DeploymentPolicySpec) -> disruption.Others:
@@ -429,6 +523,7 @@ def hand_out(state: FleetState, fleet: str, nodes: Collection[str], now: str) ->
         state.held.pop(node, None)
         handed.append((node, window_request(state, fleet, orders, node)))
     if handed:
+        touch_nodes(state, [node for node, _request in handed])
         record_hand_out(state.timings, now)
     return handed
 
@@ -442,6 +537,7 @@ def record_result(state: FleetState, result: WindowResult, now: str = "") -> boo
     if flight is None or flight.request_id != result.request_id:
         return False
     del state.in_flight[result.node]
+    touch_nodes(state, [result.node])
     if result.withdrawn:
         return True
     if now and flight.sent_at:
@@ -455,6 +551,7 @@ def record_result(state: FleetState, result: WindowResult, now: str = "") -> boo
         states = {o.state for o in result.outcomes.values()}
         if State.COMPLETE.value in states and State.ERRORING.value not in states:
             record_window(state.timings, result.interrupt, flight.sent_at, now)
+        touch_nodes(state, [result.node])
     if result.cordoned or result.drained or result.interrupt:
         tally = state.disruptions.setdefault(result.node, Disruptions())
         tally.windows += 1
@@ -528,6 +625,7 @@ def start_rollback(state: FleetState) -> str:
     if not planned.nodes:
         return "no canary node ran a Package the wave changes"
     state.rollback = planned
+    work_index.touch_all(state)
     return ""
 
 
@@ -546,12 +644,14 @@ def forget_outcomes(state: FleetState, pairs: Collection[tuple[str, str]]) -> No
         if record is not None:
             record.outcomes.pop(package, None)
             record.messages.pop(package, None)
+    touch_nodes(state, {node for node, _package in pairs})
 
 
 def apply_rerun(state: FleetState, request: Rerun) -> bool:
     """`rerun` (planning.rollout.fleet_rerun): True when taken (a new id); resolved at once when the wave has targets."""
     if not rerun.take(state.reruns, state.rerun_ids, request):
         return False
+    work_index.touch_all(state)
     if state.planner is not None and state.targets:
         forget_outcomes(state, rerun.resolve(state.reruns, state.targets))
     return True
@@ -567,10 +667,12 @@ def apply_pause(state: FleetState, scope: Filter) -> None:
         state.paused = True
     _add(state.paused_packages, scope.packages)
     _add(state.paused_nodes, scope.nodes)
+    work_index.touch_all(state)
 
 
 def apply_resume(state: FleetState, scope: Filter) -> None:
     """`resume`: clear pauses; without a filter also a halt (a failed gate passes once), and promote the canary."""
+    work_index.touch_all(state)
     if scope.is_empty():
         gate_rules.override(state.gates)
         state.paused, state.halted, state.promote = False, False, True
@@ -607,6 +709,7 @@ def apply_halt(state: FleetState, scope: Filter) -> list[str]:
 def apply_retry(state: FleetState, scope: Filter) -> list[str]:
     """`retry`: erroring and blocked outcomes (all, or of these Packages / nodes) are asked again; clears a halt
     (a failed gate is evaluated again). After a canary rollback: the nodes whose rollback failed are asked again."""
+    work_index.touch_all(state)
     if state.rollback is not None:
         state.halted = False
         return rollbacks.retry(state.rollback, scope.nodes)
@@ -657,9 +760,11 @@ def lost(state: FleetState, node: str, how: str) -> bool:
     if flight.rollback:
         if state.rollback is not None:
             rollbacks.lost(state.rollback, node, message)
+        touch_nodes(state, [node])
         return False
     record = state.records.setdefault(node, NodeRecord())
     for package in flight.packages:
         record.outcomes[package] = State.ERRORING.value
         record.messages[package] = message
+    touch_nodes(state, [node])
     return False

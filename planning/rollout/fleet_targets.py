@@ -134,6 +134,19 @@ def down_reason(node: NodeView, respect: Respect | None = None) -> str:
     return "" if node.ready else DOWN_NOT_READY
 
 
+def selected_when_down(node: NodeView) -> bool:
+    """A `down_only` read of the nodes (`read_node_supply`, issue 45) selects `node` by itself: it is cordoned
+    or in a node window (what the apiserver selects with `spec.unschedulable=true` and the label
+    `noderoll.io/status=in-progress`)."""
+    return node.unschedulable or node.status_label == NodeStatus.IN_PROGRESS.value
+
+
+def supply_read(nodes: Collection[NodeView], named: Collection[str], down_only: bool) -> list[NodeView]:
+    """What a read of the nodes returns: the named ones and, `down_only`, every one `selected_when_down`."""
+    wanted = set(named)
+    return [n for n in nodes if n.name in wanted or (down_only and selected_when_down(n))]
+
+
 def units(node: NodeView, resources: Collection[str]) -> dict[str, int]:
     """The node's allocatable units of each of `resources` it has (a quantity that does not parse: none)."""
     out = {}

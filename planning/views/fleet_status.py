@@ -39,6 +39,13 @@ building the report (the fleet sets it on every turn of its loop).
 * the fleet's message, also on each Package while it works, names the nodes that left the targets
   (relabelled out of the selector, ignored, deleted) before they were updated (`departed`: they
   are no longer in the listing, so in no count).
+
+Size and cost at scale (issue 45): the answer is a summary unless a `protocol.fleet.ProgressFilter` asks for
+nodes: `nodes` is then one page of the nodes it matches (`nodes_matched`, `nodes_next`), else empty; the
+disruptions are summed (`disruptions`, and per kind how many nodes had each count, `disruption_nodes`); every
+Package's blocked and erroring nodes are capped (`planning.views.capped`) with their counts. Each node's view
+and the sums come from `planning.views.fleet_nodes.NodeViews`, which recomputes only the nodes that changed
+since it last looked: an answer costs the changed nodes, the Packages and the listed page, not the fleet.
 """
 
 from __future__ import annotations
@@ -48,34 +55,24 @@ from dataclasses import dataclass, field, replace
 
 from api.enums import CanaryPhase, RolloutPhase, State
 from planning.rollout import fleet_rollback as rollbacks
-from planning.rollout.disruption import CapacityUse, WaitNote, describe, is_held_by_others
+from planning.rollout.disruption import CapacityUse, WaitNote, describe
 from planning.rollout.fleet_state import FleetState, entries, package_revision
 from planning.rollout.gates import GateFailure, GateTrack, failure_text
+from planning.views.capped import capped
 from planning.views.eta import Eta, Timings, eta_at
-from planning.views.status import RolloutProgress
+from planning.views.fleet_nodes import NodeProgress, NodeViews, complete_nodes, histogram, node_views
+from planning.views.status import SKIPPED_SHOWN, RolloutProgress
 from protocol.clusters import GlobalView
+from protocol.fleet import ProgressFilter
+
+__all__ = ["BudgetUse", "FleetProgress", "NodeProgress", "details_line", "details_note", "fleet_progress",
+           "has_eta", "read_at", "with_nodes"]
 
 # Nodes that left the targets before they were updated, named in a message (all are counted).
 DEPARTED_SHOWN = 5
-# A node's state from its Packages' states: the first that any Package has, in this order.
-_NODE_STATE_ORDER = (State.ERRORING, State.IN_PROGRESS, State.WAITING, State.BLOCKED, State.COMPLETE)
-_NOT_COMPLETE = frozenset(s.value for s in _NODE_STATE_ORDER if s is not State.COMPLETE)
-
-
-@dataclass
-class NodeProgress:
-    """One node of the fleet."""
-
-    state: str = State.WAITING.value
-    # Package -> api.enums.State value.
-    packages: dict[str, str] = field(default_factory=dict)
-    reason: str = ""
-    windows: int = 0
-    cordons: int = 0
-    drains: int = 0
-    interrupts: int = 0
-    # Why its last window gave the node up (`drain-timeout`; "" = it did not, or it is asked again).
-    skipped: str = ""
+# A `progress` page of nodes: its default and largest size.
+NODES_PAGE = 500
+NODES_PAGE_MAX = 1000
 
 
 @dataclass
@@ -105,7 +102,15 @@ class FleetProgress:
     # api.enums.State value -> nodes in that state.
     counts: dict[str, int] = field(default_factory=dict)
     packages: dict[str, RolloutProgress] = field(default_factory=dict)
+    # The nodes a `ProgressFilter` asked for, one page in name order (none without a filter), how many nodes
+    # it matched in all, and the `after` of the next page ("" = this was the last).
     nodes: dict[str, NodeProgress] = field(default_factory=dict)
+    nodes_matched: int = 0
+    nodes_next: str = ""
+    # The fleet's windows' disruptions summed over its nodes (windows, cordons, drains, interrupts), and per
+    # kind how many nodes had each count ({"drains": {"1": 200}}: one drain on each of 200 nodes).
+    disruptions: dict[str, int] = field(default_factory=dict)
+    disruption_nodes: dict[str, dict[str, int]] = field(default_factory=dict)
     # Compartment -> its budget and the windows out in it (never more than the budget).
     budgets: dict[str, BudgetUse] = field(default_factory=dict)
     # RFC 3339 time of this report (workflow.now()).
@@ -151,66 +156,12 @@ def details_note(state: FleetState, phase: RolloutPhase) -> str:
 def details_line(state: FleetState, phase: RolloutPhase, fleet_id: str) -> str:
     """The Temporal UI's current-details line of the fleet (module docstring)."""
     planner = state.planner
-    complete = sum(1 for node in state.targets if _node_complete(state, node))
+    complete = complete_nodes(state)
     shown = ", ".join(f"{name} {entry.spec.get('version', '')}" for name, entry in sorted(entries(state).items()))
     return (
         f"**{phase.value}** {fleet_id} wave {state.wave}, batch {planner.batch_number if planner else 0}: "
         f"{complete}/{len(state.targets)} nodes complete; packages: {shown or 'none'}"
     ) + details_note(state, phase)
-
-
-def _node_complete(state: FleetState, node: str) -> bool:
-    """`_node_progress(state, node).state == complete`, stopping at the first Package that is not."""
-    return not any(_package_state(state, node, package)[0] in _NOT_COMPLETE for package in state.targets[node].packages())
-
-
-def _package_state(state: FleetState, node: str, package: str) -> tuple[str, str]:
-    """(api.enums.State value, reason) of `package` on `node`."""
-    flight = state.in_flight.get(node)
-    if flight is not None and package in flight.packages:
-        return State.IN_PROGRESS.value, ""
-    rollback = state.rollback
-    if rollback is not None and package in rollback.nodes.get(node, []):
-        if node in rollback.failed:
-            return State.ERRORING.value, f"rollback failed: {rollback.failed[node]}"
-        if node in rollback.done:
-            return State.WAITING.value, rollbacks.node_reason(rollback, node, package)
-    record = state.records.get(node)
-    targets = state.targets[node]
-    outcome = record.outcomes.get(package) if record is not None else None
-    if outcome is not None and (outcome == State.ERRORING.value or package not in targets.blocked):
-        return outcome, record.messages.get(package, "") if record is not None else ""
-    if package in targets.done:
-        return State.COMPLETE.value, ""
-    if package in targets.blocked:
-        return State.BLOCKED.value, targets.blocked[package]
-    if package in targets.waiting:
-        return State.BLOCKED.value, targets.waiting[package]
-    if node in state.departed:
-        return State.SKIPPED.value, state.departed[node]
-    if is_held_by_others(targets.down):
-        return State.WAITING.value, targets.down  # not started while another maintenance holds it
-    return State.WAITING.value, ""
-
-
-def _node_progress(state: FleetState, node: str) -> NodeProgress:
-    targets = state.targets[node]
-    packages, reasons = {}, []
-    for package in targets.packages():
-        value, reason = _package_state(state, node, package)
-        packages[package] = value
-        if reason and value != State.COMPLETE.value:
-            reasons.append(f"{package}: {reason}")
-    present = set(packages.values())
-    node_state = next((s.value for s in _NODE_STATE_ORDER if s.value in present), State.COMPLETE.value)
-    tally = state.disruptions.get(node)
-    record = state.records.get(node)
-    return NodeProgress(
-        state=node_state, packages=packages, reason="; ".join(reasons),
-        windows=tally.windows if tally else 0, cordons=tally.cordons if tally else 0,
-        drains=tally.drains if tally else 0, interrupts=tally.interrupts if tally else 0,
-        skipped=record.skipped if record is not None and State.BLOCKED.value in present else "",
-    )
 
 
 def _package_phase(
@@ -271,12 +222,12 @@ def has_eta(fleet_phase: RolloutPhase) -> bool:
 
 def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str, fleet_id: str = "",
                    eta: Eta | None = None) -> FleetProgress:
-    """The `progress` query's answer for `state` (module rules); `fleet_id` names the fleet in messages
-    (default `fleet/<policy>`; `fleet/<cluster>/<policy>` in a named cluster); `eta`: the wave's ETA
-    (`planning.views.fleet_eta.fleet_eta`), shown in the phases that have one."""
+    """The `progress` query's answer for `state` (module rules), a summary: no node listed (`with_nodes`);
+    `fleet_id` names the fleet in messages (default `fleet/<policy>`; `fleet/<cluster>/<policy>` in a named
+    cluster); `eta`: the wave's ETA (`planning.views.fleet_eta.fleet_eta`), shown in the phases that have one."""
     planner = state.planner
     fleet = fleet_id or f"fleet/{state.spec.policy_name if state.spec else ''}"
-    nodes = {node: _node_progress(state, node) for node in sorted(state.targets)}
+    views = node_views(state)
     report = FleetProgress(
         policy=state.spec.policy_name if state.spec else "",
         phase=fleet_phase, wave=state.wave,
@@ -284,7 +235,7 @@ def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str, fleet
         batch_size=len(planner.current_batch) if planner else 0,
         canary_phase=planner.canary_phase if planner else CanaryPhase.NONE,
         canary_nodes=list(planner.canary_nodes) if planner else [],
-        message=_fleet_message(state), total_nodes=len(nodes), nodes=nodes, updated_at=now,
+        message=_fleet_message(state), total_nodes=len(views.nodes), updated_at=now,
         next_window=state.next_window if fleet_phase is RolloutPhase.WAITING else "",
         gate_failure=state.gates.failure, gates={**state.gates.continuous, **state.gates.tracks},
         rollback=rollbacks.report(state.rollback, fleet_phase is RolloutPhase.HALTED) if state.rollback else None,
@@ -292,41 +243,72 @@ def fleet_progress(state: FleetState, fleet_phase: RolloutPhase, now: str, fleet
         timings=state.timings,
         global_rollout=state.turns.view,
         capacity=list(planner.capacity) if planner else [], waits=list(planner.waits) if planner else [],
+        counts=dict(views.counts),
+        disruptions={kind: views.disruptions.get(kind, 0) for kind in ("windows", "cordons", "drains", "interrupts")},
+        disruption_nodes={kind: histogram(counts) for kind, counts in sorted(views.histograms.items())},
     )
-    for progress in nodes.values():
-        report.counts[progress.state] = report.counts.get(progress.state, 0) + 1
     if planner is not None:
+        out: dict[str, int] = {}
+        for node in state.in_flight:
+            compartment = views.compartment_of(planner, node)
+            out[compartment] = out.get(compartment, 0) + 1
         for comp in planner.compartments.values():
-            out = sum(1 for n in comp.nodes if n in state.in_flight)
-            report.budgets[comp.name] = BudgetUse(limit=comp.budget, in_use=out, nodes=len(comp.nodes),
-                                                  finished=comp.succeeded + comp.failed)
-    for name, entry in sorted(entries(state).items()):
-        counts: dict[str, int] = {}
-        blocked, erroring, skipped = {}, {}, {}
-        for node in sorted(state.targets):
-            value = nodes[node].packages.get(name)
-            if value is None:
-                continue
-            counts[value] = counts.get(value, 0) + 1
-            if value in (State.BLOCKED.value, State.ERRORING.value):
-                _value, reason = _package_state(state, node, name)
-                (blocked if value == State.BLOCKED.value else erroring)[node] = reason
-                if value == State.BLOCKED.value and nodes[node].skipped:
-                    skipped[node] = reason
-        paused = entry.paused or name in state.paused_packages or state.paused
-        phase = _package_phase(state, name, counts, fleet_phase, paused)
-        report.packages[name] = RolloutProgress(
-            phase=phase, version=str(entry.spec.get("version", "")), total_nodes=sum(counts.values()),
-            counts=counts, batch_number=report.batch_number, batch_size=report.batch_size,
-            canary_phase=report.canary_phase, canary_nodes=report.canary_nodes,
-            blocked=blocked, erroring=erroring, skipped=skipped, message=_package_message(name, phase, fleet, state),
-            updated_at=now, generation=entry.generation,
-            uninstalled=entry.uninstall and phase is RolloutPhase.COMPLETE,
-            next_window=report.next_window if phase is RolloutPhase.WAITING else "",
-            gate_failure=report.gate_failure if phase is RolloutPhase.HALTED else None,
-            rollback=_package_rollback(report.rollback, state, name),
-            eta=report.eta if phase in _ETA_PHASES else None,
-        )
+            report.budgets[comp.name] = BudgetUse(limit=comp.budget, in_use=out.get(comp.name, 0),
+                                                  nodes=len(comp.nodes), finished=comp.succeeded + comp.failed)
+    for name in sorted(entries(state)):
+        report.packages[name] = _package_progress(state, views, report, name, fleet)
+    return report
+
+
+def _package_progress(state: FleetState, views: NodeViews, report: FleetProgress, name: str,
+                      fleet: str) -> RolloutProgress:
+    """One Package's part of the report: its nodes per state, its blocked and erroring nodes capped."""
+    entry = entries(state)[name]
+    part = views.packages.get(name)
+    counts = dict(part.counts) if part is not None else {}
+    problems = part.problems if part is not None else {}
+    blocked = {n: why for n, (value, why) in problems.items() if value == State.BLOCKED.value}
+    erroring = {n: why for n, (value, why) in problems.items() if value == State.ERRORING.value}
+    skipped = part.skipped if part is not None else {}
+    shown_blocked, blocked_reasons = capped(blocked)
+    shown_erroring, erroring_reasons = capped(erroring)
+    paused = entry.paused or name in state.paused_packages or state.paused
+    phase = _package_phase(state, name, counts, report.phase, paused)
+    return RolloutProgress(
+        phase=phase, version=str(entry.spec.get("version", "")), total_nodes=sum(counts.values()),
+        counts=counts, batch_number=report.batch_number, batch_size=report.batch_size,
+        canary_phase=report.canary_phase, canary_nodes=report.canary_nodes,
+        blocked=shown_blocked, erroring=shown_erroring,
+        skipped={n: skipped[n] for n in sorted(skipped)[:SKIPPED_SHOWN]},
+        blocked_count=len(blocked), erroring_count=len(erroring), skipped_count=len(skipped),
+        blocked_reasons=blocked_reasons, erroring_reasons=erroring_reasons,
+        message=_package_message(name, phase, fleet, state),
+        updated_at=report.updated_at, generation=entry.generation,
+        uninstalled=entry.uninstall and phase is RolloutPhase.COMPLETE,
+        next_window=report.next_window if phase is RolloutPhase.WAITING else "",
+        gate_failure=report.gate_failure if phase is RolloutPhase.HALTED else None,
+        rollback=_package_rollback(report.rollback, state, name),
+        eta=report.eta if phase in _ETA_PHASES else None,
+    )
+
+
+def with_nodes(report: FleetProgress, state: FleetState, wanted: ProgressFilter | None) -> FleetProgress:
+    """`report` with the page of nodes `wanted` asks for (none without a filter), how many it matched and the
+    next page's `after` (`protocol.fleet.ProgressFilter`)."""
+    if wanted is None or not wanted.lists_nodes():
+        return report
+    views = node_views(state)
+    report = replace(report)
+    named, states = set(wanted.nodes), set(wanted.states)
+    if wanted.all or states:
+        matched = sorted(n for n, view in views.nodes.items() if wanted.all or n in named or view.state in states)
+    else:
+        matched = sorted(n for n in named if n in views.nodes)
+    limit = min(wanted.limit or NODES_PAGE, NODES_PAGE_MAX)
+    page = [n for n in matched if n > wanted.after][:limit]
+    report.nodes = {n: views.nodes[n] for n in page}
+    report.nodes_matched = len(matched)
+    report.nodes_next = page[-1] if page and page[-1] != matched[-1] else ""
     return report
 
 

@@ -52,6 +52,8 @@ ASSUMED_GATES = "every analysis gate sample passes"
 DONE_PHASES = (RolloutPhase.COMPLETE, RolloutPhase.FAILED)
 # Waits in a row with nothing out after which a run stops (a fleet that only re-lists).
 IDLE_WAITS = 1_000
+# `Simulation.stopped` when `SimulationLimits.windows` windows answered (or `handouts` hand-outs were made).
+WINDOWS_LIMIT = "limit: windows"
 
 
 class World(Protocol):
@@ -75,10 +77,13 @@ class World(Protocol):
 
 @dataclass(frozen=True)
 class SimulationLimits:
-    """Where a simulation gives up: simulated time and commands carried out."""
+    """Where a simulation gives up: simulated time, commands carried out, and (0: none) windows answered or
+    hand-outs made."""
 
     horizon: timedelta = timedelta(days=366)
     commands: int = 1_000_000
+    windows: int = 0
+    handouts: int = 0
 
 
 @dataclass
@@ -112,6 +117,8 @@ class Simulation:
     # The most windows out at once.
     peak: int = 0
     phase: RolloutPhase = RolloutPhase.PENDING
+    # Seconds after the start when each window answered, in order (`SimulationLimits.windows` counts them).
+    answered: list[float] = field(default_factory=list)
 
 
 class _Driver:
@@ -161,6 +168,7 @@ class _Driver:
             self.clock = max(self.clock, at)
             self.world.close_window(node, result)
             self.machine.receive(Answer(result))
+            self.sim.answered.append(self.seconds())
             self.running_ids.discard(result.request_id)
             if not self.running_ids and not self.sim.running_end:
                 self.sim.running_end = self.seconds()
@@ -255,6 +263,10 @@ class _Driver:
         for _ in range(self.limits.commands):
             if isinstance(command, c.Complete | c.ContinueAsNew):
                 self.sim.stopped = "done"
+                break
+            if ((self.limits.windows and len(self.sim.answered) >= self.limits.windows)
+                    or (self.limits.handouts and len(self.sim.handouts) >= self.limits.handouts)):
+                self.sim.stopped = WINDOWS_LIMIT
                 break
             if isinstance(command, c.HistoryFull):
                 answer: Any = False

@@ -21,6 +21,8 @@ the `Progressing` message: the window still runs within its bounds, so they are 
 Nodes whose window gave them up when their drain timed out (`spec.workloads.onDrainTimeout: Skip`) are
 blocked nodes (`blockedNodes`, `NodesBlocked`) and are also listed in `skippedNodes` (the first
 `SKIPPED_SHOWN` by name, each reason cut to `REASON_CHARS`) with their number in `skippedNodeCount`.
+Node lists are capped (`planning.views.capped`; `drainBlockedNodes` at `DRAIN_BLOCKED_SHOWN` with
+`drainBlockedNodeCount`): a status stays under 64 KB at any fleet size (issue 45).
 `lastTransitionTime` is kept from `previous` when a condition's status did not change, else it
 is `progress.updated_at` (the workflow's clock): the function reads no clock itself.
 `render_invalid_package_status` (phase Invalid, the validation problems as message) and
@@ -49,6 +51,7 @@ from api.status import (
     NodeReason,
     PackageStatus,
     PolicyStatus,
+    ReasonStatus,
     RollbackStatus,
     WaitStatus,
 )
@@ -56,6 +59,7 @@ from planning.node.drain import DrainBlock, drain_summary
 from planning.rollout.disruption import CapacityUse, WaitNote
 from planning.rollout.fleet_rollback import RollbackReport
 from planning.rollout.gates import GateFailure
+from planning.views.capped import REASON_CHARS, ReasonCount, capped, cut
 from planning.views.eta import Eta
 from protocol.clusters import GlobalView
 
@@ -68,7 +72,7 @@ NODES_BLOCKED = "NodesBlocked"
 BLOCKED_SHOWN = 5
 # Skipped nodes listed in `status.skippedNodes` (all of them are counted in `status.skippedNodeCount`).
 SKIPPED_SHOWN = 20
-REASON_CHARS = 200
+DRAIN_BLOCKED_SHOWN = 20
 
 
 @dataclass
@@ -84,11 +88,16 @@ class RolloutProgress:
     batch_size: int = 0
     canary_phase: CanaryPhase = CanaryPhase.NONE
     canary_nodes: list[str] = field(default_factory=list)
-    # node -> reason
+    # node -> reason, capped (`planning.views.capped`): all counted in `*_count`, the reasons in `*_reasons`.
     blocked: dict[str, str] = field(default_factory=dict)
     erroring: dict[str, str] = field(default_factory=dict)
-    # Fleets: the blocked nodes whose window gave them up (`spec.workloads.onDrainTimeout: Skip`) -> reason.
+    # Fleets: the blocked nodes a window gave up (`onDrainTimeout: Skip`) -> reason, the first SKIPPED_SHOWN.
     skipped: dict[str, str] = field(default_factory=dict)
+    blocked_count: int = 0
+    erroring_count: int = 0
+    skipped_count: int = 0
+    blocked_reasons: list[ReasonCount] = field(default_factory=list)
+    erroring_reasons: list[ReasonCount] = field(default_factory=list)
     message: str = ""
     # RFC 3339 time of this report (workflow.now()).
     updated_at: str = ""
@@ -109,23 +118,28 @@ def _count(progress: RolloutProgress, state: State) -> int:
     return int(progress.counts.get(state.value, 0))
 
 
-def blocked_summary(blocked: Mapping[str, str]) -> str:
-    """`N node(s) blocked: a (reason); b (reason)` for the first BLOCKED_SHOWN nodes, then a count."""
+def blocked_count(progress: RolloutProgress) -> int:
+    """The blocked nodes (a report of a fleet before issue 45 lists them all, with no count)."""
+    return max(progress.blocked_count, len(progress.blocked))
+
+
+def blocked_summary(blocked: Mapping[str, str], count: int = 0) -> str:
+    """`N node(s) blocked: a (reason); b (reason)` for the first BLOCKED_SHOWN nodes, then a count (`count`:
+    every blocked node, of which `blocked` lists some)."""
     names = sorted(blocked)
-    shown = []
-    for name in names[:BLOCKED_SHOWN]:
-        reason = blocked[name] or "no reason given"
-        cut = reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 3] + "..."
-        shown.append(f"{name} ({cut})")
-    more = f"; and {len(names) - BLOCKED_SHOWN} more (see status.blockedNodes)" if len(names) > BLOCKED_SHOWN else ""
-    return f"{len(names)} node(s) blocked: " + "; ".join(shown) + more
+    total = max(count, len(names))
+    shown = [f"{name} ({cut(blocked[name] or 'no reason given')})" for name in names[:BLOCKED_SHOWN]]
+    more = (f"; and {total - len(shown)} more (see status.blockedNodes and status.blockedReasons)"
+            if total > len(shown) else "")
+    return f"{total} node(s) blocked: " + "; ".join(shown) + more
 
 
 def package_view(progress: RolloutProgress) -> RolloutProgress:
     """`progress` as the Package shows it: `Complete` with blocked nodes is `Blocked` (module rules)."""
     if progress.phase is not RolloutPhase.COMPLETE or not progress.blocked:
         return progress
-    return replace(progress, phase=RolloutPhase.BLOCKED, message=progress.message or blocked_summary(progress.blocked))
+    return replace(progress, phase=RolloutPhase.BLOCKED,
+                   message=progress.message or blocked_summary(progress.blocked, blocked_count(progress)))
 
 
 def _keep_transition_times(
@@ -151,7 +165,7 @@ def render_conditions(
     counted = f"{complete}/{progress.total_nodes} nodes complete"
     summary = progress.message or counted
     ready = phase is RolloutPhase.COMPLETE and not progress.blocked
-    blocked = blocked_summary(progress.blocked) if progress.blocked else ""
+    blocked = blocked_summary(progress.blocked, blocked_count(progress)) if progress.blocked else ""
     ready_reason = phase.value if phase in _BAD or not blocked else NODES_BLOCKED
     ready_message = summary
     if blocked:
@@ -160,7 +174,7 @@ def render_conditions(
         ready_message = "; ".join([counted, *said, blocked])
     degraded_reasons = []
     if progress.erroring:
-        degraded_reasons.append(f"{len(progress.erroring)} node(s) erroring")
+        degraded_reasons.append(f"{max(progress.erroring_count, len(progress.erroring))} node(s) erroring")
     if blocked and blocked != summary:
         degraded_reasons.append(blocked)
     degraded = phase in _BAD or bool(progress.erroring) or bool(progress.blocked)
@@ -203,6 +217,11 @@ def render_package_status(
     complete = _count(progress, State.COMPLETE)
     conditions = render_conditions(progress, generation, drain_blocked)
     conditions = _keep_transition_times(conditions, (previous or {}).get("conditions") or [])
+    # Capped here too: a fleet from before issue 45 answers with every node listed and no reasons.
+    blocked_shown, blocked_reasons = capped(progress.blocked)
+    erroring_shown, erroring_reasons = capped(progress.erroring)
+    blocked_reasons = progress.blocked_reasons or blocked_reasons
+    erroring_reasons = progress.erroring_reasons or erroring_reasons
     status = PackageStatus(
         phase=progress.phase,
         observed_generation=generation,
@@ -220,13 +239,17 @@ def render_package_status(
         ),
         current_batch=BatchStatus(number=progress.batch_number, size=progress.batch_size),
         canary=CanaryStatus(phase=progress.canary_phase, nodes=sorted(progress.canary_nodes)),
-        blocked_nodes=[NodeReason(node=n, reason=r) for n, r in sorted(progress.blocked.items())],
-        erroring_nodes=[NodeReason(node=n, reason=r) for n, r in sorted(progress.erroring.items())],
-        drain_blocked_nodes=[DrainBlockedNode(node=b.node, reason=b.reason, message=b.message, since=b.since or None)
-                             for b in sorted(drain_blocked, key=lambda b: b.node)],
+        blocked_nodes=[NodeReason(node=n, reason=r) for n, r in blocked_shown.items()],
+        erroring_nodes=[NodeReason(node=n, reason=r) for n, r in erroring_shown.items()],
+        blocked_reasons=[ReasonStatus(reason=r.reason, nodes=r.nodes) for r in blocked_reasons] or None,
+        erroring_reasons=[ReasonStatus(reason=r.reason, nodes=r.nodes) for r in erroring_reasons] or None,
+        drain_blocked_nodes=[DrainBlockedNode(node=b.node, reason=b.reason, message=cut(b.message),
+                                              since=b.since or None)
+                             for b in sorted(drain_blocked, key=lambda b: b.node)[:DRAIN_BLOCKED_SHOWN]],
+        drain_blocked_node_count=len(drain_blocked) if len(drain_blocked) > DRAIN_BLOCKED_SHOWN else None,
         skipped_nodes=[NodeReason(node=n, reason=r[:REASON_CHARS]) for n, r in sorted(progress.skipped.items())][
             :SKIPPED_SHOWN] or None,
-        skipped_node_count=len(progress.skipped) or None,
+        skipped_node_count=max(progress.skipped_count, len(progress.skipped)) or None,
         next_window=progress.next_window or None,
         gate_failure=gate_failure_status(progress.gate_failure),
         rollback=rollback_status(progress.rollback),

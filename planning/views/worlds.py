@@ -27,7 +27,7 @@ from api.package import PackageSpec
 from planning.fleet.codec import selection_to_json
 from planning.node.node_plan import NodePlanInput, plan_node, stage_sequence
 from planning.node.targets import NodeView
-from planning.rollout.disruption import DOWN_WINDOW
+from planning.rollout.disruption import DOWN_CORDONED, DOWN_WINDOW
 from planning.rollout.fleet_state import InFlight
 from planning.rollout.fleet_targets import (
     FleetPackage,
@@ -36,6 +36,7 @@ from planning.rollout.fleet_targets import (
     NodeTargets,
     down_reason,
     select_fleet,
+    supply_read,
     units,
 )
 from planning.rollout.respect import Respect, respect_from_json
@@ -205,8 +206,8 @@ class SnapshotWorld:
 
     def read(self, input: ReadNodeSupplyInput) -> ReadNodeSupplyResult:
         keys, respect = set(input.label_keys), respect_from_json(input.respect)
-        return ReadNodeSupplyResult({n: _availability(self._view(n), input.resources, keys, respect)
-                                     for n in input.nodes if n in self.views})
+        views = supply_read([self._view(n) for n in sorted(self.views)], input.nodes, input.down_only)
+        return ReadNodeSupplyResult({v.name: _availability(v, input.resources, keys, respect) for v in views})
 
     def open_window(self, node: str, request: WindowRequest) -> tuple[float, WindowResult]:
         window, result = plan_window(request, self.views[node])
@@ -260,6 +261,10 @@ class FleetViewWorld:
         self.shapes_run.append(shape)
         return seconds
 
+    def seconds_of(self, state: object) -> float:
+        """The time of the windows run so far (the last shape's), 0 before any."""
+        return window_seconds(self.shapes_run[-1], self.timings) if self.shapes_run else 0.0
+
     def _shown(self, name: str) -> NodeTargets:
         listed = self.targets[name]
         return replace(listed, down=DOWN_WINDOW) if name in self.out else listed
@@ -269,9 +274,13 @@ class FleetViewWorld:
         return ListFleetNodesResult(selection=selection_to_json(selection), listed=len(self.targets))
 
     def read(self, input: ReadNodeSupplyInput) -> ReadNodeSupplyResult:
-        return ReadNodeSupplyResult({n: NodeAvailability(self._shown(n).down, dict(self.targets[n].capacity),
-                                                         dict(self.targets[n].labels))
-                                     for n in input.nodes if n in self.targets})
+        # The fleet's view knows why a node is down, not its Node: what a `down_only` read selects by itself is
+        # what the view has cordoned or in a window.
+        wanted = set(input.nodes)
+        shown = {n: self._shown(n) for n in self.targets}
+        return ReadNodeSupplyResult({n: NodeAvailability(t.down, dict(t.capacity), dict(t.labels))
+                                     for n, t in shown.items()
+                                     if n in wanted or (input.down_only and t.down in (DOWN_CORDONED, DOWN_WINDOW))})
 
     def open_window(self, node: str, request: WindowRequest) -> tuple[float, WindowResult]:
         self.out.add(node)

@@ -26,6 +26,7 @@ from planning.fleet.codec import progress_from_json
 from planning.views.fleet_status import FleetProgress
 from protocol import names
 from tests.helpers.processes import TEST_LABEL, NoderollProcesses
+from tests.helpers.progress import EVERY_NODE
 
 READY_TIMEOUT = 420.0
 
@@ -134,7 +135,7 @@ def windows_of(api: client.ApiClient, node: str) -> Windows:
 async def fleet_progress(temporal: Client, policy: str | None) -> FleetProgress:
     """The fleet's `progress` (AssertionError while it does not run yet, for assert_eventually)."""
     try:
-        answer = await temporal.get_workflow_handle(names.fleet_workflow_id(policy)).query(names.QUERY_PROGRESS)
+        answer = await temporal.get_workflow_handle(names.fleet_workflow_id(policy)).query(names.QUERY_PROGRESS, EVERY_NODE)
     except (RPCError, WorkflowQueryFailedError) as err:
         raise AssertionError(f"fleet/{policy} does not answer yet: {err}") from err
     return progress_from_json(answer)

@@ -29,6 +29,7 @@ from tests.helpers import assert_eventually, assert_eventually_async, unique_nam
 from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import package_spec
 from tests.helpers.processes import NoderollProcesses, noderoll_fixture
+from tests.helpers.progress import EVERY_NODE
 from tests.integration.bridge_support import (
     condition,
     create_package,
@@ -79,7 +80,7 @@ async def runs_of_fleet(temporal: Client) -> list[str]:
 
 async def progress(temporal: Client, package: str) -> RolloutProgress:
     """The Package's part of its fleet's `progress` answer."""
-    answer = progress_from_json(await temporal.get_workflow_handle(FLEET_ID).query(names.QUERY_PROGRESS))
+    answer = progress_from_json(await temporal.get_workflow_handle(FLEET_ID).query(names.QUERY_PROGRESS, EVERY_NODE))
     assert package in answer.packages, f"{FLEET_ID} does not carry {package} yet"
     return answer.packages[package]
 

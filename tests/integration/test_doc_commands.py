@@ -60,6 +60,7 @@ from protocol.node_settings import RETRY_BACKOFF_ENV, STAGE_ATTEMPTS_ENV
 from service.temporal_client import connect
 from tests.helpers import assert_eventually_async, new_task_queue, unique_name
 from tests.helpers.doc_commands import doc_test_commands, segments, unmarked
+from tests.helpers.progress import EVERY_NODE
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / d for d in ("README.md", "docs/getting-started.md", "docs/how-it-works.md", "docs/operations.md",
@@ -169,7 +170,7 @@ async def settled(temporal: Client, rollout: Rollout) -> None:
     async def check() -> bool:
         handle = temporal.get_workflow_handle(names.fleet_workflow_id(rollout.policy))
         try:
-            report = progress_from_json(await handle.query(names.QUERY_PROGRESS))
+            report = progress_from_json(await handle.query(names.QUERY_PROGRESS, EVERY_NODE))
         except RPCError as err:
             raise AssertionError(f"fleet/{rollout.policy} does not answer yet: {err}") from err
         assert report.phase not in (RolloutPhase.PENDING, RolloutPhase.CANARY, RolloutPhase.PROGRESSING), report.phase

@@ -55,6 +55,7 @@ from tests.helpers.histories import replay_and_record
 from tests.helpers.nodewatch import watching_nodes
 from tests.helpers.packages import BENCH_PACKAGES, SLEEP_IMAGE, SYSCTL_IMAGE, package_spec
 from tests.helpers.processes import NoderollProcesses
+from tests.helpers.progress import EVERY_NODE
 from tests.helpers.workflows_cleanup import end_workflows
 from tests.integration.bridge_support import (
     create_package,
@@ -149,7 +150,7 @@ def policy_spec(stages: list[list[str]] | None = None) -> dict[str, Any]:
 async def fleet_progress(temporal: Client, policy: str, cluster: str) -> FleetProgress:
     try:
         answer = await temporal.get_workflow_handle(names.fleet_workflow_id(policy, cluster)).query(
-            names.QUERY_PROGRESS)
+            names.QUERY_PROGRESS, EVERY_NODE)
     except RPCError as err:
         raise AssertionError(f"fleet/{cluster}/{policy} does not answer yet: {err}") from err
     return progress_from_json(answer)

@@ -23,6 +23,7 @@ import kube
 from activities.fleet import list_fleet_nodes
 from kube import node_maintenance
 from localstack.state import StackInfo
+from planning.fleet.codec import selection_from_json
 from protocol.activities import ListFleetNodesInput, ListFleetNodesResult
 from protocol.fleet import PackageEntry
 from tests.helpers import assert_eventually, unique_name
@@ -89,7 +90,7 @@ def listing(selector: str, respect: dict[str, Any] | None) -> dict[str, str]:
     entry = PackageEntry("respect-pkg", package_spec(SYSCTL_IMAGE), 1)
     result: ListFleetNodesResult = ActivityEnvironment().run(
         list_fleet_nodes, ListFleetNodesInput(packages=[entry], label_selector=selector, respect=respect))
-    return {name: targets.get("down", "") for name, targets in result.selection["nodes"].items()}
+    return {name: targets.down for name, targets in selection_from_json(result.selection).nodes.items()}
 
 
 def test_held_nodes_are_reported_down_with_what_holds_them(

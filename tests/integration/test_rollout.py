@@ -33,6 +33,7 @@ from tests.helpers import assert_eventually, assert_eventually_async, unique_nam
 from tests.helpers.fleet import running_fleet
 from tests.helpers.packages import SERVICE_IMAGE, package_spec
 from tests.helpers.processes import NoderollProcesses, noderoll_fixture
+from tests.helpers.progress import EVERY_NODE
 from tests.integration.bridge_support import (
     create_package,
     create_policy,
@@ -92,7 +93,7 @@ run = noderoll_fixture()
 async def progress(temporal: Client, package: str, policy: str | None = None) -> RolloutProgress:
     """The Package's part of its fleet's `progress`."""
     answer = progress_from_json(
-        await temporal.get_workflow_handle(names.fleet_workflow_id(policy)).query(names.QUERY_PROGRESS))
+        await temporal.get_workflow_handle(names.fleet_workflow_id(policy)).query(names.QUERY_PROGRESS, EVERY_NODE))
     return answer.packages[package]
 
 

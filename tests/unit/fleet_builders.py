@@ -107,3 +107,11 @@ def a_result(node: str, request_id: str, withdrawn: bool = False, *, cordoned: b
     """A node workflow's answer: Package -> State value (complete, erroring, blocked, skipped)."""
     return WindowResult(node, request_id, {p: PackageOutcome(s, message=f"{p} {s}") for p, s in outcomes.items()},
                         withdrawn=withdrawn, cordoned=cordoned, drained=drained, interrupt=interrupt)
+
+
+def every_node(report: Any, state: Any) -> Any:
+    """A `progress` report with every node listed, as a client asking `ProgressFilter(all=True)` gets it."""
+    from planning.views.fleet_status import NODES_PAGE_MAX, with_nodes
+    from protocol.fleet import ProgressFilter
+
+    return with_nodes(report, state, ProgressFilter(all=True, limit=NODES_PAGE_MAX))

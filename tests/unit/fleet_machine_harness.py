@@ -33,6 +33,7 @@ from planning.rollout.fleet_targets import (
     NodeTargets,
     down_reason,
     select_fleet,
+    supply_read,
     units,
 )
 from planning.rollout.gates import SampleOutcome
@@ -130,9 +131,10 @@ class Harness:
 
     def read(self, command: c.ReadSupply) -> ReadNodeSupplyResult:
         keys, respect = set(command.input.label_keys), respect_from_json(command.input.respect)
+        views = supply_read(self.views(), command.input.nodes, command.input.down_only)
         return ReadNodeSupplyResult({v.name: NodeAvailability(down_reason(v, respect), units(v, command.input.resources),
                                                               {k: x for k, x in v.labels.items() if k in keys})
-                                     for v in self.views() if v.name in command.input.nodes})
+                                     for v in views})
 
     # --- the budget at every hand-out ----------------------------------------------------------------
 

@@ -66,3 +66,38 @@ def test_a_poll_reads_the_views_and_converts_nothing() -> None:
     finally:
         poller.set_package_nodes = original  # type: ignore[assignment]
     assert cache.nodes.conversions == before and seen and seen[0][0] == "p"
+
+
+def test_package_node_counts_follow_the_watch_and_equal_a_fresh_count() -> None:
+    """Per Package, its target nodes per (state, stage), kept by the Node events (issue 45): the same as counting
+    every node's annotation afresh, after adds, changes, deletions and a change of the Package's selector."""
+    from api.package import PackageSpec
+    from crd_bridge.progress_metrics import node_counts
+    from planning.node.targets import is_candidate
+
+    def recorded(state: str, stage: str = "apply") -> str:
+        return json.dumps({"packages": {"p": {"version": "1.0.0", "stage": stage, "state": state}}})
+
+    def node(name: str, pool: str, annotation: str | None, version: str) -> dict[str, Any]:
+        obj = a_node(name, pool, version=version)
+        obj["metadata"]["annotations"] = {"noderoll.io/state": annotation} if annotation is not None else {}
+        return obj
+
+    gpu = PackageSpec.model_validate({"version": "1.0.0", "image": "reg.example/p:1.0.0", "nodeSelector": {"matchLabels": {"pool": "gpu"}}})
+    every = PackageSpec.model_validate({"version": "1.0.0", "image": "reg.example/p:1.0.0"})
+    cache = ObjectCache()
+    cache.apply(WatchEvent("Node", SYNC, objects=[node("a", "gpu", None, "1"), node("b", "gpu", "{bad", "1"),
+                                                  node("c", "cpu", recorded("complete", "config"), "1")]))
+
+    def fresh(spec: PackageSpec) -> list[Any]:
+        return node_counts("p", [v.state_annotation or None for v in cache.nodes.views.values()
+                                 if is_candidate(spec, v.labels)])
+
+    assert cache.nodes.package_counts("p", gpu) == fresh(gpu)
+    cache.apply(WatchEvent("Node", "MODIFIED", node("a", "gpu", recorded("in_progress"), "2")))
+    cache.apply(WatchEvent("Node", "ADDED", node("d", "gpu", recorded("complete", "config"), "1")))
+    cache.apply(WatchEvent("Node", "MODIFIED", node("c", "gpu", recorded("complete", "config"), "2")))  # joins
+    cache.apply(WatchEvent("Node", "DELETED", node("b", "gpu", "{bad", "1")))
+    assert cache.nodes.package_counts("p", gpu) == fresh(gpu)
+    assert [(c.state, c.stage, c.count) for c in fresh(gpu)] == [("complete", "config", 2), ("in_progress", "apply", 1)]
+    assert cache.nodes.package_counts("p", every) == fresh(every)  # a new selector: counted afresh

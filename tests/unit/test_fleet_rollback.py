@@ -50,6 +50,7 @@ def canary(state: fs.FleetState, outcome: str, message: str = "apply failed: exi
     batch = batches.next_batch(planner, fs.startable(state), fs.canary_cover(state))
     for node in batch:
         state.in_flight[node] = fs.InFlight(fs.request_id(state, "fleet/gpu", node), fs.wanted(state, node))
+        fs.touch_nodes(state, [node])  # what the fleet's own hand-out reports
     for node in batch:
         answer(state, node, dict.fromkeys(state.in_flight[node].packages, outcome), message)
     results = fs.batch_results(state, batch)
@@ -219,6 +220,7 @@ def send(state: fs.FleetState, node: str) -> None:
     orders = rb.orders_for(state.rollback, node)
     state.in_flight[node] = fs.InFlight(fs.request_id(state, "fleet/gpu", node), [o.name for o in orders],
                                         rollback=True)
+    fs.touch_nodes(state, [node])  # what the fleet's own hand-out reports
 
 
 def test_answers_end_the_rollback_and_the_records_keep_the_canary() -> None:

@@ -8,9 +8,11 @@ from typing import Any
 from api.enums import RolloutPhase, State
 from planning.rollout import fleet_rollback as rb
 from planning.rollout import fleet_state as fs
+from planning.rollout import work_index
 from planning.rollout.fleet_targets import NodeTargets
 from planning.views.fleet_status import details_note, fleet_progress
 from planning.views.status import render_package_status, render_policy_status
+from tests.unit.fleet_builders import every_node
 from tests.unit.test_fleet_rollback import answer, rolled_back_state, send
 
 NOW = "2025-01-06T12:00:00+00:00"
@@ -23,6 +25,7 @@ def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
 def listed_after_rollback(state: fs.FleetState) -> None:
     """The listing after the rollback: every node has a and b pending again (back at 1.0.0 / absent)."""
     state.targets = {n: NodeTargets(pending=["a", "b"]) for n in state.targets}
+    work_index.touch_all(state)  # as the fleet's listing does (planning.rollout.fleet_state.refresh_targets)
 
 
 def test_rolling_back_then_rolled_back() -> None:
@@ -33,7 +36,7 @@ def test_rolling_back_then_rolled_back() -> None:
     others = sorted(n for n in state.targets if n != node)
     send(state, node)
     state.message = rb.message(rollback)
-    report = fleet_progress(state, RolloutPhase.ROLLING_BACK, NOW)
+    report = every_node(fleet_progress(state, RolloutPhase.ROLLING_BACK, NOW), state)
     assert report.rollback is not None and report.rollback.phase is RolloutPhase.ROLLING_BACK
     assert report.nodes[node].packages == {"a": State.IN_PROGRESS.value, "b": State.IN_PROGRESS.value}
     assert report.packages["a"].phase is RolloutPhase.ROLLING_BACK
@@ -42,7 +45,7 @@ def test_rolling_back_then_rolled_back() -> None:
     answer(state, node, {"a": "complete", "b": "complete"})
     listed_after_rollback(state)
     state.message = rb.message(rollback)
-    report = fleet_progress(state, RolloutPhase.ROLLED_BACK, NOW)
+    report = every_node(fleet_progress(state, RolloutPhase.ROLLED_BACK, NOW), state)
     assert report.rollback is not None and report.rollback.phase is RolloutPhase.ROLLED_BACK
     assert report.rollback.versions == {"a": "1.0.0"} and report.rollback.uninstalled == ["b"]
     assert report.rollback.nodes == [node]
@@ -80,7 +83,7 @@ def test_a_failed_rollback_halts_with_both_reasons_and_the_node_erroring() -> No
     send(state, node)
     answer(state, node, {"a": "erroring", "b": "complete"}, "apply failed: exit 9")
     state.message = rb.message(rollback)
-    report = fleet_progress(state, RolloutPhase.HALTED, NOW)
+    report = every_node(fleet_progress(state, RolloutPhase.HALTED, NOW), state)
     assert report.nodes[node].packages["a"] == State.ERRORING.value
     assert report.packages["a"].erroring == {node: "rollback failed: a: apply failed: exit 9"}
     assert report.packages["a"].phase is RolloutPhase.HALTED

@@ -12,8 +12,9 @@ from rich.console import Console
 
 from api.enums import RolloutPhase, State
 from api.keys import NODE_STATUS_LABEL, SKIPPED_LABEL
+from cli.fleet_summary import skipped_text
 from cli.ops_client import PackageView, progress_from_status
-from cli.progress_view import package_detail, skipped_text
+from cli.progress_view import package_detail
 from crd_bridge.node_changes import targeting_change
 from planning.node.drain_rules import SKIPPED_DRAIN_TIMEOUT
 from planning.node.targets import NodeView
@@ -29,6 +30,7 @@ from tests.unit.fleet_builders import (
     a_result,
     a_selection,
     an_entry,
+    every_node,
     everywhere,
     targets,
 )
@@ -107,18 +109,24 @@ def test_progress_and_status_show_skipped_nodes_capped_with_their_number() -> No
     for node, request in fs.hand_out(state, FLEET, nodes, NOW):
         fs.record_result(state, skipped(node, request.request_id, "a") if node != "n00"
                          else a_result(node, request.request_id, a="complete"), NOW)
-    report = fleet_progress(state, RolloutPhase.COMPLETE, NOW)
+    report = every_node(fleet_progress(state, RolloutPhase.COMPLETE, NOW), state)
     assert report.nodes["n01"].skipped == SKIPPED_DRAIN_TIMEOUT and report.nodes["n00"].skipped == ""
     progress = report.packages["a"]
-    assert sorted(progress.skipped) == nodes[1:] and progress.skipped["n01"] == WHY
+    # The answer lists the first SKIPPED_SHOWN and counts them all (issue 45: capped at the source).
+    assert sorted(progress.skipped) == nodes[1:SKIPPED_SHOWN + 1] and progress.skipped["n01"] == WHY
+    assert progress.skipped_count == SKIPPED_SHOWN + 2
     status = render_package_status(progress, 1)
     assert status["skippedNodeCount"] == SKIPPED_SHOWN + 2
     assert [n["node"] for n in status["skippedNodes"]] == nodes[1:SKIPPED_SHOWN + 1]
-    assert len(status["blockedNodes"]) == SKIPPED_SHOWN + 2 and status["phase"] == "Blocked"
+    # blockedNodes: the first 5 of the one reason, which blockedReasons counts (planning.views.capped).
+    assert [n["node"] for n in status["blockedNodes"]] == nodes[1:6] and status["phase"] == "Blocked"
+    assert status["blockedReasons"] == [{"reason": WHY, "nodes": SKIPPED_SHOWN + 2}]
+    assert status["nodes"]["blocked"] == SKIPPED_SHOWN + 2
     # The CLI reads it back from the Package status when the fleet does not answer.
     assert len(progress_from_status(status).skipped) == SKIPPED_SHOWN
     # In flight again after a retry: no longer shown as skipped.
     state.in_flight["n01"] = InFlight("again", ["a"])
+    fs.touch_nodes(state, ["n01"])  # what the fleet's own hand-out reports
     assert "n01" not in fleet_progress(state, RolloutPhase.PROGRESSING, NOW).packages["a"].skipped
     assert "skippedNodes" not in render_package_status(RolloutProgress(), 1)
 

@@ -43,6 +43,7 @@ def send(state: FleetState, node: str) -> str:
     """Hand `node` a request for what it wants now (as the workflow's `_send`); returns its id."""
     request_id = fs.request_id(state, FLEET, node)
     state.in_flight[node] = InFlight(request_id, fs.wanted(state, node), NOW.isoformat())
+    fs.touch_nodes(state, [node])  # what the fleet's own hand-out reports
     return request_id
 
 

@@ -164,6 +164,7 @@ class FleetMachine(RuleBasedStateMachine):
             assert request_id not in self.carried
             self.carried[request_id] = {p: str(entries[p].spec["version"]) for p in packages}
             self.state.in_flight[node] = fs.InFlight(request_id, packages, NOW)
+            fs.touch_nodes(self.state, [node])  # what the fleet's own hand-out reports
 
     @precondition(lambda self: self.state.in_flight)
     @rule(data=st.data())
@@ -205,6 +206,7 @@ class FleetMachine(RuleBasedStateMachine):
             packages = [p for p in flight.packages if p in entries]
             self.carried[request_id] = {p: self.carried[flight.request_id][p] for p in packages}
             self.state.in_flight[node] = fs.InFlight(request_id, packages, NOW, flight.resent + 1)
+            fs.touch_nodes(self.state, [node])  # what the fleet's own hand-out reports
             return
         assert flight.resent == fs.LOST_RESENDS and node not in self.state.in_flight
         record = self.state.records[node]

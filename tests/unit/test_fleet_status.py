@@ -14,7 +14,15 @@ from planning.rollout import fleet_state as fs
 from planning.rollout.fleet_state import Disruptions, FleetState, InFlight, NodeRecord
 from planning.views.fleet_status import details_line, fleet_progress
 from protocol.fleet import FleetSpec, PackageEntry
-from tests.unit.fleet_builders import a_fleet_spec, a_policy, a_result, a_selection, an_entry, targets
+from tests.unit.fleet_builders import (
+    a_fleet_spec,
+    a_policy,
+    a_result,
+    a_selection,
+    an_entry,
+    every_node,
+    targets,
+)
 
 NOW = "2026-01-01T00:00:00+00:00"
 FLEET = "fleet/gpu"
@@ -61,7 +69,7 @@ PACKAGE_STATES = [
 @pytest.mark.parametrize(("extra", "listed", "expected", "reason"), PACKAGE_STATES)
 def test_a_package_state_on_a_node(extra: dict[str, Any], listed: Any, expected: str, reason: str) -> None:
     state = a_state(A, an_entry("b"), nodes={"n1": listed}, **extra)
-    report = fleet_progress(state, RolloutPhase.PROGRESSING, NOW)
+    report = every_node(fleet_progress(state, RolloutPhase.PROGRESSING, NOW), state)
     node = report.nodes["n1"]
     assert node.packages["a"] == expected
     assert (f"a: {reason}" in node.reason) if reason else "a:" not in node.reason
@@ -89,7 +97,7 @@ def test_a_node_state_is_the_first_of_its_package_states_in_order(states: dict[s
     records = {"n1": NodeRecord({p: s for p, s in states.items() if s == "erroring"})}
     in_flight = {"n1": InFlight("r", [p for p, s in states.items() if s == "in_progress"])}
     state = a_state(*entries, nodes={"n1": listed}, records=records, in_flight=in_flight)
-    report = fleet_progress(state, RolloutPhase.PROGRESSING, NOW)
+    report = every_node(fleet_progress(state, RolloutPhase.PROGRESSING, NOW), state)
     assert report.nodes["n1"].packages == states
     assert report.nodes["n1"].state == expected
     assert report.counts == {expected: 1} and report.total_nodes == 1
@@ -97,8 +105,12 @@ def test_a_node_state_is_the_first_of_its_package_states_in_order(states: dict[s
 
 def test_a_node_shows_the_disruptions_of_the_fleets_windows() -> None:
     state = a_state(A, disruptions={"n1": Disruptions(windows=2, cordons=1, drains=1, interrupts=1)})
-    node = fleet_progress(state, RolloutPhase.PROGRESSING, NOW).nodes["n1"]
+    report = fleet_progress(state, RolloutPhase.PROGRESSING, NOW)
+    node = every_node(report, state).nodes["n1"]
     assert (node.windows, node.cordons, node.drains, node.interrupts) == (2, 1, 1, 1)
+    # The summary (no node listed) sums them, and says how many nodes had each count.
+    assert report.nodes == {} and report.disruptions == {"windows": 2, "cordons": 1, "drains": 1, "interrupts": 1}
+    assert report.disruption_nodes["drains"] == {"1": 1}
 
 
 # --- per Package ----------------------------------------------------------------------------------------
@@ -250,6 +262,7 @@ def test_budget_in_use_never_above_its_limit_when_requests_follow_batches(
         for node in batches.next_batch(planner, fs.startable(state), fs.canary_cover(state)):
             if node in fs.startable(state):
                 state.in_flight[node] = InFlight(fs.request_id(state, FLEET, node), fs.wanted(state, node))
+                fs.touch_nodes(state, [node])  # what the fleet's own hand-out reports
         report = fleet_progress(state, RolloutPhase.PROGRESSING, NOW)
         assert all(use.in_use <= use.limit for use in report.budgets.values()), report.budgets
         assert sum(use.in_use for use in report.budgets.values()) == len(state.in_flight)

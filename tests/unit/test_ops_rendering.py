@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 
 import pytest
@@ -11,10 +12,10 @@ from api.enums import CanaryPhase, RolloutPhase, Stage, State
 from api.node_state import PackageNodeState
 from api.package import PackageSpec
 from api.policy import DeploymentPolicySpec
+from cli.fleet_summary import disruptions_text, fleet_disruptions, fleet_disruptions_text
 from cli.ops_client import NodeRow, PackageView, is_finished, progress_from_status
 from cli.ops_fleets import QUERY_SOURCE, FleetView, attach_fleet_nodes, package_fleet
 from cli.progress_view import (
-    disruptions_text,
     fleet_json,
     fleets_status,
     nodes_json,
@@ -244,11 +245,37 @@ def test_nodes_rendering_shows_fleet_state_and_disruptions() -> None:
     assert data[0]["fleets"]["gpu"]["drains"] == 1 and data[1]["fleets"]["gpu"]["state"] == "erroring"
 
 
+class _FleetNodes:
+    """What `Ops.fleet_nodes` answers: each fleet's nodes as its `progress` pages list them."""
+
+    def __init__(self, reports: dict[str, dict[str, NodeProgress]]) -> None:
+        self.reports = reports
+        self.asked: list[str] = []
+
+    async def fleet_nodes(self, fleet: str) -> dict[str, NodeProgress]:
+        self.asked.append(fleet)
+        return self.reports[fleet]
+
+
 def test_attach_fleet_nodes_only_from_fleets_that_answered() -> None:
     nodes = [_node("n-0", State.COMPLETE, None), _node("n-9", State.COMPLETE, None)]
-    attach_fleet_nodes(nodes, [FleetView("gpu", _fleet({"n-0": _disrupted(1, 1, 1)}), QUERY_SOURCE),
-                               FleetView("other", None, "did not answer")])
+    ops = _FleetNodes({"gpu": {"n-0": _disrupted(1, 1, 1)}})
+    asyncio.run(attach_fleet_nodes(ops, nodes, [FleetView("gpu", _fleet(), QUERY_SOURCE),  # type: ignore[arg-type]
+                                                FleetView("other", None, "did not answer")]))
     assert list(nodes[0].fleets) == ["gpu"] and nodes[1].fleets == {}
+    assert ops.asked == ["gpu"]  # the fleet that did not answer the summary is not asked for its nodes
+
+
+def test_fleet_disruptions_from_the_summary_without_nodes() -> None:
+    summary = FleetProgress(total_nodes=200, disruptions={"windows": 198, "cordons": 198, "drains": 198,
+                                                          "interrupts": 198},
+                            disruption_nodes={"drains": {"0": 2, "1": 198}, "interrupts": {"0": 2, "1": 198}})
+    assert fleet_disruptions_text(summary, "reboot") == "198 nodes, 1 drain and 1 reboot each; 2 nodes not disrupted"
+    mixed = FleetProgress(total_nodes=3, disruption_nodes={"drains": {"1": 2, "2": 1}, "interrupts": {"1": 3}})
+    assert fleet_disruptions_text(mixed) == "drains per node 1×2 2×1; interrupts per node 1×3"
+    assert fleet_disruptions(summary)["drains"] == 198
+    assert fleet_disruptions_text(FleetProgress(total_nodes=4, disruption_nodes={"drains": {"0": 4}})) == (
+        "4 nodes not disrupted")
 
 
 def test_package_fleet_is_its_policy_or_default() -> None:

@@ -121,10 +121,13 @@ def test_blocked_nodes_in_the_ready_message_are_capped() -> None:
     blocked = {f"n{i:02d}": long_reason for i in range(BLOCKED_SHOWN + 3)}
     status = render_package_status(blocked_progress(**blocked), 1)
     message = conditions(status)["Ready"]["message"]
-    assert f"{BLOCKED_SHOWN + 3} node(s) blocked" in message and "and 3 more (see status.blockedNodes)" in message
+    assert f"{BLOCKED_SHOWN + 3} node(s) blocked" in message
+    assert "and 3 more (see status.blockedNodes and status.blockedReasons)" in message
     assert all(f"n{i:02d}" in message for i in range(BLOCKED_SHOWN)) and f"n{BLOCKED_SHOWN:02d}" not in message
     assert len(message) < 1500 and "..." in message
-    assert len(status["blockedNodes"]) == BLOCKED_SHOWN + 3  # the status itself lists every one
+    # The status lists the first 5 of the reason, and counts them all (planning.views.capped; issue 45).
+    assert [n["node"] for n in status["blockedNodes"]] == [f"n{i:02d}" for i in range(5)]
+    assert status["blockedReasons"] == [{"reason": long_reason[:197] + "...", "nodes": BLOCKED_SHOWN + 3}]
 
 
 @pytest.mark.parametrize(

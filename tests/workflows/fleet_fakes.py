@@ -34,6 +34,7 @@ from planning.rollout.fleet_targets import (
     FleetSelection,
     down_reason,
     select_fleet,
+    supply_read,
     units,
 )
 from protocol.activities import (
@@ -182,10 +183,11 @@ class FakeNodes:
         @activity.defn(name=READ_NODE_SUPPLY.name)
         async def read_node_supply(input: ReadNodeSupplyInput) -> ReadNodeSupplyResult:
             self.supply_reads += 1
-            views = {n.name: n.view() for n in self.nodes.values() if n.name in input.nodes}
-            return ReadNodeSupplyResult({name: NodeAvailability(down_reason(v), units(v, input.resources),
-                                                                {k: v.labels[k] for k in input.label_keys if k in v.labels})
-                                         for name, v in views.items()})
+            views = supply_read([n.view() for n in self.nodes.values()], input.nodes, input.down_only)
+            return ReadNodeSupplyResult({v.name: NodeAvailability(down_reason(v), units(v, input.resources),
+                                                                  {k: v.labels[k] for k in input.label_keys
+                                                                   if k in v.labels})
+                                         for v in views})
 
         @activity.defn(name=DESCRIBE_WORKFLOW_RUNS.name)
         async def describe_workflow_runs(input: DescribeWorkflowRunsInput) -> DescribeWorkflowRunsResult:

@@ -25,6 +25,7 @@ from protocol import names
 from protocol.fleet import Filter, FleetInput, FleetSpec, PackageEntry
 from tests.helpers import assert_eventually_async, new_task_queue, unique_name
 from tests.helpers.histories import replay_and_record
+from tests.helpers.progress import EVERY_NODE
 from tests.workflows.fleet_fakes import FakeNodes
 from tests.workflows.node_harness import register_search_attributes
 from tests.workflows.skipping import end, quiesce, skip
@@ -80,7 +81,7 @@ QUERY_DEADLINE = timedelta(seconds=60)
 
 
 async def progress(handle: WorkflowHandle[Any, Any]) -> FleetProgress:
-    return progress_from_json(await handle.query(names.QUERY_PROGRESS, rpc_timeout=QUERY_DEADLINE))
+    return progress_from_json(await handle.query(names.QUERY_PROGRESS, EVERY_NODE, rpc_timeout=QUERY_DEADLINE))
 
 
 async def settled(handle: WorkflowHandle[Any, Any], phase: RolloutPhase = RolloutPhase.COMPLETE,

@@ -53,6 +53,10 @@ and were recorded on the real stack (dev server, apiserver, fleetsim):
   tests/integration/test_gpu_verify.py: a window whose GPU verify fails (the node left cordoned,
   `verify-failed`) and the window `retry` runs again, whose verify passes (`spec.verify`, issue 44: a
   request with `verify` only; windows without it run no new command).
+* fleet/fleet-canary-then-batch-listings-scale: `NODEROLL_RECORD_FLEET_HISTORIES=<dir>` with
+  tests/integration/test_fleet_rollout.py::test_fleet_and_node_window_histories_replay (a scratch folder, the
+  fleet's history copied under this name): listings at most every 0.03 s per node (patch
+  `listings-scale-with-the-fleet`, issue 45).
 Every `workflow.patched(...)` id in workflows/ (and every `FleetRun.patched` id in planning/fleet/) must be recorded (its marker) in some history, so its
 patched path replays; its unpatched path replays from the histories recorded before the patch (the
 ones without its marker). A workflow change that fails here needs `workflow.patched` (or is a
