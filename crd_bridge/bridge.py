@@ -69,6 +69,8 @@ class BridgeOptions:
     availability_seconds: float = COALESCE_SECONDS
     # The fleets it starts re-list on `nodes_changed` at most this often (`FleetInput.relist_min_seconds`).
     fleet_relist_min_seconds: int = 30
+    # While windows are out, the fleets it starts check this often that their node workflows still run.
+    fleet_watchdog_seconds: int = 60
 
 
 @dataclass

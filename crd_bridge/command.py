@@ -45,6 +45,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                         default=os.environ.get("NODEROLL_FLEET_RELIST_MIN_SECONDS", "30"),
                         help="a fleet this bridge starts re-lists its nodes after node changes at most this often "
                              "(env NODEROLL_FLEET_RELIST_MIN_SECONDS; default 30; a running fleet keeps its own)")
+    parser.add_argument("--fleet-watchdog-seconds", type=_positive_seconds,
+                        default=os.environ.get("NODEROLL_FLEET_WATCHDOG_SECONDS", "60"),
+                        help="while windows are out, a fleet this bridge starts checks this often that their node "
+                             "workflows still run (env NODEROLL_FLEET_WATCHDOG_SECONDS; default 60; a running fleet "
+                             "keeps its own)")
     parser.add_argument("--label-selector", default=os.environ.get("NODEROLL_BRIDGE_LABEL_SELECTOR", ""),
                         help="only Packages and DeploymentPolicies with these labels, e.g. shard=a "
                              "(env NODEROLL_BRIDGE_LABEL_SELECTOR; default: all)")
@@ -81,7 +86,8 @@ def options_from_args(args: argparse.Namespace) -> BridgeOptions:
         lease = LeaseSettings(identity=args.identity, namespace=args.lease_namespace, name=args.lease_name)
     return BridgeOptions(resync_seconds=args.resync_seconds, status_seconds=args.status_seconds,
                          settle_seconds=args.settle_seconds, lease=lease,
-                         label_selector=args.label_selector, fleet_relist_min_seconds=args.fleet_relist_min_seconds)
+                         label_selector=args.label_selector, fleet_relist_min_seconds=args.fleet_relist_min_seconds,
+                         fleet_watchdog_seconds=args.fleet_watchdog_seconds)
 
 
 async def serve(settings: ServiceSettings, options: BridgeOptions, stop: asyncio.Event) -> None:
@@ -90,7 +96,8 @@ async def serve(settings: ServiceSettings, options: BridgeOptions, stop: asyncio
     log.info("bridge on %s namespace=%s task_queue=%s cluster=%s kubeconfig=%s leader-election=%s",
              settings.temporal_address, settings.namespace, settings.task_queue, settings.cluster or "none",
              settings.kubeconfig or "in-cluster", "on" if options.lease else "off")
-    fleets = Fleets(started.client, settings.task_queue, settings.cluster, options.fleet_relist_min_seconds)
+    fleets = Fleets(started.client, settings.task_queue, settings.cluster, options.fleet_relist_min_seconds,
+                    options.fleet_watchdog_seconds)
     await Bridge(fleets, options).run(stop)
 
 

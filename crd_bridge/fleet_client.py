@@ -29,12 +29,14 @@ class Fleets:
     """Fleet workflows of one Temporal namespace, task queue and cluster ("" = none)."""
 
     def __init__(self, client: Client, task_queue: str, cluster: str = "",
-                 relist_min_seconds: int = FleetInput.relist_min_seconds) -> None:
+                 relist_min_seconds: int = FleetInput.relist_min_seconds,
+                 watchdog_seconds: int = FleetInput.watchdog_seconds) -> None:
         self.client = client
         self.task_queue = task_queue
         self.cluster = cluster
-        # Given to the fleets this bridge starts (a running fleet keeps the value it started with).
+        # Given to the fleets this bridge starts (a running fleet keeps the values it started with).
         self.relist_min_seconds = relist_min_seconds
+        self.watchdog_seconds = watchdog_seconds
 
     def workflow_id(self, fleet: str) -> str:
         """`fleet/<fleet>`, or `fleet/<cluster>/<fleet>` in a named cluster."""
@@ -65,7 +67,8 @@ class Fleets:
         shown = ", ".join(f"{e.name} {e.spec.get('version', '?')}" for e in spec.packages) or "no Packages"
         await self.client.start_workflow(
             names.FLEET_WORKFLOW_TYPE,
-            FleetInput(policy_name=spec.policy_name, cluster=self.cluster, relist_min_seconds=self.relist_min_seconds),
+            FleetInput(policy_name=spec.policy_name, cluster=self.cluster, relist_min_seconds=self.relist_min_seconds,
+                       watchdog_seconds=self.watchdog_seconds),
             id=self.workflow_id(spec.policy_name),
             task_queue=self.task_queue,
             start_signal=names.SIGNAL_FLEET_SPEC,

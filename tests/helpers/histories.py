@@ -12,10 +12,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from temporalio.client import WorkflowHistory
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.worker import Replayer
 
 from service.data_converter import data_converter
+from tests.helpers import assert_eventually_async
 from worker.registry import GLOBAL_WORKFLOWS, WORKFLOWS
 
 
@@ -29,3 +30,16 @@ async def replay_and_record(histories: dict[str, WorkflowHistory], record_env: s
     for name, history in histories.items() if target else ():
         (Path(target) / name).parent.mkdir(parents=True, exist_ok=True)
         (Path(target) / f"{name}.json").write_text(history.to_json())
+
+
+async def completed_history(client: Client, workflow_id: str, timeout: float = 120.0) -> WorkflowHistory:
+    """The history of `workflow_id`'s latest run once it completed (within `timeout` seconds)."""
+    handle = client.get_workflow_handle(workflow_id)
+
+    async def completed() -> bool:
+        status = (await handle.describe()).status
+        assert status == WorkflowExecutionStatus.COMPLETED, status
+        return True
+
+    await assert_eventually_async(completed, timeout=timeout)
+    return await handle.fetch_history()

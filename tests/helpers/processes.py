@@ -103,7 +103,9 @@ class NoderollProcesses:
             "--resync-seconds", "5", "--status-seconds", "1",
             # Fleets react to node changes within 5 s, not the production 30 s: the tests wait less for
             # what a reset, a relabel or a cordon makes the fleet do (the gap: tests/unit/test_fleet_machine.py::test_node_changes_are_listed_at_most_once_per_relist_gap).
-            "--fleet-relist-min-seconds", "5"]
+            "--fleet-relist-min-seconds", "5",
+            # and notice a node workflow that ended without answering within 15 s, not 60 s.
+            "--fleet-watchdog-seconds", "15"]
         return self._start(name, ["bridge", *self._connection(), *scope], {})
 
     def log(self, name: str) -> str:

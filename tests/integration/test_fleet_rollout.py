@@ -24,7 +24,7 @@ import json
 import pytest
 from kubernetes import client
 from kubernetes.client import ApiClient
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client
 
 from api import keys
 from api.enums import RolloutPhase
@@ -35,7 +35,7 @@ from planning.views.fleet_status import FleetProgress
 from protocol import names
 from tests.helpers import assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
-from tests.helpers.histories import replay_and_record
+from tests.helpers.histories import completed_history, replay_and_record
 from tests.helpers.nodewatch import watching_nodes
 from tests.helpers.packages import (
     BENCH_PACKAGES,
@@ -299,14 +299,8 @@ async def test_fleet_and_node_window_histories_replay(
                 delete_package(kube_api_client, name)
             delete_policy(kube_api_client, policy)
 
-        async def fleet_ended() -> bool:
-            status = (await temporal_client.get_workflow_handle(fleet_id).describe()).status
-            assert status == WorkflowExecutionStatus.COMPLETED, status
-            return True
-
-        await assert_eventually_async(fleet_ended, timeout=120)
         histories = {
-            f"fleet/{RECORDED_AS['fleet']}": await temporal_client.get_workflow_handle(fleet_id).fetch_history(),
+            f"fleet/{RECORDED_AS['fleet']}": await completed_history(temporal_client, fleet_id),
             f"node/{RECORDED_AS['node']}": await temporal_client.get_workflow_handle(
                 names.node_workflow_id(node)).fetch_history(),
         }

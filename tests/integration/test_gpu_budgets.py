@@ -22,15 +22,15 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client import ApiClient
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client
 
 from api import keys
 from fleetsim.context import RACK_LABEL
 from fleetsim.workloads import PROTECTED_LABEL
 from protocol import names
-from tests.helpers import assert_eventually, assert_eventually_async, unique_name
+from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
-from tests.helpers.histories import replay_and_record
+from tests.helpers.histories import completed_history, replay_and_record
 from tests.helpers.nodewatch import watching_capacity
 from tests.helpers.packages import SERVICE_IMAGE, WORKLOAD_IMAGE, package_spec
 from tests.helpers.processes import NoderollProcesses, noderoll_fixture
@@ -196,12 +196,6 @@ async def test_drain_ahead_marks_before_each_window_keeps_new_pods_off_and_clean
     assert watch.windows_unmarked == [], "every window started on a node carrying the label and the taint"
     assert watch.marks_seen == set(fleet.node_names)
 
-    async def fleet_ended() -> bool:
-        status = (await temporal_client.get_workflow_handle(names.fleet_workflow_id(policy)).describe()).status
-        assert status == WorkflowExecutionStatus.COMPLETED, status
-        return True
-
     # The fleet's history with drain-ahead's marks and a GPU floor replays (and is recorded from here).
-    await assert_eventually_async(fleet_ended, timeout=120)
-    history = await temporal_client.get_workflow_handle(names.fleet_workflow_id(policy)).fetch_history()
+    history = await completed_history(temporal_client, names.fleet_workflow_id(policy))
     await replay_and_record({"fleet/fleet-drain-ahead-gpu-floor": history}, "NODEROLL_RECORD_FLEET_HISTORIES")

@@ -28,15 +28,15 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client import ApiClient
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client
 
 from cli.rollout_history import fleet_histories
 from fleetsim.context import RACK_LABEL
 from localstack.state import StackInfo
 from protocol import names
-from tests.helpers import assert_eventually, assert_eventually_async, unique_name
+from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
-from tests.helpers.histories import replay_and_record
+from tests.helpers.histories import completed_history, replay_and_record
 from tests.helpers.nodewatch import watching_capacity
 from tests.helpers.packages import SERVICE_IMAGE, package_spec
 from tests.helpers.processes import NoderollProcesses, noderoll_fixture
@@ -172,13 +172,7 @@ async def test_a_node_cordoned_during_drain_aheads_lead_keeps_the_floor(
     assert watch.lowest is not None and watch.lowest >= 32, watch.lowest
     assert sorted(watch.windows) == sorted(fleet.node_names), watch.windows
 
-    async def fleet_ended() -> bool:
-        status = (await temporal_client.get_workflow_handle(names.fleet_workflow_id(policy)).describe()).status
-        assert status == WorkflowExecutionStatus.COMPLETED, status
-        return True
-
-    await assert_eventually_async(fleet_ended, timeout=120)
-    history = await temporal_client.get_workflow_handle(names.fleet_workflow_id(policy)).fetch_history()
+    history = await completed_history(temporal_client, names.fleet_workflow_id(policy))
     activities = [a.type for h in await fleet_histories(temporal_client, policy) for a in h.activities]
     assert activities.index("read_node_supply") < activities.index("request_windows"), activities
     # The batch of the two marked nodes went out with one of them: the other waited.

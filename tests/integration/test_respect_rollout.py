@@ -21,14 +21,14 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client import ApiClient
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client
 
 from api import keys
 from localstack.state import StackInfo
 from protocol import names
-from tests.helpers import assert_eventually, assert_eventually_async, unique_name
+from tests.helpers import assert_eventually, unique_name
 from tests.helpers.fleet import running_fleet
-from tests.helpers.histories import replay_and_record
+from tests.helpers.histories import completed_history, replay_and_record
 from tests.helpers.nodewatch import watching_capacity
 from tests.helpers.packages import SERVICE_IMAGE, package_spec
 from tests.helpers.processes import NoderollProcesses, noderoll_fixture
@@ -114,11 +114,5 @@ async def test_held_nodes_wait_take_budget_slots_and_count_against_the_floor(
     assert watch.starts_below_floor == [], watch.starts_below_floor
     assert sorted(watch.windows) == sorted(fleet.node_names), watch.windows
 
-    async def fleet_ended() -> bool:
-        status = (await temporal_client.get_workflow_handle(names.fleet_workflow_id(policy)).describe()).status
-        assert status == WorkflowExecutionStatus.COMPLETED, status
-        return True
-
-    await assert_eventually_async(fleet_ended, timeout=120)
-    history = await temporal_client.get_workflow_handle(names.fleet_workflow_id(policy)).fetch_history()
+    history = await completed_history(temporal_client, names.fleet_workflow_id(policy))
     await replay_and_record({"fleet/fleet-respect-other-maintenance": history}, "NODEROLL_RECORD_FLEET_HISTORIES")

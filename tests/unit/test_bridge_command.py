@@ -36,7 +36,7 @@ def test_flags_and_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert options_from_args(build_parser().parse_args(["bridge", "--no-leader-election"])).lease is None
 
 
-def test_fleet_relist_min_seconds_flag_environment_and_bad_values(monkeypatch: pytest.MonkeyPatch,
+def test_fleet_relist_and_watchdog_flags_environment_and_bad_values(monkeypatch: pytest.MonkeyPatch,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("NODEROLL_FLEET_RELIST_MIN_SECONDS", raising=False)
     assert options_from_args(build_parser().parse_args(["bridge"])).fleet_relist_min_seconds == 30
@@ -45,6 +45,13 @@ def test_fleet_relist_min_seconds_flag_environment_and_bad_values(monkeypatch: p
     args = build_parser().parse_args(["bridge", "--fleet-relist-min-seconds", "5"])
     assert options_from_args(args).fleet_relist_min_seconds == 5
     for bad, said in (("0", "0 must be at least 1 second"), ("soon", "'soon' is not a whole number of seconds")):
-        with pytest.raises(SystemExit):
-            build_parser().parse_args(["bridge", "--fleet-relist-min-seconds", bad])
-        assert f"argument --fleet-relist-min-seconds: {said}" in capsys.readouterr().err
+        for flag in ("--fleet-relist-min-seconds", "--fleet-watchdog-seconds"):
+            with pytest.raises(SystemExit):
+                build_parser().parse_args(["bridge", flag, bad])
+            assert f"argument {flag}: {said}" in capsys.readouterr().err
+    monkeypatch.delenv("NODEROLL_FLEET_WATCHDOG_SECONDS", raising=False)
+    assert options_from_args(build_parser().parse_args(["bridge"])).fleet_watchdog_seconds == 60
+    monkeypatch.setenv("NODEROLL_FLEET_WATCHDOG_SECONDS", "20")
+    assert options_from_args(build_parser().parse_args(["bridge"])).fleet_watchdog_seconds == 20
+    args = build_parser().parse_args(["bridge", "--fleet-watchdog-seconds", "15"])
+    assert options_from_args(args).fleet_watchdog_seconds == 15
