@@ -19,7 +19,10 @@ else's hand, not at its next re-list (issue 43): `availability_change` is a cord
 is not noderoll's own (noderoll's cordon and uncordon set and clear `noderoll.io/cordoned-by` in the
 same patch; a cordon that leaves the annotation as it was is someone else's), or a node turning
 NotReady or Ready outside noderoll's own window (a node labelled `noderoll.io/status=in-progress`
-is in a window: its reboot's NotReady is noderoll's). It goes, as `availability_changed`, to the
+is in a window: its reboot's NotReady is noderoll's), or a taint set or lifted that another
+maintenance may hold the node with (`spec.respect`; any key but the kubelet's `node.kubernetes.io/*`
+and drain-ahead's `noderoll.io/upcoming`: a fleet's hand-out reads only the nodes named to it and
+those the apiserver selects as cordoned or in a window, issue 45). It goes, as `availability_changed`, to the
 fleets one of whose Packages targets the node (`fleets_targeting`: the same selector match as for
 `nodes_changed`, and the fleets uninstalling a deleted Package there).
 
@@ -43,6 +46,9 @@ from planning.node.runtime_taint import RuntimePackage, RuntimeTaintInput
 from planning.node.targets import UNSCHEDULABLE_TAINT_KEY, NodeView, is_candidate
 from protocol.fleet import FleetSpec, NodeReset
 from protocol.names import fleet_name
+
+# The kubelet's and the node lifecycle controller's taints (not-ready, unreachable, pressure...).
+NODE_LIFECYCLE_TAINT_PREFIX = "node.kubernetes.io/"
 
 
 def node_view(obj: Mapping[str, Any]) -> NodeView:
@@ -105,13 +111,24 @@ def forgotten_records(old: NodeView | None, new: NodeView) -> set[str]:
 
 def availability_change(old: NodeFacts | None, new: NodeFacts) -> bool:
     """True when the change from `old` to `new` is a cordon, an uncordon or a Ready flip by someone
-    else's hand (module docstring); a new node is `nodes_changed`'s, not this."""
+    else's hand, or a change of the taints another maintenance may set (module docstring); a new node is
+    `nodes_changed`'s, not this."""
     if old is None:
         return False
     ours = old.cordoned_by != new.cordoned_by and keys.CORDONED_BY_VALUE in (old.cordoned_by, new.cordoned_by)
     cordon = old.unschedulable != new.unschedulable and not ours
     in_window = NodeStatus.IN_PROGRESS.value in (old.status_label, new.status_label)
-    return cordon or (old.ready != new.ready and not in_window)
+    return cordon or (old.ready != new.ready and not in_window) or _maintenance_taints(old) != _maintenance_taints(new)
+
+
+def _maintenance_taints(node: NodeFacts) -> set[tuple[str, str, str]]:
+    # Taints another maintenance may set (a respected one holds the node, `planning.rollout.respect`): a
+    # fleet's hand-out reads only the nodes it names or the apiserver selects (cordoned, in a window), and a
+    # taint cannot be selected, so the bridge names the node (issue 45). Not the kubelet's and node
+    # controller's `node.kubernetes.io/*` (they follow Ready, noted above, and every window's reboot sets
+    # them), nor drain-ahead's `noderoll.io/upcoming`, which fleets write themselves.
+    return {(t.get("key", ""), t.get("value", ""), t.get("effect", "")) for t in node.taints
+            if not t.get("key", "").startswith(NODE_LIFECYCLE_TAINT_PREFIX) and t.get("key") != keys.UPCOMING_KEY}
 
 
 def fleets_targeting(views: Iterable[NodeView], packages: Mapping[str, PackageSpec],

@@ -49,13 +49,20 @@ def checks_budget(run: FleetRun) -> Steps[bool]:
 
 
 def take_supply(state: fs.FleetState, nodes: Mapping[str, NodeAvailability]) -> None:
-    """The fleet's view of its nodes with a fresh read's availability (nodes not read are left as they were)."""
+    """The fleet's view of its nodes with a fresh read's availability (nodes not read are left as they were).
+    The nodes whose view changed are told to the state's derived views (a node held by other maintenance
+    says so in `progress`: `planning.views.fleet_nodes`)."""
+    changed = []
     for name, seen in nodes.items():
         listed = state.targets.get(name)
         if listed is None:
             continue
         labels = {**listed.labels, **seen.labels}
-        state.targets[name] = replace(listed, down=seen.down, capacity=dict(seen.capacity), labels=labels)
+        taken = replace(listed, down=seen.down, capacity=dict(seen.capacity), labels=labels)
+        if taken != listed:
+            state.targets[name] = taken
+            changed.append(name)
+    fs.touch_nodes(state, changed)
 
 
 def admit(state: fs.FleetState, policy: DeploymentPolicySpec, nodes: Collection[str],

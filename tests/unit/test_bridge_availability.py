@@ -21,10 +21,10 @@ OURS = {"noderoll.io/cordoned-by": "noderoll"}
 
 
 def a_node(name: str = "n1", *, cordoned: bool = False, ready: bool = True, annotations: dict[str, str] | None = None,
-           status: str = "", pool: str = "a100") -> dict[str, Any]:
+           status: str = "", pool: str = "a100", taints: tuple[str, ...] = ()) -> dict[str, Any]:
     labels = {"gpu": pool, **({"noderoll.io/status": status} if status else {})}
     return {"metadata": {"name": name, "labels": labels, "annotations": annotations or {}},
-            "spec": {"unschedulable": cordoned},
+            "spec": {"unschedulable": cordoned, "taints": [{"key": k, "effect": "NoSchedule"} for k in taints]},
             "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}}
 
 
@@ -47,6 +47,16 @@ def a_node(name: str = "n1", *, cordoned: bool = False, ready: bool = True, anno
                  id="not-ready-after-the-window"),
     pytest.param(a_node(status="waiting"), a_node(status="in-progress"), False, id="status-label-only"),
     pytest.param(a_node(), a_node(), False, id="no-change"),
+    # Another maintenance's taint (spec.respect may hold the node by it) set or lifted, in a window or not:
+    # a hand-out's read finds such a node only when the bridge names it (issue 45).
+    pytest.param(a_node(), a_node(taints=("maintenance.example.com/hold",)), True, id="maintenance-taint-set"),
+    pytest.param(a_node(taints=("maintenance.example.com/hold",)), a_node(), True, id="maintenance-taint-lifted"),
+    pytest.param(a_node(status="in-progress"), a_node(status="in-progress", taints=("repair/hold",)), True,
+                 id="maintenance-taint-in-a-window"),
+    pytest.param(a_node(status="in-progress"), a_node(ready=False, status="in-progress",
+                                                       taints=("node.kubernetes.io/not-ready",)), False,
+                 id="kubelets-taint-in-noderolls-reboot"),
+    pytest.param(a_node(), a_node(taints=("noderoll.io/upcoming",)), False, id="drain-ahead-mark"),
     pytest.param(None, a_node(cordoned=True, ready=False), False, id="a-new-node-is-nodes-changed"),
 ])
 def test_someone_elses_cordon_and_ready_flips_are_availability_changes(
