@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import total_ordering
+from functools import lru_cache, total_ordering
 
 import semver
 
@@ -53,6 +53,9 @@ class Version:
         return self.text
 
 
+# A fleet's listing compares each node's recorded versions with its Packages' (`noderoll plan` simulates
+# dozens of listings of 10,000 nodes): the few distinct strings are parsed once. Version is immutable.
+@lru_cache(maxsize=4096)
 def parse_version(text: str) -> Version:
     """Parse `text` as a package version or raise VersionError saying what is valid."""
     match = _VERSION_RE.match(text.strip()) if isinstance(text, str) else None
@@ -78,6 +81,7 @@ def is_valid_version(text: str) -> bool:
     return True
 
 
+@lru_cache(maxsize=4096)
 def compare_versions(left: str, right: str) -> int:
     """-1, 0 or 1 as `left` is older than, equal to or newer than `right` (both must be valid)."""
     a, b = parse_version(left), parse_version(right)

@@ -62,11 +62,17 @@ def tolerates(toleration: Toleration, taint: Mapping[str, str]) -> bool:
     return toleration.operator == "Exists" or (toleration.value or "") == (taint.get("value") or "")
 
 
+_TOLERATES_CORDON = Toleration(key=UNSCHEDULABLE_TAINT_KEY, operator="Exists")
+_TOLERATES_RUNTIME_REQUIRED = Toleration(key=keys.RUNTIME_REQUIRED_TAINT_KEY, operator="Exists")
+
+
 def untolerated_taints(spec: PackageSpec, taints: Sequence[Mapping[str, str]]) -> list[str]:
     """The node's blocking taints the package does not tolerate, as `key=value:effect` strings."""
-    implicit = [Toleration(key=UNSCHEDULABLE_TAINT_KEY, operator="Exists")]
+    if not taints:
+        return []  # most nodes: no tolerations built (a listing asks per node and Package)
+    implicit = [_TOLERATES_CORDON]
     if spec.runtime_required:
-        implicit.append(Toleration(key=keys.RUNTIME_REQUIRED_TAINT_KEY, operator="Exists"))
+        implicit.append(_TOLERATES_RUNTIME_REQUIRED)
     tolerations = [*spec.additional_tolerations, *implicit]
     bad = []
     for taint in taints:
