@@ -33,7 +33,7 @@ from fleetsim.fleet import Fleet
 from localstack.state import StackInfo
 from planning.views.fleet_status import FleetProgress
 from protocol import names
-from tests.helpers import assert_eventually_async, unique_name
+from tests.helpers import assert_eventually, assert_eventually_async, unique_name
 from tests.helpers.fleet import running_fleet
 from tests.helpers.histories import completed_history, replay_and_record
 from tests.helpers.nodewatch import watching_nodes
@@ -109,9 +109,16 @@ async def test_change_set_costs_one_cordon_one_reboot_one_interrupt_per_node(
             for name in (kernel, driver, tuned):
                 status = read_package(kube_api_client, name)["status"]
                 assert status["phase"] == "Complete" and status["progress"] == "12/12", status
-            policy_status = client.CustomObjectsApi(kube_api_client).get_cluster_custom_object(
-                keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, policy)["status"]
-            assert policy_status["phase"] == "Complete" and policy_status["wave"] == 1, policy_status
+
+            def policy_complete() -> dict:
+                status = client.CustomObjectsApi(kube_api_client).get_cluster_custom_object(
+                    keys.GROUP, keys.VERSION, keys.POLICY_PLURAL, policy)["status"]
+                assert status["phase"] == "Complete" and status["wave"] == 1, status
+                return status
+
+            # A Package is Complete once its nodes are; the fleet (the policy's phase) once its loop found no
+            # batch left, which may wait for a re-list first (the listing gap): seen seconds after the Packages.
+            policy_status = assert_eventually(policy_complete, timeout=60)
             assert sorted(policy_status["packages"]) == sorted([kernel, driver, tuned])
             # Temporal UI: NoderollPackage = '<driver>' finds the fleet and the node windows that carried it.
             found = [w.id async for w in temporal_client.list_workflows(f"{names.SEARCH_ATTR_PACKAGE} = '{driver}'")]
