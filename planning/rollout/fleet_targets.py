@@ -195,7 +195,8 @@ def _dependency_reason(
     return None
 
 
-def _classify(node: NodeView, query: FleetQuery) -> NodeTargets | None:
+def classify_node(node: NodeView, query: FleetQuery) -> NodeTargets | None:
+    """One node's targets for the query's Packages (None: it has none); `select_fleet` for every node."""
     recorded, problem = parse_node_state(node.state_annotation)
     ours = set(query.in_flight.get(node.name, ()))
     targets = NodeTargets(
@@ -246,7 +247,7 @@ def select_fleet(query: FleetQuery) -> FleetSelection:
     """Classify every (node, Package) pair of the snapshot (module rules)."""
     selection = FleetSelection()
     for node in sorted(query.nodes, key=lambda n: n.name):
-        targets = _classify(node, query)
+        targets = classify_node(node, query)
         if targets is not None:
             selection.nodes[node.name] = targets
     return selection

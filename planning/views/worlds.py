@@ -34,8 +34,8 @@ from planning.rollout.fleet_targets import (
     FleetQuery,
     FleetSelection,
     NodeTargets,
+    classify_node,
     down_reason,
-    select_fleet,
     supply_read,
     units,
 )
@@ -191,18 +191,35 @@ class SnapshotWorld:
         self.requests: dict[str, WindowRequest] = {}
         # The window each node got (its first that ran or answered something).
         self.windows: dict[str, PlannedWindow] = {}
+        # Per node, its last classification and what it was made of (`listing`).
+        self._classified: dict[str, tuple[NodeView, bool, frozenset[str], str, NodeTargets | None]] = {}
 
     def _view(self, name: str) -> NodeView:
         view = self.views[name]
         return replace(view, status_label=IN_WINDOW_LABEL) if name in self.requests else view
 
     def listing(self, input: ListFleetNodesInput) -> ListFleetNodesResult:
+        """The real target selection over the snapshot (`select_fleet`'s rules, node by node). A node's
+        classification is made again only when its view, its window or the query changed: a plan lists the
+        whole fleet dozens of times and a window changes one node (issue 45: most of a 10,000-node plan)."""
         packages = {e.name: FleetPackage(spec_of(e.spec), uninstall=e.uninstall, paused=e.paused) for e in input.packages}
-        views = [self._view(n) for n in sorted(self.views)]
         in_flight = {n: frozenset(p) for n, p in input.in_flight.items()}
-        selection = select_fleet(FleetQuery(packages, views, in_flight, frozenset(input.label_keys), input.supply,
-                                            frozenset(input.resources), respect_from_json(input.respect)))
-        return ListFleetNodesResult(selection=selection_to_json(selection), listed=len(views))
+        query = FleetQuery(packages, [], in_flight, frozenset(input.label_keys), input.supply,
+                           frozenset(input.resources), respect_from_json(input.respect))
+        asked = json.dumps([[(e.name, e.spec, e.uninstall, e.paused) for e in input.packages], sorted(input.label_keys),
+                            input.supply, sorted(input.resources), input.respect], sort_keys=True, default=str)
+        selection = FleetSelection()
+        for name in sorted(self.views):
+            view, in_window, ours = self.views[name], name in self.requests, in_flight.get(name, frozenset())
+            known = self._classified.get(name)
+            if known is not None and known[0] is view and known[1:4] == (in_window, ours, asked):
+                targets = known[4]
+            else:
+                targets = classify_node(self._view(name), query)
+                self._classified[name] = (view, in_window, ours, asked, targets)
+            if targets is not None:
+                selection.nodes[name] = targets
+        return ListFleetNodesResult(selection=selection_to_json(selection), listed=len(self.views))
 
     def read(self, input: ReadNodeSupplyInput) -> ReadNodeSupplyResult:
         keys, respect = set(input.label_keys), respect_from_json(input.respect)

@@ -188,3 +188,48 @@ def test_phase_of_a_large_summary_does_not_list_nodes() -> None:
     report = fleet_progress(run.state, RolloutPhase.PROGRESSING, START.isoformat(), run.fleet_id)
     package = next(iter(report.packages.values()))
     assert report.nodes == {} and package.blocked == {} and package.total_nodes == 500
+
+
+def test_a_snapshot_listing_reuses_a_classification_only_while_its_node_and_query_are_unchanged() -> None:
+    """`SnapshotWorld.listing` keeps each node's classification (a plan lists the whole fleet dozens of times):
+    every listing equals the target selection run afresh over the world's nodes, as windows open and close."""
+    from planning.rollout.fleet_targets import FleetPackage, FleetQuery, select_fleet
+    from planning.views.worlds import spec_of
+    from protocol.activities import ListFleetNodesInput
+    from protocol.fleet import PackageOrder, WindowRequest
+
+    sc = Scenario("m", 12, budget_count=3, floor_percent=50, packages=2)
+    world = SnapshotWorld(synthetic_nodes(sc), fs.Timings())
+    entries = fleet_spec(sc).packages
+
+    def asked(in_flight: dict[str, list[str]], paused: bool = False) -> ListFleetNodesInput:
+        packages = [replace(e, paused=paused and i == 1) for i, e in enumerate(entries)]
+        return ListFleetNodesInput(packages=packages, in_flight=in_flight, supply=True, resources=["nvidia.com/gpu"])
+
+    def fresh(input: ListFleetNodesInput) -> dict:
+        packages = {e.name: FleetPackage(spec_of(e.spec), uninstall=e.uninstall, paused=e.paused) for e in input.packages}
+        views = [world._view(n) for n in sorted(world.views)]
+        return selection_to_json(select_fleet(FleetQuery(
+            packages, views, {n: frozenset(p) for n, p in input.in_flight.items()}, frozenset(), True,
+            frozenset(input.resources), None)))
+
+    first = asked({})
+    assert world.listing(first).selection == fresh(first)
+    # Two windows out, then one of them answered: those two nodes are classified again, the others reused.
+    names = sorted(world.views)[:2]
+    requests = {}
+    for name in names:
+        request = WindowRequest("fleet/m", f"r-{name}", [PackageOrder(e.name, e.spec, e.generation) for e in entries])
+        world.open_window(name, request)
+        requests[name] = request
+    out = asked({n: [e.name for e in entries] for n in names})
+    assert world.listing(out).selection == fresh(out)
+    still_open = world.listing(out).selection
+    _seconds, result = world.open_window(names[0], requests[names[0]])
+    world.close_window(names[0], result)  # the node records its Packages complete: a new view
+    assert world.listing(out).selection == fresh(out) != still_open
+    after = asked({names[1]: [e.name for e in entries]})
+    assert world.listing(after).selection == fresh(after)
+    # A changed query (a Package paused) classifies every node again.
+    paused = asked({names[1]: [e.name for e in entries]}, paused=True)
+    assert world.listing(paused).selection == fresh(paused) != world.listing(after).selection
