@@ -18,8 +18,9 @@ Where a value comes from is always reported (`source` fields), because there are
 from __future__ import annotations
 
 import argparse
+import functools
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -189,16 +190,11 @@ def progress_from_status(status: dict[str, Any]) -> RolloutProgress:
     )
 
 
-def node_row(node: k8s.V1Node) -> NodeRow:
-    """Read one Node object into the CLI's NodeRow. Pure."""
+def node_row(node: Mapping[str, Any]) -> NodeRow:
+    """Read one Node object (API JSON) into the CLI's NodeRow. Pure."""
     facts = node_facts(node)  # the one Node snapshot (kube.node_snapshot); the drain condition besides
     state, problem = parse_node_state(facts.state_annotation or None)
-    conditions = (node.status.conditions or []) if node.status else []
-    drain = read_drain_condition(
-        {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message,
-         "lastTransitionTime": c.last_transition_time.isoformat() if c.last_transition_time else ""}
-        for c in conditions
-    )
+    drain = read_drain_condition((node.get("status") or {}).get("conditions") or [])
     return NodeRow(
         name=facts.name,
         status=facts.status_label,
@@ -280,8 +276,13 @@ class Ops:
         self.target = target
         self.temporal = temporal
         self.api = api
-        self.core = k8s.CoreV1Api(api)
         self.custom = k8s.CustomObjectsApi(api)
+
+    @functools.cached_property
+    def core(self) -> k8s.CoreV1Api:
+        # Built on first use: importing the typed core API is 0.6 s of a command's start-up here, and
+        # `noderoll status` reads the Nodes raw (`list_nodes`) and needs nothing else of it (issue 45).
+        return k8s.CoreV1Api(self.api)
 
     @classmethod
     async def connect(cls, target: OpsTarget) -> Ops:
@@ -428,8 +429,13 @@ class Ops:
             return Limits()  # stored before the webhook with out-of-range values: the bridge reports them
 
     def list_nodes(self, selector: str | None = None) -> list[NodeRow]:
-        """Every Node (optionally by label selector), sorted by name."""
-        nodes = self.core.list_node(label_selector=selector or "").items
+        """Every Node (optionally by label selector), sorted by name; read as API JSON (no typed models)."""
+        serialized = self.api.param_serialize(
+            method="GET", resource_path="/api/v1/nodes", query_params=[("labelSelector", selector)] if selector else [],
+            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
+        response = self.api.call_api(*serialized)
+        response.read()
+        nodes = self.api.response_deserialize(response, {"2XX": "object"}).data.get("items") or []
         return sorted((node_row(n) for n in nodes), key=lambda v: v.name)
 
     def stage_pods(self, package: str, node: str, mode: str | None = None) -> list[k8s.V1Pod]:
