@@ -358,8 +358,9 @@ async def run_rollout(target: Target, sc: Scenario, temporal: Client, log: Log) 
         row["noderoll_status_after"] = [await asyncio.to_thread(cli_timing.status_run, sc.name, connection)
                                         for _ in range(STATUS_PROBES)]
         end = started_epoch + measured["makespan_s"]
-        if sc.sampled:
-            # The wave's end is past the sample: judged against its end extrapolated from the sample (bench/eta.py).
+        if sc.sampled or stopped_early:
+            # The wave's end is past the sample (or the deadline): judged against its end extrapolated from the
+            # windows that ran (bench/eta.py), not against the halt.
             end = extrapolated_end(windows, row["batches"], sc.nodes) or end
             row["eta_judged_against"] = "the wave's end extrapolated from the sample's full batches"
         row["eta"] = eta_accuracy(sampler.samples, started_epoch, end)
