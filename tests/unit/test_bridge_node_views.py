@@ -101,3 +101,21 @@ def test_package_node_counts_follow_the_watch_and_equal_a_fresh_count() -> None:
     assert cache.nodes.package_counts("p", gpu) == fresh(gpu)
     assert [(c.state, c.stage, c.count) for c in fresh(gpu)] == [("complete", "config", 2), ("in_progress", "apply", 1)]
     assert cache.nodes.package_counts("p", every) == fresh(every)  # a new selector: counted afresh
+
+
+def test_the_cache_keeps_no_managed_fields_images_or_volumes() -> None:
+    """`crd_bridge.watcher.slim`: what the bridge never reads is dropped before an object is cached (issue 45:
+    half of a simulated Node's JSON); what it reads stays."""
+    from crd_bridge.watcher import slim
+
+    node = {"metadata": {"name": "n1", "labels": {"gpu": "a100"}, "annotations": {"noderoll.io/state": "{}"},
+                         "managedFields": [{"manager": "kubelet", "fieldsV1": {"f:status": {}}}]},
+            "spec": {"unschedulable": True, "taints": [{"key": "k", "effect": "NoSchedule"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}], "allocatable": {"nvidia.com/gpu": "8"},
+                       "nodeInfo": {"bootID": "b"}, "images": [{"names": ["x"], "sizeBytes": 1}],
+                       "volumesInUse": ["v"], "volumesAttached": [{"name": "v", "devicePath": "/d"}]}}
+    kept = slim(node)
+    assert "managedFields" not in kept["metadata"] and not {"images", "volumesInUse", "volumesAttached"} & kept["status"].keys()
+    assert kept["metadata"]["labels"] == {"gpu": "a100"} and kept["spec"]["taints"] and kept["status"]["nodeInfo"]
+    assert kept["status"]["conditions"] == [{"type": "Ready", "status": "True"}]
+    assert slim({"metadata": {"name": "p"}, "spec": {}}) == {"metadata": {"name": "p"}, "spec": {}}  # a Package
