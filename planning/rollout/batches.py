@@ -274,6 +274,18 @@ def next_batch(
     return state.current_batch
 
 
+def batches_to_budget(comp: CompartmentState, most: int) -> int:
+    """How many more batches the compartment hands out before its batches reach its budget (its strategy's
+    growth from its next size, no failures); at most `most` (linear growth may take long)."""
+    size, batches = max(1, comp.next_size or comp.initial_batch), 0
+    while size < comp.budget and batches < most:
+        grown = _next_size(comp, size, False, 0.0)
+        if grown <= size:
+            break  # fixed (and rolling): every batch has the same size
+        size, batches = grown, batches + 1
+    return batches
+
+
 def _next_size(comp: CompartmentState, size: int, failed: bool, progress: float) -> int:
     shrink = failed and progress < comp.safety_limit
     if comp.strategy is StrategyType.LINEAR:

@@ -9,7 +9,9 @@ moment it is read.
 
 At scale (issue 45) the run ahead is bounded: it lists no node (its world is the fleet's view, which a
 listing would not change), shows no details line, and simulates at most `HORIZON` windows or, on a fleet of
-N nodes, `HANDOUT_WORK` / N hand-outs (a hand-out weighs every node against the floors and topology limits);
+N nodes, `HANDOUT_WORK` / N hand-outs (a hand-out weighs every node against the floors and topology limits),
+but never fewer than the batches left in an exponential or linear ramp plus `PAST_RAMP` (extrapolated from
+the ramp's small batches, a 10,000-node wave's ETA after its first batch was 3.9 times its time left);
 the windows left after them are assumed to go at the rate the simulation's second half went (its answers over
 that time: past an exponential ramp every batch has the budget's size, a rolling fleet keeps its budget's
 windows; with too few answers, the windows out at once over a window's time), and each further batch to have
@@ -26,6 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from planning.fleet.run import FleetRun
+from planning.rollout.batches import batches_to_budget
 from planning.rollout.fleet_state import copy_for_simulation, remaining
 from planning.views.eta import Eta, SimulatedRun, simulated_eta
 from planning.views.simulate import WINDOWS_LIMIT, SimulationLimits, simulate
@@ -34,6 +37,9 @@ from planning.views.worlds import FleetViewWorld
 # Windows the ETA simulates ahead at most, and the hand-outs (times the fleet's nodes): beyond, it extrapolates.
 HORIZON = 400
 HANDOUT_WORK = 30_000
+# Hand-outs simulated past the ramp (its batches grown to the budget), and the longest ramp simulated.
+PAST_RAMP = 2
+RAMP_MOST = 12
 # The run ahead lists no node: its last listing is as if ten years ahead, its periodic re-list as far.
 NOT_LISTED = timedelta(days=3650)
 NO_RELIST_SECONDS = int(NOT_LISTED.total_seconds())
@@ -51,7 +57,9 @@ def fleet_eta(live: FleetRun, horizon: int = HORIZON) -> Eta | None:
                      policy=live.policy, phase=live.phase, now=live.now, listed_at=live.now + NOT_LISTED, resolved=False,
                      patches=dict(live.patches), show_details=False)
     world = FleetViewWorld(state.targets, state.spec.packages, state.timings)
-    limits = SimulationLimits(windows=horizon, handouts=max(3, HANDOUT_WORK // max(1, len(state.targets))))
+    ramp = max((batches_to_budget(c, RAMP_MOST) for c in planner.compartments.values()), default=0)
+    limits = SimulationLimits(windows=horizon,
+                              handouts=max(3, HANDOUT_WORK // max(1, len(state.targets)), ramp + PAST_RAMP))
     sim = simulate(ahead, world, live.now, ahead.input, limits=limits)
     extra_seconds, extra_windows, extra_batches = 0.0, 0, 0
     if sim.stopped == WINDOWS_LIMIT:

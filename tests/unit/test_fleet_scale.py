@@ -133,6 +133,23 @@ def test_the_eta_simulates_a_horizon_then_goes_on_at_its_rate() -> None:
     assert abs(bounded.seconds_left - exact.seconds_left) <= 0.05 * exact.seconds_left, (bounded, exact)
 
 
+def test_the_eta_after_the_first_batch_simulates_the_ramp_before_it_extrapolates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Few hand-outs per ETA on a large fleet (`HANDOUT_WORK` / N) would end the run ahead inside the exponential
+    ramp, whose small batches' rate then stood for the whole wave (10,000 nodes: 3.9 times the time left after
+    batch 1). The ramp is simulated to the budget first; here 600 nodes with the hand-outs of 10,000."""
+    from planning.views import fleet_eta as eta_module
+
+    run = rolled(600, 1, budget=20)  # batch 1 (one window) answered: the ramp 2, 4, 8, 16, then 20s
+    exact = fleet_eta(run, horizon=10_000)
+    monkeypatch.setattr(eta_module, "HANDOUT_WORK", 3 * 600)  # 3 hand-outs, as at 10,000 nodes
+    bounded = fleet_eta(run)
+    assert exact is not None and bounded is not None
+    assert abs(bounded.seconds_left - exact.seconds_left) <= 0.1 * exact.seconds_left, (bounded, exact)
+    monkeypatch.setattr(eta_module, "PAST_RAMP", -10)  # the ramp cut short again: the old estimate, far off
+    cut = fleet_eta(run)
+    assert cut is not None and cut.seconds_left > 1.5 * exact.seconds_left, (cut, exact)
+
+
 def test_the_eta_leaves_the_fleet_as_it_was_and_is_kept_until_due() -> None:
     run = rolled(80, 15)
     before = copy.deepcopy(state_to_json(run.state))
