@@ -21,7 +21,7 @@ same patch; a cordon that leaves the annotation as it was is someone else's), or
 NotReady or Ready outside noderoll's own window (a node labelled `noderoll.io/status=in-progress`
 is in a window: its reboot's NotReady is noderoll's), or a taint set or lifted that another
 maintenance may hold the node with (`spec.respect`; any key but the kubelet's `node.kubernetes.io/*`
-and drain-ahead's `noderoll.io/upcoming`: a fleet's hand-out reads only the nodes named to it and
+and noderoll's own `noderoll.io/*`: a fleet's hand-out reads only the nodes named to it and
 those the apiserver selects as cordoned or in a window, issue 45). It goes, as `availability_changed`, to the
 fleets one of whose Packages targets the node (`fleets_targeting`: the same selector match as for
 `nodes_changed`, and the fleets uninstalling a deleted Package there).
@@ -49,6 +49,8 @@ from protocol.names import fleet_name
 
 # The kubelet's and the node lifecycle controller's taints (not-ready, unreachable, pressure...).
 NODE_LIFECYCLE_TAINT_PREFIX = "node.kubernetes.io/"
+# noderoll's own taints (drain-ahead's mark, the runtime-required taint the bridge sets itself).
+NODEROLL_TAINT_PREFIX = "noderoll.io/"
 
 
 def node_view(obj: Mapping[str, Any]) -> NodeView:
@@ -126,9 +128,9 @@ def _maintenance_taints(node: NodeFacts) -> set[tuple[str, str, str]]:
     # fleet's hand-out reads only the nodes it names or the apiserver selects (cordoned, in a window), and a
     # taint cannot be selected, so the bridge names the node (issue 45). Not the kubelet's and node
     # controller's `node.kubernetes.io/*` (they follow Ready, noted above, and every window's reboot sets
-    # them), nor drain-ahead's `noderoll.io/upcoming`, which fleets write themselves.
+    # them), nor noderoll's own (drain-ahead's `noderoll.io/upcoming`, the runtime-required taint).
     return {(t.get("key", ""), t.get("value", ""), t.get("effect", "")) for t in node.taints
-            if not t.get("key", "").startswith(NODE_LIFECYCLE_TAINT_PREFIX) and t.get("key") != keys.UPCOMING_KEY}
+            if not t.get("key", "").startswith((NODE_LIFECYCLE_TAINT_PREFIX, NODEROLL_TAINT_PREFIX))}
 
 
 def fleets_targeting(views: Iterable[NodeView], packages: Mapping[str, PackageSpec],

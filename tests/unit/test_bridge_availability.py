@@ -57,6 +57,7 @@ def a_node(name: str = "n1", *, cordoned: bool = False, ready: bool = True, anno
                                                        taints=("node.kubernetes.io/not-ready",)), False,
                  id="kubelets-taint-in-noderolls-reboot"),
     pytest.param(a_node(), a_node(taints=("noderoll.io/upcoming",)), False, id="drain-ahead-mark"),
+    pytest.param(a_node(taints=("noderoll.io/runtime-required",)), a_node(), False, id="runtime-required-lifted"),
     pytest.param(None, a_node(cordoned=True, ready=False), False, id="a-new-node-is-nodes-changed"),
 ])
 def test_someone_elses_cordon_and_ready_flips_are_availability_changes(
