@@ -430,12 +430,8 @@ class Ops:
 
     def list_nodes(self, selector: str | None = None) -> list[NodeRow]:
         """Every Node (optionally by label selector), sorted by name; read as API JSON (no typed models)."""
-        serialized = self.api.param_serialize(
-            method="GET", resource_path="/api/v1/nodes", query_params=[("labelSelector", selector)] if selector else [],
-            header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
-        response = self.api.call_api(*serialized)
-        response.read()
-        nodes = self.api.response_deserialize(response, {"2XX": "object"}).data.get("items") or []
+        query = [("labelSelector", selector)] if selector else []
+        nodes = kube.request_json("GET", "/api/v1/nodes", query=query, api=self.api).get("items") or []
         return sorted((node_row(n) for n in nodes), key=lambda v: v.name)
 
     def stage_pods(self, package: str, node: str, mode: str | None = None) -> list[k8s.V1Pod]:

@@ -32,7 +32,7 @@ and the bridge's valid Packages are turned into its input.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -84,11 +84,12 @@ def _readable(node: NodeView) -> bool:
 def _taint_set(node: NodeView) -> set[tuple[str, str, str]]:
     # The cordon taint is tolerated by target selection and toggles on every node window: counting
     # it made each cordon and uncordon a `nodes_changed` signal (hundreds per rollout, most of its history).
-    return {
-        (t.get("key", ""), t.get("value", ""), t.get("effect", ""))
-        for t in node.taints
-        if t.get("key") not in (UNSCHEDULABLE_TAINT_KEY, keys.UPCOMING_KEY)
-    }
+    return _taints(node.taints, lambda key: key in (UNSCHEDULABLE_TAINT_KEY, keys.UPCOMING_KEY))
+
+
+def _taints(taints: Iterable[Mapping[str, str]], skipped: Callable[[str], bool]) -> set[tuple[str, str, str]]:
+    """(key, value, effect) of each taint whose key is not `skipped`."""
+    return {(t.get("key", ""), t.get("value", ""), t.get("effect", "")) for t in taints if not skipped(t.get("key", ""))}
 
 
 def changed_records(old: NodeView | None, new: NodeView) -> set[str]:
@@ -129,8 +130,7 @@ def _maintenance_taints(node: NodeFacts) -> set[tuple[str, str, str]]:
     # taint cannot be selected, so the bridge names the node (issue 45). Not the kubelet's and node
     # controller's `node.kubernetes.io/*` (they follow Ready, noted above, and every window's reboot sets
     # them), nor noderoll's own (drain-ahead's `noderoll.io/upcoming`, the runtime-required taint).
-    return {(t.get("key", ""), t.get("value", ""), t.get("effect", "")) for t in node.taints
-            if not t.get("key", "").startswith((NODE_LIFECYCLE_TAINT_PREFIX, NODEROLL_TAINT_PREFIX))}
+    return _taints(node.taints, lambda key: key.startswith((NODE_LIFECYCLE_TAINT_PREFIX, NODEROLL_TAINT_PREFIX)))
 
 
 def fleets_targeting(views: Iterable[NodeView], packages: Mapping[str, PackageSpec],

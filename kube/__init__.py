@@ -152,17 +152,20 @@ def raise_for(err: ApiException, context: str) -> NoReturn:
     raise errors.fatal(f"{context}: HTTP {err.status} {err.reason}: {err.body}", errors.KUBE_CLIENT_ERROR) from err
 
 
-def request_json(method: str, path: str, body: Any = None) -> Any:
-    """A raw JSON request on the shared client, for API versions the typed client lacks (policy/v1beta1).
+def request_json(method: str, path: str, body: Any = None, query: list[tuple[str, str]] | None = None,
+                 api: client.ApiClient | None = None) -> Any:
+    """A raw JSON request, for API versions the typed client lacks (policy/v1beta1) and for answers read as
+    JSON without building typed models (the CLI's Node listing); on the shared client unless `api` is given.
 
     Non-2xx answers raise ApiException, like the typed methods.
     """
-    api = api_client()
+    api = api or api_client()
     headers = {"Accept": "application/json"}
     if body is not None:
         headers["Content-Type"] = "application/json"
     serialized = api.param_serialize(
-        method=method, resource_path=path, header_params=headers, body=body, auth_settings=["BearerToken"]
+        method=method, resource_path=path, query_params=query or [], header_params=headers, body=body,
+        auth_settings=["BearerToken"]
     )
     response = api.call_api(*serialized)
     response.read()
